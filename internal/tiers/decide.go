@@ -1,0 +1,173 @@
+package tiers
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// The functions in this file are the state machine itself, free of storage.
+// The embedded backends run them inside their own atomic step; the Redis
+// scripts and PostgreSQL statements encode the same rules and the
+// conformance suite holds them all to the same answers.
+
+// PayloadsDiffer reports whether two payload hashes are both known and
+// different. An unknown hash (nil) matches anything.
+func PayloadsDiffer(a, b []byte) bool {
+	return len(a) > 0 && len(b) > 0 && !bytes.Equal(a, b)
+}
+
+// Decide applies claim p to the current record cur (nil when absent). When
+// write is true, next must be stored atomically with the decision.
+func Decide(cur *Record, p ClaimParams) (res ClaimResult, next Record, write bool) {
+	if cur == nil {
+		next = NewRecord(p)
+		return ClaimResult{Outcome: OutcomeAcquired, Reason: ReasonNew, Record: next}, next, true
+	}
+	switch {
+	case cur.WindowOver(p.Now):
+		next = Takeover(*cur, p, ReasonWindowExpired)
+	case PayloadsDiffer(cur.PayloadHash, p.PayloadHash):
+		return ClaimResult{Outcome: OutcomePayloadMismatch, Record: *cur}, Record{}, false
+	case cur.State.Terminal():
+		return ClaimResult{Outcome: OutcomeDuplicate, Record: *cur}, Record{}, false
+	case p.AttemptID != "" && p.AttemptID == cur.AttemptID && cur.LeaseLive(p.Now):
+		// The caller retrying its own call: the same ACQUIRED, the same token.
+		return ClaimResult{Outcome: OutcomeAcquired, Reason: cur.Reason, Record: *cur}, Record{}, false
+	case cur.Released:
+		next = Takeover(*cur, p, ReasonReleased)
+	case cur.LeaseLive(p.Now):
+		return ClaimResult{Outcome: OutcomeInProgress, Record: *cur}, Record{}, false
+	default:
+		next = Takeover(*cur, p, ReasonLeaseExpired)
+	}
+	return ClaimResult{Outcome: OutcomeAcquired, Reason: next.Reason, Record: next}, next, true
+}
+
+// NewRecord is the record a first claim creates: token 1, RECEIVED, a window
+// of p.TTL and a lease of p.Lease from p.Now.
+func NewRecord(p ClaimParams) Record {
+	return Record{
+		Key:             p.Key,
+		State:           StateReceived,
+		Token:           1,
+		Version:         1,
+		Attempt:         1,
+		Reason:          ReasonNew,
+		Holder:          p.Holder,
+		AttemptID:       p.AttemptID,
+		PayloadHash:     p.PayloadHash,
+		FirstSeenAt:     p.Now,
+		LeaseExpiresAt:  p.Now.Add(p.Lease),
+		WindowExpiresAt: p.Now.Add(p.TTL),
+		UpdatedAt:       p.Now,
+	}
+}
+
+// Takeover hands cur to the claimant of p for the given reason: token+1,
+// attempt+1, a fresh lease. After a release or a new window the state starts
+// again at RECEIVED; after an expired lease it stays where the vanished
+// holder left it, so the new holder knows how far it got.
+func Takeover(cur Record, p ClaimParams, reason Reason) Record {
+	next := cur
+	next.Token++
+	next.Version++
+	next.Attempt++
+	next.Reason = reason
+	next.Released = false
+	next.Holder = p.Holder
+	next.AttemptID = p.AttemptID
+	next.LeaseExpiresAt = p.Now.Add(p.Lease)
+	next.UpdatedAt = p.Now
+	switch reason {
+	case ReasonWindowExpired:
+		next.State = StateReceived
+		next.Result = nil
+		next.PayloadHash = p.PayloadHash
+		next.FirstSeenAt = p.Now
+		next.WindowExpiresAt = p.Now.Add(p.TTL)
+	case ReasonReleased:
+		next.State = StateReceived
+		next.Result = nil
+	}
+	if len(next.PayloadHash) == 0 {
+		next.PayloadHash = p.PayloadHash
+	}
+	return next
+}
+
+// checkToken fences an operation by token: only the current, unreleased
+// owner may act.
+func checkToken(cur Record, token uint64) error {
+	switch {
+	case token < cur.Token:
+		return fmt.Errorf("%w: token %d, current %d", ErrStaleToken, token, cur.Token)
+	case token > cur.Token:
+		return fmt.Errorf("%w: token %d was never issued (current %d)", ErrStaleToken, token, cur.Token)
+	}
+	return nil
+}
+
+// ApplyTransition applies p to cur. changed is false for a repeat of a
+// transition that already happened (same token, same target state).
+func ApplyTransition(cur Record, p TransitionParams) (next Record, changed bool, err error) {
+	if err := checkToken(cur, p.Token); err != nil {
+		return cur, false, err
+	}
+	if cur.Released {
+		return cur, false, fmt.Errorf("%w: token %d was released", ErrStaleToken, p.Token)
+	}
+	if cur.State == p.To {
+		return cur, false, nil
+	}
+	if !CanTransition(cur.State, p.To) {
+		return cur, false, &TransitionError{Current: cur.State, To: p.To, Op: "transition"}
+	}
+	next = cur
+	next.State = p.To
+	next.Version++
+	next.UpdatedAt = p.Now
+	if p.To.Terminal() {
+		next.Result = p.Result
+	} else if p.Lease > 0 {
+		next.LeaseExpiresAt = p.Now.Add(p.Lease)
+	}
+	return next, true, nil
+}
+
+// ApplyRenew extends the current holder's lease to p.Now+p.Lease.
+func ApplyRenew(cur Record, p RenewParams) (Record, error) {
+	if err := checkToken(cur, p.Token); err != nil {
+		return cur, err
+	}
+	if cur.Released {
+		return cur, fmt.Errorf("%w: token %d was released", ErrStaleToken, p.Token)
+	}
+	if cur.State.Terminal() {
+		return cur, &TransitionError{Current: cur.State, Op: "renew"}
+	}
+	next := cur
+	next.LeaseExpiresAt = p.Now.Add(p.Lease)
+	next.Version++
+	next.UpdatedAt = p.Now
+	return next, nil
+}
+
+// ApplyRelease releases cur on behalf of the holder of p.Token. changed is
+// false when it was already released with that token.
+func ApplyRelease(cur Record, p ReleaseParams) (next Record, changed bool, err error) {
+	if err := checkToken(cur, p.Token); err != nil {
+		return cur, false, err
+	}
+	if cur.State.Terminal() {
+		return cur, false, &TransitionError{Current: cur.State, Op: "release"}
+	}
+	if cur.Released {
+		return cur, false, nil
+	}
+	next = cur
+	next.Released = true
+	next.LeaseExpiresAt = p.Now
+	next.Version++
+	next.UpdatedAt = p.Now
+	return next, true, nil
+}

@@ -1,0 +1,41 @@
+package tiers
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors of the storage contract. Backends wrap them (%w) with
+// detail; the service maps them to gRPC codes with errors.Is.
+var (
+	// ErrNotFound: no record for the key.
+	ErrNotFound = errors.New("record not found")
+	// ErrStaleToken: the presented fencing token is not the current owner's
+	// (a newer holder took over, or the key was released).
+	ErrStaleToken = errors.New("stale fencing token")
+	// ErrUnavailable: the tier could not be reached or did not answer in
+	// time. For a write, the write may or may not have happened; callers must
+	// stay correct either way (a retried Claim is never a false DUPLICATE:
+	// at worst IN_PROGRESS until the lease ends).
+	ErrUnavailable = errors.New("tier unavailable")
+)
+
+// TransitionError reports a transition (or renew/release) that the state
+// machine does not allow from the record's current state.
+type TransitionError struct {
+	Current State
+	To      State // StateUnspecified for Renew and Release
+	Op      string
+}
+
+func (e *TransitionError) Error() string {
+	if e.To == StateUnspecified {
+		return fmt.Sprintf("%s not allowed in state %s", e.Op, e.Current)
+	}
+	return fmt.Sprintf("transition %s→%s not allowed", e.Current, e.To)
+}
+
+// Unavailable wraps err as ErrUnavailable, keeping its text.
+func Unavailable(tier string, err error) error {
+	return fmt.Errorf("%s: %w: %w", tier, ErrUnavailable, err)
+}

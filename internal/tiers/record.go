@@ -1,0 +1,206 @@
+// Package tiers states the storage contract of claimd: the record and its
+// state machine, the Store that the service calls, and the Fast and Durable
+// tiers that a Store is built from. Backends live in sub-packages (memory,
+// sqlite, redis, postgres); their composition lives in tiers/twotier; the
+// conformance suite every backend and pairing runs lives in tiers/tierstest.
+//
+// Stores never read a clock: every operation carries the time it happens at
+// (Now), taken from the one injected clock of the service, so that tests move
+// time for every tier alike. Where a backend compares times it compares the
+// values it was given, never its own server's clock.
+package tiers
+
+import (
+	"fmt"
+	"time"
+)
+
+// Key identifies one record: (namespace, provider, key). Key.Key is the
+// canonical key, scope included.
+type Key struct {
+	Namespace string
+	Provider  string
+	Key       string
+}
+
+// String renders k as "namespace:provider:key" (for logs and errors).
+func (k Key) String() string { return k.Namespace + ":" + k.Provider + ":" + k.Key }
+
+// State is the per-event state machine.
+type State uint8
+
+// States of an event. SETTLED and FAILED are terminal.
+const (
+	StateUnspecified State = iota
+	StateReceived
+	StateValidated
+	StateProcessing
+	StateSettled
+	StateFailed
+)
+
+var stateNames = [...]string{"UNSPECIFIED", "RECEIVED", "VALIDATED", "PROCESSING", "SETTLED", "FAILED"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", s)
+}
+
+// ParseState is the inverse of State.String.
+func ParseState(name string) (State, error) {
+	for i, n := range stateNames {
+		if n == name && i > 0 {
+			return State(i), nil
+		}
+	}
+	return StateUnspecified, fmt.Errorf("tiers: unknown state %q", name)
+}
+
+// Terminal reports whether s is SETTLED or FAILED: a terminal record never
+// changes again within its window.
+func (s State) Terminal() bool { return s == StateSettled || s == StateFailed }
+
+// allowed lists the transitions of the state machine (DESIGN §2).
+var allowed = map[State][]State{
+	StateReceived:   {StateValidated, StateProcessing, StateFailed},
+	StateValidated:  {StateProcessing, StateFailed},
+	StateProcessing: {StateSettled, StateFailed},
+}
+
+// CanTransition reports whether from→to is an allowed transition.
+func CanTransition(from, to State) bool {
+	for _, s := range allowed[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// AllowedFrom returns the states from which to may be reached (the predecessor
+// states a conditional UPDATE puts in its WHERE clause).
+func AllowedFrom(to State) []State {
+	var from []State
+	for f, tos := range allowed {
+		for _, t := range tos {
+			if t == to {
+				from = append(from, f)
+			}
+		}
+	}
+	// Deterministic order for SQL arguments and tests.
+	for i := 1; i < len(from); i++ {
+		for j := i; j > 0 && from[j] < from[j-1]; j-- {
+			from[j], from[j-1] = from[j-1], from[j]
+		}
+	}
+	return from
+}
+
+// Outcome is the answer of a Claim.
+type Outcome uint8
+
+// Outcomes of a Claim.
+const (
+	OutcomeUnspecified Outcome = iota
+	OutcomeAcquired
+	OutcomeDuplicate
+	OutcomeInProgress
+	OutcomePayloadMismatch
+)
+
+var outcomeNames = [...]string{"UNSPECIFIED", "ACQUIRED", "DUPLICATE", "IN_PROGRESS", "PAYLOAD_MISMATCH"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", o)
+}
+
+// Reason says why a Claim was ACQUIRED.
+type Reason uint8
+
+// Reasons of an ACQUIRED outcome.
+const (
+	ReasonUnspecified Reason = iota
+	ReasonNew
+	ReasonReleased
+	ReasonLeaseExpired
+	ReasonWindowExpired
+)
+
+var reasonNames = [...]string{"UNSPECIFIED", "NEW", "RELEASED", "LEASE_EXPIRED", "WINDOW_EXPIRED"}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("Reason(%d)", r)
+}
+
+// ParseReason is the inverse of Reason.String.
+func ParseReason(name string) (Reason, error) {
+	for i, n := range reasonNames {
+		if n == name {
+			return Reason(i), nil
+		}
+	}
+	return ReasonUnspecified, fmt.Errorf("tiers: unknown reason %q", name)
+}
+
+// Tier names the store that decided an answer.
+type Tier uint8
+
+// Tiers, from nearest to the caller to the source of truth.
+const (
+	TierUnspecified Tier = iota
+	TierLocal
+	TierFast
+	TierDurable
+)
+
+var tierNames = [...]string{"UNSPECIFIED", "LOCAL", "FAST", "DURABLE"}
+
+func (t Tier) String() string {
+	if int(t) < len(tierNames) {
+		return tierNames[t]
+	}
+	return fmt.Sprintf("Tier(%d)", t)
+}
+
+// Record is what a store holds for one Key.
+//
+// Token is the fencing token: it grows by one each time ownership changes
+// hands and never otherwise. Version grows by one on every durable write of
+// the record (claim, takeover, transition, renew, release); the fast tier uses
+// it to refuse a stale copy over a newer one.
+type Record struct {
+	Key             Key
+	State           State
+	Token           uint64
+	Version         uint64
+	Attempt         uint32
+	Reason          Reason // why the current owner acquired the key
+	Released        bool   // released by its owner; the next Claim acquires
+	Holder          string
+	AttemptID       string
+	PayloadHash     []byte // sha256 of the payload of the claim that opened the window, or nil
+	Result          []byte // stored at settle time, returned to duplicates
+	FirstSeenAt     time.Time
+	LeaseExpiresAt  time.Time
+	WindowExpiresAt time.Time
+	UpdatedAt       time.Time
+}
+
+// LeaseLive reports whether the owner's lease is still running at now. A
+// lease is live up to, not including, its expiry instant.
+func (r *Record) LeaseLive(now time.Time) bool {
+	return !r.Released && now.Before(r.LeaseExpiresAt)
+}
+
+// WindowOver reports whether the dedup window has ended at now. The window
+// includes every instant before WindowExpiresAt.
+func (r *Record) WindowOver(now time.Time) bool { return !now.Before(r.WindowExpiresAt) }

@@ -1,0 +1,168 @@
+package tiers
+
+import (
+	"context"
+	"time"
+)
+
+// ClaimParams is one claim of a key at a point in time. The service has
+// validated and bounded every field before a store sees it.
+type ClaimParams struct {
+	Key         Key
+	Now         time.Time     // the service clock's reading for this call
+	Lease       time.Duration // lease granted on acquisition, > 0
+	TTL         time.Duration // dedup window opened by a new acquisition, > 0
+	PayloadHash []byte        // 32 bytes or nil
+	Holder      string
+	AttemptID   string
+}
+
+// ClaimResult is the decision on a claim. For ACQUIRED, Record is the record
+// the caller now owns; for every other outcome it is the record that decided
+// it (the holder's, the settled one). Record.Key is always set.
+type ClaimResult struct {
+	Outcome  Outcome
+	Reason   Reason // set for ACQUIRED only
+	Record   Record
+	ServedBy Tier
+}
+
+// TransitionParams moves a record to To, fenced by Token.
+type TransitionParams struct {
+	Key    Key
+	Now    time.Time
+	Token  uint64
+	To     State
+	Result []byte        // stored only with a terminal To
+	Lease  time.Duration // when > 0 (non-terminal To only): lease = Now + Lease
+}
+
+// RenewParams extends the lease of the holder of Token to Now + Lease.
+type RenewParams struct {
+	Key   Key
+	Now   time.Time
+	Token uint64
+	Lease time.Duration
+}
+
+// ReleaseParams gives the key back on behalf of the holder of Token.
+type ReleaseParams struct {
+	Key   Key
+	Now   time.Time
+	Token uint64
+}
+
+// Store is what the service calls: one atomic, durable decision per method.
+// Implementations: a Durable tier alone, or a Fast tier composed in front of a
+// Durable one (tiers/twotier). Every implementation passes tierstest.Run.
+//
+// Errors are the sentinels of this package (errors.Is), a *TransitionError
+// (errors.As), or an error wrapping ErrUnavailable when the durable tier
+// cannot be reached; context errors pass through unwrapped.
+type Store interface {
+	// Claim decides a claim atomically: of any number of concurrent Claims of
+	// one key that may acquire it, exactly one does. Decision order (Decide):
+	// absent → ACQUIRED/NEW with token 1; window over → ACQUIRED/WINDOW_EXPIRED
+	// with token+1 and a new window; payloads differ → PAYLOAD_MISMATCH;
+	// terminal → DUPLICATE; same AttemptID with a live lease → the same
+	// ACQUIRED and token again; released → ACQUIRED/RELEASED with token+1;
+	// live lease → IN_PROGRESS; lease over → ACQUIRED/LEASE_EXPIRED with
+	// token+1 and the state the previous holder reached.
+	// On error nothing was acquired: a retry of the same claim is never
+	// answered DUPLICATE because of a failed call.
+	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
+
+	// Transition applies p.To when p.Token is the current token and the
+	// transition is allowed from the current state. Repeating a transition
+	// that already happened, with the same token, returns changed=false and
+	// writes nothing. Errors: ErrNotFound, ErrStaleToken (another holder took
+	// over, or the key was released), *TransitionError (not allowed from the
+	// current state).
+	Transition(ctx context.Context, p TransitionParams) (rec Record, changed bool, err error)
+
+	// Renew sets the lease of the current, unreleased holder to Now+Lease.
+	// Errors: ErrNotFound, ErrStaleToken, *TransitionError on a terminal record.
+	Renew(ctx context.Context, p RenewParams) (Record, error)
+
+	// Release marks a non-terminal record released so that the next Claim
+	// acquires it with token+1. Releasing an already released record with its
+	// token again succeeds and changes nothing. Errors: ErrNotFound,
+	// ErrStaleToken, *TransitionError on a terminal record.
+	Release(ctx context.Context, p ReleaseParams) (Record, error)
+
+	// Get reads the record of k from the source of truth. Errors: ErrNotFound.
+	Get(ctx context.Context, k Key) (Record, error)
+
+	// Ping reports whether the store can serve (its durable tier answers).
+	Ping(ctx context.Context) error
+
+	// Close releases the store's resources.
+	Close() error
+}
+
+// Durable is the source of truth. It is a Store on its own (ServedBy is
+// TierDurable); a Fast tier may be composed in front of it.
+//
+// Durable implementations decide every method in one atomic step against the
+// times given in the params; a record within its window is never deleted.
+type Durable interface {
+	Store
+	// Prune deletes up to limit records whose window ended before cutoff and
+	// returns how many it deleted.
+	Prune(ctx context.Context, cutoff time.Time, limit int) (int, error)
+}
+
+// FastVerdict is what the fast tier concluded about a claim.
+type FastVerdict uint8
+
+const (
+	// FastReserved: the key was absent; a pending marker carrying the
+	// caller's nonce now stands in its place, and the caller must ask the
+	// durable tier, then Put its answer or Abort the marker.
+	FastReserved FastVerdict = iota + 1
+	// FastDecided: the fast tier answered (DUPLICATE, PAYLOAD_MISMATCH,
+	// IN_PROGRESS, or the same ACQUIRED again for a repeated AttemptID).
+	FastDecided
+	// FastTakeover: the record may change hands (lease over, released,
+	// window over); only the durable tier may decide.
+	FastTakeover
+)
+
+// ReserveParams is a claim as the fast tier sees it.
+type ReserveParams struct {
+	Key         Key
+	Now         time.Time
+	Nonce       string        // unique per claim call; identifies our pending marker
+	PendingTTL  time.Duration // lifetime of the pending marker
+	PayloadHash []byte
+	AttemptID   string
+}
+
+// FastResult is the fast tier's answer. For FastDecided, Outcome, Reason and
+// Record say what to answer; a pending marker of another claim in flight is
+// reported as IN_PROGRESS with a zero Token and LeaseExpiresAt at the
+// marker's end.
+type FastResult struct {
+	Verdict FastVerdict
+	Outcome Outcome
+	Reason  Reason
+	Record  Record
+}
+
+// Fast is a cache of records in front of a Durable tier. It may lose any
+// entry at any time (flush, eviction, failover); it must never hold a record
+// beyond its window or prefer an older version of a record over a newer one.
+type Fast interface {
+	// Reserve decides atomically from the cached record (see FastVerdict).
+	Reserve(ctx context.Context, p ReserveParams) (FastResult, error)
+	// Put caches rec until rec.WindowExpiresAt, replacing a pending marker or
+	// an older Version, never a newer Version.
+	Put(ctx context.Context, rec Record) error
+	// Abort deletes k's pending marker if it still carries nonce; anything
+	// else under k is left alone.
+	Abort(ctx context.Context, k Key, nonce string) error
+	// Ping reports whether the fast tier answers.
+	Ping(ctx context.Context) error
+	// Close releases the tier's resources.
+	Close() error
+}
