@@ -1,0 +1,203 @@
+package tierstest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// FastFactory makes a fresh fast tier for one subtest.
+type FastFactory func(t *testing.T) tiers.Fast
+
+const pendingTTL = 5 * time.Second
+
+type fastEnv struct {
+	t   *testing.T
+	f   tiers.Fast
+	clk *clock.Fake
+	ns  string
+	e   *env // for ctx and keys
+}
+
+func (fe *fastEnv) reserve(k, nonce string, mod ...func(*tiers.ReserveParams)) tiers.FastResult {
+	fe.t.Helper()
+	p := tiers.ReserveParams{Key: fe.e.key(k), Now: fe.clk.Now(), Nonce: nonce, PendingTTL: pendingTTL}
+	for _, m := range mod {
+		m(&p)
+	}
+	res, err := fe.f.Reserve(fe.e.ctx(), p)
+	if err != nil {
+		fe.t.Fatalf("Reserve(%q) error = %v", k, err)
+	}
+	return res
+}
+
+func (fe *fastEnv) want(k string, res tiers.FastResult, verdict tiers.FastVerdict, outcome tiers.Outcome) {
+	fe.t.Helper()
+	if res.Verdict != verdict || res.Outcome != outcome {
+		fe.t.Fatalf("Reserve(%q) = verdict %d outcome %v, want verdict %d outcome %v", k, res.Verdict, res.Outcome, verdict, outcome)
+	}
+}
+
+func (fe *fastEnv) put(rec tiers.Record) {
+	fe.t.Helper()
+	if err := fe.f.Put(fe.e.ctx(), rec); err != nil {
+		fe.t.Fatalf("Put(%q v%d) error = %v", rec.Key.Key, rec.Version, err)
+	}
+}
+
+// record is a claimed record of k as the durable tier would return it.
+func (fe *fastEnv) record(k string) tiers.Record {
+	return tiers.NewRecord(fe.e.params(k))
+}
+
+// RunFast runs the Fast-tier contract cases against the tiers f makes.
+func RunFast(t *testing.T, f FastFactory) {
+	for _, tc := range fastCases {
+		t.Run(tc.desc, func(t *testing.T) {
+			fast := f(t)
+			t.Cleanup(func() { fast.Close() })
+			clk := clock.NewFake(time.Now())
+			e := &env{t: t, clk: clk, ns: "t" + randHex(6)}
+			tc.run(t, &fastEnv{t: t, f: fast, clk: clk, e: e})
+		})
+	}
+}
+
+var fastCases = []struct {
+	desc string
+	run  func(t *testing.T, fe *fastEnv)
+}{
+	{"absent key is reserved with a pending marker", testFastReserve},
+	{"abort deletes only our own pending marker", testFastAbort},
+	{"an expired pending marker is replaced", testFastPendingExpiry},
+	{"put replaces the pending marker and decides the next reserve", testFastPutDecides},
+	{"put never replaces a newer version", testFastVersions},
+	{"record fields round-trip", testFastRoundTrip},
+	{"records that may change hands go to the durable tier", testFastTakeover},
+	{"payload mismatch and attempt_id", testFastMismatchAttempt},
+}
+
+func testFastReserve(t *testing.T, fe *fastEnv) {
+	fe.want("k", fe.reserve("k", "n1"), tiers.FastReserved, tiers.OutcomeUnspecified)
+	res := fe.reserve("k", "n2")
+	fe.want("k", res, tiers.FastDecided, tiers.OutcomeInProgress)
+	if res.Record.Token != 0 || !res.Record.LeaseExpiresAt.Equal(fe.clk.Now().Add(pendingTTL)) {
+		t.Fatalf("Reserve(pending) token/lease = %d/%v, want 0/%v", res.Record.Token, res.Record.LeaseExpiresAt, fe.clk.Now().Add(pendingTTL))
+	}
+}
+
+func testFastAbort(t *testing.T, fe *fastEnv) {
+	fe.reserve("k", "n1")
+	if err := fe.f.Abort(fe.e.ctx(), fe.e.key("k"), "other"); err != nil {
+		t.Fatal(err)
+	}
+	fe.want("k", fe.reserve("k", "n2"), tiers.FastDecided, tiers.OutcomeInProgress)
+	if err := fe.f.Abort(fe.e.ctx(), fe.e.key("k"), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	fe.want("k", fe.reserve("k", "n3"), tiers.FastReserved, tiers.OutcomeUnspecified)
+	// Abort never deletes a record.
+	fe.put(fe.record("k"))
+	if err := fe.f.Abort(fe.e.ctx(), fe.e.key("k"), "n3"); err != nil {
+		t.Fatal(err)
+	}
+	fe.want("k", fe.reserve("k", "n4"), tiers.FastDecided, tiers.OutcomeInProgress)
+}
+
+func testFastPendingExpiry(t *testing.T, fe *fastEnv) {
+	fe.reserve("k", "n1")
+	fe.clk.Advance(pendingTTL - time.Millisecond)
+	fe.want("k", fe.reserve("k", "n2"), tiers.FastDecided, tiers.OutcomeInProgress)
+	fe.clk.Advance(time.Millisecond)
+	fe.want("k", fe.reserve("k", "n3"), tiers.FastReserved, tiers.OutcomeUnspecified)
+}
+
+func testFastPutDecides(t *testing.T, fe *fastEnv) {
+	fe.reserve("k", "n1")
+	rec := fe.record("k")
+	fe.put(rec)
+	res := fe.reserve("k", "n2")
+	fe.want("k", res, tiers.FastDecided, tiers.OutcomeInProgress)
+	if res.Record.Token != 1 || res.Record.Holder != "pod-a" {
+		t.Fatalf("Reserve(held) token/holder = %d/%q, want 1/pod-a", res.Record.Token, res.Record.Holder)
+	}
+	rec.State, rec.Version, rec.Result = tiers.StateSettled, 2, []byte("done")
+	fe.put(rec)
+	res = fe.reserve("k", "n3")
+	fe.want("k", res, tiers.FastDecided, tiers.OutcomeDuplicate)
+	if string(res.Record.Result) != "done" {
+		t.Fatalf("Reserve(settled) result = %q, want done", res.Record.Result)
+	}
+}
+
+func testFastVersions(t *testing.T, fe *fastEnv) {
+	rec := fe.record("k")
+	settled := rec
+	settled.State, settled.Version, settled.Result = tiers.StateSettled, 3, []byte("v3")
+	fe.put(settled)
+	older := rec
+	older.State, older.Version = tiers.StateProcessing, 2
+	fe.put(older)
+	res := fe.reserve("k", "n1")
+	fe.want("k", res, tiers.FastDecided, tiers.OutcomeDuplicate)
+	if res.Record.Version != 3 || string(res.Record.Result) != "v3" {
+		t.Fatalf("after Put(v2) over v3: version/result = %d/%q, want 3/v3", res.Record.Version, res.Record.Result)
+	}
+}
+
+func testFastRoundTrip(t *testing.T, fe *fastEnv) {
+	p := fe.e.params("k:scope")
+	p.PayloadHash = sha("payload")
+	p.AttemptID = "att"
+	rec := tiers.NewRecord(p)
+	rec.State, rec.Token, rec.Version, rec.Attempt, rec.Reason = tiers.StateSettled, 7, 9, 4, tiers.ReasonLeaseExpired
+	rec.Result = []byte{0, 1, 2, 255}
+	rec.UpdatedAt = rec.UpdatedAt.Add(time.Minute)
+	fe.put(rec)
+	res := fe.reserve("k:scope", "n1")
+	fe.want("k:scope", res, tiers.FastDecided, tiers.OutcomeDuplicate)
+	if diff := cmp.Diff(rec, res.Record); diff != "" {
+		t.Fatalf("record round trip (-put +reserved):\n%s", diff)
+	}
+}
+
+func testFastTakeover(t *testing.T, fe *fastEnv) {
+	released := fe.record("released")
+	released.Released, released.Version = true, 2
+	fe.put(released)
+	fe.want("released", fe.reserve("released", "n"), tiers.FastTakeover, tiers.OutcomeUnspecified)
+
+	fe.put(fe.record("lease"))
+	settled := fe.record("window")
+	settled.State, settled.Version = tiers.StateSettled, 2
+	fe.put(settled)
+
+	fe.clk.Advance(lease - time.Millisecond)
+	fe.want("lease", fe.reserve("lease", "n"), tiers.FastDecided, tiers.OutcomeInProgress)
+	fe.clk.Advance(time.Millisecond)
+	fe.want("lease", fe.reserve("lease", "n"), tiers.FastTakeover, tiers.OutcomeUnspecified)
+
+	fe.clk.Advance(stripeTTL - lease - time.Second)
+	fe.want("window", fe.reserve("window", "n"), tiers.FastDecided, tiers.OutcomeDuplicate)
+	fe.clk.Advance(time.Second)
+	fe.want("window", fe.reserve("window", "n"), tiers.FastTakeover, tiers.OutcomeUnspecified)
+}
+
+func testFastMismatchAttempt(t *testing.T, fe *fastEnv) {
+	p := fe.e.params("k")
+	p.PayloadHash = sha("one")
+	p.AttemptID = "att-1"
+	fe.put(tiers.NewRecord(p))
+	fe.want("k", fe.reserve("k", "n", func(r *tiers.ReserveParams) { r.PayloadHash = sha("two") }), tiers.FastDecided, tiers.OutcomePayloadMismatch)
+	res := fe.reserve("k", "n", func(r *tiers.ReserveParams) { r.AttemptID = "att-1" })
+	fe.want("k", res, tiers.FastDecided, tiers.OutcomeAcquired)
+	if res.Reason != tiers.ReasonNew || res.Record.Token != 1 {
+		t.Fatalf("Reserve(same attempt) reason/token = %v/%d, want NEW/1", res.Reason, res.Record.Token)
+	}
+	fe.want("k", fe.reserve("k", "n", func(r *tiers.ReserveParams) { r.AttemptID = "att-2" }), tiers.FastDecided, tiers.OutcomeInProgress)
+}

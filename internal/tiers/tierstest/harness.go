@@ -1,0 +1,157 @@
+// Package tierstest is the conformance suite of the storage contract in
+// package tiers. Every backend and every pairing of a fast and a durable tier
+// runs it unchanged, so that the embedded default, PostgreSQL alone and
+// Redis+PostgreSQL give the same answer to the same sequence of calls.
+package tierstest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// Opener opens a store over one environment (a database, a data directory, a
+// key prefix). Calling it again after the previous store was closed must open
+// a store over the same data: a restart of claimd.
+type Opener func(t *testing.T) tiers.Store
+
+// Factory prepares a fresh environment for one subtest and returns its
+// Opener. It is called inside each subtest; it registers cleanup on that t.
+type Factory func(t *testing.T) Opener
+
+// The suite uses the real stripe window (72h horizon + 12h margin), not a
+// shortened one, so window arithmetic is exercised at its production size.
+const (
+	stripeTTL = 84 * time.Hour
+	lease     = 60 * time.Second
+)
+
+// env is one subtest's world: a store, a fake clock and a namespace no other
+// subtest uses (so a shared server can back every subtest).
+type env struct {
+	t     *testing.T
+	open  Opener
+	store tiers.Store
+	clk   *clock.Fake
+	ns    string
+}
+
+func newEnv0() *clock.Fake { return clock.NewFake(time.Now()) }
+
+func newEnv(t *testing.T, f Factory) *env {
+	t.Helper()
+	open := f(t)
+	e := &env{t: t, open: open, clk: clock.NewFake(time.Now()), ns: "t" + randHex(6)}
+	e.store = open(t)
+	t.Cleanup(func() { e.store.Close() })
+	return e
+}
+
+// restart closes the store and opens a new one over the same data.
+func (e *env) restart() {
+	e.t.Helper()
+	if err := e.store.Close(); err != nil {
+		e.t.Fatalf("Close() = %v", err)
+	}
+	e.store = e.open(e.t)
+}
+
+func (e *env) key(k string) tiers.Key {
+	return tiers.Key{Namespace: e.ns, Provider: "stripe", Key: k}
+}
+
+func (e *env) params(k string) tiers.ClaimParams {
+	return tiers.ClaimParams{Key: e.key(k), Now: e.clk.Now(), Lease: lease, TTL: stripeTTL, Holder: "pod-a"}
+}
+
+func (e *env) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	e.t.Cleanup(cancel)
+	return ctx
+}
+
+// claim claims p and fails the test on error.
+func (e *env) claim(p tiers.ClaimParams) tiers.ClaimResult {
+	e.t.Helper()
+	res, err := e.store.Claim(e.ctx(), p)
+	if err != nil {
+		e.t.Fatalf("Claim(%q) error = %v", p.Key.Key, err)
+	}
+	return res
+}
+
+// mustOutcome claims p and checks the outcome and reason.
+func (e *env) mustOutcome(p tiers.ClaimParams, want tiers.Outcome, wantReason tiers.Reason) tiers.ClaimResult {
+	e.t.Helper()
+	res := e.claim(p)
+	if res.Outcome != want || res.Reason != wantReason {
+		e.t.Fatalf("Claim(%q) = %v/%v, want %v/%v", p.Key.Key, res.Outcome, res.Reason, want, wantReason)
+	}
+	if res.Record.Key != p.Key {
+		e.t.Fatalf("Claim(%q) record key = %v, want %v", p.Key.Key, res.Record.Key, p.Key)
+	}
+	return res
+}
+
+func (e *env) transition(k string, token uint64, to tiers.State, result []byte) (tiers.Record, bool, error) {
+	return e.store.Transition(e.ctx(), tiers.TransitionParams{Key: e.key(k), Now: e.clk.Now(), Token: token, To: to, Result: result})
+}
+
+// mustTransition moves k through the given states with token.
+func (e *env) mustTransition(k string, token uint64, states ...tiers.State) tiers.Record {
+	e.t.Helper()
+	var rec tiers.Record
+	for _, to := range states {
+		var result []byte
+		if to.Terminal() {
+			result = []byte("result-of-" + k)
+		}
+		var err error
+		rec, _, err = e.transition(k, token, to, result)
+		if err != nil {
+			e.t.Fatalf("Transition(%q, token %d, →%v) error = %v", k, token, to, err)
+		}
+		if rec.State != to {
+			e.t.Fatalf("Transition(%q, →%v) state = %v", k, to, rec.State)
+		}
+	}
+	return rec
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func sha(s string) []byte {
+	h := make([]byte, 32)
+	copy(h, s)
+	return h
+}
+
+func wantErr(t *testing.T, call string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s error = %v, want %v", call, err, target)
+	}
+}
+
+func wantTransitionError(t *testing.T, call string, err error, current tiers.State) {
+	t.Helper()
+	var te *tiers.TransitionError
+	if !errors.As(err, &te) {
+		t.Fatalf("%s error = %v, want *tiers.TransitionError", call, err)
+	}
+	if te.Current != current {
+		t.Fatalf("%s error current state = %v, want %v", call, te.Current, current)
+	}
+}

@@ -1,0 +1,467 @@
+package tierstest
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// Run runs the Store conformance suite against the stores f makes.
+func Run(t *testing.T, f Factory) {
+	for _, tc := range storeCases {
+		t.Run(tc.desc, func(t *testing.T) {
+			tc.run(t, newEnv(t, f))
+		})
+	}
+}
+
+var storeCases = []struct {
+	desc string
+	run  func(t *testing.T, e *env)
+}{
+	{"new key is acquired with token 1 and the provider window", testNewKey},
+	{"64 concurrent claims of one key acquire it once", testConcurrentClaims},
+	{"duplicate while in progress", testInProgress},
+	{"duplicate of a settled key returns its result", testSettledDuplicate},
+	{"failed is terminal and answers duplicates", testFailedDuplicate},
+	{"window boundary at ttl-1s and ttl+1s", testWindowBoundary},
+	{"lease is never taken over before it ends", testLeaseNotBeforeEnd},
+	{"lease takeover fences the old holder", testLeaseTakeover},
+	{"expired lease without takeover keeps the token valid", testExpiredLeaseTokenValid},
+	{"repeat transition is a no-op success", testRepeatTransition},
+	{"every transition is checked against the state machine", testTransitionMatrix},
+	{"unknown key is not found", testNotFound},
+	{"renew extends the lease and is fenced", testRenew},
+	{"release lets the next claim acquire", testRelease},
+	{"release of a terminal record or with a stale token fails", testReleaseRefused},
+	{"attempt_id retry returns the same acquisition", testAttemptID},
+	{"payload mismatch", testPayloadMismatch},
+	{"wait returns the result when the holder settles in time", testWaitSettled},
+	{"wait acquires when the holder releases", testWaitReleased},
+	{"wait gives up with in-progress", testWaitTimeout},
+	{"records survive a restart", testRestart},
+	{"namespaces and providers are isolated", testIsolation},
+	{"get reads the record", testGet},
+}
+
+func testNewKey(t *testing.T, e *env) {
+	p := e.params("evt_new")
+	p.PayloadHash = sha("a")
+	res := e.mustOutcome(p, tiers.OutcomeAcquired, tiers.ReasonNew)
+	now := e.clk.Now()
+	r := res.Record
+	if r.Token != 1 || r.Attempt != 1 || r.State != tiers.StateReceived {
+		t.Errorf("Claim(new) token/attempt/state = %d/%d/%v, want 1/1/RECEIVED", r.Token, r.Attempt, r.State)
+	}
+	if !r.FirstSeenAt.Equal(now) || !r.WindowExpiresAt.Equal(now.Add(stripeTTL)) || !r.LeaseExpiresAt.Equal(now.Add(lease)) {
+		t.Errorf("Claim(new) first_seen/window/lease = %v/%v/%v, want %v/%v/%v",
+			r.FirstSeenAt, r.WindowExpiresAt, r.LeaseExpiresAt, now, now.Add(stripeTTL), now.Add(lease))
+	}
+	if r.Holder != "pod-a" || !bytes.Equal(r.PayloadHash, p.PayloadHash) {
+		t.Errorf("Claim(new) holder/payload = %q/%x, want pod-a/%x", r.Holder, r.PayloadHash, p.PayloadHash)
+	}
+}
+
+func testConcurrentClaims(t *testing.T, e *env) {
+	const n = 64
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		results = make([]tiers.ClaimResult, n)
+		errs    = make([]error, n)
+	)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i], errs[i] = e.store.Claim(context.Background(), e.params("evt_race"))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	acquired := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("Claim #%d error = %v", i, errs[i])
+		}
+		switch results[i].Outcome {
+		case tiers.OutcomeAcquired:
+			acquired++
+		case tiers.OutcomeInProgress:
+		default:
+			t.Errorf("Claim #%d outcome = %v, want ACQUIRED or IN_PROGRESS", i, results[i].Outcome)
+		}
+	}
+	if acquired != 1 {
+		t.Fatalf("%d concurrent claims: %d ACQUIRED, want exactly 1", n, acquired)
+	}
+	rec, err := e.store.Get(e.ctx(), e.key("evt_race"))
+	if err != nil || rec.Token != 1 || rec.Attempt != 1 {
+		t.Fatalf("Get after race = token %d attempt %d, %v; want token 1 attempt 1", rec.Token, rec.Attempt, err)
+	}
+}
+
+func testInProgress(t *testing.T, e *env) {
+	e.mustOutcome(e.params("evt_ip"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	e.clk.Advance(time.Second)
+	p := e.params("evt_ip")
+	p.Holder = "pod-b"
+	res := e.mustOutcome(p, tiers.OutcomeInProgress, tiers.ReasonUnspecified)
+	if res.Record.Holder != "pod-a" {
+		t.Errorf("Claim(in progress) holder = %q, want pod-a (the owner)", res.Record.Holder)
+	}
+}
+
+func testSettledDuplicate(t *testing.T, e *env) {
+	res := e.mustOutcome(e.params("evt_s"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	e.mustTransition("evt_s", res.Record.Token, tiers.StateProcessing, tiers.StateSettled)
+	for range 2 {
+		dup := e.mustOutcome(e.params("evt_s"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
+		if string(dup.Record.Result) != "result-of-evt_s" || dup.Record.State != tiers.StateSettled {
+			t.Fatalf("Claim(settled) = result %q state %v, want result-of-evt_s SETTLED", dup.Record.Result, dup.Record.State)
+		}
+	}
+}
+
+func testFailedDuplicate(t *testing.T, e *env) {
+	res := e.mustOutcome(e.params("evt_f"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	e.mustTransition("evt_f", res.Record.Token, tiers.StateFailed)
+	dup := e.mustOutcome(e.params("evt_f"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
+	if dup.Record.State != tiers.StateFailed {
+		t.Fatalf("Claim(failed) state = %v, want FAILED", dup.Record.State)
+	}
+}
+
+func testWindowBoundary(t *testing.T, e *env) {
+	first := e.clk.Now()
+	res := e.mustOutcome(e.params("evt_w"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	e.mustTransition("evt_w", res.Record.Token, tiers.StateProcessing, tiers.StateSettled)
+
+	e.clk.Set(first.Add(stripeTTL - time.Second))
+	e.mustOutcome(e.params("evt_w"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
+
+	e.clk.Set(first.Add(stripeTTL + time.Second))
+	now := e.clk.Now()
+	again := e.mustOutcome(e.params("evt_w"), tiers.OutcomeAcquired, tiers.ReasonWindowExpired)
+	r := again.Record
+	if r.Token != 2 || r.Attempt != 2 || r.State != tiers.StateReceived || len(r.Result) != 0 {
+		t.Errorf("Claim(after window) token/attempt/state/result = %d/%d/%v/%q, want 2/2/RECEIVED/empty", r.Token, r.Attempt, r.State, r.Result)
+	}
+	if !r.FirstSeenAt.Equal(now) || !r.WindowExpiresAt.Equal(now.Add(stripeTTL)) {
+		t.Errorf("Claim(after window) first_seen/window = %v/%v, want a new window from %v", r.FirstSeenAt, r.WindowExpiresAt, now)
+	}
+}
+
+func testLeaseNotBeforeEnd(t *testing.T, e *env) {
+	start := e.clk.Now()
+	e.mustOutcome(e.params("evt_l"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	for _, at := range []time.Duration{time.Millisecond, lease / 2, lease - time.Millisecond} {
+		e.clk.Set(start.Add(at))
+		p := e.params("evt_l")
+		p.Holder = "pod-b"
+		e.mustOutcome(p, tiers.OutcomeInProgress, tiers.ReasonUnspecified)
+	}
+	e.clk.Set(start.Add(lease))
+	e.mustOutcome(e.params("evt_l"), tiers.OutcomeAcquired, tiers.ReasonLeaseExpired)
+}
+
+func testLeaseTakeover(t *testing.T, e *env) {
+	a := e.mustOutcome(e.params("evt_t"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	e.mustTransition("evt_t", a.Record.Token, tiers.StateProcessing)
+	e.clk.Advance(lease + time.Second)
+	p := e.params("evt_t")
+	p.Holder = "pod-b"
+	b := e.mustOutcome(p, tiers.OutcomeAcquired, tiers.ReasonLeaseExpired)
+	if b.Record.Token != a.Record.Token+1 || b.Record.State != tiers.StateProcessing || b.Record.Attempt != 2 {
+		t.Fatalf("takeover token/state/attempt = %d/%v/%d, want %d/PROCESSING/2", b.Record.Token, b.Record.State, b.Record.Attempt, a.Record.Token+1)
+	}
+	_, _, err := e.transition("evt_t", a.Record.Token, tiers.StateSettled, []byte("old"))
+	wantErr(t, "Transition(old holder)", err, tiers.ErrStaleToken)
+	rec := e.mustTransition("evt_t", b.Record.Token, tiers.StateSettled)
+	if string(rec.Result) != "result-of-evt_t" {
+		t.Fatalf("Transition(new holder) result = %q", rec.Result)
+	}
+}
+
+func testExpiredLeaseTokenValid(t *testing.T, e *env) {
+	a := e.mustOutcome(e.params("evt_x"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	e.clk.Advance(10 * lease)
+	e.mustTransition("evt_x", a.Record.Token, tiers.StateProcessing, tiers.StateSettled)
+	e.mustOutcome(e.params("evt_x"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
+}
+
+func testRepeatTransition(t *testing.T, e *env) {
+	a := e.mustOutcome(e.params("evt_r"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	tok := a.Record.Token
+	if _, changed, err := e.transition("evt_r", tok, tiers.StateValidated, nil); err != nil || !changed {
+		t.Fatalf("Transition(→VALIDATED) = changed %v, %v; want true, nil", changed, err)
+	}
+	if rec, changed, err := e.transition("evt_r", tok, tiers.StateValidated, nil); err != nil || changed || rec.State != tiers.StateValidated {
+		t.Fatalf("repeat Transition(→VALIDATED) = %v changed %v, %v; want VALIDATED false nil", rec.State, changed, err)
+	}
+	e.mustTransition("evt_r", tok, tiers.StateProcessing)
+	if _, _, err := e.transition("evt_r", tok, tiers.StateSettled, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	rec, changed, err := e.transition("evt_r", tok, tiers.StateSettled, []byte("second"))
+	if err != nil || changed || string(rec.Result) != "first" {
+		t.Fatalf("repeat Transition(→SETTLED) = result %q changed %v, %v; want first false nil", rec.Result, changed, err)
+	}
+}
+
+// pathTo lists the transitions that reach each state from RECEIVED.
+var pathTo = map[tiers.State][]tiers.State{
+	tiers.StateReceived:   nil,
+	tiers.StateValidated:  {tiers.StateValidated},
+	tiers.StateProcessing: {tiers.StateProcessing},
+	tiers.StateSettled:    {tiers.StateProcessing, tiers.StateSettled},
+	tiers.StateFailed:     {tiers.StateFailed},
+}
+
+func testTransitionMatrix(t *testing.T, e *env) {
+	states := []tiers.State{tiers.StateReceived, tiers.StateValidated, tiers.StateProcessing, tiers.StateSettled, tiers.StateFailed}
+	for _, from := range states {
+		for _, to := range states {
+			if from == to {
+				continue // a repeat: covered by testRepeatTransition
+			}
+			k := "evt_m_" + from.String() + "_" + to.String()
+			a := e.mustOutcome(e.params(k), tiers.OutcomeAcquired, tiers.ReasonNew)
+			e.mustTransition(k, a.Record.Token, pathTo[from]...)
+			_, _, err := e.transition(k, a.Record.Token, to, nil)
+			if tiers.CanTransition(from, to) {
+				if err != nil {
+					t.Errorf("Transition(%v→%v) error = %v, want allowed", from, to, err)
+				}
+				continue
+			}
+			wantTransitionError(t, "Transition("+from.String()+"→"+to.String()+")", err, from)
+			rec, gerr := e.store.Get(e.ctx(), e.key(k))
+			if gerr != nil || rec.State != from {
+				t.Errorf("after refused %v→%v: Get = %v, %v; want state unchanged", from, to, rec.State, gerr)
+			}
+		}
+	}
+}
+
+func testNotFound(t *testing.T, e *env) {
+	k := e.key("evt_none")
+	now := e.clk.Now()
+	ctx := e.ctx()
+	_, _, err := e.store.Transition(ctx, tiers.TransitionParams{Key: k, Now: now, Token: 1, To: tiers.StateProcessing})
+	wantErr(t, "Transition(unknown)", err, tiers.ErrNotFound)
+	_, err = e.store.Renew(ctx, tiers.RenewParams{Key: k, Now: now, Token: 1, Lease: lease})
+	wantErr(t, "Renew(unknown)", err, tiers.ErrNotFound)
+	_, err = e.store.Release(ctx, tiers.ReleaseParams{Key: k, Now: now, Token: 1})
+	wantErr(t, "Release(unknown)", err, tiers.ErrNotFound)
+	_, err = e.store.Get(ctx, k)
+	wantErr(t, "Get(unknown)", err, tiers.ErrNotFound)
+}
+
+func testRenew(t *testing.T, e *env) {
+	a := e.mustOutcome(e.params("evt_rn"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	e.clk.Advance(lease - time.Second)
+	rec, err := e.store.Renew(e.ctx(), tiers.RenewParams{Key: e.key("evt_rn"), Now: e.clk.Now(), Token: a.Record.Token, Lease: 5 * time.Minute})
+	if err != nil || !rec.LeaseExpiresAt.Equal(e.clk.Now().Add(5*time.Minute)) {
+		t.Fatalf("Renew = lease %v, %v; want %v", rec.LeaseExpiresAt, err, e.clk.Now().Add(5*time.Minute))
+	}
+	e.clk.Advance(4 * time.Minute) // past the original lease, within the renewed one
+	e.mustOutcome(e.params("evt_rn"), tiers.OutcomeInProgress, tiers.ReasonUnspecified)
+
+	_, err = e.store.Renew(e.ctx(), tiers.RenewParams{Key: e.key("evt_rn"), Now: e.clk.Now(), Token: a.Record.Token + 1, Lease: lease})
+	wantErr(t, "Renew(wrong token)", err, tiers.ErrStaleToken)
+
+	e.mustTransition("evt_rn", a.Record.Token, tiers.StateProcessing, tiers.StateSettled)
+	_, err = e.store.Renew(e.ctx(), tiers.RenewParams{Key: e.key("evt_rn"), Now: e.clk.Now(), Token: a.Record.Token, Lease: lease})
+	wantTransitionError(t, "Renew(settled)", err, tiers.StateSettled)
+}
+
+func testRelease(t *testing.T, e *env) {
+	a := e.mustOutcome(e.params("evt_rl"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	e.mustTransition("evt_rl", a.Record.Token, tiers.StateProcessing)
+	rp := tiers.ReleaseParams{Key: e.key("evt_rl"), Now: e.clk.Now(), Token: a.Record.Token}
+	rec, err := e.store.Release(e.ctx(), rp)
+	if err != nil || !rec.Released {
+		t.Fatalf("Release = released %v, %v; want true, nil", rec.Released, err)
+	}
+	if _, err := e.store.Release(e.ctx(), rp); err != nil {
+		t.Fatalf("repeat Release error = %v, want nil (handlers retry their own calls)", err)
+	}
+	_, _, err = e.transition("evt_rl", a.Record.Token, tiers.StateSettled, nil)
+	wantErr(t, "Transition(released token)", err, tiers.ErrStaleToken)
+
+	b := e.mustOutcome(e.params("evt_rl"), tiers.OutcomeAcquired, tiers.ReasonReleased)
+	if b.Record.Token != a.Record.Token+1 || b.Record.State != tiers.StateReceived || b.Record.Attempt != 2 {
+		t.Fatalf("Claim(after release) token/state/attempt = %d/%v/%d, want %d/RECEIVED/2", b.Record.Token, b.Record.State, b.Record.Attempt, a.Record.Token+1)
+	}
+	e.mustOutcome(e.params("evt_rl"), tiers.OutcomeInProgress, tiers.ReasonUnspecified)
+}
+
+func testReleaseRefused(t *testing.T, e *env) {
+	a := e.mustOutcome(e.params("evt_rr"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	_, err := e.store.Release(e.ctx(), tiers.ReleaseParams{Key: e.key("evt_rr"), Now: e.clk.Now(), Token: a.Record.Token + 1})
+	wantErr(t, "Release(stale)", err, tiers.ErrStaleToken)
+	e.mustTransition("evt_rr", a.Record.Token, tiers.StateFailed)
+	_, err = e.store.Release(e.ctx(), tiers.ReleaseParams{Key: e.key("evt_rr"), Now: e.clk.Now(), Token: a.Record.Token})
+	wantTransitionError(t, "Release(failed)", err, tiers.StateFailed)
+	e.mustOutcome(e.params("evt_rr"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
+}
+
+func testAttemptID(t *testing.T, e *env) {
+	p := e.params("evt_a")
+	p.AttemptID = "att-1"
+	a := e.mustOutcome(p, tiers.OutcomeAcquired, tiers.ReasonNew)
+	e.clk.Advance(time.Second)
+	p.Now = e.clk.Now()
+	again := e.mustOutcome(p, tiers.OutcomeAcquired, tiers.ReasonNew)
+	if again.Record.Token != a.Record.Token || again.Record.Attempt != 1 {
+		t.Fatalf("Claim(same attempt_id) token/attempt = %d/%d, want %d/1", again.Record.Token, again.Record.Attempt, a.Record.Token)
+	}
+	other := e.params("evt_a")
+	other.AttemptID = "att-2"
+	e.mustOutcome(other, tiers.OutcomeInProgress, tiers.ReasonUnspecified)
+
+	// Outside its lease the attempt no longer holds the key: ordinary takeover.
+	e.clk.Advance(lease)
+	p.Now = e.clk.Now()
+	late := e.mustOutcome(p, tiers.OutcomeAcquired, tiers.ReasonLeaseExpired)
+	if late.Record.Token != a.Record.Token+1 {
+		t.Fatalf("Claim(same attempt_id after lease) token = %d, want %d", late.Record.Token, a.Record.Token+1)
+	}
+}
+
+func testPayloadMismatch(t *testing.T, e *env) {
+	p := e.params("evt_p")
+	p.PayloadHash = sha("one")
+	a := e.mustOutcome(p, tiers.OutcomeAcquired, tiers.ReasonNew)
+	other := e.params("evt_p")
+	other.PayloadHash = sha("two")
+	e.mustOutcome(other, tiers.OutcomePayloadMismatch, tiers.ReasonUnspecified)
+	e.mustOutcome(e.params("evt_p"), tiers.OutcomeInProgress, tiers.ReasonUnspecified) // unknown hash matches
+	e.mustTransition("evt_p", a.Record.Token, tiers.StateProcessing, tiers.StateSettled)
+	e.mustOutcome(other, tiers.OutcomePayloadMismatch, tiers.ReasonUnspecified)
+	e.mustOutcome(p, tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
+	// A mismatch never takes over an expired lease either.
+	e.mustOutcome(e.params("evt_p2"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	first := e.params("evt_p2")
+	e.clk.Advance(2 * lease)
+	first.Now = e.clk.Now()
+	first.PayloadHash = sha("one")
+	e.mustOutcome(first, tiers.OutcomeAcquired, tiers.ReasonLeaseExpired) // adopts hash "one"
+	second := e.params("evt_p2")
+	e.clk.Advance(2 * lease)
+	second.Now = e.clk.Now()
+	second.PayloadHash = sha("two")
+	e.mustOutcome(second, tiers.OutcomePayloadMismatch, tiers.ReasonUnspecified)
+}
+
+// signalStore reports on a channel the first Claim it answers IN_PROGRESS,
+// so a test knows a waiter is waiting without sleeping.
+type signalStore struct {
+	tiers.Store
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (s *signalStore) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
+	res, err := s.Store.Claim(ctx, p)
+	if err == nil && res.Outcome == tiers.OutcomeInProgress {
+		s.once.Do(func() { close(s.waiting) })
+	}
+	return res, err
+}
+
+func (e *env) startWaiter(k string, wait time.Duration) (<-chan tiers.ClaimResult, <-chan struct{}) {
+	s := &signalStore{Store: e.store, waiting: make(chan struct{})}
+	out := make(chan tiers.ClaimResult, 1)
+	go func() {
+		p := e.params(k)
+		p.Holder = "waiter"
+		res, err := tiers.ClaimWait(context.Background(), s, p, wait, e.clk.Now)
+		if err != nil {
+			e.t.Errorf("ClaimWait(%q) error = %v", k, err)
+		}
+		out <- res
+	}()
+	return out, s.waiting
+}
+
+func testWaitSettled(t *testing.T, e *env) {
+	a := e.mustOutcome(e.params("evt_wt"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	e.mustTransition("evt_wt", a.Record.Token, tiers.StateProcessing)
+	done, waiting := e.startWaiter("evt_wt", 20*time.Second)
+	<-waiting
+	e.mustTransition("evt_wt", a.Record.Token, tiers.StateSettled)
+	res := <-done
+	if res.Outcome != tiers.OutcomeDuplicate || string(res.Record.Result) != "result-of-evt_wt" {
+		t.Fatalf("ClaimWait = %v result %q, want DUPLICATE result-of-evt_wt", res.Outcome, res.Record.Result)
+	}
+}
+
+func testWaitReleased(t *testing.T, e *env) {
+	a := e.mustOutcome(e.params("evt_wr"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	done, waiting := e.startWaiter("evt_wr", 20*time.Second)
+	<-waiting
+	if _, err := e.store.Release(e.ctx(), tiers.ReleaseParams{Key: e.key("evt_wr"), Now: e.clk.Now(), Token: a.Record.Token}); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.Outcome != tiers.OutcomeAcquired || res.Reason != tiers.ReasonReleased || res.Record.Holder != "waiter" {
+		t.Fatalf("ClaimWait = %v/%v holder %q, want ACQUIRED/RELEASED by waiter", res.Outcome, res.Reason, res.Record.Holder)
+	}
+}
+
+func testWaitTimeout(t *testing.T, e *env) {
+	e.mustOutcome(e.params("evt_wto"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	started := time.Now()
+	res, err := tiers.ClaimWait(e.ctx(), e.store, e.params("evt_wto"), 50*time.Millisecond, e.clk.Now)
+	if err != nil || res.Outcome != tiers.OutcomeInProgress {
+		t.Fatalf("ClaimWait(holder never finishes) = %v, %v; want IN_PROGRESS", res.Outcome, err)
+	}
+	if waited := time.Since(started); waited < 50*time.Millisecond || waited > 5*time.Second {
+		t.Fatalf("ClaimWait waited %v, want about 50ms", waited)
+	}
+}
+
+func testRestart(t *testing.T, e *env) {
+	a := e.mustOutcome(e.params("evt_rs"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	e.mustTransition("evt_rs", a.Record.Token, tiers.StateProcessing, tiers.StateSettled)
+	b := e.mustOutcome(e.params("evt_rs_open"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	e.restart()
+	dup := e.mustOutcome(e.params("evt_rs"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
+	if string(dup.Record.Result) != "result-of-evt_rs" {
+		t.Fatalf("Claim(after restart) result = %q", dup.Record.Result)
+	}
+	e.mustOutcome(e.params("evt_rs_open"), tiers.OutcomeInProgress, tiers.ReasonUnspecified)
+	e.mustTransition("evt_rs_open", b.Record.Token, tiers.StateProcessing)
+}
+
+func testIsolation(t *testing.T, e *env) {
+	e.mustOutcome(e.params("evt_i"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	p := e.params("evt_i")
+	p.Key.Namespace = e.ns + "-other"
+	e.mustOutcome(p, tiers.OutcomeAcquired, tiers.ReasonNew)
+	p = e.params("evt_i")
+	p.Key.Provider = "paypal"
+	e.mustOutcome(p, tiers.OutcomeAcquired, tiers.ReasonNew)
+	p = e.params("evt_i:settled")
+	e.mustOutcome(p, tiers.OutcomeAcquired, tiers.ReasonNew)
+}
+
+func testGet(t *testing.T, e *env) {
+	a := e.mustOutcome(e.params("evt_g"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	rec, err := e.store.Get(e.ctx(), e.key("evt_g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Token != a.Record.Token || rec.State != tiers.StateReceived || !rec.LeaseExpiresAt.Equal(a.Record.LeaseExpiresAt) || rec.Key != e.key("evt_g") {
+		t.Fatalf("Get = %+v, want the claimed record %+v", rec, a.Record)
+	}
+	// Get has no side effects: the holder still owns the key.
+	e.mustOutcome(e.params("evt_g"), tiers.OutcomeInProgress, tiers.ReasonUnspecified)
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# test-deps.sh makes sure the servers claimd's tests start themselves are
+# installed: redis-server and PostgreSQL (initdb, postgres). internal/testenv
+# runs them in temp dirs on random loopback ports, so the packaged services are
+# never needed and are kept stopped. Idempotent: quiet exit 0 when all is there.
+set -euo pipefail
+
+# have_postgres mirrors internal/testenv: PATH first, then Debian's versioned
+# directories, which are not on PATH.
+have_postgres() {
+	if command -v initdb >/dev/null && command -v postgres >/dev/null; then
+		return 0
+	fi
+	local bin
+	for bin in /usr/lib/postgresql/*/bin; do
+		[[ -x $bin/initdb && -x $bin/postgres ]] && return 0
+	done
+	return 1
+}
+
+have_all() { command -v redis-server >/dev/null && have_postgres; }
+
+have_all && exit 0
+
+packages=(redis-server postgresql)
+if [[ $EUID -ne 0 ]] || ! command -v apt-get >/dev/null; then
+	echo "test-deps: redis-server and PostgreSQL (initdb, postgres) are required by the tests." >&2
+	echo "test-deps: install them, e.g.: sudo apt-get install ${packages[*]}" >&2
+	exit 1
+fi
+
+# Keep maintainer scripts from starting the packaged services (they would hold
+# 6379/5432 and run for nothing): invoke-rc.d obeys policy-rc.d exit code 101.
+# Only a policy file we created is removed again.
+policy=/usr/sbin/policy-rc.d
+if [[ ! -e $policy ]]; then
+	printf '#!/bin/sh\nexit 101\n' >"$policy"
+	chmod 755 "$policy"
+	trap 'rm -f "$policy"' EXIT
+fi
+
+echo "test-deps: installing ${packages[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+
+# Belt and braces: if a service started anyway (systemd ignores policy-rc.d
+# on some setups), stop it and keep it from starting at boot.
+for svc in redis-server postgresql; do
+	if [[ -d /run/systemd/system ]]; then
+		systemctl disable --now "$svc" >/dev/null 2>&1 || true
+	elif command -v service >/dev/null; then
+		service "$svc" stop >/dev/null 2>&1 || true
+		update-rc.d "$svc" disable >/dev/null 2>&1 || true
+	fi
+done
+
+if ! have_all; then
+	echo "test-deps: installed ${packages[*]} but redis-server, initdb or postgres is still missing" >&2
+	exit 1
+fi
