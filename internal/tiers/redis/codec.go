@@ -1,0 +1,168 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// This file translates between tiers.Record and the values the scripts take
+// and return: integers in decimal, times in unix microseconds, binary fields
+// as raw bytes.
+
+// Positions of the values reserve.lua returns after its verdict: the order of
+// FIELDS in reserve.lua.
+const (
+	fPending = iota
+	fPendingUntil
+	fState
+	fToken
+	fVersion
+	fAttempt
+	fReason
+	fReleased
+	fHolder
+	fAttemptID
+	fPayload
+	fResult
+	fFirstSeen
+	fLease
+	fWindow
+	fUpdated
+	nFields
+)
+
+// ceilMillis rounds d up to whole milliseconds, at least 1: a key's expiry
+// may come a little after the instant it stands for, never before, and a
+// zero PEXPIRE would delete the key at once.
+func ceilMillis(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return max(ms, 1)
+}
+
+// windowEndMillis is t in unix milliseconds, rounded up, for PEXPIREAT. Up,
+// so that the key never vanishes while its window is open; in the part of a
+// millisecond it may outlive the window, reserve.lua answers TAKEOVER from
+// the window field, so the extra instant decides nothing.
+func windowEndMillis(t time.Time) int64 {
+	us := t.UnixMicro()
+	ms := us / 1000
+	if us%1000 > 0 {
+		ms++
+	}
+	return ms
+}
+
+// decodeReserve builds the fast tier's answer from reserve.lua's reply.
+func decodeReserve(k tiers.Key, v []any) (tiers.FastResult, error) {
+	if len(v) == 0 {
+		return tiers.FastResult{}, errors.New("empty reply")
+	}
+	verdict, ok := v[0].(int64)
+	if !ok {
+		return tiers.FastResult{}, fmt.Errorf("verdict %v (%T), want an integer", v[0], v[0])
+	}
+	if verdict == verdictReserved {
+		return tiers.FastResult{Verdict: tiers.FastReserved, Record: tiers.Record{Key: k}}, nil
+	}
+	if len(v) != 1+nFields {
+		return tiers.FastResult{}, fmt.Errorf("reply of %d values, want %d", len(v), 1+nFields)
+	}
+	f := v[1:]
+	if verdict == verdictPending {
+		until, err := parseInt(f, fPendingUntil)
+		if err != nil {
+			return tiers.FastResult{}, err
+		}
+		return tiers.FastResult{
+			Verdict: tiers.FastDecided,
+			Outcome: tiers.OutcomeInProgress,
+			Record:  tiers.Record{Key: k, LeaseExpiresAt: fromMicros(until)},
+		}, nil
+	}
+	rec, err := decodeRecord(k, f)
+	if err != nil {
+		return tiers.FastResult{}, err
+	}
+	res := tiers.FastResult{Verdict: tiers.FastDecided, Record: rec}
+	switch verdict {
+	case verdictTakeover:
+		res.Verdict = tiers.FastTakeover
+	case verdictMismatch:
+		res.Outcome = tiers.OutcomePayloadMismatch
+	case verdictDuplicate:
+		res.Outcome = tiers.OutcomeDuplicate
+	case verdictAgain:
+		res.Outcome, res.Reason = tiers.OutcomeAcquired, rec.Reason
+	case verdictBusy:
+		res.Outcome = tiers.OutcomeInProgress
+	default:
+		return tiers.FastResult{}, fmt.Errorf("unknown verdict %d", verdict)
+	}
+	return res, nil
+}
+
+// decodeRecord builds a record from the hash's values in FIELDS order.
+func decodeRecord(k tiers.Key, f []any) (tiers.Record, error) {
+	rec := tiers.Record{Key: k, Holder: str(f[fHolder]), AttemptID: str(f[fAttemptID])}
+	var err error
+	if rec.State, err = tiers.ParseState(str(f[fState])); err != nil {
+		return rec, err
+	}
+	if rec.Reason, err = tiers.ParseReason(str(f[fReason])); err != nil {
+		return rec, err
+	}
+	var n [7]int64
+	for i, pos := range [...]int{fToken, fVersion, fAttempt, fFirstSeen, fLease, fWindow, fUpdated} {
+		if n[i], err = parseInt(f, pos); err != nil {
+			return rec, err
+		}
+	}
+	rec.Token, rec.Version, rec.Attempt = uint64(n[0]), uint64(n[1]), uint32(n[2])
+	rec.FirstSeenAt, rec.LeaseExpiresAt = fromMicros(n[3]), fromMicros(n[4])
+	rec.WindowExpiresAt, rec.UpdatedAt = fromMicros(n[5]), fromMicros(n[6])
+	rec.Released = str(f[fReleased]) == "1"
+	rec.PayloadHash = bytesOrNil(f[fPayload])
+	rec.Result = bytesOrNil(f[fResult])
+	return rec, nil
+}
+
+// fieldNames names the positions of reserve.lua's reply, for errors.
+var fieldNames = [nFields]string{
+	"pending", "pending_until", "state", "token", "version", "attempt", "reason", "released",
+	"holder", "attempt_id", "payload", "result", "first_seen", "lease", "window", "updated",
+}
+
+func parseInt(f []any, pos int) (int64, error) {
+	n, err := strconv.ParseInt(str(f[pos]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("field %s: %w", fieldNames[pos], err)
+	}
+	return n, nil
+}
+
+// str returns a reply value as a string; an unset field (nil) is "".
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// bytesOrNil returns a binary field; empty reads back as nil, as the record
+// that was Put with nil or empty bytes cannot be told apart in a hash.
+func bytesOrNil(v any) []byte {
+	s := str(v)
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
+}
+
+// fromMicros is the inverse of time.Time.UnixMicro, in UTC like the service
+// clock.
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }

@@ -1,0 +1,127 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// The scripts, each documented in its own file. They run through go-redis's
+// Script.Run: EVALSHA of the SHA-1 of the source, and on a NOSCRIPT reply
+// (script cache flushed, failover to a replica that never saw it) EVAL of the
+// full source, which caches it again. A Reserve or Put is therefore one round
+// trip, two only right after the cache was lost.
+var (
+	//go:embed reserve.lua
+	reserveLua string
+	//go:embed put.lua
+	putLua string
+	//go:embed abort.lua
+	abortLua string
+)
+
+// Verdicts of reserve.lua (see its header).
+const (
+	verdictReserved = iota + 1
+	verdictPending
+	verdictTakeover
+	verdictMismatch
+	verdictDuplicate
+	verdictAgain
+	verdictBusy
+)
+
+// key returns the Redis key of k: prefix{namespace:provider:key}. Namespaces
+// and provider names cannot hold ':', so the layout is unambiguous; a '}' in
+// the key only narrows the hash tag, and every script touches one key.
+func (s *Store) key(k tiers.Key) string {
+	var b strings.Builder
+	b.Grow(len(s.prefix) + len(k.Namespace) + len(k.Provider) + len(k.Key) + 4)
+	b.WriteString(s.prefix)
+	b.WriteByte('{')
+	b.WriteString(k.Namespace)
+	b.WriteByte(':')
+	b.WriteString(k.Provider)
+	b.WriteByte(':')
+	b.WriteString(k.Key)
+	b.WriteByte('}')
+	return b.String()
+}
+
+// Reserve decides a claim from the cached record in one round trip
+// (reserve.lua).
+func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastResult, error) {
+	if p.Nonce == "" {
+		// An empty nonce could never be aborted: refuse it rather than
+		// leave a marker only its expiry removes.
+		return tiers.FastResult{}, fmt.Errorf("redis: Reserve %s: empty nonce", p.Key)
+	}
+	key := s.key(p.Key)
+	v, err := s.reserve.Run(ctx, s.client, []string{key},
+		p.Now.UnixMicro(), p.Nonce, ceilMillis(p.PendingTTL), p.PayloadHash, p.AttemptID).Slice()
+	if err != nil {
+		return tiers.FastResult{}, s.fail(ctx, "reserve", key, err)
+	}
+	res, err := decodeReserve(p.Key, v)
+	if err != nil {
+		// A value the scripts never write: someone else's data under our
+		// prefix. The durable tier can still answer.
+		return tiers.FastResult{}, tiers.Unavailable("redis", fmt.Errorf("reserve %s: %w", key, err))
+	}
+	return res, nil
+}
+
+// Put caches rec until its window ends, unless Redis holds the same or a
+// newer version (put.lua).
+func (s *Store) Put(ctx context.Context, rec tiers.Record) error {
+	_, err := s.putRecord(ctx, rec)
+	return err
+}
+
+// putRecord is Put, also reporting whether it wrote.
+func (s *Store) putRecord(ctx context.Context, rec tiers.Record) (bool, error) {
+	if rec.Version == 0 || rec.State == tiers.StateUnspecified {
+		return false, fmt.Errorf("redis: Put %s: record without version or state", rec.Key)
+	}
+	key := s.key(rec.Key)
+	n, err := s.put.Run(ctx, s.client, []string{key},
+		rec.Version,
+		windowEndMillis(rec.WindowExpiresAt),
+		rec.State.String(),
+		rec.Token,
+		rec.Attempt,
+		rec.Reason.String(),
+		rec.Released, // go-redis sends a bool as 1 or 0
+		rec.Holder,
+		rec.AttemptID,
+		rec.PayloadHash,
+		rec.Result,
+		rec.FirstSeenAt.UnixMicro(),
+		rec.LeaseExpiresAt.UnixMicro(),
+		rec.WindowExpiresAt.UnixMicro(),
+		rec.UpdatedAt.UnixMicro(),
+	).Int64()
+	if err != nil {
+		return false, s.fail(ctx, "put", key, err)
+	}
+	return n == 1, nil
+}
+
+// Abort deletes k's pending marker if it still carries nonce (abort.lua).
+func (s *Store) Abort(ctx context.Context, k tiers.Key, nonce string) error {
+	_, err := s.abortMarker(ctx, k, nonce)
+	return err
+}
+
+// abortMarker is Abort, also reporting whether it deleted the marker.
+func (s *Store) abortMarker(ctx context.Context, k tiers.Key, nonce string) (bool, error) {
+	key := s.key(k)
+	n, err := s.abort.Run(ctx, s.client, []string{key}, nonce).Int64()
+	if err != nil {
+		return false, s.fail(ctx, "abort", key, err)
+	}
+	return n == 1, nil
+}

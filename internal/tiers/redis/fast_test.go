@@ -1,0 +1,475 @@
+package redis
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/testenv"
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// TestReserve walks every branch of reserve.lua, in the order of
+// tiers.Decide, at the edges of the lease and the window.
+func TestReserve(t *testing.T) {
+	t.Parallel()
+	url := testenv.Redis(t)
+	s := newStore(t, url)
+	raw := rawClient(t, url)
+	t0 := clock.NewFake(time.Now()).Now()
+	ns := testNS()
+
+	settled := func(r *tiers.Record) { r.State, r.Version, r.Result = tiers.StateSettled, 4, []byte("paid") }
+	failed := func(r *tiers.Record) { r.State, r.Version, r.Result = tiers.StateFailed, 4, []byte("declined") }
+	released := func(r *tiers.Record) {
+		// Lease left running, to show that released wins over a live lease.
+		r.Released, r.Version = true, 2
+	}
+	tests := []struct {
+		desc      string
+		marker    string                // nonce of a pending marker placed at t0, or ""
+		noRec     bool                  // no record: the key is absent or holds the marker
+		rec       func(r *tiers.Record) // changes the claim record Put at t0 before Reserve
+		at        time.Duration         // Reserve at t0+at
+		nonce     string
+		payload   []byte
+		attemptID string
+		verdict   tiers.FastVerdict
+		outcome   tiers.Outcome
+		reason    tiers.Reason
+	}{
+		{desc: "absent", noRec: true, verdict: tiers.FastReserved},
+		{desc: "our own live marker", noRec: true, marker: "n-1", nonce: "n-1", at: time.Second, verdict: tiers.FastReserved},
+		{desc: "another's live marker", noRec: true, marker: "n-other", at: testPendingTTL - time.Millisecond, verdict: tiers.FastDecided, outcome: tiers.OutcomeInProgress},
+		{desc: "another's marker at its end", noRec: true, marker: "n-other", at: testPendingTTL, verdict: tiers.FastReserved},
+		{desc: "window over beats mismatch and terminal", rec: settled, at: testTTL, payload: hash("payload-b"), verdict: tiers.FastTakeover},
+		{desc: "last instant of the window", rec: settled, at: testTTL - time.Microsecond, verdict: tiers.FastDecided, outcome: tiers.OutcomeDuplicate},
+		{desc: "payload differs on a live lease", at: time.Second, payload: hash("payload-b"), verdict: tiers.FastDecided, outcome: tiers.OutcomePayloadMismatch},
+		{desc: "payload differs beats terminal", rec: settled, payload: hash("payload-b"), verdict: tiers.FastDecided, outcome: tiers.OutcomePayloadMismatch},
+		{desc: "payload differs beats own attempt", attemptID: "att-1", payload: hash("payload-b"), verdict: tiers.FastDecided, outcome: tiers.OutcomePayloadMismatch},
+		{desc: "same payload", payload: hash("payload-a"), verdict: tiers.FastDecided, outcome: tiers.OutcomeInProgress},
+		{desc: "stored payload unknown", rec: func(r *tiers.Record) { r.PayloadHash = nil }, payload: hash("payload-b"), verdict: tiers.FastDecided, outcome: tiers.OutcomeInProgress},
+		{desc: "settled", rec: settled, verdict: tiers.FastDecided, outcome: tiers.OutcomeDuplicate},
+		{desc: "failed", rec: failed, verdict: tiers.FastDecided, outcome: tiers.OutcomeDuplicate},
+		{desc: "terminal beats own attempt", rec: settled, attemptID: "att-1", verdict: tiers.FastDecided, outcome: tiers.OutcomeDuplicate},
+		{desc: "own attempt on a live lease", attemptID: "att-1", at: testLease - time.Microsecond, verdict: tiers.FastDecided, outcome: tiers.OutcomeAcquired, reason: tiers.ReasonNew},
+		{desc: "own attempt keeps the holder's reason", rec: func(r *tiers.Record) { r.Reason, r.Token, r.Version = tiers.ReasonLeaseExpired, 2, 2 }, attemptID: "att-1", verdict: tiers.FastDecided, outcome: tiers.OutcomeAcquired, reason: tiers.ReasonLeaseExpired},
+		{desc: "own attempt after its lease", attemptID: "att-1", at: testLease, verdict: tiers.FastTakeover},
+		{desc: "own attempt after release", rec: released, attemptID: "att-1", verdict: tiers.FastTakeover},
+		{desc: "released", rec: released, verdict: tiers.FastTakeover},
+		{desc: "live lease", at: testLease - time.Microsecond, attemptID: "att-2", verdict: tiers.FastDecided, outcome: tiers.OutcomeInProgress},
+		{desc: "empty attempt ids are not the same attempt", rec: func(r *tiers.Record) { r.AttemptID = "" }, verdict: tiers.FastDecided, outcome: tiers.OutcomeInProgress},
+		{desc: "lease over at its end", at: testLease, verdict: tiers.FastTakeover},
+	}
+	for i, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			ctx := testCtx(t)
+			k := tiers.Key{Namespace: ns, Provider: "stripe", Key: "evt_" + strconv.Itoa(i)}
+			var want tiers.Record
+			switch {
+			case tc.marker != "":
+				if _, err := s.Reserve(ctx, tiers.ReserveParams{Key: k, Now: t0, Nonce: tc.marker, PendingTTL: testPendingTTL}); err != nil {
+					t.Fatalf("Reserve(%q) marker error = %v", k.Key, err)
+				}
+				want = tiers.Record{Key: k, LeaseExpiresAt: t0.Add(testPendingTTL)}
+			case !tc.noRec:
+				want = claimRecord(k, t0)
+				if tc.rec != nil {
+					tc.rec(&want)
+				}
+				if err := s.Put(ctx, want); err != nil {
+					t.Fatalf("Put(%q) error = %v", k.Key, err)
+				}
+			}
+			nonce := tc.nonce
+			if nonce == "" {
+				nonce = "n-" + tc.desc
+			}
+			now := t0.Add(tc.at)
+			got, err := s.Reserve(ctx, tiers.ReserveParams{
+				Key: k, Now: now, Nonce: nonce, PendingTTL: testPendingTTL,
+				PayloadHash: tc.payload, AttemptID: tc.attemptID,
+			})
+			if err != nil {
+				t.Fatalf("Reserve(%q) error = %v", k.Key, err)
+			}
+			if tc.verdict == tiers.FastReserved {
+				want = tiers.Record{Key: k}
+			}
+			wantRes := tiers.FastResult{Verdict: tc.verdict, Outcome: tc.outcome, Reason: tc.reason, Record: want}
+			if diff := cmp.Diff(wantRes, got); diff != "" {
+				t.Fatalf("Reserve(%q) (-want +got):\n%s", k.Key, diff)
+			}
+			if tc.verdict != tiers.FastReserved {
+				return
+			}
+			// Our marker stands there now, ending pendingTTL after now.
+			key := s.key(k)
+			fields, err := raw.HGetAll(ctx, key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantFields := map[string]string{
+				"pending":       nonce,
+				"pending_until": strconv.FormatInt(now.Add(testPendingTTL).UnixMicro(), 10),
+			}
+			if diff := cmp.Diff(wantFields, fields); diff != "" {
+				t.Fatalf("HGETALL %s after Reserve (-want +got):\n%s", key, diff)
+			}
+			if ttl := raw.PTTL(ctx, key).Val(); ttl <= 0 || ttl > testPendingTTL {
+				t.Fatalf("PTTL %s = %v, want in (0, %v]", key, ttl, testPendingTTL)
+			}
+		})
+	}
+}
+
+// TestReserveConcurrent: of concurrent Reserves of an absent key exactly one
+// places its marker; every other one is told IN_PROGRESS.
+func TestReserveConcurrent(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, testenv.Redis(t))
+	ctx := testCtx(t)
+	k := tiers.Key{Namespace: testNS(), Provider: "stripe", Key: "evt_race"}
+	now := clock.NewFake(time.Now()).Now()
+
+	const n = 32
+	results := make([]tiers.FastResult, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			results[i], errs[i] = s.Reserve(ctx, tiers.ReserveParams{
+				Key: k, Now: now, Nonce: "n" + strconv.Itoa(i), PendingTTL: testPendingTTL,
+			})
+		})
+	}
+	wg.Wait()
+	reserved := 0
+	for i, res := range results {
+		if errs[i] != nil {
+			t.Fatalf("Reserve(%q) #%d error = %v", k.Key, i, errs[i])
+		}
+		switch {
+		case res.Verdict == tiers.FastReserved:
+			reserved++
+		case res.Verdict != tiers.FastDecided || res.Outcome != tiers.OutcomeInProgress:
+			t.Errorf("Reserve(%q) #%d = verdict %d outcome %v, want reserved or IN_PROGRESS", k.Key, i, res.Verdict, res.Outcome)
+		}
+	}
+	if reserved != 1 {
+		t.Fatalf("Reserve(%q) reserved %d times out of %d, want exactly 1", k.Key, reserved, n)
+	}
+}
+
+// TestPutVersions: a Put lands on an absent key, a pending marker or an older
+// version, never on the same or a newer one.
+func TestPutVersions(t *testing.T) {
+	t.Parallel()
+	url := testenv.Redis(t)
+	s := newStore(t, url)
+	raw := rawClient(t, url)
+	ctx := testCtx(t)
+	now := clock.NewFake(time.Now()).Now()
+	k := tiers.Key{Namespace: testNS(), Provider: "stripe", Key: "evt_versions"}
+
+	if _, err := s.Reserve(ctx, tiers.ReserveParams{Key: k, Now: now, Nonce: "n1", PendingTTL: testPendingTTL}); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		desc    string
+		version uint64
+		wrote   bool
+		stored  uint64
+	}{
+		{"replaces the pending marker", 2, true, 2},
+		{"older version is refused", 1, false, 2},
+		{"same version is refused", 2, false, 2},
+		{"newer version lands", 5, true, 5},
+		{"older after newer is refused", 4, false, 5},
+	}
+	base := claimRecord(k, now)
+	for _, st := range steps {
+		rec := base
+		rec.Version = st.version
+		rec.Holder = "holder-v" + strconv.FormatUint(st.version, 10)
+		wrote, err := s.putRecord(ctx, rec)
+		if err != nil {
+			t.Fatalf("Put(%q v%d) error = %v", k.Key, st.version, err)
+		}
+		if wrote != st.wrote {
+			t.Errorf("%s: Put(%q v%d) wrote = %v, want %v", st.desc, k.Key, st.version, wrote, st.wrote)
+		}
+		got, err := raw.HMGet(ctx, s.key(k), "version", "holder", "pending", "pending_until").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []any{strconv.FormatUint(st.stored, 10), "holder-v" + strconv.FormatUint(st.stored, 10), nil, nil}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: HMGET after Put(v%d) (-want +got):\n%s", st.desc, st.version, diff)
+		}
+	}
+
+	// A record whose window is already over is not kept at all.
+	gone := claimRecord(tiers.Key{Namespace: k.Namespace, Provider: "stripe", Key: "evt_gone"}, now.Add(-2*testTTL))
+	if _, err := s.putRecord(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if n := raw.Exists(ctx, s.key(gone.Key)).Val(); n != 0 {
+		t.Fatalf("EXISTS of a record Put after its window = %d, want 0", n)
+	}
+}
+
+// TestPutTTL: right after the first claim the key's TTL is the provider's
+// ttl (DESIGN §4), here on the real clock.
+func TestPutTTL(t *testing.T) {
+	t.Parallel()
+	url := testenv.Redis(t)
+	s := newStore(t, url)
+	ctx := testCtx(t)
+	rec := claimRecord(tiers.Key{Namespace: testNS(), Provider: "stripe", Key: "evt_ttl"}, clock.Real{}.Now())
+	if err := s.Put(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := rawClient(t, url).TTL(ctx, s.key(rec.Key)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := testTTL - ttl; d < 0 || d > time.Minute {
+		t.Fatalf("TTL %s = %v, want within 1m below %v", s.key(rec.Key), ttl, testTTL)
+	}
+}
+
+// TestRoundTrip: every field of a record reads back as it was Put, binary
+// and empty values included.
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, testenv.Redis(t))
+	ctx := testCtx(t)
+	now := clock.NewFake(time.Now()).Now()
+	ns := testNS()
+	tests := []struct {
+		desc    string
+		rec     func(r *tiers.Record)
+		verdict tiers.FastVerdict
+		outcome tiers.Outcome
+	}{
+		{"settled with binary result", func(r *tiers.Record) {
+			r.State, r.Token, r.Version, r.Attempt, r.Reason = tiers.StateSettled, 1<<40, 1<<41, 1<<31, tiers.ReasonWindowExpired
+			r.Result = []byte{0, '\r', '\n', 255, 0}
+			r.PayloadHash = []byte{0, 0, 0, 0}
+			r.Holder = "pod-ü\n{x}:y"
+			r.FirstSeenAt = now.Add(-time.Hour + 7*time.Microsecond)
+			r.UpdatedAt = now.Add(3 * time.Microsecond)
+		}, tiers.FastDecided, tiers.OutcomeDuplicate},
+		{"released, nothing optional set", func(r *tiers.Record) {
+			r.State, r.Token, r.Version, r.Reason, r.Released = tiers.StateProcessing, 3, 6, tiers.ReasonReleased, true
+			r.Holder, r.AttemptID, r.PayloadHash, r.Result = "", "", nil, nil
+			r.LeaseExpiresAt = now
+		}, tiers.FastTakeover, tiers.OutcomeUnspecified},
+		{"validated, live lease", func(r *tiers.Record) {
+			r.State, r.Version = tiers.StateValidated, 2
+		}, tiers.FastDecided, tiers.OutcomeInProgress},
+	}
+	for i, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			rec := claimRecord(tiers.Key{Namespace: ns, Provider: "stripe", Key: "evt:" + strconv.Itoa(i)}, now)
+			tc.rec(&rec)
+			if err := s.Put(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.Reserve(ctx, tiers.ReserveParams{Key: rec.Key, Now: now, Nonce: "n", PendingTTL: testPendingTTL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Verdict != tc.verdict || res.Outcome != tc.outcome {
+				t.Fatalf("Reserve(%q) = verdict %d outcome %v, want verdict %d outcome %v", rec.Key.Key, res.Verdict, res.Outcome, tc.verdict, tc.outcome)
+			}
+			if diff := cmp.Diff(rec, res.Record); diff != "" {
+				t.Fatalf("Reserve(%q) record (-put +got):\n%s", rec.Key.Key, diff)
+			}
+		})
+	}
+}
+
+// TestAbort: compare-and-delete of our own pending marker only.
+func TestAbort(t *testing.T) {
+	t.Parallel()
+	url := testenv.Redis(t)
+	s := newStore(t, url)
+	raw := rawClient(t, url)
+	ctx := testCtx(t)
+	now := clock.NewFake(time.Now()).Now()
+	ns := testNS()
+	tests := []struct {
+		desc    string
+		marker  string // pending marker's nonce, or ""
+		record  bool   // a record stands there instead
+		nonce   string // Abort's nonce
+		deleted bool
+	}{
+		{desc: "our marker", marker: "n1", nonce: "n1", deleted: true},
+		{desc: "another's marker", marker: "n1", nonce: "n2"},
+		{desc: "a record", record: true, nonce: "n1"},
+		{desc: "a record, empty nonce", record: true, nonce: ""},
+		{desc: "absent key", nonce: "n1"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			k := tiers.Key{Namespace: ns, Provider: "stripe", Key: "evt_" + strconv.Itoa(i)}
+			switch {
+			case tc.marker != "":
+				if _, err := s.Reserve(ctx, tiers.ReserveParams{Key: k, Now: now, Nonce: tc.marker, PendingTTL: testPendingTTL}); err != nil {
+					t.Fatal(err)
+				}
+			case tc.record:
+				if err := s.Put(ctx, claimRecord(k, now)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			deleted, err := s.abortMarker(ctx, k, tc.nonce)
+			if err != nil {
+				t.Fatalf("Abort(%q, %q) error = %v", k.Key, tc.nonce, err)
+			}
+			if deleted != tc.deleted {
+				t.Fatalf("Abort(%q, %q) deleted = %v, want %v", k.Key, tc.nonce, deleted, tc.deleted)
+			}
+			wantExists := int64(1)
+			if tc.deleted || (tc.marker == "" && !tc.record) {
+				wantExists = 0
+			}
+			if n := raw.Exists(ctx, s.key(k)).Val(); n != wantExists {
+				t.Fatalf("EXISTS after Abort(%q, %q) = %d, want %d", k.Key, tc.nonce, n, wantExists)
+			}
+		})
+	}
+}
+
+// TestKeyLayout pins the key of a record, hash tag included, and the prefix
+// option.
+func TestKeyLayout(t *testing.T) {
+	t.Parallel()
+	url := testenv.Redis(t)
+	raw := rawClient(t, url)
+	ctx := testCtx(t)
+	ns := testNS()
+	k := tiers.Key{Namespace: ns, Provider: "stripe", Key: "evt_1:settled"}
+	for _, tc := range []struct {
+		desc   string
+		prefix string
+		want   string
+	}{
+		{"default prefix", "", "idem:{" + ns + ":stripe:evt_1:settled}"},
+		{"own prefix", "claimd-test:", "claimd-test:{" + ns + ":stripe:evt_1:settled}"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			s, err := New(ctx, Config{URL: url, KeyPrefix: tc.prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := s.Reserve(ctx, tiers.ReserveParams{Key: k, Now: time.Now(), Nonce: "n", PendingTTL: testPendingTTL}); err != nil {
+				t.Fatal(err)
+			}
+			if n := raw.Exists(ctx, tc.want).Val(); n != 1 {
+				t.Fatalf("EXISTS %q after Reserve = %d, want 1", tc.want, n)
+			}
+		})
+	}
+}
+
+// TestNoScript: after SCRIPT FLUSH (or a failover to a server that never saw
+// the scripts) every step still runs, through EVAL, and caches the script
+// again.
+func TestNoScript(t *testing.T) {
+	// A private server: on the shared one, another test's New could load the
+	// scripts again between the flush and the calls, and the fallback would
+	// go unexercised.
+	srv := testenv.StartRedis(t)
+	s := newStore(t, srv.URL())
+	raw := rawClient(t, srv.URL())
+	ctx := testCtx(t)
+	now := clock.NewFake(time.Now()).Now()
+	k := tiers.Key{Namespace: testNS(), Provider: "stripe", Key: "evt_noscript"}
+	scripts := []string{s.reserve.Hash(), s.put.Hash(), s.abort.Hash()}
+
+	if got := raw.ScriptExists(ctx, scripts...).Val(); !cmp.Equal(got, []bool{true, true, true}) {
+		t.Fatalf("SCRIPT EXISTS after New = %v, want all loaded", got)
+	}
+	if err := raw.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Reserve(ctx, tiers.ReserveParams{Key: k, Now: now, Nonce: "n1", PendingTTL: testPendingTTL})
+	if err != nil || res.Verdict != tiers.FastReserved {
+		t.Fatalf("Reserve(%q) after SCRIPT FLUSH = %+v, %v, want reserved", k.Key, res, err)
+	}
+	if deleted, err := s.abortMarker(ctx, k, "n1"); err != nil || !deleted {
+		t.Fatalf("Abort(%q) after SCRIPT FLUSH = %v, %v, want deleted", k.Key, deleted, err)
+	}
+	if wrote, err := s.putRecord(ctx, claimRecord(k, now)); err != nil || !wrote {
+		t.Fatalf("Put(%q) after SCRIPT FLUSH = %v, %v, want written", k.Key, wrote, err)
+	}
+	if got := raw.ScriptExists(ctx, scripts...).Val(); !cmp.Equal(got, []bool{true, true, true}) {
+		t.Fatalf("SCRIPT EXISTS after the fallback = %v, want all cached again", got)
+	}
+}
+
+// TestEmptyNonce: a marker without a nonce could never be aborted.
+func TestEmptyNonce(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, testenv.Redis(t))
+	k := tiers.Key{Namespace: testNS(), Provider: "stripe", Key: "evt"}
+	if _, err := s.Reserve(testCtx(t), tiers.ReserveParams{Key: k, Now: time.Now(), PendingTTL: testPendingTTL}); err == nil {
+		t.Fatalf("Reserve(%q) with empty nonce error = nil, want an error", k.Key)
+	}
+}
+
+// TestOneRoundTrip: each step is one EVALSHA, never an EVAL or a second
+// command, once the scripts are cached.
+func TestOneRoundTrip(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	s := newStore(t, srv.URL())
+	raw := rawClient(t, srv.URL())
+	ctx := testCtx(t)
+	now := clock.NewFake(time.Now()).Now()
+	k := tiers.Key{Namespace: testNS(), Provider: "stripe", Key: "evt_trips"}
+	if err := s.Ping(ctx); err != nil { // the connection is up before counting
+		t.Fatal(err)
+	}
+	if err := raw.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	steps := 0
+	step := func(name string, err error) {
+		t.Helper()
+		steps++
+		if err != nil {
+			t.Fatalf("%s(%q) error = %v", name, k.Key, err)
+		}
+	}
+	_, err := s.Reserve(ctx, tiers.ReserveParams{Key: k, Now: now, Nonce: "n1", PendingTTL: testPendingTTL})
+	step("Reserve", err)
+	step("Abort", s.Abort(ctx, k, "n1"))
+	step("Put", s.Put(ctx, claimRecord(k, now)))
+	_, err = s.Reserve(ctx, tiers.ReserveParams{Key: k, Now: now, Nonce: "n2", PendingTTL: testPendingTTL})
+	step("Reserve", err)
+
+	info, err := raw.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]string{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if ok && line != name {
+			calls[name], _, _ = strings.Cut(rest, ",")
+		}
+	}
+	if calls["evalsha"] != strconv.Itoa(steps) || calls["eval"] != "" || calls["script|load"] != "" {
+		t.Fatalf("commands for %d steps: evalsha=%q eval=%q script|load=%q, want evalsha=%d and nothing else", steps, calls["evalsha"], calls["eval"], calls["script|load"], steps)
+	}
+}

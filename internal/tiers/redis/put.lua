@@ -1,0 +1,46 @@
+-- put.lua: cache a record decided by the durable tier (tiers.Fast.Put).
+--
+-- KEYS[1]   the record key: <prefix>{<namespace>:<provider>:<key>}
+-- ARGV[1]   version of the record
+-- ARGV[2]   window end, unix milliseconds rounded up
+-- ARGV[3..] state, token, attempt, reason, released, holder, attempt_id,
+--           payload, result, first_seen, lease, window, updated
+--           (the fields of reserve.lua's FIELDS after 'pending_until',
+--           'version' excepted; times in unix microseconds)
+--
+-- Returns 1 when it wrote the record, 0 when the key holds the same or a
+-- newer version.
+--
+-- Invariants. A record replaces only an absent key, a pending marker (which
+-- counts as version 0), or an older version of itself: a slow Put never
+-- undoes a newer one. The key expires at the record's window end (PEXPIREAT,
+-- rounded up to the millisecond), so the fast tier never outlives the durable
+-- record's window; a window already over deletes the key at once.
+
+local key = KEYS[1]
+local version = tonumber(ARGV[1])
+
+local cur = redis.call('HGET', key, 'version')
+if cur and tonumber(cur) >= version then
+  return 0
+end
+
+-- DEL drops the pending marker's fields along with any older record.
+redis.call('DEL', key)
+redis.call('HSET', key,
+  'state', ARGV[3],
+  'token', ARGV[4],
+  'version', ARGV[1],
+  'attempt', ARGV[5],
+  'reason', ARGV[6],
+  'released', ARGV[7],
+  'holder', ARGV[8],
+  'attempt_id', ARGV[9],
+  'payload', ARGV[10],
+  'result', ARGV[11],
+  'first_seen', ARGV[12],
+  'lease', ARGV[13],
+  'window', ARGV[14],
+  'updated', ARGV[15])
+redis.call('PEXPIREAT', key, ARGV[2])
+return 1

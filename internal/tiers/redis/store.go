@@ -1,0 +1,231 @@
+// Package redis is the Redis fast tier of claimd: a cache of records in front
+// of the durable tier that absorbs retry bursts (tiers.Fast).
+//
+// Each record is one Redis hash under <prefix>{<namespace>:<provider>:<key>};
+// the hash tag keeps a record on one Redis Cluster slot. Its fields are those
+// of tiers.Record (times in unix microseconds); a pending marker is the same
+// key holding only pending=<nonce> and pending_until=<unix µs>. Every step
+// that reads and writes a key is one Lua script (reserve.lua, put.lua,
+// abort.lua), run in one round trip.
+//
+// A hash rather than one packed string: `redis-cli HGETALL` shows a record to
+// whoever is on call, and a packed value would save only go-redis's parsing
+// of the reply (about 25 small allocations per Reserve), which is small
+// beside the round trip itself.
+//
+// The scripts never read Redis TIME: they decide against the time the
+// service's clock gave in the call, like every other tier. Redis's own clock
+// only expires keys, and a key's expiry is the record's window end, so the
+// cache never holds a record the durable tier has already let go.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// DefaultKeyPrefix prefixes every key of the fast tier.
+const DefaultKeyPrefix = "idem:"
+
+// DefaultTimeout bounds a dial, a read and a write when Config leaves them
+// zero. It is short on purpose: a fast tier that does not answer quickly is
+// worth less than going straight to the durable tier.
+const DefaultTimeout = 500 * time.Millisecond
+
+// Config configures a Store. Zero values mean defaults.
+type Config struct {
+	// URL is a go-redis URL (redis://, rediss://, unix://), e.g.
+	// redis://127.0.0.1:6379/0. Timeouts and pool options given as URL
+	// query parameters are kept unless the fields below override them.
+	URL string
+	// Client, when set, is used instead of URL (e.g. a *goredis.ClusterClient).
+	// The Store does not close it and leaves its options alone.
+	Client goredis.UniversalClient
+	// PoolSize is the connection pool size of a client built from URL
+	// (zero: go-redis's default of 10 per GOMAXPROCS).
+	PoolSize int
+	// DialTimeout, ReadTimeout and WriteTimeout bound each network step of a
+	// client built from URL (zero: DefaultTimeout). Waiting for a pooled
+	// connection is bounded by ReadTimeout too.
+	DialTimeout, ReadTimeout, WriteTimeout time.Duration
+	// KeyPrefix prefixes every key (zero: DefaultKeyPrefix). It may not
+	// hold '{' or '}': the hash tag after it must be the key's first.
+	KeyPrefix string
+}
+
+// Store is the Redis fast tier. It is safe for concurrent use.
+type Store struct {
+	client goredis.UniversalClient
+	owned  bool // New built client, so Close closes it
+	prefix string
+
+	reserve, put, abort *goredis.Script
+}
+
+var _ tiers.Fast = (*Store)(nil)
+
+// New returns a Store over cfg.Client, or over a client it builds from
+// cfg.URL. It fails only on a bad configuration: a Redis that does not
+// answer yet is not an error, because the fast tier is optional at run time
+// (claims then go straight to the durable tier) and Ping reports it.
+// New loads the scripts when Redis answers (waiting at most the client's
+// timeouts when it does not), so the first claims skip the EVALSHA miss that
+// Run would otherwise recover from.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.PoolSize < 0 {
+		return nil, fmt.Errorf("redis: Config.PoolSize: %d is negative", cfg.PoolSize)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"DialTimeout", cfg.DialTimeout}, {"ReadTimeout", cfg.ReadTimeout}, {"WriteTimeout", cfg.WriteTimeout}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("redis: Config.%s: %v is negative (zero means %v)", d.name, d.v, DefaultTimeout)
+		}
+	}
+	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
+		return nil, fmt.Errorf("redis: Config.KeyPrefix: %q holds a brace, which would move the hash tag", cfg.KeyPrefix)
+	}
+	s := &Store{
+		client:  cfg.Client,
+		prefix:  cfg.KeyPrefix,
+		reserve: goredis.NewScript(reserveLua),
+		put:     goredis.NewScript(putLua),
+		abort:   goredis.NewScript(abortLua),
+	}
+	if s.prefix == "" {
+		s.prefix = DefaultKeyPrefix
+	}
+	if s.client == nil {
+		if cfg.URL == "" {
+			return nil, errors.New("redis: Config needs a URL or a Client")
+		}
+		opts, err := goredis.ParseURL(cfg.URL)
+		if err != nil {
+			// ParseURL's errors do not repeat the URL, which may hold a password.
+			return nil, fmt.Errorf("redis: Config.URL: %w", err)
+		}
+		applyConfig(opts, cfg)
+		s.client = goredis.NewClient(opts)
+		s.owned = true
+	}
+	if err := s.loadScripts(ctx); err != nil && ctx.Err() != nil {
+		s.Close()
+		return nil, ctx.Err()
+	}
+	return s, nil
+}
+
+// applyConfig sets the options of a client built from a URL: cfg's values
+// first, then the URL's, then short defaults.
+func applyConfig(opts *goredis.Options, cfg Config) {
+	if cfg.PoolSize > 0 {
+		opts.PoolSize = cfg.PoolSize
+	}
+	pick := func(cfgV, urlV time.Duration) time.Duration {
+		switch {
+		case cfgV > 0:
+			return cfgV
+		case urlV != 0:
+			return urlV
+		}
+		return DefaultTimeout
+	}
+	opts.DialTimeout = pick(cfg.DialTimeout, opts.DialTimeout)
+	opts.ReadTimeout = pick(cfg.ReadTimeout, opts.ReadTimeout)
+	opts.WriteTimeout = pick(cfg.WriteTimeout, opts.WriteTimeout)
+	if opts.PoolTimeout == 0 {
+		// go-redis waits ReadTimeout+1s for a free connection; a fast tier
+		// that makes a claim wait that long is no longer fast.
+		opts.PoolTimeout = opts.ReadTimeout
+	}
+	if opts.MaxRetries == 0 {
+		// One retry covers a pooled connection that died with a restarted
+		// server; go-redis's three would triple the time to fall back. Every
+		// script is safe to repeat: Reserve with its nonce, Put by version,
+		// Abort by nonce.
+		opts.MaxRetries = 1
+	}
+	if opts.DialerRetries == 0 {
+		// One dial per attempt: go-redis's default of five dials 100ms apart
+		// would spend half a second learning that Redis is down.
+		opts.DialerRetries = 1
+	}
+	// A caller's deadline shorter than ReadTimeout must bound the call too.
+	opts.ContextTimeoutEnabled = true
+}
+
+// loadScripts loads the scripts into Redis's script cache (SCRIPT LOAD; on a
+// cluster client, into every primary). It stops at the first error.
+func (s *Store) loadScripts(ctx context.Context) error {
+	for _, src := range []string{reserveLua, putLua, abortLua} {
+		// go-redis's Script hashes its source as Redis does (SHA-1), so
+		// EVALSHA then finds what SCRIPT LOAD put there.
+		if err := s.client.ScriptLoad(ctx, src).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Ping reports whether Redis answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return s.fail(ctx, "ping", "", err)
+	}
+	return nil
+}
+
+// Close closes the client when New built it; a Client passed in Config
+// belongs to its caller.
+func (s *Store) Close() error {
+	if !s.owned {
+		return nil
+	}
+	return s.client.Close()
+}
+
+// LiveKeys returns the number of keys Redis holds (DBSIZE, summed over the
+// primaries of a cluster): the cached records plus pending markers. DBSIZE is
+// O(1) where a SCAN of the prefix would walk the whole keyspace, so it is
+// exact only when the database is dedicated to claimd, which is how the fast
+// tier should be deployed (its eviction policy must not be shared with other
+// data either).
+func (s *Store) LiveKeys(ctx context.Context) (int64, error) {
+	n, err := s.client.DBSize(ctx).Result()
+	if err != nil {
+		return 0, s.fail(ctx, "dbsize", "", err)
+	}
+	return n, nil
+}
+
+// fail translates an error of a Redis call. A done context passes through
+// unwrapped: the caller gave up, Redis did not fail. Anything else, whether
+// the network, a timeout, or a reply error (LOADING, READONLY after a
+// failover, OOM), wraps tiers.ErrUnavailable: the fast tier is a cache, and
+// the caller's answer to any failure of it is the same, going to the durable
+// tier. For Put and Abort the write may or may not have happened; both
+// outcomes are safe (Put is ordered by version, a marker left behind ends at
+// pending_until).
+func (s *Store) fail(ctx context.Context, op, key string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		// A deadline reached inside go-redis surfaces as a network timeout.
+		return ctxErr
+	}
+	if key != "" {
+		err = fmt.Errorf("%s %s: %w", op, key, err)
+	} else {
+		err = fmt.Errorf("%s: %w", op, err)
+	}
+	return tiers.Unavailable("redis", err)
+}
