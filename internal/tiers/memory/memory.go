@@ -1,0 +1,351 @@
+// Package memory is the embedded fast tier of claimd: a tiers.Fast held in
+// the process, with the semantics of the Redis fast tier (one entry per
+// record, expiring at the record's window end, pending markers for claims in
+// flight, versions that never go backwards).
+//
+// It is a cache, not a store: entries are lost on restart and may be evicted
+// when the map is full, and the durable tier behind it stays the source of
+// truth. Losing an entry costs one trip to the durable tier, never a wrong
+// answer. No goroutine runs in the background: expired entries are dropped
+// when they are next touched, and Sweep (called by the janitor) drops the
+// rest.
+package memory
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// Defaults of Config.
+const (
+	DefaultShards     = 64
+	DefaultMaxEntries = 1 << 18
+)
+
+// evictionSample is how many entries of a full shard are looked at to choose
+// one to evict (the one expiring soonest). Like Redis's sampled eviction it
+// costs O(1) per insert and approximates "evict what expires first".
+const evictionSample = 5
+
+// Config configures a Store; zero values mean the defaults.
+type Config struct {
+	// Shards is the number of independently locked parts of the map (at
+	// most MaxEntries).
+	Shards int
+	// MaxEntries bounds the entries held (records and pending markers),
+	// split exactly across the shards. Inserting into a full shard evicts
+	// another entry of it: this is a cache, and a lost entry only sends the
+	// next claim of its key to the durable tier.
+	MaxEntries int
+}
+
+// Store is the in-process fast tier. It is safe for concurrent use.
+type Store struct {
+	seed   maphash.Seed
+	shards []shard
+	// latest is the latest Now seen by Reserve or Sweep, in unix
+	// nanoseconds. Put carries no time of its own; it uses latest to tell an
+	// entry that has expired from one that is still live.
+	latest atomic.Int64
+	closed atomic.Bool
+}
+
+var _ tiers.Fast = (*Store)(nil)
+
+type shard struct {
+	mu  sync.Mutex
+	m   map[tiers.Key]entry
+	max int
+}
+
+// entry is a cached record or a pending marker. The marker stands for a claim
+// in flight: it has no record yet, only the nonce of the claim that wrote it
+// and the instant it lapses (so a crashed claimant blocks others only until
+// then).
+type entry struct {
+	rec     tiers.Record // a marker holds Key, State RECEIVED and LeaseExpiresAt = expires
+	pending bool
+	nonce   string
+	expires time.Time // the window end of a record, the lapse of a marker
+}
+
+// version orders entries for Put: a pending marker is older than any record.
+func (e *entry) version() uint64 {
+	if e.pending {
+		return 0
+	}
+	return e.rec.Version
+}
+
+// expiredAt reports whether e no longer exists at now: an entry lives up to,
+// not including, its expiry instant, like a record's window.
+func (e *entry) expiredAt(now time.Time) bool { return !now.Before(e.expires) }
+
+// New returns an empty Store.
+func New(cfg Config) *Store {
+	if cfg.Shards <= 0 {
+		cfg.Shards = DefaultShards
+	}
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = DefaultMaxEntries
+	}
+	// Split MaxEntries exactly: the shard capacities add up to it.
+	n := min(cfg.Shards, cfg.MaxEntries)
+	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, n)}
+	for i := range s.shards {
+		s.shards[i].max = cfg.MaxEntries / n
+		if i < cfg.MaxEntries%n {
+			s.shards[i].max++
+		}
+		s.shards[i].m = make(map[tiers.Key]entry)
+	}
+	return s
+}
+
+func (s *Store) shard(k tiers.Key) *shard {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	h.WriteString(k.Namespace)
+	h.WriteByte(0)
+	h.WriteString(k.Provider)
+	h.WriteByte(0)
+	h.WriteString(k.Key)
+	return &s.shards[h.Sum64()%uint64(len(s.shards))]
+}
+
+// observe advances latest to now if now is later.
+func (s *Store) observe(now time.Time) {
+	ns := now.UnixNano()
+	for {
+		cur := s.latest.Load()
+		if ns <= cur || s.latest.CompareAndSwap(cur, ns) {
+			return
+		}
+	}
+}
+
+var errClosed = errors.New("memory: store is closed")
+
+func (s *Store) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return tiers.Unavailable("memory", errClosed)
+	}
+	return nil
+}
+
+// Reserve decides p from the cached entry, in the order of tiers.Decide:
+//
+//   - absent, or a pending marker that lapsed by p.Now → a pending marker
+//     {p.Nonce, p.Now + p.PendingTTL} is written → FastReserved.
+//   - our own marker (same nonce: a retried Reserve) → FastReserved again.
+//   - another claim's live marker → IN_PROGRESS with Token 0 and
+//     LeaseExpiresAt at the marker's end.
+//   - a record whose window is over at p.Now → FastTakeover: the durable
+//     tier decides WINDOW_EXPIRED (this is also what the Redis tier answers
+//     when its own clock has not yet expired the key). The entry is dropped
+//     on the way: its window is over, so it will never answer again.
+//   - payloads differ → PAYLOAD_MISMATCH; terminal → DUPLICATE.
+//   - same non-empty AttemptID with a live lease → the same ACQUIRED.
+//   - released → FastTakeover; live lease → IN_PROGRESS; else FastTakeover.
+func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastResult, error) {
+	if err := s.check(ctx); err != nil {
+		return tiers.FastResult{}, err
+	}
+	s.observe(p.Now)
+	sh := s.shard(p.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+
+	e, ok := sh.m[p.Key]
+	if ok && e.pending && e.expiredAt(p.Now) {
+		delete(sh.m, p.Key)
+		ok = false
+	}
+	if !ok {
+		end := p.Now.Add(p.PendingTTL)
+		sh.insert(p.Key, entry{
+			rec:     tiers.Record{Key: p.Key, State: tiers.StateReceived, LeaseExpiresAt: end},
+			pending: true,
+			nonce:   p.Nonce,
+			expires: end,
+		})
+		return tiers.FastResult{Verdict: tiers.FastReserved}, nil
+	}
+	if e.pending {
+		if e.nonce == p.Nonce {
+			return tiers.FastResult{Verdict: tiers.FastReserved}, nil
+		}
+		return decided(tiers.OutcomeInProgress, tiers.ReasonUnspecified, e.rec), nil
+	}
+	r := &e.rec
+	switch {
+	case r.WindowOver(p.Now):
+		delete(sh.m, p.Key)
+		return tiers.FastResult{Verdict: tiers.FastTakeover}, nil
+	case tiers.PayloadsDiffer(r.PayloadHash, p.PayloadHash):
+		return decided(tiers.OutcomePayloadMismatch, tiers.ReasonUnspecified, *r), nil
+	case r.State.Terminal():
+		return decided(tiers.OutcomeDuplicate, tiers.ReasonUnspecified, *r), nil
+	case p.AttemptID != "" && p.AttemptID == r.AttemptID && r.LeaseLive(p.Now):
+		return decided(tiers.OutcomeAcquired, r.Reason, *r), nil
+	case r.Released:
+		return tiers.FastResult{Verdict: tiers.FastTakeover}, nil
+	case r.LeaseLive(p.Now):
+		return decided(tiers.OutcomeInProgress, tiers.ReasonUnspecified, *r), nil
+	}
+	return tiers.FastResult{Verdict: tiers.FastTakeover}, nil
+}
+
+func decided(o tiers.Outcome, r tiers.Reason, rec tiers.Record) tiers.FastResult {
+	return tiers.FastResult{Verdict: tiers.FastDecided, Outcome: o, Reason: r, Record: clone(rec)}
+}
+
+// Put caches rec until rec.WindowExpiresAt unless a live entry of equal or
+// higher Version is there (a pending marker counts as version 0). An equal
+// version is refused too: it holds the same record already.
+func (s *Store) Put(ctx context.Context, rec tiers.Record) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	// rec was written at rec.UpdatedAt, so anything that had expired by then
+	// is gone, even if no Reserve has told the store that time yet. This
+	// matters after a prune: a key claimed anew starts again at version 1,
+	// and the old, expired entry with its higher version must not block it.
+	now := time.Unix(0, s.latest.Load())
+	if rec.UpdatedAt.After(now) {
+		now = rec.UpdatedAt
+	}
+	sh := s.shard(rec.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+
+	if e, ok := sh.m[rec.Key]; ok && !e.expiredAt(now) && e.version() >= rec.Version {
+		return nil
+	}
+	if !rec.WindowExpiresAt.After(now) {
+		// Already over: nothing to cache, but what it replaces is stale.
+		delete(sh.m, rec.Key)
+		return nil
+	}
+	sh.insert(rec.Key, entry{rec: clone(rec), expires: rec.WindowExpiresAt})
+	return nil
+}
+
+// Abort deletes k's pending marker if it carries nonce.
+func (s *Store) Abort(ctx context.Context, k tiers.Key, nonce string) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	sh := s.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e, ok := sh.m[k]; ok && e.pending && e.nonce == nonce {
+		delete(sh.m, k)
+	}
+	return nil
+}
+
+// insert stores e under k, first evicting another entry if the shard is full.
+// Callers hold sh.mu.
+func (sh *shard) insert(k tiers.Key, e entry) {
+	if _, ok := sh.m[k]; !ok && len(sh.m) >= sh.max {
+		sh.evictOne()
+	}
+	sh.m[k] = e
+}
+
+// evictOne deletes the entry expiring soonest among a few: expired entries
+// go first, then pending markers and records near their window's end. Map
+// iteration starts at a random position, so the sample differs each time.
+func (sh *shard) evictOne() {
+	var (
+		victim tiers.Key
+		soon   time.Time
+		seen   int
+	)
+	for k, e := range sh.m {
+		if seen == 0 || e.expires.Before(soon) {
+			victim, soon = k, e.expires
+		}
+		if seen++; seen == evictionSample {
+			break
+		}
+	}
+	if seen > 0 {
+		delete(sh.m, victim)
+	}
+}
+
+// Sweep drops every entry expired at now and returns how many it dropped.
+// It locks one shard at a time, so claims of other shards go on meanwhile.
+func (s *Store) Sweep(now time.Time) int {
+	s.observe(now)
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.expiredAt(now) {
+				delete(sh.m, k)
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Len returns the number of entries held, expired ones not yet dropped
+// included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Ping reports whether the store is open.
+func (s *Store) Ping(ctx context.Context) error { return s.check(ctx) }
+
+// Close drops every entry; later calls fail with tiers.ErrUnavailable.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		clear(sh.m)
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// clone copies rec's byte slices so that neither the caller nor the cache
+// can change the other's copy.
+func clone(rec tiers.Record) tiers.Record {
+	rec.PayloadHash = cloneBytes(rec.PayloadHash)
+	rec.Result = cloneBytes(rec.Result)
+	return rec
+}
+
+// cloneBytes copies b; an empty slice becomes nil, as the durable tiers read
+// it back.
+func cloneBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return bytes.Clone(b)
+}

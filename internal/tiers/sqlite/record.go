@@ -1,0 +1,115 @@
+package sqlite
+
+import (
+	"bytes"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// recordColumns are the columns of claims that make up a tiers.Record besides
+// its key, in the order scanRecord reads them.
+const recordColumns = `state, token, version, attempt, reason, released, holder, attempt_id,
+	payload_sha256, result, first_seen_at, lease_expires_at, window_expires_at, updated_at`
+
+const selectRecord = `SELECT ` + recordColumns + ` FROM claims
+	WHERE namespace = ? AND provider = ? AND key = ?`
+
+// upsertRecord writes a whole record. The decision was made in Go under the
+// write lock, so the row is simply replaced by the decided one.
+const upsertRecord = `INSERT INTO claims (namespace, provider, key, ` + recordColumns + `)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (namespace, provider, key) DO UPDATE SET
+		state = excluded.state,
+		token = excluded.token,
+		version = excluded.version,
+		attempt = excluded.attempt,
+		reason = excluded.reason,
+		released = excluded.released,
+		holder = excluded.holder,
+		attempt_id = excluded.attempt_id,
+		payload_sha256 = excluded.payload_sha256,
+		result = excluded.result,
+		first_seen_at = excluded.first_seen_at,
+		lease_expires_at = excluded.lease_expires_at,
+		window_expires_at = excluded.window_expires_at,
+		updated_at = excluded.updated_at`
+
+// scanRecord reads the record of k from row, the result of selectRecord; it
+// returns nil when there is none.
+func scanRecord(row *sql.Row, k tiers.Key) (*tiers.Record, error) {
+	var (
+		rec                                 = tiers.Record{Key: k}
+		state, reason                       string
+		token, version, attempt, released   int64
+		firstSeen, lease, window, updatedAt int64
+		payload, result                     []byte
+	)
+	err := row.Scan(
+		&state, &token, &version, &attempt, &reason, &released, &rec.Holder, &rec.AttemptID,
+		&payload, &result, &firstSeen, &lease, &window, &updatedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rec.State, err = tiers.ParseState(state); err != nil {
+		return nil, fmt.Errorf("claims row %s: %w", k, err)
+	}
+	if rec.Reason, err = tiers.ParseReason(reason); err != nil {
+		return nil, fmt.Errorf("claims row %s: %w", k, err)
+	}
+	rec.Token = uint64(token)
+	rec.Version = uint64(version)
+	rec.Attempt = uint32(attempt)
+	rec.Released = released != 0
+	rec.PayloadHash = nilIfEmpty(payload)
+	rec.Result = nilIfEmpty(result)
+	rec.FirstSeenAt = fromMicros(firstSeen)
+	rec.LeaseExpiresAt = fromMicros(lease)
+	rec.WindowExpiresAt = fromMicros(window)
+	rec.UpdatedAt = fromMicros(updatedAt)
+	return &rec, nil
+}
+
+// recordArgs are the arguments of upsertRecord for rec, which canonical has
+// already brought to the stored precision.
+func recordArgs(rec *tiers.Record) []any {
+	released := 0
+	if rec.Released {
+		released = 1
+	}
+	return []any{rec.Key.Namespace, rec.Key.Provider, rec.Key.Key,
+		rec.State.String(), int64(rec.Token), int64(rec.Version), int64(rec.Attempt), rec.Reason.String(),
+		released, rec.Holder, rec.AttemptID, rec.PayloadHash, rec.Result,
+		rec.FirstSeenAt.UnixMicro(), rec.LeaseExpiresAt.UnixMicro(), rec.WindowExpiresAt.UnixMicro(), rec.UpdatedAt.UnixMicro()}
+}
+
+// canonical returns rec as it reads back from the database: times in UTC at
+// microsecond precision, empty byte slices as nil, and no byte slice shared
+// with the caller's params. Records are returned in this form whether they
+// were just written or read, so a caller sees the same record either way.
+func canonical(rec tiers.Record) tiers.Record {
+	rec.PayloadHash = nilIfEmpty(bytes.Clone(rec.PayloadHash))
+	rec.Result = nilIfEmpty(bytes.Clone(rec.Result))
+	rec.FirstSeenAt = micros(rec.FirstSeenAt)
+	rec.LeaseExpiresAt = micros(rec.LeaseExpiresAt)
+	rec.WindowExpiresAt = micros(rec.WindowExpiresAt)
+	rec.UpdatedAt = micros(rec.UpdatedAt)
+	return rec
+}
+
+func micros(t time.Time) time.Time { return fromMicros(t.UnixMicro()) }
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}

@@ -1,0 +1,225 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// Claim decides p with tiers.Decide against the stored record and stores the
+// decided record and an audit row, all in one transaction.
+func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
+	var res tiers.ClaimResult
+	err := s.write(ctx, "claim", func(t *txn) error {
+		cur, err := t.read(p.Key)
+		if err != nil {
+			return err
+		}
+		var (
+			next  tiers.Record
+			write bool
+		)
+		res, next, write = tiers.Decide(cur, p)
+		if write {
+			next = canonical(next)
+			if err := t.put(&next); err != nil {
+				return err
+			}
+			res.Record = next
+		}
+		a := auditRow{
+			at: p.Now, key: p.Key, op: opClaim,
+			outcome: res.Outcome.String(),
+			to:      res.Record.State.String(),
+			token:   res.Record.Token,
+			holder:  p.Holder,
+		}
+		if res.Outcome == tiers.OutcomeAcquired {
+			a.reason = res.Reason.String()
+		}
+		if cur != nil {
+			a.from = cur.State.String()
+		}
+		return t.audit(a)
+	})
+	if err != nil {
+		return tiers.ClaimResult{}, err
+	}
+	res.ServedBy = tiers.TierDurable
+	return res, nil
+}
+
+// Transition applies p with tiers.ApplyTransition. A refused or repeated
+// transition writes its audit row and nothing else.
+func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (rec tiers.Record, changed bool, err error) {
+	var opErr error
+	err = s.write(ctx, "transition", func(t *txn) error {
+		a := auditRow{at: p.Now, key: p.Key, op: opTransition, to: p.To.String(), token: p.Token}
+		cur, err := t.read(p.Key)
+		if err != nil {
+			return err
+		}
+		if cur == nil {
+			opErr = notFound(p.Key)
+		} else {
+			a.from = cur.State.String()
+			a.holder = holderOf(cur, p.Token)
+			rec, changed, opErr = tiers.ApplyTransition(*cur, p)
+			if changed {
+				rec = canonical(rec)
+				if err := t.put(&rec); err != nil {
+					return err
+				}
+			}
+		}
+		a.outcome = outcomeOf(opErr, changed)
+		return t.audit(a)
+	})
+	if err != nil {
+		return tiers.Record{}, false, err
+	}
+	if opErr != nil {
+		return rec, false, fmt.Errorf("sqlite: transition %s: %w", p.Key, opErr)
+	}
+	return rec, changed, nil
+}
+
+// Renew extends the holder's lease with tiers.ApplyRenew.
+func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, error) {
+	var (
+		rec   tiers.Record
+		opErr error
+	)
+	err := s.write(ctx, "renew", func(t *txn) error {
+		a := auditRow{at: p.Now, key: p.Key, op: opRenew, token: p.Token}
+		cur, err := t.read(p.Key)
+		if err != nil {
+			return err
+		}
+		if cur == nil {
+			opErr = notFound(p.Key)
+		} else {
+			a.from = cur.State.String()
+			a.to = a.from
+			a.holder = holderOf(cur, p.Token)
+			rec, opErr = tiers.ApplyRenew(*cur, p)
+			if opErr == nil {
+				rec = canonical(rec)
+				if err := t.put(&rec); err != nil {
+					return err
+				}
+			}
+		}
+		a.outcome = outcomeOf(opErr, opErr == nil)
+		return t.audit(a)
+	})
+	if err != nil {
+		return tiers.Record{}, err
+	}
+	if opErr != nil {
+		return rec, fmt.Errorf("sqlite: renew %s: %w", p.Key, opErr)
+	}
+	return rec, nil
+}
+
+// Release marks the record released with tiers.ApplyRelease.
+func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Record, error) {
+	var (
+		rec   tiers.Record
+		opErr error
+	)
+	err := s.write(ctx, "release", func(t *txn) error {
+		a := auditRow{at: p.Now, key: p.Key, op: opRelease, token: p.Token}
+		cur, err := t.read(p.Key)
+		if err != nil {
+			return err
+		}
+		changed := false
+		if cur == nil {
+			opErr = notFound(p.Key)
+		} else {
+			a.from = cur.State.String()
+			a.to = a.from
+			a.holder = holderOf(cur, p.Token)
+			rec, changed, opErr = tiers.ApplyRelease(*cur, p)
+			if changed {
+				rec = canonical(rec)
+				if err := t.put(&rec); err != nil {
+					return err
+				}
+			}
+		}
+		a.outcome = outcomeOf(opErr, changed)
+		return t.audit(a)
+	})
+	if err != nil {
+		return tiers.Record{}, err
+	}
+	if opErr != nil {
+		return rec, fmt.Errorf("sqlite: release %s: %w", p.Key, opErr)
+	}
+	return rec, nil
+}
+
+// Get reads the record of k through the read pool: it sees every committed
+// write and never waits for the writer.
+func (s *Store) Get(ctx context.Context, k tiers.Key) (tiers.Record, error) {
+	if s.closed.Load() {
+		return tiers.Record{}, tiers.Unavailable("sqlite", errClosed)
+	}
+	rec, err := scanRecord(s.rst.QueryRowContext(ctx, k.Namespace, k.Provider, k.Key), k)
+	if err != nil {
+		return tiers.Record{}, s.fail(ctx, "get", err)
+	}
+	if rec == nil {
+		return tiers.Record{}, notFound(k)
+	}
+	return *rec, nil
+}
+
+// Prune deletes up to limit records whose window ended before cutoff, oldest
+// window first, in one transaction. Callers loop until it returns fewer than
+// limit; each batch holds the write lock only briefly.
+func (s *Store) Prune(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	return s.deleteBatch(ctx, "prune", `DELETE FROM claims WHERE rowid IN (
+		SELECT rowid FROM claims WHERE window_expires_at < ? ORDER BY window_expires_at LIMIT ?)`, cutoff, limit)
+}
+
+// PruneAudit deletes up to limit audit rows written before before, oldest
+// first, in one transaction.
+func (s *Store) PruneAudit(ctx context.Context, before time.Time, limit int) (int, error) {
+	return s.deleteBatch(ctx, "prune audit", `DELETE FROM audit_log WHERE id IN (
+		SELECT id FROM audit_log WHERE at < ? ORDER BY at LIMIT ?)`, before, limit)
+}
+
+func (s *Store) deleteBatch(ctx context.Context, op, query string, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("sqlite: %s: limit %d must be positive", op, limit)
+	}
+	var n int64
+	err := s.write(ctx, op, func(t *txn) error {
+		res, err := t.tx.ExecContext(ctx, query, ceilMicros(before), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// ceilMicros is t in unix microseconds rounded up, so that a stored time
+// (whole microseconds) is < ceilMicros(t) exactly when it is before t.
+func ceilMicros(t time.Time) int64 {
+	us := t.UnixMicro()
+	if t.After(time.UnixMicro(us)) {
+		us++
+	}
+	return us
+}
+
+func notFound(k tiers.Key) error {
+	return fmt.Errorf("sqlite: %s: %w", k, tiers.ErrNotFound)
+}
