@@ -1,0 +1,82 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// Claim decides p in one statement (queries/claim.sql) when it acquires, or
+// when the row that decides it was committed before the statement began;
+// otherwise a second statement reads the row and tiers.Decide answers from
+// it. The stored reason tells an insert (NEW) from a takeover, so the
+// statement needs no xmax = 0 trick. Non-acquiring outcomes are audited by a
+// statement of their own.
+func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
+	var res tiers.ClaimResult
+	err := s.rounds(ctx, "claim", p.Key, p.Now, func() (bool, error) {
+		var err error
+		var done bool
+		res, done, err = s.claimRound(ctx, p)
+		return done, err
+	})
+	if err != nil {
+		return tiers.ClaimResult{}, err
+	}
+	res.ServedBy = tiers.TierDurable
+	return res, nil
+}
+
+// claimRound is one attempt at deciding p; done is false when the record
+// changed between its statements.
+func (s *Store) claimRound(ctx context.Context, p tiers.ClaimParams) (res tiers.ClaimResult, done bool, err error) {
+	var acquired bool
+	row := s.pool.QueryRow(ctx, claimSQL,
+		p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now,
+		p.Now.Add(p.Lease), p.Now.Add(p.TTL), p.PayloadHash, p.Holder, p.AttemptID)
+	rec, err := scanRecord(row, p.Key, &acquired)
+	switch {
+	case err == nil && acquired:
+		return tiers.ClaimResult{Outcome: tiers.OutcomeAcquired, Reason: rec.Reason, Record: rec}, true, nil
+	case err == nil:
+		// Not acquirable as of the statement's snapshot.
+		return s.decideExisting(ctx, p, rec)
+	case errors.Is(err, pgx.ErrNoRows):
+		// The key exists but was committed after the statement's snapshot
+		// (typically: the winner of a race on a new key). A new statement
+		// sees it.
+		cur, err := s.get(ctx, p.Key)
+		if errors.Is(err, tiers.ErrNotFound) {
+			return tiers.ClaimResult{}, false, nil // pruned meanwhile: claim again
+		}
+		if err != nil {
+			return tiers.ClaimResult{}, false, err
+		}
+		return s.decideExisting(ctx, p, cur)
+	default:
+		return tiers.ClaimResult{}, false, err
+	}
+}
+
+// decideExisting answers p from cur, a version of the record that the claim
+// statement did not take over. Decide may still find cur acquirable when the
+// record changed after the statement looked at it (released meanwhile, or
+// cur is an older snapshot than the version the statement locked): then the
+// claim must be tried again, never answered from cur. Otherwise the answer
+// writes no record and holds as of the moment cur was read.
+func (s *Store) decideExisting(ctx context.Context, p tiers.ClaimParams, cur tiers.Record) (tiers.ClaimResult, bool, error) {
+	res, _, write := tiers.Decide(&cur, p)
+	if write {
+		return tiers.ClaimResult{}, false, nil
+	}
+	r := res.Record
+	if _, err := s.pool.Exec(ctx, auditClaimSQL, p.Now, p.Key.Namespace, p.Key.Provider, p.Key.Key,
+		int16(res.Outcome), int16(res.Reason), int16(r.State), int64(r.Token), int64(r.Version),
+		p.Holder, p.AttemptID, p.PayloadHash); err != nil {
+		return tiers.ClaimResult{}, false, err
+	}
+	return res, true, nil
+}

@@ -1,0 +1,130 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// Transition, Renew and Release share one shape: a conditional UPDATE whose
+// WHERE clause is the success condition of the matching tiers.Apply*
+// function (token, released, state), writing its audit row in the same
+// statement. When it updates nothing, a plain SELECT reads the row and the
+// Apply function names the answer: ErrNotFound, ErrStaleToken, a
+// *tiers.TransitionError, or the no-op repeat. Should Apply find the change
+// allowed after all, the row changed in between and the UPDATE runs again.
+
+// issued reports whether token can be the token of a record: tokens are
+// stored as bigint, so a larger one was never issued. Such a token skips the
+// UPDATE (pgx could not even encode it) and is refused by the Apply function
+// as stale.
+func issued(token uint64) bool { return token <= math.MaxInt64 }
+
+// fenced runs a fenced statement: update tries the UPDATE and reports
+// whether it wrote rec; apply explains a miss from the current row, and
+// reports changed when the UPDATE would now succeed.
+func (s *Store) fenced(ctx context.Context, op string, k tiers.Key, now time.Time,
+	update func() (rec tiers.Record, ok bool, err error),
+	apply func(cur tiers.Record) (rec tiers.Record, changed bool, err error),
+) (rec tiers.Record, changed bool, err error) {
+	var verdict error // the state machine's answer, kept apart from database errors
+	dbErr := s.rounds(ctx, op, k, now, func() (bool, error) {
+		r, ok, err := update()
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			rec, changed = r, true
+			return true, nil
+		}
+		cur, err := s.get(ctx, k)
+		if errors.Is(err, tiers.ErrNotFound) {
+			rec, verdict = tiers.Record{}, err
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		r, ch, err := apply(cur)
+		if err == nil && ch {
+			return false, nil // allowed now: the row changed after the UPDATE; update again
+		}
+		rec, changed, verdict = r, false, err
+		return true, nil
+	})
+	if dbErr != nil {
+		return tiers.Record{}, false, dbErr
+	}
+	return rec, changed, verdict
+}
+
+// updateRow runs a fenced UPDATE … RETURNING statement: ok is false when it
+// matched no row.
+func (s *Store) updateRow(ctx context.Context, k tiers.Key, sql string, args ...any) (tiers.Record, bool, error) {
+	rec, err := scanRecord(s.pool.QueryRow(ctx, sql, args...), k)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return tiers.Record{}, false, nil
+	}
+	return rec, err == nil, err
+}
+
+// Transition applies p.To when p.Token is current and the state machine
+// allows it from the current state.
+func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers.Record, bool, error) {
+	var lease *time.Time
+	if !p.To.Terminal() && p.Lease > 0 {
+		l := p.Now.Add(p.Lease)
+		lease = &l
+	}
+	from := tiers.AllowedFrom(p.To)
+	fromArg := make([]int16, len(from))
+	for i, f := range from {
+		fromArg[i] = int16(f)
+	}
+	return s.fenced(ctx, "transition", p.Key, p.Now,
+		func() (tiers.Record, bool, error) {
+			if !issued(p.Token) || len(from) == 0 {
+				return tiers.Record{}, false, nil
+			}
+			return s.updateRow(ctx, p.Key, transitionSQL,
+				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, int16(p.To),
+				p.To.Terminal(), p.Result, lease, int64(p.Token), fromArg)
+		},
+		func(cur tiers.Record) (tiers.Record, bool, error) { return tiers.ApplyTransition(cur, p) })
+}
+
+// Renew sets the lease of the current, unreleased holder to p.Now+p.Lease.
+func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, error) {
+	rec, _, err := s.fenced(ctx, "renew", p.Key, p.Now,
+		func() (tiers.Record, bool, error) {
+			if !issued(p.Token) {
+				return tiers.Record{}, false, nil
+			}
+			return s.updateRow(ctx, p.Key, renewSQL,
+				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, p.Now.Add(p.Lease), int64(p.Token))
+		},
+		func(cur tiers.Record) (tiers.Record, bool, error) {
+			next, err := tiers.ApplyRenew(cur, p)
+			return next, err == nil, err
+		})
+	return rec, err
+}
+
+// Release marks the record released on behalf of the holder of p.Token.
+func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Record, error) {
+	rec, _, err := s.fenced(ctx, "release", p.Key, p.Now,
+		func() (tiers.Record, bool, error) {
+			if !issued(p.Token) {
+				return tiers.Record{}, false, nil
+			}
+			return s.updateRow(ctx, p.Key, releaseSQL,
+				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, int64(p.Token))
+		},
+		func(cur tiers.Record) (tiers.Record, bool, error) { return tiers.ApplyRelease(cur, p) })
+	return rec, err
+}

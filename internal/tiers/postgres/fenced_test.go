@@ -1,0 +1,247 @@
+package postgres_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// Tokens a fenced call presents, relative to the record's current one.
+var (
+	current    = func(cur uint64) uint64 { return cur }
+	previous   = func(cur uint64) uint64 { return cur - 1 }
+	neverGiven = func(cur uint64) uint64 { return cur + 1 }
+	huge       = func(uint64) uint64 { return math.MaxUint64 } // beyond bigint
+)
+
+// More setups (see claim_test.go for the others).
+
+func absent(*env, string) {}
+
+func validated(e *env, k string) {
+	res := e.claim(e.params(k))
+	e.transition(k, res.Record.Token, tiers.StateValidated)
+}
+
+func failed(e *env, k string) {
+	res := e.claim(e.params(k))
+	e.transition(k, res.Record.Token, tiers.StateFailed)
+}
+
+func released(e *env, k string) {
+	rec := toProcessing(e, k)
+	if _, err := e.store.Release(e.ctx(), tiers.ReleaseParams{Key: key(k), Now: e.clk.Now(), Token: rec.Token}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// takenOver: pod-a's lease ran out and pod-b took the key over (token 2).
+func takenOver(e *env, k string) {
+	processing(e, k)
+	p := e.params(k)
+	p.Now = p.Now.Add(lease)
+	p.Holder = "pod-b"
+	e.claim(p)
+}
+
+// leaseRanOut: pod-a's lease ran out, nobody took over.
+func leaseRanOut(e *env, k string) {
+	claimed(e, k)
+	e.clk.Advance(2 * lease)
+}
+
+// fencedCall is a Transition, Renew or Release, and the tiers.Apply* answer
+// expected from the record before it.
+type fencedCall func(e *env, k string, cur *tiers.Record, token uint64) (got, want fencedAnswer)
+
+type fencedAnswer struct {
+	rec     tiers.Record
+	changed bool
+	err     error
+}
+
+func transitionTo(to tiers.State, result []byte, lease time.Duration) fencedCall {
+	return func(e *env, k string, cur *tiers.Record, token uint64) (got, want fencedAnswer) {
+		p := tiers.TransitionParams{Key: key(k), Now: e.clk.Now(), Token: token, To: to, Result: result, Lease: lease}
+		got.rec, got.changed, got.err = e.store.Transition(e.ctx(), p)
+		if cur != nil {
+			want.rec, want.changed, want.err = tiers.ApplyTransition(*cur, p)
+		}
+		return got, want
+	}
+}
+
+func renewFor(lease time.Duration) fencedCall {
+	return func(e *env, k string, cur *tiers.Record, token uint64) (got, want fencedAnswer) {
+		p := tiers.RenewParams{Key: key(k), Now: e.clk.Now(), Token: token, Lease: lease}
+		got.rec, got.err = e.store.Renew(e.ctx(), p)
+		if cur != nil {
+			want.rec, want.err = tiers.ApplyRenew(*cur, p)
+			want.changed = want.err == nil
+		}
+		got.changed = want.changed // Renew reports no flag; the stored record tells
+		return got, want
+	}
+}
+
+func release(e *env, k string, cur *tiers.Record, token uint64) (got, want fencedAnswer) {
+	p := tiers.ReleaseParams{Key: key(k), Now: e.clk.Now(), Token: token}
+	got.rec, got.err = e.store.Release(e.ctx(), p)
+	if cur != nil {
+		want.rec, want.changed, want.err = tiers.ApplyRelease(*cur, p)
+	}
+	got.changed = want.changed // Release reports no flag; the stored record tells
+	return got, want
+}
+
+// TestFencedStatementsMatchApply drives Transition, Renew and Release down
+// each path of their fenced UPDATE (and of the read that explains a miss)
+// and holds them to tiers.ApplyTransition, ApplyRenew and ApplyRelease: the
+// same record, changed flag and error; the same record stored; one audit row
+// exactly when something changed.
+func TestFencedStatementsMatchApply(t *testing.T) {
+	tests := []struct {
+		desc    string
+		setup   func(e *env, k string)
+		token   func(cur uint64) uint64
+		call    fencedCall
+		wantErr error // nil, tiers.ErrNotFound, tiers.ErrStaleToken, or a *tiers.TransitionError
+	}{
+		{"transition: unknown key", absent, current, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrNotFound},
+		{"transition: RECEIVED→PROCESSING", claimed, current, transitionTo(tiers.StateProcessing, nil, 0), nil},
+		{"transition: with a new lease", claimed, current, transitionTo(tiers.StateValidated, nil, 5*time.Minute), nil},
+		{"transition: PROCESSING→SETTLED stores the result", processing, current, transitionTo(tiers.StateSettled, []byte("ok"), 0), nil},
+		{"transition: SETTLED without a result", processing, current, transitionTo(tiers.StateSettled, nil, 0), nil},
+		{"transition: terminal ignores a lease", processing, current, transitionTo(tiers.StateFailed, []byte("no"), 5*time.Minute), nil},
+		{"transition: repeat is a no-op", processing, current, transitionTo(tiers.StateProcessing, nil, 0), nil},
+		{"transition: repeat of SETTLED keeps the first result", settled, current, transitionTo(tiers.StateSettled, []byte("second"), 0), nil},
+		{"transition: RECEIVED→SETTLED refused", claimed, current, transitionTo(tiers.StateSettled, nil, 0), &tiers.TransitionError{Current: tiers.StateReceived, To: tiers.StateSettled, Op: "transition"}},
+		{"transition: SETTLED→FAILED refused", settled, current, transitionTo(tiers.StateFailed, nil, 0), &tiers.TransitionError{Current: tiers.StateSettled, To: tiers.StateFailed, Op: "transition"}},
+		{"transition: back to RECEIVED refused", validated, current, transitionTo(tiers.StateReceived, nil, 0), &tiers.TransitionError{Current: tiers.StateValidated, To: tiers.StateReceived, Op: "transition"}},
+		{"transition: old holder after takeover", takenOver, previous, transitionTo(tiers.StateSettled, nil, 0), tiers.ErrStaleToken},
+		{"transition: token never issued", claimed, neverGiven, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrStaleToken},
+		{"transition: token beyond bigint", claimed, huge, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrStaleToken},
+		{"transition: released token", released, current, transitionTo(tiers.StateSettled, nil, 0), tiers.ErrStaleToken},
+		{"transition: lease ran out, nobody took over", leaseRanOut, current, transitionTo(tiers.StateProcessing, nil, 0), nil},
+
+		{"renew: unknown key", absent, current, renewFor(lease), tiers.ErrNotFound},
+		{"renew: holder extends its lease", claimed, current, renewFor(5 * time.Minute), nil},
+		{"renew: lease ran out, nobody took over", leaseRanOut, current, renewFor(lease), nil},
+		{"renew: old holder after takeover", takenOver, previous, renewFor(lease), tiers.ErrStaleToken},
+		{"renew: token never issued", claimed, neverGiven, renewFor(lease), tiers.ErrStaleToken},
+		{"renew: token beyond bigint", claimed, huge, renewFor(lease), tiers.ErrStaleToken},
+		{"renew: released", released, current, renewFor(lease), tiers.ErrStaleToken},
+		{"renew: settled", settled, current, renewFor(lease), &tiers.TransitionError{Current: tiers.StateSettled, Op: "renew"}},
+
+		{"release: unknown key", absent, current, release, tiers.ErrNotFound},
+		{"release: holder gives the key back", processing, current, release, nil},
+		{"release: repeat is a no-op", released, current, release, nil},
+		{"release: old holder after takeover", takenOver, previous, release, tiers.ErrStaleToken},
+		{"release: token never issued", claimed, neverGiven, release, tiers.ErrStaleToken},
+		{"release: token beyond bigint", claimed, huge, release, tiers.ErrStaleToken},
+		{"release: failed", failed, current, release, &tiers.TransitionError{Current: tiers.StateFailed, Op: "release"}},
+	}
+	e := newEnv(t)
+	start := e.clk.Now()
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			e.t = t
+			e.clk.Set(start)
+			k := tc.desc
+			tc.setup(e, k)
+			e.clk.Advance(time.Second)
+			before := e.get(k)
+			var tok uint64 = 1
+			if before != nil {
+				tok = before.Token
+			}
+			auditBefore := len(e.audit(k))
+
+			got, want := tc.call(e, k, before, tc.token(tok))
+			if before == nil {
+				want.err = tiers.ErrNotFound
+			}
+			checkErr(t, k, got.err, want.err)
+			checkErr(t, k, got.err, tc.wantErr)
+			if diff := cmp.Diff(want.rec, got.rec); diff != "" {
+				t.Errorf("%s: record differs from tiers.Apply* (-want +got):\n%s", k, diff)
+			}
+			if got.changed != want.changed {
+				t.Errorf("%s: changed = %v, want %v", k, got.changed, want.changed)
+			}
+			after := e.get(k)
+			wantAfter := before
+			if want.changed {
+				wantAfter = &want.rec
+			}
+			if diff := cmp.Diff(wantAfter, after); diff != "" {
+				t.Errorf("%s: stored record (-want +got):\n%s", k, diff)
+			}
+			wantAudit := auditBefore
+			if want.changed {
+				wantAudit++
+			}
+			if n := len(e.audit(k)); n != wantAudit {
+				t.Errorf("%s: audit rows = %d, want %d", k, n, wantAudit)
+			}
+		})
+	}
+}
+
+// checkErr compares err with want: both nil, the same sentinel, or equal
+// *tiers.TransitionErrors.
+func checkErr(t *testing.T, call string, err, want error) {
+	t.Helper()
+	var wantTE *tiers.TransitionError
+	switch {
+	case want == nil:
+		if err != nil {
+			t.Fatalf("%s error = %v, want nil", call, err)
+		}
+	case errors.As(want, &wantTE):
+		var te *tiers.TransitionError
+		if !errors.As(err, &te) {
+			t.Fatalf("%s error = %v, want *tiers.TransitionError", call, err)
+		}
+		if diff := cmp.Diff(wantTE, te); diff != "" {
+			t.Fatalf("%s TransitionError (-want +got):\n%s", call, diff)
+		}
+	case errors.Is(want, tiers.ErrNotFound):
+		if !errors.Is(err, tiers.ErrNotFound) {
+			t.Fatalf("%s error = %v, want ErrNotFound", call, err)
+		}
+	case errors.Is(want, tiers.ErrStaleToken):
+		if !errors.Is(err, tiers.ErrStaleToken) {
+			t.Fatalf("%s error = %v, want ErrStaleToken", call, err)
+		}
+	default:
+		t.Fatalf("checkErr: unexpected want %v", want)
+	}
+}
+
+func TestPruneBoundsAndLimits(t *testing.T) {
+	e := newEnv(t)
+	t0 := e.clk.Now()
+	for _, k := range []string{"p1", "p2", "p3"} {
+		e.claim(e.params(k))
+	}
+	if n, err := e.store.Prune(e.ctx(), t0.Add(ttl+time.Hour), 0); err != nil || n != 0 {
+		t.Errorf("Prune(limit 0) = %d, %v; want 0, nil", n, err)
+	}
+	// The window includes every instant before its end: a cutoff at the
+	// end itself deletes nothing.
+	if n, err := e.store.Prune(e.ctx(), t0.Add(ttl), 10); err != nil || n != 0 {
+		t.Errorf("Prune(cutoff = window end) = %d, %v; want 0, nil", n, err)
+	}
+	if n, err := e.store.Prune(e.ctx(), t0.Add(ttl+time.Microsecond), 10); err != nil || n != 3 {
+		t.Errorf("Prune(cutoff after window end) = %d, %v; want 3, nil", n, err)
+	}
+	if claims, _, err := e.store.Stats(e.ctx()); err != nil || claims != 0 {
+		t.Errorf("Stats() claims = %d, %v; want 0", claims, err)
+	}
+}

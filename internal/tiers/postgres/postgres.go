@@ -1,0 +1,193 @@
+// Package postgres is claimd's durable tier on PostgreSQL (pgx/v5, pgxpool):
+// the source of truth of every record, and the audit log of every decision.
+//
+// Every operation is one conditional statement that decides and writes
+// atomically (INSERT … ON CONFLICT … DO UPDATE … WHERE for a claim, a fenced
+// UPDATE for the others), with its audit row written by the same statement.
+// The state machine is package tiers' (Decide, Takeover, Apply*): the
+// statements encode its success conditions, and when a statement writes
+// nothing the row is read back and the pure functions name the answer or the
+// error, so both paths give tiers' answers exactly.
+//
+// Time is never PostgreSQL's: every decision compares the times carried by
+// the call's params (the service's injected clock). The server's now()
+// appears only in bookkeeping columns (schema_migrations.applied_at,
+// audit_log.logged_at).
+//
+// The schema lives in migrations/*.sql, the statements in queries/*.sql,
+// both embedded in the binary.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+var _ tiers.Durable = (*Store)(nil)
+
+// defaultConnectTimeout bounds one connection attempt when Config leaves it
+// zero: a dead server must turn into ErrUnavailable well within a caller's
+// deadline, not after the kernel's TCP retries.
+const defaultConnectTimeout = 5 * time.Second
+
+// partitionsAhead is how many months of audit partitions beyond the current
+// one Migrate and New create, so a process may run that long without a
+// restart before a write has to create its month's partition itself.
+const partitionsAhead = 3
+
+// Config configures New. Zero values mean the defaults.
+type Config struct {
+	// URL is a libpq URL or key=value string (postgres://user@host/db).
+	URL string
+	// MaxConns caps the pool. Zero means max(8, 4×GOMAXPROCS): every claim
+	// holds a connection for a round trip or two, and pgxpool's own default
+	// (max(4, NumCPU): 4 on a small machine) queues claims behind each other
+	// under a burst of retries.
+	MaxConns int32
+	// ConnectTimeout bounds one connection attempt; zero means 5s.
+	ConnectTimeout time.Duration
+	// Migrate applies pending migrations (Migrate) before the pool opens.
+	// Without it New refuses a database whose schema is older than this
+	// binary's.
+	Migrate bool
+}
+
+// Store is the PostgreSQL durable tier. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New opens a pool on cfg.URL, migrates the schema when cfg.Migrate is set,
+// checks that the schema is this binary's, and makes sure the audit log has
+// partitions for this month and the next three. The database must answer:
+// when it cannot be reached the error wraps tiers.ErrUnavailable, so a caller
+// may retry.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	pcfg, err := poolConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Migrate {
+		if err := migrate(ctx, pcfg.ConnConfig.Copy()); err != nil {
+			return nil, err
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open pool: %w", err)
+	}
+	s := &Store{pool: pool}
+	if err := s.checkSchema(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	// Partition provisioning follows the wall clock: it prepares storage
+	// and decides nothing, and a write whose (service-clock) month has no
+	// partition creates it anyway.
+	if err := s.EnsureAuditPartitions(ctx, time.Now(), partitionsAhead); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// poolConfig turns cfg into a pgxpool configuration, applying the defaults.
+func poolConfig(cfg Config) (*pgxpool.Config, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("postgres: Config.URL is empty")
+	}
+	if cfg.MaxConns < 0 {
+		return nil, fmt.Errorf("postgres: Config.MaxConns: %d is negative", cfg.MaxConns)
+	}
+	if cfg.ConnectTimeout < 0 {
+		return nil, fmt.Errorf("postgres: Config.ConnectTimeout: %v is negative", cfg.ConnectTimeout)
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		// pgconn's ParseConfigError masks the password in its text.
+		return nil, fmt.Errorf("postgres: Config.URL: %w", err)
+	}
+	pcfg.MaxConns = cfg.MaxConns
+	if pcfg.MaxConns == 0 {
+		pcfg.MaxConns = int32(max(8, 4*runtime.GOMAXPROCS(0)))
+	}
+	pcfg.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	if pcfg.ConnConfig.ConnectTimeout == 0 {
+		pcfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
+	return pcfg, nil
+}
+
+// checkSchema refuses a database that Migrate has not brought up to this
+// binary's schema: the statements would fail on every call instead.
+func (s *Store) checkSchema(ctx context.Context) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	want := ms[len(ms)-1].version
+	var have int
+	err = s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&have)
+	if isUndefinedTable(err) {
+		return fmt.Errorf("postgres: database has no schema_migrations table: run claimd migrate (schema version %d)", want)
+	}
+	if err != nil {
+		return fail(ctx, "check schema", err)
+	}
+	if have < want {
+		return fmt.Errorf("postgres: database schema version %d is older than this binary's %d: run claimd migrate", have, want)
+	}
+	return nil
+}
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	return fail(ctx, "ping", s.pool.Ping(ctx))
+}
+
+// Close closes the pool, waiting for connections in use to be returned.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// Stats reports the number of records and of audit partitions. The record
+// count is exact, so it scans claims: call it for operators and tests, not
+// on every metrics scrape.
+func (s *Store) Stats(ctx context.Context) (claims int64, auditPartitions int, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM claims),
+		(SELECT count(*) FROM pg_inherits WHERE inhparent = 'audit_log'::regclass)`).Scan(&claims, &auditPartitions)
+	if err != nil {
+		return 0, 0, fail(ctx, "stats", err)
+	}
+	return claims, auditPartitions, nil
+}
+
+// Get reads the record of k.
+func (s *Store) Get(ctx context.Context, k tiers.Key) (tiers.Record, error) {
+	rec, err := s.get(ctx, k)
+	if err != nil && !errors.Is(err, tiers.ErrNotFound) {
+		return tiers.Record{}, fail(ctx, "get "+k.String(), err)
+	}
+	return rec, err
+}
+
+// get reads the record of k in a statement of its own, so it sees every row
+// committed before it starts. It returns tiers.ErrNotFound or the raw
+// database error.
+func (s *Store) get(ctx context.Context, k tiers.Key) (tiers.Record, error) {
+	rec, err := scanRecord(s.pool.QueryRow(ctx, getSQL, k.Namespace, k.Provider, k.Key), k)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return tiers.Record{}, fmt.Errorf("postgres: %s: %w", k, tiers.ErrNotFound)
+	}
+	return rec, err
+}

@@ -1,0 +1,22 @@
+-- release gives the key back on behalf of the holder of token $5, with its
+-- audit row: the next claim acquires it (RELEASED, token + 1).
+--
+-- $1 namespace, $2 provider, $3 key, $4 now, $5 token. The WHERE clause is
+-- tiers.ApplyRelease's success condition; a repeated release matches nothing
+-- and the caller answers it from the row as a no-op.
+WITH u AS (
+    UPDATE claims SET
+        released         = true,
+        lease_expires_at = $4,
+        version          = version + 1,
+        updated_at       = $4
+    WHERE namespace = $1 AND provider = $2 AND key = $3
+      AND token = $5 AND NOT released AND state NOT IN ({SETTLED}, {FAILED})
+    RETURNING {RECORD}
+),
+a AS (
+    INSERT INTO audit_log (at, namespace, provider, key, op, state, token, version, holder, attempt_id)
+    SELECT $4, $1, $2, $3, 'release', u.state, u.token, u.version, u.holder, u.attempt_id
+    FROM u
+)
+SELECT {RECORD} FROM u

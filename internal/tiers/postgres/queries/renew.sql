@@ -1,0 +1,21 @@
+-- renew sets the lease of the current holder to $5, with its audit row.
+--
+-- $1 namespace, $2 provider, $3 key, $4 now, $5 lease end (now + lease),
+-- $6 token. The WHERE clause is tiers.ApplyRenew's success condition; a lease
+-- that ran out may still be renewed while nobody has taken the key over
+-- (fencing is by token, not by clock).
+WITH u AS (
+    UPDATE claims SET
+        lease_expires_at = $5,
+        version          = version + 1,
+        updated_at       = $4
+    WHERE namespace = $1 AND provider = $2 AND key = $3
+      AND token = $6 AND NOT released AND state NOT IN ({SETTLED}, {FAILED})
+    RETURNING {RECORD}
+),
+a AS (
+    INSERT INTO audit_log (at, namespace, provider, key, op, state, token, version, holder, attempt_id)
+    SELECT $4, $1, $2, $3, 'renew', u.state, u.token, u.version, u.holder, u.attempt_id
+    FROM u
+)
+SELECT {RECORD} FROM u

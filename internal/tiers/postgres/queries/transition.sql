@@ -1,0 +1,28 @@
+-- transition moves a record to $5, fenced by its token, with its audit row.
+--
+-- $1 namespace, $2 provider, $3 key, $4 now, $5 target state,
+-- $6 whether to store $7 as the result (a terminal target), $7 result,
+-- $8 the new lease end or NULL to keep it, $9 token,
+-- $10 the states the target may be reached from (tiers.AllowedFrom).
+--
+-- The WHERE clause is tiers.ApplyTransition's success condition: the current
+-- token, not released, and an allowed predecessor state. No row means one of
+-- them failed (or the key is absent); the caller reads the row and lets
+-- ApplyTransition name the error, or the no-op repeat.
+WITH u AS (
+    UPDATE claims SET
+        state            = $5,
+        version          = version + 1,
+        updated_at       = $4,
+        result           = CASE WHEN $6::boolean THEN $7::bytea ELSE result END,
+        lease_expires_at = coalesce($8::timestamptz, lease_expires_at)
+    WHERE namespace = $1 AND provider = $2 AND key = $3
+      AND token = $9 AND NOT released AND state = ANY ($10::smallint[])
+    RETURNING {RECORD}
+),
+a AS (
+    INSERT INTO audit_log (at, namespace, provider, key, op, state, token, version, holder, attempt_id)
+    SELECT $4, $1, $2, $3, 'transition', u.state, u.token, u.version, u.holder, u.attempt_id
+    FROM u
+)
+SELECT {RECORD} FROM u
