@@ -1,0 +1,178 @@
+package horizon
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode"
+	"unicode/utf8"
+)
+
+// KeySource says where a key came from. The values match the proto enum
+// KeySource (KEY_SOURCE_EVENT_ID ...), so the service converts them one to one.
+type KeySource uint8
+
+// Sources of a key.
+const (
+	KeySourceUnspecified KeySource = iota
+	// KeySourceEventID: the caller sent the provider's event id itself.
+	KeySourceEventID
+	// KeySourceHeader: read from a delivery header (header:<Name>).
+	KeySourceHeader
+	// KeySourceBodyField: read from the JSON body (json:<path>), or joined
+	// from rules of which at least one reads the body.
+	KeySourceBodyField
+	// KeySourceBodyHash: the hash of the raw body, "sha256:<hex>", used by
+	// the sha256 rule and whenever a rule's value is absent.
+	KeySourceBodyHash
+)
+
+var keySourceNames = [...]string{"UNSPECIFIED", "EVENT_ID", "HEADER", "BODY_FIELD", "BODY_HASH"}
+
+// String returns the name of s as in the proto enum, without its prefix:
+// "BODY_HASH" for KEY_SOURCE_BODY_HASH.
+func (s KeySource) String() string {
+	if int(s) < len(keySourceNames) {
+		return keySourceNames[s]
+	}
+	return fmt.Sprintf("KeySource(%d)", s)
+}
+
+// MaxKeyLen is the longest key a rule may derive, in bytes: the bound the
+// API puts on an event_id, so a derived key is as valid as a sent one.
+const MaxKeyLen = 255
+
+// Sentinel errors of key derivation. The service maps both to
+// INVALID_ARGUMENT with errors.Is; a *KeyError carries the rule for the
+// message.
+var (
+	// ErrMalformedBody: the delivery cannot yield a key under the rule: a
+	// json rule met a body that is not valid JSON, the value has the wrong
+	// type or is not a valid key, a header is given twice with different
+	// values, or the value is absent and the body is empty (there is nothing
+	// to hash).
+	ErrMalformedBody = errors.New("malformed delivery")
+	// ErrNoKeyRule: the provider (or group) has no key rule, so the caller
+	// must send the event id instead of the raw delivery.
+	ErrNoKeyRule = errors.New("no key rule")
+)
+
+// KeyError reports a delivery from which a rule cannot derive a key. It
+// unwraps to ErrMalformedBody and to the underlying cause, if any.
+type KeyError struct {
+	Rule   string // the rule, as written: "json:id"
+	Reason string // what is wrong: "body is not valid JSON"
+	Cause  error  // the parser's error, or nil
+}
+
+// Error renders e as "key rule <rule>: <reason>[: <cause>]".
+func (e *KeyError) Error() string {
+	if e.Cause != nil {
+		return "key rule " + e.Rule + ": " + e.Reason + ": " + e.Cause.Error()
+	}
+	return "key rule " + e.Rule + ": " + e.Reason
+}
+
+// Unwrap returns ErrMalformedBody and the cause.
+func (e *KeyError) Unwrap() []error {
+	if e.Cause != nil {
+		return []error{ErrMalformedBody, e.Cause}
+	}
+	return []error{ErrMalformedBody}
+}
+
+func malformed(rule, reason string, cause error) error {
+	return &KeyError{Rule: rule, Reason: reason, Cause: cause}
+}
+
+// DeriveKey derives the key of a raw delivery by p's rule. A value the rule
+// finds is the key (src says where it came from); when the value is absent or
+// empty, the key is the hash of the raw body, "sha256:<hex>", with
+// src = KeySourceBodyHash: the provider resends the same bytes, so the hash
+// still recognises its retries.
+//
+// Errors: ErrNoKeyRule when p has no rule; a *KeyError (ErrMalformedBody)
+// when the delivery is malformed under the rule. headers match
+// case-insensitively; body is never modified or retained.
+func (p *Provider) DeriveKey(headers map[string]string, body []byte) (key string, src KeySource, err error) {
+	if p.Rule == nil {
+		if p.IsGroup() {
+			return "", KeySourceUnspecified, fmt.Errorf("%w: group %s: its members derive keys by different rules; send event_id", ErrNoKeyRule, p.Name)
+		}
+		return "", KeySourceUnspecified, fmt.Errorf("%w: provider %s derives no key from a delivery; send event_id", ErrNoKeyRule, p.Name)
+	}
+	return deriveKey(p.Rule, headers, body)
+}
+
+func deriveKey(r Rule, headers map[string]string, body []byte) (string, KeySource, error) {
+	d := delivery{headers: headers, body: body}
+	v, found, err := r.eval(&d)
+	if err != nil {
+		return "", KeySourceUnspecified, err
+	}
+	if found {
+		if reason := invalidKey(v); reason != "" {
+			return "", KeySourceUnspecified, malformed(r.String(), reason, nil)
+		}
+		return v, r.Source(), nil
+	}
+	if len(body) == 0 {
+		// Every such delivery would hash alike: one would be served as the
+		// duplicate of another, unrelated one.
+		return "", KeySourceUnspecified, malformed(r.String(), "no value under the rule and the body is empty, so there is nothing to hash", nil)
+	}
+	return bodyHashKey(body), KeySourceBodyHash, nil
+}
+
+// bodyHashKey is the key of a raw body: "sha256:" and the hex of its hash.
+func bodyHashKey(body []byte) string {
+	sum := sha256.Sum256(body)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// invalidKey says why v cannot be a key, or returns "". A key travels in
+// proto string fields (which must be UTF-8) and in storage keys and logs
+// (where control characters do harm).
+func invalidKey(v string) string {
+	if len(v) > MaxKeyLen {
+		return fmt.Sprintf("value is %d bytes long, more than %d", len(v), MaxKeyLen)
+	}
+	if !utf8.ValidString(v) {
+		return "value is not valid UTF-8"
+	}
+	for _, c := range v {
+		if unicode.IsControl(c) {
+			return fmt.Sprintf("value has a control character (%U)", c)
+		}
+	}
+	return ""
+}
+
+// delivery is one raw delivery under evaluation; it remembers the JSON
+// validity of the body so that joined json rules check it once.
+type delivery struct {
+	headers map[string]string
+	body    []byte
+
+	jsonChecked bool
+	jsonErr     error
+}
+
+// checkJSON reports whether the body is one valid JSON value. The whole body
+// is checked, not only the part a path reads: a truncated body is not the
+// body the provider signed, whatever its first field says.
+func (d *delivery) checkJSON() error {
+	if !d.jsonChecked {
+		d.jsonChecked = true
+		if !json.Valid(d.body) {
+			// Valid says no without saying why; Unmarshal says why.
+			d.jsonErr = json.Unmarshal(d.body, new(json.RawMessage))
+			if d.jsonErr == nil {
+				d.jsonErr = errors.New("invalid JSON")
+			}
+		}
+	}
+	return d.jsonErr
+}

@@ -1,0 +1,261 @@
+package horizon
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Rule derives a delivery's key from its headers and raw body. A Rule is
+// immutable and safe for concurrent use. The only implementations are the
+// ones ParseRule returns: header:<Name>, json:<path>, rules joined with +,
+// and sha256.
+type Rule interface {
+	// String returns the rule as ParseRule accepts it; ParseRule(r.String())
+	// yields an equal rule.
+	String() string
+	// Source is where a key found by this rule comes from. A delivery that
+	// lacks the value falls back to the body hash (KeySourceBodyHash).
+	Source() KeySource
+
+	// eval returns the rule's value for d. found is false when the value is
+	// absent, null or empty; err is a *KeyError when the delivery is malformed
+	// under the rule.
+	eval(d *delivery) (value string, found bool, err error)
+}
+
+// Bounds of a rule. They keep a rule readable and keep the work of deriving a
+// key proportional to the body, whatever a providers file says.
+const (
+	maxRuleLen   = 1024
+	maxJoinParts = 8
+)
+
+// ParseRule parses a key rule:
+//
+//	header:<Name>      the value of header Name, matched case-insensitively
+//	json:<path>        a string or number in a JSON body; path is a dot path
+//	                   with array indexes, e.g. notificationItems[0].pspReference
+//	<rule>+<rule>...   the values of several rules joined with ":" (all must
+//	                   be present)
+//	sha256             the hash of the raw body: "sha256:<hex>"
+//
+// ParseRule refuses a header rule that reads a per-delivery signature or
+// timestamp header (Stripe-Signature, webhook-timestamp, ...): those change on
+// every retry, so a key read from them would let each retry of one event
+// through as a new event.
+func ParseRule(s string) (Rule, error) {
+	switch {
+	case s == "":
+		return nil, fmt.Errorf("key rule is empty: want header:<Name>, json:<path>, rules joined with +, or sha256")
+	case len(s) > maxRuleLen:
+		return nil, fmt.Errorf("key rule is %d bytes long, more than %d", len(s), maxRuleLen)
+	case !utf8.ValidString(s):
+		return nil, fmt.Errorf("key rule %q is not valid UTF-8", s)
+	}
+	if !strings.Contains(s, "+") {
+		return parseSingleRule(s)
+	}
+	texts := strings.Split(s, "+")
+	if len(texts) > maxJoinParts {
+		return nil, fmt.Errorf("key rule %q joins %d rules, more than %d", s, len(texts), maxJoinParts)
+	}
+	j := &joinedRule{text: s}
+	seen := make(map[string]bool, len(texts))
+	for _, t := range texts {
+		if t == "" {
+			return nil, fmt.Errorf("key rule %q has an empty part: join rules as json:a+json:b", s)
+		}
+		if seen[t] {
+			return nil, fmt.Errorf("key rule %q joins %s twice", s, t)
+		}
+		seen[t] = true
+		part, err := parseSingleRule(t)
+		if err != nil {
+			return nil, err
+		}
+		j.parts = append(j.parts, part)
+	}
+	return j, nil
+}
+
+func parseSingleRule(s string) (Rule, error) {
+	switch {
+	case s == "sha256":
+		return bodyHashRule{}, nil
+	case strings.HasPrefix(s, "header:"):
+		return parseHeaderRule(s, strings.TrimPrefix(s, "header:"))
+	case strings.HasPrefix(s, "json:"):
+		steps, err := parsePath(strings.TrimPrefix(s, "json:"))
+		if err != nil {
+			return nil, fmt.Errorf("key rule %q: %w", s, err)
+		}
+		return &jsonRule{text: s, steps: steps}, nil
+	default:
+		return nil, fmt.Errorf("key rule %q: unknown kind: want header:<Name>, json:<path>, rules joined with +, or sha256", s)
+	}
+}
+
+// volatileHeaders are headers known to be computed per delivery attempt:
+// signatures over a timestamp, and the timestamps themselves. The value says
+// whose header it is, for the error message.
+var volatileHeaders = map[string]string{
+	"stripe-signature":              "Stripe's signature (with its t= timestamp)",
+	"webhook-signature":             "the Standard Webhooks signature",
+	"webhook-timestamp":             "the Standard Webhooks timestamp",
+	"svix-signature":                "Svix's signature",
+	"svix-timestamp":                "Svix's timestamp",
+	"x-hub-signature":               "GitHub's signature",
+	"x-hub-signature-256":           "GitHub's signature",
+	"x-shopify-hmac-sha256":         "Shopify's signature",
+	"paypal-transmission-sig":       "PayPal's transmission signature",
+	"paypal-transmission-time":      "PayPal's transmission time",
+	"x-twilio-signature":            "Twilio's signature",
+	"x-square-hmacsha256-signature": "Square's signature",
+	"x-square-signature":            "Square's signature",
+	"hmacsignature":                 "Adyen's HMAC signature",
+	"date":                          "the HTTP date of the attempt",
+}
+
+// volatileWords catch the signature and timestamp headers of senders not
+// listed in volatileHeaders.
+var volatileWords = []string{"signature", "hmac", "timestamp"}
+
+func parseHeaderRule(rule, name string) (Rule, error) {
+	if name == "" {
+		return nil, fmt.Errorf("key rule %q: header name is empty", rule)
+	}
+	for i := 0; i < len(name); i++ {
+		if !isHeaderNameByte(name[i]) {
+			return nil, fmt.Errorf("key rule %q: header name %q has a character not allowed in a header name at byte %d", rule, name, i)
+		}
+	}
+	lower := strings.ToLower(name)
+	what, known := volatileHeaders[lower]
+	if !known {
+		for _, w := range volatileWords {
+			if strings.Contains(lower, w) {
+				what, known = "a signature or timestamp header", true
+				break
+			}
+		}
+	}
+	if known {
+		return nil, fmt.Errorf("key rule %q: header %s is %s: it changes on every retry of one event, "+
+			"so a key read from it would let each retry through as a new event", rule, name, what)
+	}
+	return &headerRule{text: rule, name: name}, nil
+}
+
+// isHeaderNameByte reports whether c may appear in a header name: an RFC 9110
+// token character, except '+', which joins rules.
+func isHeaderNameByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*-.^_`|~", c) >= 0
+}
+
+// headerRule reads one header, case-insensitively.
+type headerRule struct {
+	text string
+	name string
+}
+
+func (r *headerRule) String() string    { return r.text }
+func (r *headerRule) Source() KeySource { return KeySourceHeader }
+
+func (r *headerRule) eval(d *delivery) (string, bool, error) {
+	var value string
+	seen := false
+	for k, v := range d.headers {
+		if !strings.EqualFold(k, r.name) {
+			continue
+		}
+		v = strings.Trim(v, " \t")
+		if seen && v != value {
+			// Two spellings of one header with different values: which one
+			// names the event is a guess, and a wrong guess is a false
+			// duplicate or a double side effect.
+			return "", false, malformed(r.text, fmt.Sprintf("header %s is given twice with different values", r.name), nil)
+		}
+		value, seen = v, true
+	}
+	return value, value != "", nil
+}
+
+// jsonRule reads a string or number at a path in a JSON body.
+type jsonRule struct {
+	text  string
+	steps []pathStep
+}
+
+func (r *jsonRule) String() string    { return r.text }
+func (r *jsonRule) Source() KeySource { return KeySourceBodyField }
+
+func (r *jsonRule) eval(d *delivery) (string, bool, error) {
+	if err := d.checkJSON(); err != nil {
+		return "", false, malformed(r.text, "body is not valid JSON", err)
+	}
+	v, found, err := lookupPath(d.body, r.steps)
+	if err != nil {
+		return "", false, malformed(r.text, err.Error(), nil)
+	}
+	return v, found, nil
+}
+
+// joinedRule joins the values of several rules with ":". A key made of some
+// of the parts would name a different thing than the rule says, so the joined
+// value is absent unless every part is present.
+type joinedRule struct {
+	text  string
+	parts []Rule
+}
+
+func (r *joinedRule) String() string { return r.text }
+
+func (r *joinedRule) Source() KeySource {
+	src := KeySourceBodyHash
+	for _, p := range r.parts {
+		switch p.Source() {
+		case KeySourceBodyField:
+			return KeySourceBodyField
+		case KeySourceHeader:
+			src = KeySourceHeader
+		}
+	}
+	return src
+}
+
+func (r *joinedRule) eval(d *delivery) (string, bool, error) {
+	values := make([]string, 0, len(r.parts))
+	all := true
+	// Every part is evaluated even after one is absent, so that a malformed
+	// body is reported whatever the order of the parts.
+	for _, p := range r.parts {
+		v, found, err := p.eval(d)
+		if err != nil {
+			return "", false, err
+		}
+		all = all && found
+		values = append(values, v)
+	}
+	if !all {
+		return "", false, nil
+	}
+	return strings.Join(values, ":"), true, nil
+}
+
+// bodyHashRule is the fallback rule: the hash of the raw body.
+type bodyHashRule struct{}
+
+func (bodyHashRule) String() string    { return "sha256" }
+func (bodyHashRule) Source() KeySource { return KeySourceBodyHash }
+
+func (bodyHashRule) eval(d *delivery) (string, bool, error) {
+	if len(d.body) == 0 {
+		return "", false, nil
+	}
+	return bodyHashKey(d.body), true, nil
+}

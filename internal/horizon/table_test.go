@@ -1,0 +1,98 @@
+package horizon_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claimd/claimd/internal/horizon"
+)
+
+func TestFormatDuration(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{72 * time.Hour, "72h"},
+		{12 * time.Hour, "12h"},
+		{720 * time.Hour, "720h"},
+		{time.Hour, "1h"},
+		{60 * time.Second, "60s"},
+		{15 * time.Second, "15s"},
+		{90 * time.Second, "90s"},
+		{10 * time.Minute, "10m"},
+		{90 * time.Minute, "1h30m"},
+		{27*time.Hour + 35*time.Minute + 5*time.Second, "27h35m5s"},
+		{time.Hour + 15*time.Second, "1h0m15s"},
+		{1500 * time.Millisecond, "1.5s"},
+		{-time.Hour, "-1h"},
+	}
+	for _, tc := range tests {
+		got := horizon.FormatDuration(tc.d)
+		if got != tc.want {
+			t.Errorf("FormatDuration(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+		if d, err := time.ParseDuration(got); err != nil || d != tc.d {
+			t.Errorf("time.ParseDuration(FormatDuration(%v)) = %v, %v; want the duration back", tc.d, d, err)
+		}
+	}
+}
+
+func TestTable(t *testing.T) {
+	r := mustDefault(t)
+	reviewed := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		desc        string
+		now         time.Time
+		wantOverdue string
+	}{
+		{desc: "fresh reviews", now: reviewed.AddDate(0, 1, 0), wantOverdue: "no"},
+		{desc: "reviews older than the review age", now: reviewed.AddDate(1, 0, 0), wantOverdue: "yes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := r.Table(&buf, tc.now, 180*24*time.Hour); err != nil {
+				t.Fatalf("Table() error = %v", err)
+			}
+			lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
+			if got, want := strings.Fields(lines[0]), []string{"NAME", "HORIZON", "MARGIN", "TTL", "LEASE", "MAX_LEASE", "KEY", "RULE", "SOURCE", "REVIEWED", "OVERDUE"}; strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("Table() header = %q, want %q", got, want)
+			}
+			if len(lines) != len(r.List())+1 {
+				t.Fatalf("Table() has %d lines, want a header and %d rows:\n%s", len(lines), len(r.List()), buf.String())
+			}
+			rows := map[string][]string{}
+			for _, l := range lines[1:] {
+				f := strings.Fields(l)
+				rows[f[0]] = f
+			}
+			wantRows := map[string][]string{
+				"stripe": {"stripe", "72h", "12h", "84h", "60s", "10m", "json:id", "https://docs.stripe.com/webhooks#retries", "2026-11-01", tc.wantOverdue},
+				"twilio": {"twilio", "15s", "1h", "1h0m15s", "60s", "10m", "header:I-Twilio-Idempotency-Token"},
+				"adyen":  {"adyen", "720h", "24h", "744h", "60s", "1h"},
+				"billing": {"billing", "720h", "24h", "744h", "60s", "1h", "-", "group", "of", "adyen,", "paypal,", "stripe;", "ttl", "from", "adyen",
+					"2026-11-01", tc.wantOverdue},
+			}
+			for name, want := range wantRows {
+				got := rows[name]
+				if len(got) < len(want) || strings.Join(got[:len(want)], " ") != strings.Join(want, " ") {
+					t.Errorf("Table() row %s = %q, want it to start %q", name, got, want)
+				}
+			}
+		})
+	}
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestTableReportsWriteErrors(t *testing.T) {
+	if err := mustDefault(t).Table(failingWriter{}, time.Now(), 0); err == nil {
+		t.Error("Table(failing writer) error = nil, want the write error")
+	}
+}
