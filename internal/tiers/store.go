@@ -156,7 +156,9 @@ type Fast interface {
 	// Reserve decides atomically from the cached record (see FastVerdict).
 	Reserve(ctx context.Context, p ReserveParams) (FastResult, error)
 	// Put caches rec until rec.WindowExpiresAt, replacing a pending marker or
-	// an older Version, never a newer Version.
+	// an older record, never a newer one. Records are ordered by window
+	// (a later window is newer: after a prune a key starts again at Version
+	// 1), then by Version.
 	Put(ctx context.Context, rec Record) error
 	// Abort deletes k's pending marker if it still carries nonce; anything
 	// else under k is left alone.

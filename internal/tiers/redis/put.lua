@@ -13,16 +13,23 @@
 --
 -- Invariants. A record replaces only an absent key, a pending marker (which
 -- counts as version 0), or an older version of itself: a slow Put never
--- undoes a newer one. The key expires at the record's window end (PEXPIREAT,
+-- undoes a newer one. Versions are ordered by (window end, version): a
+-- record of a later window is newer whatever its version, because after a
+-- prune a key claimed anew starts again at version 1. The key expires at the record's window end (PEXPIREAT,
 -- rounded up to the millisecond), so the fast tier never outlives the durable
 -- record's window; a window already over deletes the key at once.
 
 local key = KEYS[1]
 local version = tonumber(ARGV[1])
 
-local cur = redis.call('HGET', key, 'version')
-if cur and tonumber(cur) >= version then
-  return 0
+local window = tonumber(ARGV[14])
+
+local cur = redis.call('HMGET', key, 'version', 'window')
+if cur[1] then
+  local curWindow = tonumber(cur[2])
+  if curWindow > window or (curWindow == window and tonumber(cur[1]) >= version) then
+    return 0
+  end
 end
 
 -- DEL drops the pending marker's fields along with any older record.

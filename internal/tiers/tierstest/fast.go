@@ -77,6 +77,7 @@ var fastCases = []struct {
 	{"an expired pending marker is replaced", testFastPendingExpiry},
 	{"put replaces the pending marker and decides the next reserve", testFastPutDecides},
 	{"put never replaces a newer version", testFastVersions},
+	{"a later window replaces a higher version of an earlier one", testFastLaterWindow},
 	{"record fields round-trip", testFastRoundTrip},
 	{"records that may change hands go to the durable tier", testFastTakeover},
 	{"payload mismatch and attempt_id", testFastMismatchAttempt},
@@ -200,4 +201,19 @@ func testFastMismatchAttempt(t *testing.T, fe *fastEnv) {
 		t.Fatalf("Reserve(same attempt) reason/token = %v/%d, want NEW/1", res.Reason, res.Record.Token)
 	}
 	fe.want("k", fe.reserve("k", "n", func(r *tiers.ReserveParams) { r.AttemptID = "att-2" }), tiers.FastDecided, tiers.OutcomeInProgress)
+}
+
+func testFastLaterWindow(t *testing.T, fe *fastEnv) {
+	old := fe.record("k")
+	old.State, old.Version, old.Token = tiers.StateSettled, 5, 3
+	fe.put(old)
+	// The old record was pruned after its window; the key is claimed anew.
+	fe.clk.Advance(stripeTTL + time.Hour)
+	fresh := fe.record("k")
+	fe.put(fresh)
+	res := fe.reserve("k", "n1")
+	fe.want("k", res, tiers.FastDecided, tiers.OutcomeInProgress)
+	if res.Record.Version != 1 || res.Record.Token != 1 {
+		t.Fatalf("after Put of a new window: version/token = %d/%d, want 1/1", res.Record.Version, res.Record.Token)
+	}
 }
