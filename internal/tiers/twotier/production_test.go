@@ -1,0 +1,216 @@
+package twotier_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/testenv"
+	"github.com/claimd/claimd/internal/tiers"
+	"github.com/claimd/claimd/internal/tiers/postgres"
+	"github.com/claimd/claimd/internal/tiers/redis"
+	"github.com/claimd/claimd/internal/tiers/tierstest"
+	"github.com/claimd/claimd/internal/tiers/twotier"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// TestRedisPostgresPair runs the conformance suite, unchanged, against the
+// production pairing on real servers: each subtest gets its own database;
+// Redis is shared and isolated by the suite's per-subtest namespace.
+func TestRedisPostgresPair(t *testing.T) {
+	tierstest.Run(t, func(t *testing.T) tierstest.Opener {
+		pgURL := testenv.Postgres(t, postgres.Migrate)
+		redisURL := testenv.Redis(t)
+		return func(t *testing.T) tiers.Store {
+			return openPair(t, redisURL, pgURL, twotier.Config{})
+		}
+	})
+}
+
+func openPair(t *testing.T, redisURL, pgURL string, cfg twotier.Config) *twotier.Store {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := postgres.New(ctx, postgres.Config{URL: pgURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := redis.New(ctx, redis.Config{URL: redisURL})
+	if err != nil {
+		pg.Close()
+		t.Fatal(err)
+	}
+	return twotier.New(rd, pg, cfg)
+}
+
+// counter is an Observer that counts what the composition reports.
+type counter struct {
+	falseNegatives atomic.Int64
+	fastErrors     atomic.Int64
+}
+
+func (c *counter) FastFalseNegative() { c.falseNegatives.Add(1) }
+func (c *counter) TierError(tier tiers.Tier, _ string, _ error) {
+	if tier == tiers.TierFast {
+		c.fastErrors.Add(1)
+	}
+}
+
+type fixture struct {
+	t     *testing.T
+	store *twotier.Store
+	clk   *clock.Fake
+	obs   *counter
+	rdb   *goredis.Client
+	redis *testenv.Server
+	pg    *testenv.Server
+}
+
+// newFixture starts private servers (the test stops and restarts them) and
+// composes them without the local cache, so every answer comes from the
+// tier under test.
+func newFixture(t *testing.T) *fixture {
+	f := &fixture{t: t, clk: clock.NewFake(time.Now()), obs: &counter{}}
+	f.redis = testenv.StartRedis(t)
+	f.pg = testenv.StartPostgres(t, postgres.Migrate)
+	f.store = openPair(t, f.redis.URL(), f.pg.URL(), twotier.Config{LocalEntries: -1, Observer: f.obs})
+	t.Cleanup(func() { f.store.Close() })
+	opts, err := goredis.ParseURL(f.redis.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rdb = goredis.NewClient(opts)
+	t.Cleanup(func() { f.rdb.Close() })
+	return f
+}
+
+func (f *fixture) params(k string) tiers.ClaimParams {
+	return tiers.ClaimParams{
+		Key: tiers.Key{Namespace: "billing", Provider: "stripe", Key: k},
+		Now: f.clk.Now(), Lease: time.Minute, TTL: 84 * time.Hour, Holder: "pod-a",
+	}
+}
+
+func (f *fixture) claim(k string, want tiers.Outcome, wantBy tiers.Tier) tiers.ClaimResult {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := f.store.Claim(ctx, f.params(k))
+	if err != nil {
+		f.t.Fatalf("Claim(%q) error = %v", k, err)
+	}
+	if res.Outcome != want || res.ServedBy != wantBy {
+		f.t.Fatalf("Claim(%q) = %v served by %v, want %v served by %v", k, res.Outcome, res.ServedBy, want, wantBy)
+	}
+	return res
+}
+
+func (f *fixture) settle(k string, token uint64, result string) {
+	f.t.Helper()
+	for _, to := range []tiers.State{tiers.StateProcessing, tiers.StateSettled} {
+		p := tiers.TransitionParams{Key: f.params(k).Key, Now: f.clk.Now(), Token: token, To: to}
+		if to == tiers.StateSettled {
+			p.Result = []byte(result)
+		}
+		if _, _, err := f.store.Transition(context.Background(), p); err != nil {
+			f.t.Fatalf("Transition(%q, →%v) error = %v", k, to, err)
+		}
+	}
+}
+
+func (f *fixture) redisKeyExists(k string) bool {
+	f.t.Helper()
+	n, err := f.rdb.Exists(context.Background(), "idem:{billing:stripe:"+k+"}").Result()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return n == 1
+}
+
+// (a) A flush of the fast tier between a settled claim and its duplicate:
+// the durable tier answers, and repairs the fast tier.
+func TestFastTierFlushIsCaughtByDurable(t *testing.T) {
+	f := newFixture(t)
+	res := f.claim("evt_flush", tiers.OutcomeAcquired, tiers.TierDurable)
+	f.settle("evt_flush", res.Record.Token, "receipt-1")
+	f.claim("evt_flush", tiers.OutcomeDuplicate, tiers.TierFast)
+
+	if err := f.rdb.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dup := f.claim("evt_flush", tiers.OutcomeDuplicate, tiers.TierDurable)
+	if string(dup.Record.Result) != "receipt-1" {
+		t.Fatalf("Claim(after FLUSHALL) result = %q, want receipt-1", dup.Record.Result)
+	}
+	if n := f.obs.falseNegatives.Load(); n != 1 {
+		t.Fatalf("fast-tier false negatives = %d, want 1", n)
+	}
+	again := f.claim("evt_flush", tiers.OutcomeDuplicate, tiers.TierFast)
+	if string(again.Record.Result) != "receipt-1" {
+		t.Fatalf("Claim(after repair) result = %q, want receipt-1", again.Record.Result)
+	}
+}
+
+// (b) PostgreSQL down: a new claim fails closed within its deadline and
+// leaves no fast-tier key; once PostgreSQL is back the same claim is NEW.
+func TestDurableOutageFailsClosed(t *testing.T) {
+	f := newFixture(t)
+	f.claim("evt_before", tiers.OutcomeAcquired, tiers.TierDurable)
+	f.pg.Stop(t)
+
+	const deadline = 3 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	started := time.Now()
+	_, err := f.store.Claim(ctx, f.params("evt_outage"))
+	if elapsed := time.Since(started); elapsed > deadline+500*time.Millisecond {
+		t.Fatalf("Claim(durable down) took %v, want within its %v deadline", elapsed, deadline)
+	}
+	if !errors.Is(err, tiers.ErrUnavailable) {
+		t.Fatalf("Claim(durable down) error = %v, want ErrUnavailable", err)
+	}
+	if f.redisKeyExists("evt_outage") {
+		t.Fatal("Claim(durable down) left a fast-tier key: the retry would be answered IN_PROGRESS by a claim that never happened")
+	}
+	// The fast tier still answers what it knows, and never invents a duplicate.
+	f.claim("evt_before", tiers.OutcomeInProgress, tiers.TierFast)
+
+	f.pg.Start(t)
+	res := f.claim("evt_outage", tiers.OutcomeAcquired, tiers.TierDurable)
+	if res.Reason != tiers.ReasonNew || res.Record.Token != 1 {
+		t.Fatalf("Claim(after recovery) = %v/%v token %d, want ACQUIRED/NEW token 1", res.Outcome, res.Reason, res.Record.Token)
+	}
+}
+
+// (c) Redis down: everything stays correct through PostgreSQL alone; when
+// Redis returns, the fast tier is used again without a restart.
+func TestFastTierOutageDegrades(t *testing.T) {
+	f := newFixture(t)
+	f.redis.Stop(t)
+
+	a := f.claim("evt_deg", tiers.OutcomeAcquired, tiers.TierDurable)
+	f.claim("evt_deg", tiers.OutcomeInProgress, tiers.TierDurable)
+	f.settle("evt_deg", a.Record.Token, "receipt-2")
+	dup := f.claim("evt_deg", tiers.OutcomeDuplicate, tiers.TierDurable)
+	if string(dup.Record.Result) != "receipt-2" {
+		t.Fatalf("Claim(duplicate, redis down) result = %q", dup.Record.Result)
+	}
+	if f.obs.fastErrors.Load() == 0 {
+		t.Fatal("no fast-tier errors observed while Redis was down")
+	}
+
+	f.redis.Start(t)
+	b := f.claim("evt_back", tiers.OutcomeAcquired, tiers.TierDurable)
+	f.claim("evt_back", tiers.OutcomeInProgress, tiers.TierFast)
+	f.settle("evt_back", b.Record.Token, "receipt-3")
+	f.claim("evt_back", tiers.OutcomeDuplicate, tiers.TierFast)
+	// The record settled while Redis was down is repaired on first use.
+	f.claim("evt_deg", tiers.OutcomeDuplicate, tiers.TierDurable)
+	f.claim("evt_deg", tiers.OutcomeDuplicate, tiers.TierFast)
+}

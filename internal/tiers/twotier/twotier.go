@@ -1,0 +1,269 @@
+// Package twotier composes a Fast tier in front of a Durable tier into one
+// tiers.Store, exactly as DESIGN §3 describes: a process-local cache of
+// terminal records, then one atomic fast-tier step, then the durable tier as
+// the source of truth. It knows the tier interfaces, never a backend.
+package twotier
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// Observer is told what the composition saw; metrics implement it.
+type Observer interface {
+	// FastFalseNegative: the fast tier had no record but the durable tier
+	// did (a flush, an eviction, a failover) and decided from it.
+	FastFalseNegative()
+	// TierError: a tier failed an operation (the composition degraded or
+	// failed closed).
+	TierError(tier tiers.Tier, op string, err error)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) FastFalseNegative()                  {}
+func (nopObserver) TierError(tiers.Tier, string, error) {}
+
+// Config tunes the composition. Zero values mean the defaults.
+type Config struct {
+	// PendingTTL bounds how long a pending marker stands in the fast tier if
+	// this process dies between the fast and the durable step. Concurrent
+	// claims see it as IN_PROGRESS, a retryable answer, never a DUPLICATE.
+	// Default 5s.
+	PendingTTL time.Duration
+	// LocalEntries bounds the process-local cache of terminal records.
+	// Default 10000; negative disables the cache.
+	LocalEntries int
+	// LocalBytes bounds the results held by the local cache. Default 64 MiB.
+	LocalBytes int64
+	// CleanupTimeout bounds the rollback of a pending marker after a failed
+	// durable step (it runs even when the caller's context is done).
+	// Default 1s.
+	CleanupTimeout time.Duration
+	// Observer receives events; nil means none.
+	Observer Observer
+}
+
+func (c Config) withDefaults() Config {
+	if c.PendingTTL <= 0 {
+		c.PendingTTL = 5 * time.Second
+	}
+	if c.LocalEntries == 0 {
+		c.LocalEntries = 10000
+	}
+	if c.LocalBytes <= 0 {
+		c.LocalBytes = 64 << 20
+	}
+	if c.CleanupTimeout <= 0 {
+		c.CleanupTimeout = time.Second
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
+	return c
+}
+
+// Store is a Fast tier in front of a Durable one.
+type Store struct {
+	fast    tiers.Fast
+	durable tiers.Durable
+	local   *localCache // nil when disabled
+	cfg     Config
+
+	noncePrefix string
+	nonceSeq    atomic.Uint64
+}
+
+var _ tiers.Store = (*Store)(nil)
+
+// New composes fast in front of durable. The Store owns both: Close closes
+// them.
+func New(fast tiers.Fast, durable tiers.Durable, cfg Config) *Store {
+	cfg = cfg.withDefaults()
+	s := &Store{fast: fast, durable: durable, cfg: cfg, noncePrefix: randomPrefix()}
+	if cfg.LocalEntries > 0 {
+		s.local = newLocalCache(cfg.LocalEntries, cfg.LocalBytes)
+	}
+	return s
+}
+
+func randomPrefix() string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return hex.EncodeToString(b) + "-"
+}
+
+// nonce identifies one claim call's pending marker: unique across replicas
+// (random prefix) and within this one (sequence).
+func (s *Store) nonce() string {
+	return s.noncePrefix + strconv.FormatUint(s.nonceSeq.Add(1), 36)
+}
+
+// Claim follows DESIGN §3.
+func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
+	// 1. A terminal record within its window never changes: answer locally.
+	if s.local != nil {
+		if rec, ok := s.local.get(p.Key, p.Now); ok {
+			out := tiers.OutcomeDuplicate
+			if tiers.PayloadsDiffer(rec.PayloadHash, p.PayloadHash) {
+				out = tiers.OutcomePayloadMismatch
+			}
+			return tiers.ClaimResult{Outcome: out, Record: rec, ServedBy: tiers.TierLocal}, nil
+		}
+	}
+
+	// 2. One atomic fast-tier step.
+	nonce := s.nonce()
+	fr, err := s.fast.Reserve(ctx, tiers.ReserveParams{
+		Key: p.Key, Now: p.Now, Nonce: nonce, PendingTTL: s.cfg.PendingTTL,
+		PayloadHash: p.PayloadHash, AttemptID: p.AttemptID,
+	})
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return tiers.ClaimResult{}, ctxErr
+		}
+		// 5. Fast tier unreachable: degraded, still correct.
+		s.cfg.Observer.TierError(tiers.TierFast, "reserve", err)
+		return s.claimDurable(ctx, p, false)
+	}
+	switch fr.Verdict {
+	case tiers.FastDecided:
+		if fr.Outcome == tiers.OutcomeDuplicate {
+			s.remember(fr.Record)
+		}
+		return tiers.ClaimResult{Outcome: fr.Outcome, Reason: fr.Reason, Record: fr.Record, ServedBy: tiers.TierFast}, nil
+	case tiers.FastTakeover:
+		return s.claimDurable(ctx, p, true)
+	}
+
+	// 3. Reserved: the durable tier decides; 4. if it cannot, roll back our
+	// own marker so the provider's retry is not answered IN_PROGRESS by it.
+	res, err := s.durable.Claim(ctx, p)
+	if err != nil {
+		s.abort(p.Key, nonce)
+		return res, err
+	}
+	if res.Outcome != tiers.OutcomeAcquired || res.Reason != tiers.ReasonNew {
+		s.cfg.Observer.FastFalseNegative()
+	}
+	s.repair(ctx, res.Record)
+	if res.Outcome == tiers.OutcomeDuplicate {
+		s.remember(res.Record)
+	}
+	return res, nil
+}
+
+// claimDurable asks the durable tier and, when the fast tier answers,
+// caches the decision there.
+func (s *Store) claimDurable(ctx context.Context, p tiers.ClaimParams, fastUp bool) (tiers.ClaimResult, error) {
+	res, err := s.durable.Claim(ctx, p)
+	if err != nil {
+		return res, err
+	}
+	if fastUp {
+		s.repair(ctx, res.Record)
+	}
+	if res.Outcome == tiers.OutcomeDuplicate {
+		s.remember(res.Record)
+	}
+	return res, nil
+}
+
+// repair copies a durable record into the fast tier. It is best effort: a
+// fast tier that misses an update only ever answers IN_PROGRESS (retryable)
+// or defers to the durable tier; it cannot invent a DUPLICATE, because it
+// holds a terminal record only after the durable tier committed it.
+func (s *Store) repair(ctx context.Context, rec tiers.Record) {
+	if err := s.fast.Put(ctx, rec); err != nil && ctx.Err() == nil {
+		s.cfg.Observer.TierError(tiers.TierFast, "put", err)
+	}
+}
+
+// abort deletes our pending marker after a failed durable step. It runs on a
+// context of its own: the caller's may already be done, and a marker left
+// behind would answer the provider's retry IN_PROGRESS until PendingTTL.
+//
+// The durable step may have committed before failing (a timeout after the
+// statement was sent). Then the row exists without a fast-tier copy: the
+// retry reaches the durable tier, finds a live lease (IN_PROGRESS, retryable)
+// and, once it ends, takes over (ACQUIRED/LEASE_EXPIRED). Never a DUPLICATE.
+func (s *Store) abort(k tiers.Key, nonce string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CleanupTimeout)
+	defer cancel()
+	if err := s.fast.Abort(ctx, k, nonce); err != nil {
+		s.cfg.Observer.TierError(tiers.TierFast, "abort", err)
+	}
+}
+
+func (s *Store) remember(rec tiers.Record) {
+	if s.local != nil && rec.State.Terminal() {
+		s.local.add(rec)
+	}
+}
+
+// Transition commits to the durable tier, then refreshes the fast tier.
+func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers.Record, bool, error) {
+	rec, changed, err := s.durable.Transition(ctx, p)
+	if err != nil {
+		return rec, changed, err
+	}
+	if changed {
+		s.repair(ctx, rec)
+	}
+	s.remember(rec)
+	return rec, changed, nil
+}
+
+// Renew commits to the durable tier, then refreshes the fast tier.
+func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, error) {
+	rec, err := s.durable.Renew(ctx, p)
+	if err == nil {
+		s.repair(ctx, rec)
+	}
+	return rec, err
+}
+
+// Release commits to the durable tier, then refreshes the fast tier so the
+// next claim there is sent to the durable tier to take over.
+func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Record, error) {
+	rec, err := s.durable.Release(ctx, p)
+	if err == nil {
+		s.repair(ctx, rec)
+	}
+	return rec, err
+}
+
+// Get reads the source of truth.
+func (s *Store) Get(ctx context.Context, k tiers.Key) (tiers.Record, error) {
+	return s.durable.Get(ctx, k)
+}
+
+// Prune deletes expired records from the durable tier (the fast tier expires
+// its own at the window end).
+func (s *Store) Prune(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	return s.durable.Prune(ctx, cutoff, limit)
+}
+
+// Ping reports the durable tier's health: without it nothing can be decided,
+// without the fast tier everything still can.
+func (s *Store) Ping(ctx context.Context) error { return s.durable.Ping(ctx) }
+
+// Close closes both tiers.
+func (s *Store) Close() error {
+	return errors.Join(s.fast.Close(), s.durable.Close())
+}
+
+// Fast and Durable expose the composed tiers (for metrics sampling).
+func (s *Store) Fast() tiers.Fast { return s.fast }
+
+// Durable returns the durable tier.
+func (s *Store) Durable() tiers.Durable { return s.durable }
