@@ -1,0 +1,96 @@
+package service
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/horizon"
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// The tiers enums share the proto enums' numbers (pinned by
+// TestEnumNumbersMatch), so conversion is a cast.
+
+func pbState(s tiers.State) pb.EventState  { return pb.EventState(s) }
+func pbOutcome(o tiers.Outcome) pb.Outcome { return pb.Outcome(o) }
+func pbReason(r tiers.Reason) pb.Reason    { return pb.Reason(r) }
+func pbTier(t tiers.Tier) pb.Tier          { return pb.Tier(t) }
+
+func pbKeySource(s horizon.KeySource) pb.KeySource {
+	switch s {
+	case horizon.KeySourceEventID:
+		return pb.KeySource_KEY_SOURCE_EVENT_ID
+	case horizon.KeySourceHeader:
+		return pb.KeySource_KEY_SOURCE_HEADER
+	case horizon.KeySourceBodyField:
+		return pb.KeySource_KEY_SOURCE_BODY_FIELD
+	case horizon.KeySourceBodyHash:
+		return pb.KeySource_KEY_SOURCE_BODY_HASH
+	}
+	return pb.KeySource_KEY_SOURCE_UNSPECIFIED
+}
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func pbRecord(r tiers.Record) *pb.Record {
+	return &pb.Record{
+		Namespace:       r.Key.Namespace,
+		Provider:        r.Key.Provider,
+		Key:             r.Key.Key,
+		State:           pbState(r.State),
+		FencingToken:    r.Token,
+		Holder:          r.Holder,
+		Attempt:         r.Attempt,
+		Released:        r.Released,
+		FirstSeenAt:     ts(r.FirstSeenAt),
+		LeaseExpiresAt:  ts(r.LeaseExpiresAt),
+		WindowExpiresAt: ts(r.WindowExpiresAt),
+		UpdatedAt:       ts(r.UpdatedAt),
+		PayloadSha256:   r.PayloadHash,
+		Result:          r.Result,
+	}
+}
+
+func pbClaimResponse(res tiers.ClaimResult, key string, src horizon.KeySource, ttl time.Duration) *pb.ClaimResponse {
+	r := res.Record
+	return &pb.ClaimResponse{
+		Outcome:         pbOutcome(res.Outcome),
+		Reason:          pbReason(res.Reason),
+		Key:             key,
+		KeySource:       pbKeySource(src),
+		FencingToken:    r.Token,
+		State:           pbState(r.State),
+		LeaseExpiresAt:  ts(r.LeaseExpiresAt),
+		WindowExpiresAt: ts(r.WindowExpiresAt),
+		Ttl:             durationpb.New(ttl),
+		Attempt:         r.Attempt,
+		FirstSeenAt:     ts(r.FirstSeenAt),
+		Result:          r.Result,
+		ServedBy:        pbTier(res.ServedBy),
+		Holder:          r.Holder,
+	}
+}
+
+func pbProvider(p *horizon.Provider, overdue bool) *pb.Provider {
+	return &pb.Provider{
+		Name:          p.Name,
+		RetryHorizon:  durationpb.New(p.RetryHorizon),
+		Margin:        durationpb.New(p.Margin),
+		Ttl:           durationpb.New(p.TTL),
+		Lease:         durationpb.New(p.Lease),
+		MaxLease:      durationpb.New(p.MaxLease),
+		KeyRule:       p.KeyRule,
+		Source:        p.Source,
+		ReviewedOn:    p.ReviewedOn.Format(time.DateOnly),
+		ReviewOverdue: overdue,
+		Members:       p.Members,
+	}
+}

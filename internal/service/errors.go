@@ -1,0 +1,117 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/horizon"
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// ErrorDomain is the ErrorInfo domain of every error claimd returns.
+const ErrorDomain = "claimd.dev"
+
+// ErrorInfo reasons. Clients branch on these, not on messages.
+const (
+	ReasonInvalidTransition  = "INVALID_TRANSITION"
+	ReasonStaleToken         = "STALE_TOKEN"
+	ReasonRecordNotFound     = "RECORD_NOT_FOUND"
+	ReasonProviderNotFound   = "PROVIDER_NOT_FOUND"
+	ReasonDurableUnavailable = "DURABLE_TIER_UNAVAILABLE"
+	ReasonInvalidArgument    = "INVALID_ARGUMENT"
+	reasonInternal           = "INTERNAL"
+)
+
+// violation is one bad field: its path in the request and the rule broken.
+type violation struct {
+	field, desc string
+}
+
+// invalidArgument is bad input: every violation found, none written.
+type invalidArgument struct {
+	violations []violation
+}
+
+func (e *invalidArgument) Error() string {
+	parts := make([]string, len(e.violations))
+	for i, v := range e.violations {
+		parts[i] = v.field + ": " + v.desc
+	}
+	return strings.Join(parts, "; ")
+}
+
+// providerNotFound is a provider name missing from the registry.
+type providerNotFound struct {
+	field, name string
+}
+
+func (e *providerNotFound) Error() string {
+	return fmt.Sprintf("%s: provider %q is not registered (see ListProviders)", e.field, e.name)
+}
+
+// toStatus is the one place where errors become gRPC statuses. Tiers and
+// horizon return sentinels and typed errors; they are matched with
+// errors.Is/As so wrapping never turns them into Unknown.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	var (
+		inv *invalidArgument
+		pnf *providerNotFound
+		te  *tiers.TransitionError
+	)
+	switch {
+	case errors.As(err, &inv):
+		br := &errdetails.BadRequest{}
+		for _, v := range inv.violations {
+			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v.field, Description: v.desc})
+		}
+		return withDetails(codes.InvalidArgument, err.Error(), br, info(ReasonInvalidArgument, nil))
+	case errors.As(err, &pnf):
+		return withDetails(codes.NotFound, err.Error(), info(ReasonProviderNotFound, map[string]string{"provider": pnf.name}))
+	case errors.As(err, &te):
+		md := map[string]string{"current_state": stateName(te.Current)}
+		if te.To != tiers.StateUnspecified {
+			md["to"] = stateName(te.To)
+		}
+		return withDetails(codes.FailedPrecondition, te.Error()+" (current state "+stateName(te.Current)+")", info(ReasonInvalidTransition, md))
+	case errors.Is(err, tiers.ErrStaleToken):
+		return withDetails(codes.FailedPrecondition, err.Error(), info(ReasonStaleToken, nil))
+	case errors.Is(err, tiers.ErrNotFound):
+		return withDetails(codes.NotFound, err.Error(), info(ReasonRecordNotFound, nil))
+	case errors.Is(err, tiers.ErrUnavailable):
+		// Fail closed: the provider must retry later, and nothing was left
+		// behind that would turn that retry into a false duplicate.
+		return withDetails(codes.Unavailable, "durable tier unavailable, retry later: "+err.Error(), info(ReasonDurableUnavailable, nil))
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, horizon.ErrMalformedBody), errors.Is(err, horizon.ErrNoKeyRule):
+		return toStatus(&invalidArgument{violations: []violation{{field: "ClaimRequest.delivery", desc: err.Error()}}})
+	}
+	return withDetails(codes.Internal, err.Error(), info(reasonInternal, nil))
+}
+
+func info(reason string, md map[string]string) *errdetails.ErrorInfo {
+	return &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: md}
+}
+
+func withDetails(c codes.Code, msg string, details ...protoadapt.MessageV1) error {
+	st := status.New(c, msg)
+	if with, err := st.WithDetails(details...); err == nil {
+		st = with
+	}
+	return st.Err()
+}
+
+func stateName(s tiers.State) string { return pb.EventState(s).String() }

@@ -1,0 +1,378 @@
+// Package service speaks gRPC: it validates requests, derives keys through
+// the provider registry, calls a tiers.Store and maps its answers and errors
+// to the idempotency.v1 API. It holds no storage detail.
+package service
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/horizon"
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// Config wires a Service. Zero values of the optional fields mean defaults.
+type Config struct {
+	Store    tiers.Store       // required
+	Registry *horizon.Registry // required
+	Clock    clock.Clock       // default clock.Real
+	// ReviewAge is the age past which a provider's reviewed_on is overdue.
+	// Default 180 days.
+	ReviewAge time.Duration
+	// StoreTimeout bounds each store call when the caller set no shorter
+	// deadline, so an unreachable tier answers UNAVAILABLE in time for the
+	// provider's own timeout. Default 5s.
+	StoreTimeout time.Duration
+	// Logger receives one line per request. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Service implements ClaimService and ProviderService.
+type Service struct {
+	pb.UnimplementedClaimServiceServer
+	pb.UnimplementedProviderServiceServer
+	cfg Config
+}
+
+// New returns a Service over cfg.Store.
+func New(cfg Config) *Service {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.ReviewAge <= 0 {
+		cfg.ReviewAge = 180 * 24 * time.Hour
+	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{cfg: cfg}
+}
+
+// Register registers both services on r.
+func (s *Service) Register(r grpc.ServiceRegistrar) {
+	pb.RegisterClaimServiceServer(r, s)
+	pb.RegisterProviderServiceServer(r, s)
+}
+
+func (s *Service) bounded(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.StoreTimeout+extra)
+}
+
+// storeErr names a store call that ran out of the service's own time bound
+// (not the caller's) for what it is: the tier did not answer, so fail
+// closed with UNAVAILABLE and let the provider retry.
+func storeErr(caller context.Context, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && caller.Err() == nil {
+		return tiers.Unavailable("store", err)
+	}
+	return err
+}
+
+// lookup finds a registered provider or group; field names the request field
+// for the error.
+func (s *Service) lookup(field, name string) (*horizon.Provider, error) {
+	p, ok := s.cfg.Registry.Lookup(name)
+	if !ok {
+		return nil, &providerNotFound{field: field, name: name}
+	}
+	return p, nil
+}
+
+// claim is a validated ClaimRequest.
+type claim struct {
+	params tiers.ClaimParams
+	src    horizon.KeySource
+	wait   time.Duration
+}
+
+func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
+	c := &checker{msg: "ClaimRequest"}
+	c.namespace(req.GetNamespace())
+	c.provider(req.GetProvider())
+	if err := c.err(); err != nil {
+		return claim{}, err
+	}
+	prov, err := s.lookup("ClaimRequest.provider", req.GetProvider())
+	if err != nil {
+		return claim{}, err
+	}
+
+	var (
+		key  string
+		src  horizon.KeySource
+		hash = req.GetPayloadSha256()
+	)
+	if len(hash) != 0 && len(hash) != sha256Bytes {
+		c.add("payload_sha256", "%d bytes, want %d (a SHA-256 digest)", len(hash), sha256Bytes)
+	}
+	switch k := req.GetKey().(type) {
+	case *pb.ClaimRequest_EventId:
+		key, src = k.EventId, horizon.KeySourceEventID
+		c.key("event_id", key)
+	case *pb.ClaimRequest_Delivery:
+		body := k.Delivery.GetBody()
+		derived, dsrc, err := prov.DeriveKey(k.Delivery.GetHeaders(), body)
+		if err != nil {
+			c.add("delivery", "%v", err)
+			break
+		}
+		key, src = derived, dsrc
+		c.key("delivery (derived key)", key)
+		sum := sha256.Sum256(body)
+		if len(hash) == sha256Bytes && !bytes.Equal(hash, sum[:]) {
+			c.add("payload_sha256", "does not match sha256(delivery.body)")
+		}
+		hash = sum[:]
+	default:
+		c.add("key", "exactly one of event_id or delivery is required")
+	}
+	if scope := req.GetScope(); scope != "" && c.text("scope", scope, 1, MaxKeyBytes) && key != "" {
+		key += ":" + scope
+		if len(key) > MaxKeyBytes {
+			c.add("scope", "key with scope is %d bytes, exceeds the maximum of %d", len(key), MaxKeyBytes)
+		}
+	}
+	leaseDur := c.duration("lease", req.GetLease(), prov.MaxLease, "max_lease")
+	if leaseDur == 0 {
+		leaseDur = prov.Lease
+	}
+	var wait time.Duration
+	if w := req.GetWait(); w != nil && (w.CheckValid() != nil || w.AsDuration() != 0) {
+		wait = c.duration("wait", w, MaxWait, "the maximum wait") // an explicit zero means "do not wait"
+	}
+	c.text("holder", req.GetHolder(), 0, MaxHolderBytes)
+	c.text("attempt_id", req.GetAttemptId(), 0, MaxAttemptIDBytes)
+	if err := c.err(); err != nil {
+		return claim{}, err
+	}
+	if len(hash) == 0 {
+		hash = nil
+	}
+	return claim{
+		params: tiers.ClaimParams{
+			Key:         tiers.Key{Namespace: req.GetNamespace(), Provider: prov.Name, Key: key},
+			Now:         s.cfg.Clock.Now(),
+			Lease:       leaseDur,
+			TTL:         prov.TTL,
+			PayloadHash: hash,
+			Holder:      req.GetHolder(),
+			AttemptID:   req.GetAttemptId(),
+		},
+		src:  src,
+		wait: wait,
+	}, nil
+}
+
+// Claim implements ClaimService.Claim.
+func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
+	start := time.Now()
+	cl, err := s.validateClaim(req)
+	if err != nil {
+		s.logRequest(ctx, "Claim", req.GetNamespace(), req.GetProvider(), "", start, err)
+		return nil, toStatus(err)
+	}
+	sctx, cancel := s.bounded(ctx, cl.wait)
+	defer cancel()
+	res, err := tiers.ClaimWait(sctx, s.cfg.Store, cl.params, cl.wait, s.cfg.Clock.Now)
+	if err != nil {
+		err = storeErr(ctx, err)
+		s.logRequest(ctx, "Claim", cl.params.Key.Namespace, cl.params.Key.Provider, cl.params.Key.Key, start, err)
+		return nil, toStatus(err)
+	}
+	prov, _ := s.cfg.Registry.Lookup(cl.params.Key.Provider)
+	s.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "claim",
+		slog.String("namespace", cl.params.Key.Namespace),
+		slog.String("provider", cl.params.Key.Provider),
+		slog.String("key", cl.params.Key.Key),
+		slog.String("key_source", pbKeySource(cl.src).String()),
+		slog.String("outcome", res.Outcome.String()),
+		slog.String("reason", res.Reason.String()),
+		slog.String("served_by", res.ServedBy.String()),
+		slog.String("state", res.Record.State.String()),
+		slog.Uint64("fencing_token", res.Record.Token),
+		slog.Float64("latency_ms", msSince(start)),
+	)
+	return pbClaimResponse(res, cl.params.Key.Key, cl.src, prov.TTL), nil
+}
+
+// recordRef validates the (namespace, provider, key) of a follow-up call.
+func (s *Service) recordRef(c *checker, ns, provider, key string) (tiers.Key, *horizon.Provider, error) {
+	c.namespace(ns)
+	c.provider(provider)
+	c.key("key", key)
+	if err := c.err(); err != nil {
+		return tiers.Key{}, nil, err
+	}
+	prov, err := s.lookup(c.msg+".provider", provider)
+	if err != nil {
+		return tiers.Key{}, nil, err
+	}
+	return tiers.Key{Namespace: ns, Provider: prov.Name, Key: key}, prov, nil
+}
+
+// Transition implements ClaimService.Transition.
+func (s *Service) Transition(ctx context.Context, req *pb.TransitionRequest) (*pb.TransitionResponse, error) {
+	start := time.Now()
+	p, err := s.validateTransition(req)
+	if err == nil {
+		sctx, cancel := s.bounded(ctx, 0)
+		defer cancel()
+		var (
+			rec     tiers.Record
+			changed bool
+		)
+		rec, changed, err = s.cfg.Store.Transition(sctx, p)
+		err = storeErr(ctx, err)
+		if err == nil {
+			s.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "transition",
+				slog.String("namespace", p.Key.Namespace), slog.String("provider", p.Key.Provider),
+				slog.String("key", p.Key.Key), slog.String("state_transition", "→"+p.To.String()),
+				slog.Bool("changed", changed), slog.Uint64("fencing_token", p.Token),
+				slog.Float64("latency_ms", msSince(start)))
+			return &pb.TransitionResponse{Record: pbRecord(rec), Changed: changed}, nil
+		}
+	}
+	s.logRequest(ctx, "Transition", req.GetNamespace(), req.GetProvider(), req.GetKey(), start, err)
+	return nil, toStatus(err)
+}
+
+func (s *Service) validateTransition(req *pb.TransitionRequest) (tiers.TransitionParams, error) {
+	c := &checker{msg: "TransitionRequest"}
+	k, prov, err := s.recordRef(c, req.GetNamespace(), req.GetProvider(), req.GetKey())
+	if err != nil {
+		return tiers.TransitionParams{}, err
+	}
+	c.token(req.GetFencingToken())
+	to := tiers.State(req.GetTo())
+	if to == tiers.StateUnspecified || to > tiers.StateFailed {
+		c.add("to", "%v is not a target state", req.GetTo())
+	}
+	if n := len(req.GetResult()); n > MaxResultBytes {
+		c.add("result", "%d bytes exceeds the maximum of %d (64 KiB)", n, MaxResultBytes)
+	} else if n > 0 && !to.Terminal() {
+		c.add("result", "only stored with a terminal target (SETTLED or FAILED)")
+	}
+	lease := c.duration("extend_lease", req.GetExtendLease(), prov.MaxLease, "max_lease")
+	if lease > 0 && to.Terminal() {
+		c.add("extend_lease", "not allowed with a terminal target")
+	}
+	if err := c.err(); err != nil {
+		return tiers.TransitionParams{}, err
+	}
+	return tiers.TransitionParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(), To: to, Result: req.GetResult(), Lease: lease}, nil
+}
+
+// Renew implements ClaimService.Renew.
+func (s *Service) Renew(ctx context.Context, req *pb.RenewRequest) (*pb.RenewResponse, error) {
+	start := time.Now()
+	c := &checker{msg: "RenewRequest"}
+	k, prov, err := s.recordRef(c, req.GetNamespace(), req.GetProvider(), req.GetKey())
+	if err == nil {
+		c.token(req.GetFencingToken())
+		lease := c.duration("lease", req.GetLease(), prov.MaxLease, "max_lease")
+		if lease == 0 {
+			lease = prov.Lease
+		}
+		if err = c.err(); err == nil {
+			sctx, cancel := s.bounded(ctx, 0)
+			defer cancel()
+			var rec tiers.Record
+			rec, err = s.cfg.Store.Renew(sctx, tiers.RenewParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(), Lease: lease})
+			err = storeErr(ctx, err)
+			if err == nil {
+				s.logRequest(ctx, "Renew", k.Namespace, k.Provider, k.Key, start, nil)
+				return &pb.RenewResponse{Record: pbRecord(rec)}, nil
+			}
+		}
+	}
+	s.logRequest(ctx, "Renew", req.GetNamespace(), req.GetProvider(), req.GetKey(), start, err)
+	return nil, toStatus(err)
+}
+
+// Release implements ClaimService.Release.
+func (s *Service) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+	start := time.Now()
+	c := &checker{msg: "ReleaseRequest"}
+	k, _, err := s.recordRef(c, req.GetNamespace(), req.GetProvider(), req.GetKey())
+	if err == nil {
+		c.token(req.GetFencingToken())
+		if err = c.err(); err == nil {
+			sctx, cancel := s.bounded(ctx, 0)
+			defer cancel()
+			var rec tiers.Record
+			rec, err = s.cfg.Store.Release(sctx, tiers.ReleaseParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken()})
+			err = storeErr(ctx, err)
+			if err == nil {
+				s.logRequest(ctx, "Release", k.Namespace, k.Provider, k.Key, start, nil)
+				return &pb.ReleaseResponse{Record: pbRecord(rec)}, nil
+			}
+		}
+	}
+	s.logRequest(ctx, "Release", req.GetNamespace(), req.GetProvider(), req.GetKey(), start, err)
+	return nil, toStatus(err)
+}
+
+// Get implements ClaimService.Get.
+func (s *Service) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetResponse, error) {
+	c := &checker{msg: "GetRequest"}
+	k, _, err := s.recordRef(c, req.GetNamespace(), req.GetProvider(), req.GetKey())
+	if err == nil {
+		sctx, cancel := s.bounded(ctx, 0)
+		defer cancel()
+		var rec tiers.Record
+		if rec, err = s.cfg.Store.Get(sctx, k); err == nil {
+			return &pb.GetResponse{Record: pbRecord(rec)}, nil
+		}
+		err = storeErr(ctx, err)
+	}
+	return nil, toStatus(err)
+}
+
+// ListProviders implements ProviderService.ListProviders.
+func (s *Service) ListProviders(context.Context, *pb.ListProvidersRequest) (*pb.ListProvidersResponse, error) {
+	now := s.cfg.Clock.Now()
+	resp := &pb.ListProvidersResponse{}
+	for _, p := range s.cfg.Registry.List() {
+		resp.Providers = append(resp.Providers, pbProvider(p, p.ReviewOverdue(now, s.cfg.ReviewAge)))
+	}
+	return resp, nil
+}
+
+// GetProvider implements ProviderService.GetProvider.
+func (s *Service) GetProvider(_ context.Context, req *pb.GetProviderRequest) (*pb.GetProviderResponse, error) {
+	if req.GetName() == "" {
+		return nil, toStatus(&invalidArgument{violations: []violation{{field: "GetProviderRequest.name", desc: "required"}}})
+	}
+	p, err := s.lookup("GetProviderRequest.name", req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.GetProviderResponse{Provider: pbProvider(p, p.ReviewOverdue(s.cfg.Clock.Now(), s.cfg.ReviewAge))}, nil
+}
+
+func (s *Service) logRequest(ctx context.Context, method, ns, provider, key string, start time.Time, err error) {
+	level := slog.LevelInfo
+	attrs := []slog.Attr{
+		slog.String("namespace", ns), slog.String("provider", provider), slog.String("key", key),
+		slog.Float64("latency_ms", msSince(start)),
+	}
+	if err != nil {
+		st := toStatus(err)
+		attrs = append(attrs, slog.String("error", st.Error()))
+		level = slog.LevelWarn
+	}
+	s.cfg.Logger.LogAttrs(ctx, level, method, attrs...)
+}
+
+func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }

@@ -1,0 +1,109 @@
+package service
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Bounds of the API (DESIGN §2). They are part of the contract: clients rely
+// on them, so they are constants, not configuration.
+const (
+	MaxKeyBytes       = 255
+	MaxHolderBytes    = 255
+	MaxAttemptIDBytes = 128
+	MaxResultBytes    = 64 << 10
+	MaxWait           = 30 * time.Second
+	sha256Bytes       = 32
+)
+
+var namespacePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// checker collects every violation of one request, so a caller fixes all of
+// them at once.
+type checker struct {
+	msg string // request message name, e.g. "ClaimRequest"
+	vs  []violation
+}
+
+func (c *checker) add(field, format string, args ...any) {
+	c.vs = append(c.vs, violation{field: c.msg + "." + field, desc: fmt.Sprintf(format, args...)})
+}
+
+func (c *checker) err() error {
+	if len(c.vs) == 0 {
+		return nil
+	}
+	return &invalidArgument{violations: c.vs}
+}
+
+func (c *checker) namespace(ns string) {
+	switch {
+	case ns == "":
+		c.add("namespace", "required")
+	case !namespacePattern.MatchString(ns):
+		c.add("namespace", "%q must match %s", ns, namespacePattern)
+	}
+}
+
+func (c *checker) provider(name string) {
+	if name == "" {
+		c.add("provider", "required")
+	}
+}
+
+// text checks a key-like string: valid UTF-8, no control characters, and
+// between min and max bytes. It reports whether s passed.
+func (c *checker) text(field, s string, minBytes, maxBytes int) bool {
+	switch {
+	case len(s) < minBytes && minBytes == 1:
+		c.add(field, "required")
+	case len(s) > maxBytes:
+		c.add(field, "%d bytes exceeds the maximum of %d", len(s), maxBytes)
+	case !utf8.ValidString(s):
+		c.add(field, "must be valid UTF-8")
+	default:
+		for i, r := range s {
+			if unicode.IsControl(r) {
+				c.add(field, "control character %U at byte %d is not allowed", r, i)
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func (c *checker) key(field, k string) bool { return c.text(field, k, 1, MaxKeyBytes) }
+
+func (c *checker) token(t uint64) {
+	if t == 0 {
+		c.add("fencing_token", "required (the token Claim returned, > 0)")
+	}
+}
+
+// duration checks an optional duration in (0, max]. It returns 0 when d is
+// unset or invalid (a violation is then recorded for an invalid one).
+func (c *checker) duration(field string, d *durationpb.Duration, max time.Duration, maxName string) time.Duration {
+	if d == nil {
+		return 0
+	}
+	if err := d.CheckValid(); err != nil {
+		c.add(field, "invalid duration: %v", err)
+		return 0
+	}
+	v := d.AsDuration()
+	switch {
+	case v <= 0:
+		c.add(field, "%v must be > 0", v)
+		return 0
+	case max > 0 && v > max:
+		c.add(field, "%v exceeds %s %v", v, maxName, max)
+		return 0
+	}
+	return v
+}
