@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/service"
+)
+
+type serveConfig struct {
+	commonConfig
+	Listen          string
+	HTTPListen      string
+	ShutdownTimeout time.Duration
+	ReadyInterval   time.Duration
+}
+
+func runServe(ctx context.Context, args []string, stderr io.Writer) error {
+	var c serveConfig
+	fs := newFlagSet("serve", stderr)
+	bindCommon(fs, &c.commonConfig)
+	fs.StringVar(&c.Listen, "listen", "127.0.0.1:50051", "gRPC listen address (loopback by default)")
+	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:9090", "HTTP listen address for /metrics, /healthz, /readyz")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to drain in-flight calls on SIGTERM")
+	fs.DurationVar(&c.ReadyInterval, "ready-interval", time.Second, "how often readiness pings the durable tier")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	log, err := c.logger(stderr)
+	if err != nil {
+		return err
+	}
+	reg, err := c.registry()
+	if err != nil {
+		return err
+	}
+	clk := clock.Real{}
+	for _, p := range reg.List() {
+		if p.ReviewOverdue(clk.Now(), c.ReviewAge) {
+			log.Warn("provider retry horizon review overdue", "provider", p.Name, "reviewed_on", p.ReviewedOn.Format(time.DateOnly), "review_age", c.ReviewAge.String())
+		}
+	}
+
+	grpcLis, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	httpLis, err := net.Listen("tcp", c.HTTPListen)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("--http-listen: %w", err)
+	}
+
+	st, err := openStores(ctx, &c.commonConfig, nil)
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	defer func() {
+		if err := st.Close(); err != nil {
+			log.Error("closing stores", "err", err)
+		}
+	}()
+
+	srv := grpc.NewServer()
+	service.New(service.Config{Store: st.store, Registry: reg, Clock: clk, ReviewAge: c.ReviewAge, Logger: log}).Register(srv)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	reflection.Register(srv)
+	// NOT_SERVING until the tiers answer (readiness flips it).
+	setHealth(hs, healthpb.HealthCheckResponse_NOT_SERVING)
+
+	var ready atomic.Bool
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready: durable tier unreachable or draining", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(grpcLis) }()
+	go func() { errc <- httpSrv.Serve(httpLis) }()
+	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tiers", st.mode, "version", versionString())
+
+	readyCtx, stopReady := context.WithCancel(ctx)
+	defer stopReady()
+	go watchReady(readyCtx, st, hs, &ready, c.ReadyInterval, log)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("draining", "timeout", c.ShutdownTimeout.String())
+	case serveErr = <-errc:
+		log.Error("server stopped", "err", serveErr)
+	}
+	stopReady()
+	ready.Store(false)
+	hs.Shutdown() // every service NOT_SERVING while draining
+
+	drained := make(chan struct{})
+	go func() { srv.GracefulStop(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(c.ShutdownTimeout):
+		log.Warn("drain timed out; cancelling in-flight calls")
+		srv.Stop()
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutCtx); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+	if serveErr != nil && !errors.Is(serveErr, grpc.ErrServerStopped) && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// watchReady pings the durable tier and flips health and /readyz with its
+// answers. Liveness (/healthz) never depends on it: a database outage must
+// not get healthy replicas restarted.
+func watchReady(ctx context.Context, st *stores, hs *health.Server, ready *atomic.Bool, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, every)
+		err := st.store.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		was := ready.Swap(err == nil)
+		if err == nil {
+			setHealth(hs, healthpb.HealthCheckResponse_SERVING)
+		} else {
+			setHealth(hs, healthpb.HealthCheckResponse_NOT_SERVING)
+		}
+		if was != (err == nil) {
+			log.Info("readiness changed", "ready", err == nil, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func setHealth(hs *health.Server, s healthpb.HealthCheckResponse_ServingStatus) {
+	hs.SetServingStatus("", s)
+	hs.SetServingStatus(pb.ClaimService_ServiceDesc.ServiceName, s)
+	hs.SetServingStatus(pb.ProviderService_ServiceDesc.ServiceName, s)
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/claimd/claimd/internal/tiers"
+	"github.com/claimd/claimd/internal/tiers/memory"
+	"github.com/claimd/claimd/internal/tiers/postgres"
+	"github.com/claimd/claimd/internal/tiers/redis"
+	"github.com/claimd/claimd/internal/tiers/sqlite"
+	"github.com/claimd/claimd/internal/tiers/twotier"
+)
+
+// stores is what the tier flags select: the Store the service calls, and the
+// durable tier under it (for pruning and sampling).
+type stores struct {
+	store   tiers.Store
+	durable tiers.Durable
+	mode    string // for the start-up log line
+}
+
+// openStores builds the tiers of DESIGN §6: embedded by default; PostgreSQL
+// alone with --postgres-url; Redis in front of PostgreSQL with both.
+func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer) (*stores, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if c.PostgresURL != "" {
+		pg, err := postgres.New(ctx, postgres.Config{URL: c.PostgresURL, Migrate: true})
+		if err != nil {
+			return nil, fmt.Errorf("postgres: %w", err)
+		}
+		if c.RedisURL == "" {
+			return &stores{store: pg, durable: pg, mode: "postgres"}, nil
+		}
+		rd, err := redis.New(ctx, redis.Config{URL: c.RedisURL})
+		if err != nil {
+			pg.Close()
+			return nil, fmt.Errorf("redis: %w", err)
+		}
+		return &stores{store: twotier.New(rd, pg, twotier.Config{Observer: obs}), durable: pg, mode: "redis+postgres"}, nil
+	}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	path := filepath.Join(c.DataDir, "claimd.db")
+	lite, err := sqlite.New(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite %s: %w", path, err)
+	}
+	fast := memory.New(memory.Config{})
+	return &stores{store: twotier.New(fast, lite, twotier.Config{Observer: obs}), durable: lite, mode: "embedded (" + path + ")"}, nil
+}
+
+func (s *stores) Close() error {
+	if s == nil {
+		return nil
+	}
+	return errors.Join(s.store.Close())
+}
