@@ -53,6 +53,8 @@ func start(t *testing.T, args ...string) *proc {
 	t.Helper()
 	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"}, args...)
 	cmd := exec.Command(binary, args...)
+	// If the test binary dies (a panic, a timeout), the kernel ends claimd too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
