@@ -1,0 +1,203 @@
+package tiers
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+const (
+	ttl   = 84 * time.Hour
+	lease = time.Minute
+)
+
+func params(now time.Time) ClaimParams {
+	return ClaimParams{Key: Key{"billing", "stripe", "evt_1"}, Now: now, Lease: lease, TTL: ttl, Holder: "pod-b", AttemptID: "att-b"}
+}
+
+// held is a record acquired at t0 by pod-a, token 1.
+func held(mod func(*Record)) *Record {
+	r := NewRecord(ClaimParams{Key: Key{"billing", "stripe", "evt_1"}, Now: t0, Lease: lease, TTL: ttl, Holder: "pod-a", AttemptID: "att-a"})
+	if mod != nil {
+		mod(&r)
+	}
+	return &r
+}
+
+func hash(b byte) []byte {
+	h := make([]byte, 32)
+	h[0] = b
+	return h
+}
+
+func TestDecide(t *testing.T) {
+	tests := []struct {
+		desc       string
+		cur        *Record
+		p          ClaimParams
+		outcome    Outcome
+		reason     Reason
+		write      bool
+		token      uint64
+		state      State
+		windowFrom time.Time // expected start of the window of the answer's record
+	}{
+		{desc: "absent key", cur: nil, p: params(t0), outcome: OutcomeAcquired, reason: ReasonNew, write: true, token: 1, state: StateReceived, windowFrom: t0},
+		{desc: "live lease", cur: held(nil), p: params(t0.Add(lease - time.Nanosecond)), outcome: OutcomeInProgress, token: 1, state: StateReceived, windowFrom: t0},
+		{desc: "lease ends: taken over, state kept", cur: held(func(r *Record) { r.State = StateProcessing }), p: params(t0.Add(lease)),
+			outcome: OutcomeAcquired, reason: ReasonLeaseExpired, write: true, token: 2, state: StateProcessing, windowFrom: t0},
+		{desc: "released: acquired, state restarts", cur: held(func(r *Record) { r.Released, r.State = true, StateValidated }), p: params(t0.Add(time.Second)),
+			outcome: OutcomeAcquired, reason: ReasonReleased, write: true, token: 2, state: StateReceived, windowFrom: t0},
+		{desc: "settled within window", cur: held(func(r *Record) { r.State = StateSettled }), p: params(t0.Add(ttl - time.Second)),
+			outcome: OutcomeDuplicate, token: 1, state: StateSettled, windowFrom: t0},
+		{desc: "failed within window", cur: held(func(r *Record) { r.State = StateFailed }), p: params(t0.Add(time.Hour)),
+			outcome: OutcomeDuplicate, token: 1, state: StateFailed, windowFrom: t0},
+		{desc: "window over: new window", cur: held(func(r *Record) { r.State = StateSettled }), p: params(t0.Add(ttl)),
+			outcome: OutcomeAcquired, reason: ReasonWindowExpired, write: true, token: 2, state: StateReceived, windowFrom: t0.Add(ttl)},
+		{desc: "same attempt_id with live lease", cur: held(nil), p: func() ClaimParams { p := params(t0.Add(time.Second)); p.AttemptID = "att-a"; return p }(),
+			outcome: OutcomeAcquired, reason: ReasonNew, token: 1, state: StateReceived, windowFrom: t0},
+		{desc: "empty attempt_id never matches", cur: held(func(r *Record) { r.AttemptID = "" }), p: func() ClaimParams { p := params(t0.Add(time.Second)); p.AttemptID = ""; return p }(),
+			outcome: OutcomeInProgress, token: 1, state: StateReceived, windowFrom: t0},
+		{desc: "payload mismatch beats terminal", cur: held(func(r *Record) { r.State, r.PayloadHash = StateSettled, hash(1) }),
+			p: func() ClaimParams { p := params(t0.Add(time.Second)); p.PayloadHash = hash(2); return p }(),
+			outcome: OutcomePayloadMismatch, token: 1, state: StateSettled, windowFrom: t0},
+		{desc: "payload mismatch never takes over", cur: held(func(r *Record) { r.PayloadHash = hash(1) }),
+			p: func() ClaimParams { p := params(t0.Add(2 * lease)); p.PayloadHash = hash(2); return p }(),
+			outcome: OutcomePayloadMismatch, token: 1, state: StateReceived, windowFrom: t0},
+		{desc: "unknown hash matches", cur: held(func(r *Record) { r.PayloadHash = hash(1) }), p: params(t0.Add(time.Second)),
+			outcome: OutcomeInProgress, token: 1, state: StateReceived, windowFrom: t0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			res, next, write := Decide(tc.cur, tc.p)
+			if res.Outcome != tc.outcome || res.Reason != tc.reason || write != tc.write {
+				t.Fatalf("Decide(%s) = %v/%v write %v, want %v/%v write %v", tc.desc, res.Outcome, res.Reason, write, tc.outcome, tc.reason, tc.write)
+			}
+			r := res.Record
+			if r.Token != tc.token || r.State != tc.state || !r.FirstSeenAt.Equal(tc.windowFrom) || !r.WindowExpiresAt.Equal(tc.windowFrom.Add(ttl)) {
+				t.Fatalf("Decide(%s) record token/state/window = %d/%v/%v, want %d/%v/%v", tc.desc, r.Token, r.State, r.FirstSeenAt, tc.token, tc.state, tc.windowFrom)
+			}
+			if write {
+				if diff := cmp.Diff(res.Record, next); diff != "" {
+					t.Fatalf("Decide(%s): answered record differs from the stored one (-answer +stored):\n%s", tc.desc, diff)
+				}
+				if next.Holder != "pod-b" || !next.LeaseExpiresAt.Equal(tc.p.Now.Add(lease)) || next.Released {
+					t.Fatalf("Decide(%s) acquired record holder/lease/released = %q/%v/%v", tc.desc, next.Holder, next.LeaseExpiresAt, next.Released)
+				}
+				if tc.cur != nil && (next.Version != tc.cur.Version+1 || next.Attempt != tc.cur.Attempt+1) {
+					t.Fatalf("Decide(%s) version/attempt = %d/%d, want +1", tc.desc, next.Version, next.Attempt)
+				}
+			}
+		})
+	}
+}
+
+func TestApplyTransition(t *testing.T) {
+	states := []State{StateReceived, StateValidated, StateProcessing, StateSettled, StateFailed}
+	for _, from := range states {
+		for _, to := range states {
+			cur := held(func(r *Record) { r.State = from })
+			next, changed, err := ApplyTransition(*cur, TransitionParams{Key: cur.Key, Now: t0.Add(time.Second), Token: 1, To: to, Result: []byte("r")})
+			var te *TransitionError
+			switch {
+			case from == to:
+				if err != nil || changed || next.Version != cur.Version {
+					t.Errorf("repeat %v→%v = changed %v, %v; want a no-op success", from, to, changed, err)
+				}
+			case CanTransition(from, to):
+				if err != nil || !changed || next.State != to || next.Version != cur.Version+1 {
+					t.Errorf("%v→%v = %v changed %v, %v; want applied", from, to, next.State, changed, err)
+				}
+				if to.Terminal() != (string(next.Result) == "r") {
+					t.Errorf("%v→%v result = %q; stored only with a terminal target", from, to, next.Result)
+				}
+			case !errors.As(err, &te) || te.Current != from:
+				t.Errorf("%v→%v error = %v, want TransitionError with current %v", from, to, err, from)
+			}
+		}
+	}
+}
+
+func TestFencing(t *testing.T) {
+	taken := held(func(r *Record) { r.Token = 3 })
+	released := held(func(r *Record) { r.Released = true })
+	settled := held(func(r *Record) { r.State = StateSettled })
+	now := t0.Add(time.Hour)
+	tests := []struct {
+		desc string
+		op   func() error
+		want error
+	}{
+		{"transition with an older token", func() error {
+			_, _, err := ApplyTransition(*taken, TransitionParams{Now: now, Token: 2, To: StateProcessing})
+			return err
+		}, ErrStaleToken},
+		{"transition with a token never issued", func() error {
+			_, _, err := ApplyTransition(*taken, TransitionParams{Now: now, Token: 4, To: StateProcessing})
+			return err
+		}, ErrStaleToken},
+		{"transition after release", func() error {
+			_, _, err := ApplyTransition(*released, TransitionParams{Now: now, Token: 1, To: StateProcessing})
+			return err
+		}, ErrStaleToken},
+		{"transition after the lease ran out, no takeover", func() error {
+			_, _, err := ApplyTransition(*held(nil), TransitionParams{Now: now, Token: 1, To: StateProcessing})
+			return err
+		}, nil},
+		{"renew with an older token", func() error {
+			_, err := ApplyRenew(*taken, RenewParams{Now: now, Token: 1, Lease: lease})
+			return err
+		}, ErrStaleToken},
+		{"renew after release", func() error {
+			_, err := ApplyRenew(*released, RenewParams{Now: now, Token: 1, Lease: lease})
+			return err
+		}, ErrStaleToken},
+		{"release with an older token", func() error {
+			_, _, err := ApplyRelease(*taken, ReleaseParams{Now: now, Token: 1})
+			return err
+		}, ErrStaleToken},
+		{"release again with its token", func() error {
+			_, changed, err := ApplyRelease(*released, ReleaseParams{Now: now, Token: 1})
+			if changed {
+				return errors.New("changed")
+			}
+			return err
+		}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			if err := tc.op(); !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+				t.Fatalf("%s error = %v, want %v", tc.desc, err, tc.want)
+			}
+		})
+	}
+	var te *TransitionError
+	if _, err := ApplyRenew(*settled, RenewParams{Now: now, Token: 1, Lease: lease}); !errors.As(err, &te) || te.Current != StateSettled {
+		t.Fatalf("renew of a settled record error = %v, want TransitionError current SETTLED", err)
+	}
+	if _, _, err := ApplyRelease(*settled, ReleaseParams{Now: now, Token: 1}); !errors.As(err, &te) || te.Current != StateSettled {
+		t.Fatalf("release of a settled record error = %v, want TransitionError current SETTLED", err)
+	}
+}
+
+func TestAllowedFrom(t *testing.T) {
+	tests := []struct {
+		to   State
+		want []State
+	}{
+		{StateValidated, []State{StateReceived}},
+		{StateProcessing, []State{StateReceived, StateValidated}},
+		{StateSettled, []State{StateProcessing}},
+		{StateFailed, []State{StateReceived, StateValidated, StateProcessing}},
+		{StateReceived, nil},
+	}
+	for _, tc := range tests {
+		if diff := cmp.Diff(tc.want, AllowedFrom(tc.to)); diff != "" {
+			t.Errorf("AllowedFrom(%v) (-want +got):\n%s", tc.to, diff)
+		}
+	}
+}
