@@ -471,3 +471,31 @@ func TestDeliveryKeyDerivation(t *testing.T) {
 		t.Fatalf("retry with a new Stripe-Signature t= = key %q outcome %v, want key %q not ACQUIRED", b.Key, b.Outcome, a.Key)
 	}
 }
+
+func TestReviewOverdueIsReported(t *testing.T) {
+	ctx := context.Background()
+	reg, err := horizon.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stripe, _ := reg.Lookup("stripe")
+	for _, tc := range []struct {
+		desc    string
+		now     time.Time
+		overdue bool
+	}{
+		{"reviewed recently", stripe.ReviewedOn.Add(24 * time.Hour), false},
+		{"older than the review age", stripe.ReviewedOn.Add(181 * 24 * time.Hour), true},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			_, providers := dial(t, newTestService(t, embedded(t), clock.NewFake(tc.now)))
+			got, err := providers.GetProvider(ctx, &pb.GetProviderRequest{Name: "stripe"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Provider.ReviewOverdue != tc.overdue {
+				t.Fatalf("GetProvider(stripe) at %v review_overdue = %v, want %v", tc.now, got.Provider.ReviewOverdue, tc.overdue)
+			}
+		})
+	}
+}
