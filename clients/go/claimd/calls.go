@@ -1,0 +1,231 @@
+package claimd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+)
+
+// Delivery is a raw webhook delivery; claimd derives the key from it by the
+// provider's key rule (and hashes the body for payload checks).
+type Delivery struct {
+	// Headers as received; one value per name (ReadDelivery joins repeats).
+	Headers map[string]string
+	// Body byte for byte as received.
+	Body []byte
+}
+
+// ClaimRequest asks whether a delivery is the first. Set exactly one of
+// EventID or Delivery.
+type ClaimRequest struct {
+	Namespace string // required: the calling service, e.g. "billing"
+	Provider  string // required: a registered provider or group, e.g. "stripe"
+	EventID   string // the provider's event id
+	Delivery  *Delivery
+	// Scope optionally qualifies the unit of work; it becomes part of the key.
+	Scope string
+	// PayloadSHA256 is optional; claimd computes it from Delivery.Body.
+	PayloadSHA256 []byte
+	// Lease is how long the holder may work before another delivery may take
+	// over; zero means the provider's default.
+	Lease time.Duration
+	// Holder is kept for audit; empty means the client's (WithHolder).
+	Holder string
+	// AttemptID identifies this logical claim across the client's retries;
+	// empty means a fresh random one per Claim call.
+	AttemptID string
+	// Wait, when the key is in progress, waits up to this long (at most
+	// 30s) for the holder to finish and answers DUPLICATE instead.
+	Wait time.Duration
+}
+
+// Ref names a claimed record and the token that owns it: what Transition,
+// Renew and Release present. Get ignores FencingToken.
+type Ref struct {
+	Namespace    string
+	Provider     string
+	Key          string // the canonical key Claim returned (scope included)
+	FencingToken uint64
+}
+
+// Claim is claimd's answer to a ClaimRequest. The response's fields are
+// promoted: c.Outcome, c.Reason, c.Key, c.FencingToken, c.State, c.Result …
+type Claim struct {
+	*pb.ClaimResponse
+	// Namespace and Provider as sent, so the claim can name its record.
+	Namespace string
+	Provider  string
+	// AttemptID that was sent (generated when the request had none).
+	AttemptID string
+}
+
+// Acquired reports whether the caller owns the delivery and must do the work.
+func (c Claim) Acquired() bool { return c.GetOutcome() == pb.Outcome_OUTCOME_ACQUIRED }
+
+// Duplicate reports whether the delivery was already settled or failed in
+// the window; Result holds the stored result.
+func (c Claim) Duplicate() bool { return c.GetOutcome() == pb.Outcome_OUTCOME_DUPLICATE }
+
+// InProgress reports whether another holder has a live lease.
+func (c Claim) InProgress() bool { return c.GetOutcome() == pb.Outcome_OUTCOME_IN_PROGRESS }
+
+// PayloadMismatch reports whether the key was seen with a different payload.
+func (c Claim) PayloadMismatch() bool {
+	return c.GetOutcome() == pb.Outcome_OUTCOME_PAYLOAD_MISMATCH
+}
+
+// TakenOver reports whether the claim was acquired from a holder whose
+// lease ran out: State then says how far that holder got, and the side
+// effect may already have happened.
+func (c Claim) TakenOver() bool { return c.GetReason() == pb.Reason_REASON_LEASE_EXPIRED }
+
+// Ref names the claimed record with the claim's fencing token.
+func (c Claim) Ref() Ref {
+	return Ref{Namespace: c.Namespace, Provider: c.Provider, Key: c.GetKey(), FencingToken: c.GetFencingToken()}
+}
+
+// RetryAfter is how long until the current holder's lease ends, as of now,
+// rounded up to whole seconds and at least one: what to answer an
+// in-progress delivery in a Retry-After header.
+func (c Claim) RetryAfter(now time.Time) time.Duration {
+	return retryAfter(c.GetLeaseExpiresAt().AsTime(), now)
+}
+
+func retryAfter(until, now time.Time) time.Duration {
+	d := until.Sub(now)
+	secs := (d + time.Second - 1) / time.Second
+	return max(secs, 1) * time.Second
+}
+
+// newAttemptID returns 16 random bytes in hex: unique per logical claim.
+func newAttemptID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+func (r ClaimRequest) proto(holder string) *pb.ClaimRequest {
+	req := &pb.ClaimRequest{
+		Namespace:     r.Namespace,
+		Provider:      r.Provider,
+		Scope:         r.Scope,
+		PayloadSha256: r.PayloadSHA256,
+		Holder:        r.Holder,
+		AttemptId:     r.AttemptID,
+	}
+	if req.Holder == "" {
+		req.Holder = holder
+	}
+	switch {
+	case r.Delivery != nil:
+		req.Key = &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Headers: r.Delivery.Headers, Body: r.Delivery.Body}}
+	case r.EventID != "":
+		req.Key = &pb.ClaimRequest_EventId{EventId: r.EventID}
+	}
+	if r.Lease > 0 {
+		req.Lease = durationpb.New(r.Lease)
+	}
+	if r.Wait > 0 {
+		req.Wait = durationpb.New(r.Wait)
+	}
+	return req
+}
+
+// Claim asks claimd whether the delivery is the first and whether the
+// caller may act on it. A call that fails with UNAVAILABLE or times out is
+// retried under the retry policy with the same attempt_id, so a retry of a
+// Claim that did reach claimd gets the same ACQUIRED and token back rather
+// than IN_PROGRESS.
+func (c *Client) Claim(ctx context.Context, r ClaimRequest) (Claim, error) {
+	if r.AttemptID == "" {
+		r.AttemptID = newAttemptID()
+	}
+	req := r.proto(c.opts.holder)
+	resp, err := call(ctx, c, "Claim", r.Wait, func(ctx context.Context) (*pb.ClaimResponse, error) {
+		return c.claims.Claim(ctx, req)
+	})
+	if err != nil {
+		return Claim{}, err
+	}
+	return Claim{ClaimResponse: resp, Namespace: r.Namespace, Provider: r.Provider, AttemptID: r.AttemptID}, nil
+}
+
+// TransitionRequest moves a record forward.
+type TransitionRequest struct {
+	Ref
+	// To is the target state.
+	To pb.EventState
+	// Result is stored with SETTLED or FAILED (at most 64 KiB) and returned
+	// to duplicates.
+	Result []byte
+	// ExtendLease optionally sets the lease to now+ExtendLease (non-terminal
+	// targets only).
+	ExtendLease time.Duration
+}
+
+// Transition moves the record to r.To, fenced by r.FencingToken. changed
+// is false when the record was already there with that token (a repeat).
+// Errors match ErrStaleToken, ErrInvalidTransition or ErrNotFound.
+func (c *Client) Transition(ctx context.Context, r TransitionRequest) (rec *pb.Record, changed bool, err error) {
+	req := &pb.TransitionRequest{
+		Namespace: r.Namespace, Provider: r.Provider, Key: r.Key,
+		FencingToken: r.FencingToken, To: r.To, Result: r.Result,
+	}
+	if r.ExtendLease > 0 {
+		req.ExtendLease = durationpb.New(r.ExtendLease)
+	}
+	resp, err := call(ctx, c, "Transition", 0, func(ctx context.Context) (*pb.TransitionResponse, error) {
+		return c.claims.Transition(ctx, req)
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return resp.GetRecord(), resp.GetChanged(), nil
+}
+
+// Renew extends the holder's lease to now+lease (zero: the provider's
+// default lease). ErrStaleToken means another holder took over.
+func (c *Client) Renew(ctx context.Context, ref Ref, lease time.Duration) (*pb.Record, error) {
+	req := &pb.RenewRequest{Namespace: ref.Namespace, Provider: ref.Provider, Key: ref.Key, FencingToken: ref.FencingToken}
+	if lease > 0 {
+		req.Lease = durationpb.New(lease)
+	}
+	resp, err := call(ctx, c, "Renew", 0, func(ctx context.Context) (*pb.RenewResponse, error) {
+		return c.claims.Renew(ctx, req)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetRecord(), nil
+}
+
+// Release gives the key back because the side effect did not happen: the
+// next Claim acquires it with reason RELEASED and the next token.
+func (c *Client) Release(ctx context.Context, ref Ref) (*pb.Record, error) {
+	req := &pb.ReleaseRequest{Namespace: ref.Namespace, Provider: ref.Provider, Key: ref.Key, FencingToken: ref.FencingToken}
+	resp, err := call(ctx, c, "Release", 0, func(ctx context.Context) (*pb.ReleaseResponse, error) {
+		return c.claims.Release(ctx, req)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetRecord(), nil
+}
+
+// Get reads the record named by ref (its token is ignored) from claimd's
+// durable tier; ErrNotFound when there is none.
+func (c *Client) Get(ctx context.Context, ref Ref) (*pb.Record, error) {
+	req := &pb.GetRequest{Namespace: ref.Namespace, Provider: ref.Provider, Key: ref.Key}
+	resp, err := call(ctx, c, "Get", 0, func(ctx context.Context) (*pb.GetResponse, error) {
+		return c.claims.Get(ctx, req)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetRecord(), nil
+}

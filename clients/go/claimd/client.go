@@ -1,0 +1,137 @@
+package claimd
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+)
+
+// Client calls one claimd server. It is safe for concurrent use; make one
+// per process and share it.
+type Client struct {
+	conn   *grpc.ClientConn
+	claims pb.ClaimServiceClient
+	opts   options
+}
+
+// Dial connects to claimd at target ("host:port" or any gRPC target) and,
+// unless WithLazyConnect is given, waits until the connection is ready,
+// for at most the connect timeout or until ctx ends. It fails with an
+// *Error matching ErrUnavailable when claimd cannot be reached.
+func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	dialOpts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// gRPC's default reconnect backoff grows to 2 minutes; a webhook
+		// receiver should notice a restarted claimd within seconds.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			MinConnectTimeout: o.connectTimeout,
+		}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.keepaliveTime, Timeout: o.keepaliveTimeout}),
+	}
+	conn, err := grpc.NewClient(target, append(dialOpts, o.dialOptions...)...)
+	if err != nil {
+		return nil, &Error{Op: "Dial", Code: codes.InvalidArgument, Message: err.Error(), st: status.New(codes.InvalidArgument, err.Error())}
+	}
+	c := &Client{conn: conn, claims: pb.NewClaimServiceClient(conn), opts: o}
+	if o.lazy {
+		return c, nil
+	}
+	if err := c.waitReady(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// waitReady blocks until the connection is READY, the connect timeout
+// passes or ctx ends.
+func (c *Client) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.connectTimeout)
+	defer cancel()
+	c.conn.Connect()
+	for {
+		s := c.conn.GetState()
+		if s == connectivity.Ready {
+			return nil
+		}
+		if !c.conn.WaitForStateChange(ctx, s) {
+			msg := "claimd not reachable at " + c.conn.Target() + " within the connect timeout (last state " + s.String() + ")"
+			return &Error{Op: "Dial", Code: codes.Unavailable, Message: msg, st: status.New(codes.Unavailable, msg)}
+		}
+	}
+}
+
+// Close closes the connection. Calls in flight fail.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Conn is the underlying connection, e.g. for the ProviderService or health
+// clients.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// call runs one RPC under the retry policy. Every claimd RPC is safe to
+// repeat (see RetryPolicy), so an attempt that may or may not have reached
+// the server is simply sent again; extra widens the per-attempt timeout
+// (a Claim's wait).
+func call[T any](ctx context.Context, c *Client, op string, extra time.Duration, rpc func(context.Context) (T, error)) (T, error) {
+	p := c.opts.retry
+	ctx, cancel := context.WithTimeout(ctx, p.MaxElapsed+extra)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		actx, acancel := context.WithTimeout(ctx, c.opts.callTimeout+extra)
+		v, err := rpc(actx)
+		acancel()
+		if err == nil {
+			return v, nil
+		}
+		code := status.Code(err)
+		// A per-attempt timeout while the whole call still has time is the
+		// "my call timed out" case that attempt_id exists for.
+		retryable := code == codes.Unavailable || (code == codes.DeadlineExceeded && ctx.Err() == nil)
+		if !retryable || attempt >= p.MaxAttempts || !sleep(ctx, backoffFor(p, attempt)) {
+			var zero T
+			return zero, newError(op, err, attempt)
+		}
+	}
+}
+
+// backoffFor is the pause after the given failed attempt (1-based): the
+// base doubled per attempt, capped, with "equal jitter" (half fixed, half
+// random) so that a fleet of receivers does not retry in lockstep while
+// each still waits a little.
+func backoffFor(p RetryPolicy, attempt int) time.Duration {
+	d := p.BaseBackoff
+	for i := 1; i < attempt && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, p.MaxBackoff)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// sleep waits d unless ctx ends first; it reports whether the full wait
+// passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

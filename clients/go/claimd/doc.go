@@ -1,0 +1,29 @@
+// Package claimd is the Go client of claimd, the service that webhook
+// handlers ask before a side effect whether a delivery is the first and
+// whether they own it.
+//
+// Most receivers need three calls: Dial once, ReadDelivery per request, and
+// Guard around the side effect:
+//
+//	c, err := claimd.Dial(ctx, "127.0.0.1:50051")
+//	...
+//	http.HandleFunc("POST /webhooks/stripe", func(w http.ResponseWriter, r *http.Request) {
+//		d, err := claimd.ReadDelivery(r, 1<<20)
+//		if err != nil {
+//			http.Error(w, err.Error(), http.StatusBadRequest)
+//			return
+//		}
+//		c.Guard(r.Context(), claimd.ClaimRequest{Namespace: "billing", Provider: "stripe", Delivery: d},
+//			func(ctx context.Context, cl claimd.Claim) ([]byte, error) {
+//				return chargeOnce(ctx, d.Body) // the side effect
+//			}).Respond(w)
+//	})
+//
+// The typed calls (Claim, Transition, Renew, Release, Get) are thin
+// wrappers over the idempotency.v1 API for flows Guard does not cover.
+// Every call retries UNAVAILABLE under a bounded RetryPolicy, and a retried
+// Claim keeps its attempt_id so that claimd answers the same ACQUIRED.
+// Errors are *Error values that match ErrStaleToken, ErrInvalidTransition,
+// ErrNotFound, ErrProviderNotFound, ErrInvalidArgument and ErrUnavailable
+// with errors.Is.
+package claimd

@@ -1,0 +1,137 @@
+package claimd
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ErrorDomain is the google.rpc.ErrorInfo domain of claimd's errors.
+const ErrorDomain = "claimd.dev"
+
+// ErrorInfo reasons that claimd attaches to its errors. Branch on these (or on
+// the sentinels below), never on message text.
+const (
+	ErrorReasonInvalidTransition  = "INVALID_TRANSITION"
+	ErrorReasonStaleToken         = "STALE_TOKEN"
+	ErrorReasonRecordNotFound     = "RECORD_NOT_FOUND"
+	ErrorReasonProviderNotFound   = "PROVIDER_NOT_FOUND"
+	ErrorReasonDurableUnavailable = "DURABLE_TIER_UNAVAILABLE"
+	ErrorReasonInvalidArgument    = "INVALID_ARGUMENT"
+)
+
+// Sentinels matched by errors.Is against the *Error that every call returns.
+var (
+	// ErrStaleToken: a newer holder took the key over (or the token was
+	// released); the caller no longer owns it and must not settle it.
+	ErrStaleToken = errors.New("claimd: stale fencing token")
+	// ErrInvalidTransition: the state machine does not allow the move, e.g.
+	// the record is already SETTLED or FAILED.
+	ErrInvalidTransition = errors.New("claimd: invalid transition")
+	// ErrNotFound: no record for (namespace, provider, key).
+	ErrNotFound = errors.New("claimd: record not found")
+	// ErrProviderNotFound: the provider name is not registered on the server.
+	ErrProviderNotFound = errors.New("claimd: provider not registered")
+	// ErrInvalidArgument: claimd rejected the request's fields; nothing was
+	// written.
+	ErrInvalidArgument = errors.New("claimd: invalid argument")
+	// ErrUnavailable: claimd did not answer in time (unreachable, its durable
+	// tier is down, or the deadline passed). Claims fail closed with it, so a
+	// provider retry later is always safe.
+	ErrUnavailable = errors.New("claimd: unavailable")
+	// ErrPayloadMismatch is the Outcome.Err of a guard whose delivery reused
+	// a key with a different payload; it deserves an alert.
+	ErrPayloadMismatch = errors.New("claimd: same key, different payload")
+)
+
+// Error is a failed call to claimd, after the client's own retries.
+type Error struct {
+	// Op is the RPC that failed: "Claim", "Transition", "Renew", "Release",
+	// "Get" or "Dial".
+	Op string
+	// Code is the gRPC status code.
+	Code codes.Code
+	// Reason is the google.rpc.ErrorInfo reason, empty when claimd sent none
+	// (a transport error, for instance).
+	Reason string
+	// Metadata is the ErrorInfo metadata, e.g. current_state for
+	// INVALID_TRANSITION.
+	Metadata map[string]string
+	// Message is the status message.
+	Message string
+	// Attempts is how many times the call was sent.
+	Attempts int
+
+	st *status.Status
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	reason := ""
+	if e.Reason != "" {
+		reason = " " + e.Reason
+	}
+	return fmt.Sprintf("claimd: %s: %s%s: %s", e.Op, e.Code, reason, e.Message)
+}
+
+// GRPCStatus lets status.Code and status.FromError see through the wrapper.
+func (e *Error) GRPCStatus() *status.Status { return e.st }
+
+// Is maps the error onto the package's sentinels by code and ErrorInfo
+// reason, so callers never compare messages.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrStaleToken:
+		return e.Reason == ErrorReasonStaleToken
+	case ErrInvalidTransition:
+		return e.Reason == ErrorReasonInvalidTransition
+	case ErrNotFound:
+		return e.Code == codes.NotFound && e.Reason != ErrorReasonProviderNotFound
+	case ErrProviderNotFound:
+		return e.Reason == ErrorReasonProviderNotFound
+	case ErrInvalidArgument:
+		return e.Code == codes.InvalidArgument
+	case ErrUnavailable:
+		return e.Code == codes.Unavailable || e.Code == codes.DeadlineExceeded
+	}
+	return false
+}
+
+// newError turns a gRPC error into an *Error. Errors that carry no status
+// (none should reach here) become codes.Unknown.
+func newError(op string, err error, attempts int) *Error {
+	st, _ := status.FromError(err)
+	e := &Error{Op: op, Code: st.Code(), Message: st.Message(), Attempts: attempts, st: st}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
+			e.Reason, e.Metadata = info.GetReason(), info.GetMetadata()
+		}
+	}
+	return e
+}
+
+// permanentError marks a handler failure that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (p *permanentError) Error() string { return p.err.Error() }
+func (p *permanentError) Unwrap() error { return p.err }
+
+// Permanent marks err as a permanent failure for Guard: the event is moved
+// to FAILED (with the error text as its result) and the provider is told to
+// stop retrying. Any error not so marked is retryable. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, was marked by
+// Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}

@@ -1,0 +1,376 @@
+package claimd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Bounds the guard applies to what it stores.
+const (
+	// MaxResultBytes is claimd's limit on a stored result.
+	MaxResultBytes = 64 << 10
+	// MaxFailureText bounds the error text stored as a FAILED event's result.
+	MaxFailureText = 1 << 10
+	// UnavailableRetryAfter is the Retry-After answered when claimd cannot be
+	// asked.
+	UnavailableRetryAfter = 5 * time.Second
+)
+
+// GuardFunc does the side effect of one delivery that the caller owns. It
+// returns the result to store with the SETTLED event (and to answer the
+// provider and every later duplicate with, at most 64 KiB), or an error:
+// retryable by default, or permanent when wrapped with Permanent.
+//
+// c tells how the key was acquired: c.Reason is LEASE_EXPIRED when a
+// previous holder vanished, and c.State then says how far it got — it may
+// have done the side effect already, so fn must check its own records
+// before repeating it. ctx is cancelled when the request's context ends or
+// when another holder takes the key over (context.Cause is then an error
+// matching ErrStaleToken); fn should stop and return.
+type GuardFunc func(ctx context.Context, c Claim) ([]byte, error)
+
+// Disposition says what Guard did with a delivery.
+type Disposition int
+
+// Dispositions. fn never ran for the first five, always ran for Settled,
+// Failed, Released, Unsettled and Unreleased; Superseded says it in
+// Outcome.Ran.
+const (
+	// Duplicate: settled or failed before; fn did not run (200, stored result).
+	Duplicate Disposition = iota + 1
+	// InProgress: another holder has a live lease; fn did not run (409).
+	InProgress
+	// PayloadMismatch: the key was seen with another payload; fn did not
+	// run (422). Alert on it.
+	PayloadMismatch
+	// Unavailable: claimd could not be asked (or could not start the
+	// work); fn did not run (503).
+	Unavailable
+	// Rejected: claimd refused the request (bad field, unknown provider);
+	// fn did not run (400 or 500).
+	Rejected
+	// Settled: fn succeeded and the event is SETTLED (200, fn's result).
+	Settled
+	// Failed: fn failed permanently and the event is FAILED (200, so the
+	// provider stops retrying).
+	Failed
+	// Released: fn failed retryably and the key was given back (500, the
+	// provider's retry runs fn again).
+	Released
+	// Superseded: another holder took the key over while fn ran, so this
+	// one did not settle (409). fn's side effect, if any, is the new
+	// holder's to reconcile through its LEASE_EXPIRED claim.
+	Superseded
+	// Unsettled: fn finished but claimd could not record it (503). The
+	// event stays PROCESSING until its lease ends; the next delivery then
+	// acquires it with LEASE_EXPIRED.
+	Unsettled
+	// Unreleased: fn failed retryably on a key taken over from a holder
+	// that had reached PROCESSING (500). Releasing would reset the state to
+	// RECEIVED and hide from the next holder that the side effect may have
+	// happened, so the key is left to its lease instead.
+	Unreleased
+)
+
+var dispositionNames = map[Disposition]string{
+	Duplicate: "duplicate", InProgress: "in_progress", PayloadMismatch: "payload_mismatch",
+	Unavailable: "unavailable", Rejected: "rejected", Settled: "settled", Failed: "failed",
+	Released: "released", Superseded: "superseded", Unsettled: "unsettled", Unreleased: "unreleased",
+}
+
+// String returns the disposition in snake case, for logs and metrics.
+func (d Disposition) String() string {
+	if s, ok := dispositionNames[d]; ok {
+		return s
+	}
+	return fmt.Sprintf("Disposition(%d)", int(d))
+}
+
+// Outcome is what Guard did and what to answer the provider.
+type Outcome struct {
+	// Status is the HTTP status to answer the provider with.
+	Status int
+	// Body is the response body: the stored result for a settled or
+	// duplicate delivery, a short text otherwise.
+	Body []byte
+	// RetryAfter, when positive, goes into a Retry-After header.
+	RetryAfter time.Duration
+	// Disposition says what happened.
+	Disposition Disposition
+	// Claim is claimd's answer; its ClaimResponse is nil when claimd did
+	// not answer.
+	Claim Claim
+	// Ran reports whether fn ran.
+	Ran bool
+	// Err is the error behind a non-2xx answer or a Failed event (fn's
+	// error, or a claimd error), nil otherwise.
+	Err error
+}
+
+// Respond writes the outcome to an HTTP response: Retry-After, status and
+// body.
+func (o Outcome) Respond(w http.ResponseWriter) {
+	if o.RetryAfter > 0 {
+		w.Header().Set("Retry-After", fmt.Sprint(int64((o.RetryAfter+time.Second-1)/time.Second)))
+	}
+	if len(o.Body) > 0 && w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", http.DetectContentType(o.Body))
+	}
+	w.WriteHeader(o.Status)
+	_, _ = w.Write(o.Body)
+}
+
+// Guard runs fn at most once per delivery, as far as claimd can tell:
+//
+//   - It claims the delivery. DUPLICATE, IN_PROGRESS and PAYLOAD_MISMATCH
+//     answer at once without running fn; so does a claimd that cannot be
+//     reached (503).
+//   - ACQUIRED: it moves the event to PROCESSING, renews the lease every
+//     third of it while fn runs, and runs fn. Success settles the event with
+//     fn's result (200); a Permanent error fails it (200); any other error
+//     releases it so that the provider's retry runs fn again (500) —
+//     except on a key taken over from a holder that had reached
+//     PROCESSING, which is left to its lease (see Unreleased).
+//   - If a renewal finds that another holder took over, fn's context is
+//     cancelled and the event is left to that holder (409).
+//
+// A panic in fn stops the heartbeat and propagates without releasing: the
+// side effect may have happened, so the key waits for its lease to end and
+// the next delivery acquires it with LEASE_EXPIRED and state PROCESSING.
+//
+// Settling uses a context detached from ctx, so a provider that hangs up
+// after fn succeeded does not leave the event unsettled.
+func (c *Client) Guard(ctx context.Context, req ClaimRequest, fn GuardFunc) Outcome {
+	cl, err := c.Claim(ctx, req)
+	if err != nil {
+		return c.failedCall(err, Claim{})
+	}
+	switch {
+	case cl.Duplicate():
+		return Outcome{Status: http.StatusOK, Body: cl.GetResult(), Disposition: Duplicate, Claim: cl}
+	case cl.InProgress():
+		return Outcome{
+			Status: http.StatusConflict, Body: []byte("delivery in progress elsewhere; retry later\n"),
+			RetryAfter: cl.RetryAfter(c.opts.now()), Disposition: InProgress, Claim: cl,
+		}
+	case cl.PayloadMismatch():
+		err := fmt.Errorf("%w: %s/%s key %q", ErrPayloadMismatch, req.Namespace, req.Provider, cl.GetKey())
+		c.opts.logger.Error("claimd: payload mismatch", "namespace", req.Namespace, "provider", req.Provider,
+			"key", cl.GetKey(), "holder", cl.GetHolder())
+		return Outcome{
+			Status: http.StatusUnprocessableEntity, Body: []byte("payload differs from an earlier delivery with the same key\n"),
+			Disposition: PayloadMismatch, Claim: cl, Err: err,
+		}
+	case cl.Acquired():
+		return c.run(ctx, req, cl, fn)
+	}
+	err = fmt.Errorf("claimd: unexpected claim outcome %v", cl.GetOutcome())
+	return Outcome{Status: http.StatusInternalServerError, Body: []byte("unexpected answer from claimd\n"), Disposition: Rejected, Claim: cl, Err: err}
+}
+
+// run does the ACQUIRED part of Guard.
+func (c *Client) run(ctx context.Context, req ClaimRequest, cl Claim, fn GuardFunc) Outcome {
+	ref := cl.Ref()
+	// Transition, settle and release must outlive a provider that hung up:
+	// the call's own retry policy bounds them.
+	detached := context.WithoutCancel(ctx)
+
+	if _, _, err := c.Transition(ctx, TransitionRequest{Ref: ref, To: StateProcessing}); err != nil {
+		if !errors.Is(err, ErrStaleToken) && !mayHaveHappened(cl) {
+			// fn did not run: give the key back so that the provider's retry
+			// need not wait out the lease. If this fails too, the lease does it.
+			if _, rerr := c.Release(detached, ref); rerr != nil {
+				c.opts.logger.Warn("claimd: release after failed start", "key", ref.Key, "err", rerr)
+			}
+		}
+		return c.failedCall(err, cl)
+	}
+
+	fnCtx, cancelFn := context.WithCancelCause(ctx)
+	defer cancelFn(nil)
+	var (
+		mu         sync.Mutex
+		supersedes error // set by the heartbeat when another holder took over
+	)
+	stop := c.heartbeat(detached, ref, req.Lease, c.heartbeatEvery(req.Lease, cl), func(err error) {
+		mu.Lock()
+		supersedes = err
+		mu.Unlock()
+		cancelFn(err)
+	})
+	defer stop() // also on a panic in fn
+
+	result, fnErr := fn(fnCtx, cl)
+	stop()
+	mu.Lock()
+	stale := supersedes
+	mu.Unlock()
+	if stale != nil {
+		return c.superseded(cl, stale, true)
+	}
+
+	switch {
+	case fnErr == nil:
+		stored, tooLarge := result, error(nil)
+		if len(result) > MaxResultBytes {
+			// The side effect happened: recording that matters more than the
+			// result, so settle without it.
+			stored, tooLarge = nil, fmt.Errorf("claimd: result of %d bytes exceeds %d; settled without it", len(result), MaxResultBytes)
+			c.opts.logger.Warn(tooLarge.Error(), "key", ref.Key)
+		}
+		if _, _, err := c.Transition(detached, TransitionRequest{Ref: ref, To: StateSettled, Result: stored}); err != nil {
+			return c.settleFailed(cl, err)
+		}
+		return Outcome{Status: http.StatusOK, Body: result, Disposition: Settled, Claim: cl, Ran: true, Err: tooLarge}
+	case IsPermanent(fnErr):
+		text := []byte(truncate(fnErr.Error(), MaxFailureText))
+		if _, _, err := c.Transition(detached, TransitionRequest{Ref: ref, To: StateFailed, Result: text}); err != nil {
+			o := c.settleFailed(cl, err)
+			o.Err = errors.Join(fnErr, err)
+			return o
+		}
+		return Outcome{Status: http.StatusOK, Body: text, Disposition: Failed, Claim: cl, Ran: true, Err: fnErr}
+	case mayHaveHappened(cl):
+		c.opts.logger.Warn("claimd: handler failed after a takeover from PROCESSING; leaving the key to its lease",
+			"key", ref.Key, "err", fnErr)
+		return Outcome{
+			Status: http.StatusInternalServerError, Body: []byte("processing failed; retry later\n"),
+			Disposition: Unreleased, Claim: cl, Ran: true, Err: fnErr,
+		}
+	default:
+		if _, err := c.Release(detached, ref); err != nil {
+			if errors.Is(err, ErrStaleToken) {
+				o := c.superseded(cl, err, true)
+				o.Err = errors.Join(fnErr, err)
+				return o
+			}
+			// The lease will hand the key over instead; the provider still
+			// retries on the 500.
+			c.opts.logger.Warn("claimd: release failed; the key frees when its lease ends", "key", ref.Key, "err", err)
+			fnErr = errors.Join(fnErr, err)
+		}
+		return Outcome{
+			Status: http.StatusInternalServerError, Body: []byte("processing failed; retry later\n"),
+			Disposition: Released, Claim: cl, Ran: true, Err: fnErr,
+		}
+	}
+}
+
+// mayHaveHappened reports whether cl took the key over from a holder that
+// had started the side effect. Such a key is never released by Guard:
+// Release resets the state to RECEIVED, and the next holder would no longer
+// learn that it must check before acting.
+func mayHaveHappened(cl Claim) bool {
+	return cl.TakenOver() && cl.GetState() == StateProcessing
+}
+
+// failedCall is the outcome of a claimd call that failed before fn ran.
+func (c *Client) failedCall(err error, cl Claim) Outcome {
+	switch {
+	case errors.Is(err, ErrStaleToken):
+		return c.superseded(cl, err, false)
+	case errors.Is(err, ErrUnavailable), status.Code(err) == codes.Canceled:
+		return Outcome{
+			Status: http.StatusServiceUnavailable, Body: []byte("claimd unavailable; retry later\n"),
+			RetryAfter: UnavailableRetryAfter, Disposition: Unavailable, Claim: cl, Err: err,
+		}
+	case errors.Is(err, ErrInvalidArgument):
+		return Outcome{Status: http.StatusBadRequest, Body: []byte("delivery rejected by claimd\n"), Disposition: Rejected, Claim: cl, Err: err}
+	}
+	c.opts.logger.Error("claimd: call failed", "err", err)
+	return Outcome{Status: http.StatusInternalServerError, Body: []byte("claimd refused the delivery\n"), Disposition: Rejected, Claim: cl, Err: err}
+}
+
+// superseded answers a delivery whose key another holder took over. The
+// new holder's lease is unknown here, so the provider is told to come back
+// after a short while.
+func (c *Client) superseded(cl Claim, err error, ran bool) Outcome {
+	return Outcome{
+		Status: http.StatusConflict, Body: []byte("delivery taken over by another holder; retry later\n"),
+		RetryAfter: time.Second, Disposition: Superseded, Claim: cl, Ran: ran, Err: err,
+	}
+}
+
+// settleFailed is the outcome of a terminal transition that failed after
+// fn ran. The side effect may have happened, so the key is not released:
+// the next holder acquires it with LEASE_EXPIRED and state PROCESSING.
+func (c *Client) settleFailed(cl Claim, err error) Outcome {
+	if errors.Is(err, ErrStaleToken) {
+		return c.superseded(cl, err, true)
+	}
+	c.opts.logger.Error("claimd: settling failed after the handler ran; the next delivery takes over with state PROCESSING",
+		"namespace", cl.Namespace, "provider", cl.Provider, "key", cl.GetKey(), "err", err)
+	return Outcome{
+		Status: http.StatusServiceUnavailable, Body: []byte("could not record the outcome; retry later\n"),
+		RetryAfter: UnavailableRetryAfter, Disposition: Unsettled, Claim: cl, Ran: true, Err: err,
+	}
+}
+
+// heartbeatEvery is a third of the lease: two renewals may fail before the
+// lease runs out. The lease is the requested one or, for the provider's
+// default, what claimd granted as measured from now.
+func (c *Client) heartbeatEvery(lease time.Duration, cl Claim) time.Duration {
+	if lease <= 0 {
+		lease = cl.GetLeaseExpiresAt().AsTime().Sub(c.opts.now())
+	}
+	return max(lease/3, 100*time.Millisecond)
+}
+
+// heartbeat renews ref's lease every interval until stop is called. When a
+// renewal reports a stale token it calls onStale and stops; other errors
+// are logged and the next tick tries again (fencing keeps a lapsed lease
+// safe). stop waits for the goroutine to end and may be called twice.
+func (c *Client) heartbeat(ctx context.Context, ref Ref, lease, every time.Duration, onStale func(error)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			// Up to two intervals: a slow renewal still lands before the
+			// lease ends, and the ticker drops the ticks it overlaps.
+			rctx, rcancel := context.WithTimeout(ctx, 2*every)
+			_, err := c.Renew(rctx, ref, lease)
+			rcancel()
+			switch {
+			case err == nil, ctx.Err() != nil:
+			case errors.Is(err, ErrStaleToken):
+				onStale(err)
+				return
+			case errors.Is(err, ErrInvalidTransition):
+				return // terminal already: nothing left to renew
+			default:
+				c.opts.logger.Warn("claimd: lease renewal failed", "key", ref.Key, "err", err)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

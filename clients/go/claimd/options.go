@@ -1,0 +1,163 @@
+package claimd
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// Defaults of the options. A webhook provider usually gives up on a
+// delivery after 10–30 s, so everything here answers well within that.
+const (
+	DefaultConnectTimeout   = 5 * time.Second
+	DefaultCallTimeout      = 5 * time.Second
+	DefaultKeepaliveTime    = 5 * time.Minute
+	DefaultKeepaliveTimeout = 20 * time.Second
+)
+
+// RetryPolicy bounds the client's own retries of a call that failed with
+// UNAVAILABLE (or ran out of its per-attempt timeout while the caller's
+// context was still live). Every claimd call is safe to repeat: a Claim is
+// retried with the same attempt_id, and Transition, Renew and Release are
+// idempotent for the same token. Zero fields take the defaults.
+type RetryPolicy struct {
+	// MaxAttempts counts the first try; 1 disables retries. Default 4.
+	MaxAttempts int
+	// BaseBackoff is the backoff before the second attempt; it doubles on
+	// each retry, with jitter. Default 50ms.
+	BaseBackoff time.Duration
+	// MaxBackoff caps one backoff. Default 1s.
+	MaxBackoff time.Duration
+	// MaxElapsed caps the whole call, retries and backoffs included.
+	// Default 10s.
+	MaxElapsed time.Duration
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 4
+	}
+	if p.BaseBackoff <= 0 {
+		p.BaseBackoff = 50 * time.Millisecond
+	}
+	if p.MaxBackoff <= 0 {
+		p.MaxBackoff = time.Second
+	}
+	if p.MaxBackoff < p.BaseBackoff {
+		p.MaxBackoff = p.BaseBackoff
+	}
+	if p.MaxElapsed <= 0 {
+		p.MaxElapsed = 10 * time.Second
+	}
+	return p
+}
+
+// options is what Dial's Options set.
+type options struct {
+	connectTimeout   time.Duration
+	callTimeout      time.Duration
+	keepaliveTime    time.Duration
+	keepaliveTimeout time.Duration
+	retry            RetryPolicy
+	dialOptions      []grpc.DialOption
+	lazy             bool
+	holder           string
+	logger           *slog.Logger
+	now              func() time.Time
+}
+
+func defaultOptions() options {
+	host, _ := os.Hostname()
+	holder := fmt.Sprintf("%s/%d", host, os.Getpid())
+	if len(holder) > 255 {
+		holder = holder[:255]
+	}
+	return options{
+		connectTimeout:   DefaultConnectTimeout,
+		callTimeout:      DefaultCallTimeout,
+		keepaliveTime:    DefaultKeepaliveTime,
+		keepaliveTimeout: DefaultKeepaliveTimeout,
+		retry:            RetryPolicy{}.withDefaults(),
+		holder:           holder,
+		logger:           slog.Default(),
+		now:              time.Now,
+	}
+}
+
+// Option configures Dial.
+type Option func(*options)
+
+// WithConnectTimeout bounds how long Dial waits for the connection to be
+// ready, and each later reconnection attempt. Default 5s.
+func WithConnectTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.connectTimeout = d
+		}
+	}
+}
+
+// WithCallTimeout bounds one attempt of one call (a Claim's wait is added
+// on top). Default 5s, which is also claimd's own bound on a store call.
+func WithCallTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.callTimeout = d
+		}
+	}
+}
+
+// WithKeepalive sets the HTTP/2 ping interval and the time to wait for its
+// ack. claimd runs gRPC's default server enforcement, which answers pings
+// more often than every 5 minutes with a GOAWAY, so lower values only make
+// sense against a server configured to permit them. Default 5m and 20s.
+func WithKeepalive(interval, timeout time.Duration) Option {
+	return func(o *options) {
+		if interval > 0 {
+			o.keepaliveTime = interval
+		}
+		if timeout > 0 {
+			o.keepaliveTimeout = timeout
+		}
+	}
+}
+
+// WithRetry sets the retry policy for UNAVAILABLE; zero fields keep their
+// defaults.
+func WithRetry(p RetryPolicy) Option {
+	return func(o *options) { o.retry = p.withDefaults() }
+}
+
+// WithDialOptions appends gRPC dial options (credentials, interceptors,
+// stats handlers). They are applied after the client's own, so they win.
+// Without credentials among them the connection is plaintext.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOptions = append(o.dialOptions, opts...) }
+}
+
+// WithLazyConnect makes Dial return at once without waiting for the
+// connection; the first call connects. Calls made while claimd is
+// unreachable fail with ErrUnavailable after the retry policy.
+func WithLazyConnect() Option {
+	return func(o *options) { o.lazy = true }
+}
+
+// WithHolder sets the holder text sent with claims that name none (kept by
+// claimd for audit). Default "<hostname>/<pid>".
+func WithHolder(holder string) Option {
+	return func(o *options) { o.holder = holder }
+}
+
+// WithLogger sets where Guard reports what needs a human: payload
+// mismatches, settles that failed after the side effect happened.
+// Default slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.logger = l
+		}
+	}
+}

@@ -1,0 +1,198 @@
+// Package claimdtest builds and runs a real claimd binary for tests: on free
+// loopback ports, with embedded tiers in a temporary directory. Tests of
+// code that calls claimd use it instead of a mock server.
+package claimdtest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Package is the import path of claimd's main package.
+const Package = "github.com/claimd/claimd/cmd/claimd"
+
+// Bounds on how long the binary may take to start and to stop.
+const (
+	StartTimeout = 60 * time.Second
+	StopTimeout  = 30 * time.Second
+)
+
+// Build compiles claimd into dir and returns the binary's path. It runs
+// `go build`, so it must run inside the claimd module (a TestMain does).
+func Build(dir string) (string, error) {
+	bin := filepath.Join(dir, "claimd")
+	out, err := exec.Command("go", "build", "-o", bin, Package).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build %s: %v\n%s", Package, err, out)
+	}
+	return bin, nil
+}
+
+// Server is a running claimd.
+type Server struct {
+	// Addr is the gRPC address, HTTPAddr the metrics/health one.
+	Addr, HTTPAddr string
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error // cmd.Wait's answer, set before exited closes
+
+	mu   sync.Mutex
+	logs []string // the last lines of stderr, for failure messages
+}
+
+// Start runs `binary serve` on free loopback ports with its data under
+// dataDir (plus args) and returns once claimd's health service reports
+// SERVING, i.e. its tiers answer.
+func Start(binary, dataDir string, args ...string) (*Server, error) {
+	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir", dataDir}, args...)
+	cmd := exec.Command(binary, args...)
+	cmd.SysProcAttr = procAttr()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &Server{cmd: cmd, exited: make(chan struct{})}
+	serving := make(chan [2]string, 1)
+	go func() {
+		// Keep draining stderr for the process's whole life: claimd logs a
+		// line per request and would block on a full pipe.
+		lines := bufio.NewScanner(stderr)
+		lines.Buffer(make([]byte, 64<<10), 1<<20)
+		for lines.Scan() {
+			s.keep(lines.Text())
+			var rec struct{ Msg, GRPC, HTTP string }
+			if json.Unmarshal(lines.Bytes(), &rec) == nil && rec.Msg == "claimd serving" {
+				select {
+				case serving <- [2]string{rec.GRPC, rec.HTTP}:
+				default:
+				}
+			}
+		}
+		s.err = cmd.Wait()
+		close(s.exited)
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	select {
+	case addrs := <-serving:
+		s.Addr, s.HTTPAddr = addrs[0], addrs[1]
+	case <-s.exited:
+		return nil, fmt.Errorf("claimd exited before serving: %v\n%s", s.err, s.Logs())
+	case <-ctx.Done():
+		s.kill()
+		return nil, fmt.Errorf("claimd did not log \"claimd serving\" within %v\n%s", StartTimeout, s.Logs())
+	}
+	if err := waitServing(ctx, s.Addr); err != nil {
+		s.kill()
+		return nil, fmt.Errorf("claimd at %s not SERVING: %v\n%s", s.Addr, err, s.Logs())
+	}
+	return s, nil
+}
+
+// StartT is Start for a test: data in t.TempDir(), a fatal error on
+// failure, and Stop registered as cleanup.
+func StartT(t testing.TB, binary string, args ...string) *Server {
+	t.Helper()
+	s, err := Start(binary, t.TempDir(), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+// waitServing watches grpc.health.v1 until claimd reports SERVING: Watch
+// streams changes, so nothing polls or sleeps.
+func waitServing(ctx context.Context, addr string) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stream, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		return err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+	}
+}
+
+// Stop sends SIGTERM and waits for claimd to drain and exit; a non-zero
+// exit is an error. It is safe to call more than once.
+func (s *Server) Stop() error {
+	select {
+	case <-s.exited:
+		return s.exitErr()
+	default:
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	select {
+	case <-s.exited:
+		return s.exitErr()
+	case <-time.After(StopTimeout):
+		s.kill()
+		return fmt.Errorf("claimd did not exit within %v of SIGTERM\n%s", StopTimeout, s.Logs())
+	}
+}
+
+func (s *Server) exitErr() error {
+	if s.err != nil {
+		return fmt.Errorf("claimd exit: %v\n%s", s.err, s.Logs())
+	}
+	return nil
+}
+
+func (s *Server) kill() {
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+}
+
+// Logs returns the last lines claimd wrote to stderr.
+func (s *Server) Logs() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.logs, "\n")
+}
+
+func (s *Server) keep(line string) {
+	const keep = 50
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.logs) == keep {
+		s.logs = append(s.logs[:0], s.logs[1:]...)
+	}
+	s.logs = append(s.logs, line)
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// ledgerSchema has no UNIQUE constraint on event_id on purpose: the only
+// thing that keeps one row per event is the claimd guard around Append.
+const ledgerSchema = `
+CREATE TABLE IF NOT EXISTS ledger (
+	id          INTEGER PRIMARY KEY AUTOINCREMENT,
+	event_id    TEXT    NOT NULL,
+	event_type  TEXT    NOT NULL,
+	amount      INTEGER NOT NULL,
+	currency    TEXT    NOT NULL,
+	recorded_at TEXT    NOT NULL
+)`
+
+// entry is one ledger row.
+type entry struct {
+	EventID    string
+	EventType  string
+	Amount     int64
+	Currency   string
+	RecordedAt time.Time
+}
+
+// ledger is an append-only table in a SQLite file: the side effect that must
+// happen once per event.
+type ledger struct {
+	db *sql.DB
+}
+
+// openLedger opens (and creates) the ledger at path.
+func openLedger(ctx context.Context, path string) (*ledger, error) {
+	dsn := "file:" + path + "?" + url.Values{"_pragma": {"busy_timeout(5000)", "journal_mode(WAL)"}}.Encode()
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("ledger %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1) // one writer; SQLite serialises writes anyway
+	if _, err := db.ExecContext(ctx, ledgerSchema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("ledger %s: %w", path, err)
+	}
+	return &ledger{db: db}, nil
+}
+
+// Append adds e and returns its row id.
+func (l *ledger) Append(ctx context.Context, e entry) (int64, error) {
+	res, err := l.db.ExecContext(ctx,
+		`INSERT INTO ledger (event_id, event_type, amount, currency, recorded_at) VALUES (?, ?, ?, ?, ?)`,
+		e.EventID, e.EventType, e.Amount, e.Currency, e.RecordedAt.UTC().Format(time.RFC3339Nano))
+	if err != nil {
+		return 0, fmt.Errorf("ledger append %s: %w", e.EventID, err)
+	}
+	return res.LastInsertId()
+}
+
+// Find returns the row id of eventID's entry, if any. The receiver asks only
+// when claimd says a previous holder may have got as far as the append.
+func (l *ledger) Find(ctx context.Context, eventID string) (id int64, ok bool, err error) {
+	err = l.db.QueryRowContext(ctx, `SELECT id FROM ledger WHERE event_id = ? ORDER BY id LIMIT 1`, eventID).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("ledger find %s: %w", eventID, err)
+	}
+	return id, true, nil
+}
+
+// Count returns how many rows eventID has.
+func (l *ledger) Count(ctx context.Context, eventID string) (int, error) {
+	var n int
+	err := l.db.QueryRowContext(ctx, `SELECT count(*) FROM ledger WHERE event_id = ?`, eventID).Scan(&n)
+	return n, err
+}
+
+// Close closes the database.
+func (l *ledger) Close() error { return l.db.Close() }

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/claimd/claimd/clients/go/claimd"
+)
+
+// maxBody bounds a delivery; Stripe events are a few KiB.
+const maxBody = 1 << 20
+
+// stripeEvent is the part of a Stripe event the ledger needs.
+type stripeEvent struct {
+	ID   string `json:"id"`
+	Type string `json:"type"`
+	Data struct {
+		Object struct {
+			Amount   int64  `json:"amount"`
+			Currency string `json:"currency"`
+		} `json:"object"`
+	} `json:"data"`
+}
+
+// receiver handles POST /webhooks/stripe.
+type receiver struct {
+	claimd    *claimd.Client
+	ledger    *ledger
+	namespace string
+	secret    string // Stripe endpoint secret; empty skips verification (local runs only)
+	log       *slog.Logger
+	now       func() time.Time
+}
+
+// ServeHTTP verifies the delivery, then lets claimd's guard decide whether
+// this delivery appends the ledger row: once per event, however many times
+// and however concurrently Stripe delivers it.
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d, err := claimd.ReadDelivery(r, maxBody)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if rc.secret != "" {
+		if err := verifyStripeSignature(r.Header.Get("Stripe-Signature"), d.Body, rc.secret, rc.now()); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
+	req := claimd.ClaimRequest{Namespace: rc.namespace, Provider: "stripe", Delivery: d}
+	out := rc.claimd.Guard(r.Context(), req, func(ctx context.Context, c claimd.Claim) ([]byte, error) {
+		return rc.apply(ctx, c, d.Body)
+	})
+	out.Respond(w)
+	rc.log.Info("delivery", "key", out.Claim.GetKey(), "disposition", out.Disposition.String(),
+		"status", out.Status, "ran", out.Ran, "err", out.Err)
+}
+
+// apply is the side effect: one ledger row for the event. Its result (the
+// row id) is stored by claimd and answered to every duplicate.
+func (rc *receiver) apply(ctx context.Context, c claimd.Claim, body []byte) ([]byte, error) {
+	var ev stripeEvent
+	// Retrying cannot fix a malformed event: fail it for good.
+	if err := json.Unmarshal(body, &ev); err != nil {
+		return nil, claimd.Permanent(fmt.Errorf("malformed Stripe event: %w", err))
+	}
+	if ev.ID == "" || ev.Type == "" {
+		return nil, claimd.Permanent(errors.New("malformed Stripe event: id and type are required"))
+	}
+	// A previous holder vanished mid-work (or the dedup window ended): only
+	// our own records can tell whether it appended already.
+	if c.GetReason() == claimd.ReasonWindowExpired || (c.TakenOver() && c.GetState() == claimd.StateProcessing) {
+		id, ok, err := rc.ledger.Find(ctx, ev.ID)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return result(id)
+		}
+	}
+	id, err := rc.ledger.Append(ctx, entry{
+		EventID: ev.ID, EventType: ev.Type,
+		Amount: ev.Data.Object.Amount, Currency: ev.Data.Object.Currency,
+		RecordedAt: rc.now(),
+	})
+	if err != nil {
+		return nil, err // retryable: the claim is released and Stripe retries
+	}
+	return result(id)
+}
+
+func result(row int64) ([]byte, error) {
+	return json.Marshal(map[string]int64{"ledger_row": row})
+}
