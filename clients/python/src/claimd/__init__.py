@@ -1,0 +1,64 @@
+"""claimd: ask claimd before a webhook's side effect whether the delivery is
+the first and yours, and let the guard run the correct flow around it.
+
+    from claimd import Client, Delivery
+
+    with Client("127.0.0.1:50051") as client:
+        with client.guard("billing", "stripe", delivery=Delivery(headers, body)) as g:
+            if g.acquired:
+                g.settle(charge(g.claim))
+        answer(g.result.status, g.result.body, g.result.headers)
+"""
+
+from claimd.client import Client, Seconds, default_holder
+from claimd.errors import (
+    ERROR_DOMAIN,
+    ClaimdError,
+    InvalidTransition,
+    NotFound,
+    PayloadMismatch,
+    PermanentError,
+    StaleToken,
+    Unavailable,
+)
+from claimd.guard import Guard, GuardResult
+from claimd.retry import RetryPolicy
+from claimd.types import (
+    MAX_RESULT_BYTES,
+    Claim,
+    Delivery,
+    EventState,
+    KeySource,
+    Outcome,
+    Reason,
+    Record,
+    Tier,
+    Transitioned,
+)
+
+__all__ = [
+    "ERROR_DOMAIN",
+    "MAX_RESULT_BYTES",
+    "Claim",
+    "ClaimdError",
+    "Client",
+    "Delivery",
+    "EventState",
+    "Guard",
+    "GuardResult",
+    "InvalidTransition",
+    "KeySource",
+    "NotFound",
+    "Outcome",
+    "PayloadMismatch",
+    "PermanentError",
+    "Reason",
+    "Record",
+    "RetryPolicy",
+    "Seconds",
+    "StaleToken",
+    "Tier",
+    "Transitioned",
+    "Unavailable",
+    "default_holder",
+]

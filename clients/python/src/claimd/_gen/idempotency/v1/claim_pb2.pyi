@@ -1,0 +1,260 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OUTCOME_UNSPECIFIED: _ClassVar[Outcome]
+    OUTCOME_ACQUIRED: _ClassVar[Outcome]
+    OUTCOME_DUPLICATE: _ClassVar[Outcome]
+    OUTCOME_IN_PROGRESS: _ClassVar[Outcome]
+    OUTCOME_PAYLOAD_MISMATCH: _ClassVar[Outcome]
+
+class Reason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REASON_UNSPECIFIED: _ClassVar[Reason]
+    REASON_NEW: _ClassVar[Reason]
+    REASON_RELEASED: _ClassVar[Reason]
+    REASON_LEASE_EXPIRED: _ClassVar[Reason]
+    REASON_WINDOW_EXPIRED: _ClassVar[Reason]
+
+class EventState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EVENT_STATE_UNSPECIFIED: _ClassVar[EventState]
+    EVENT_STATE_RECEIVED: _ClassVar[EventState]
+    EVENT_STATE_VALIDATED: _ClassVar[EventState]
+    EVENT_STATE_PROCESSING: _ClassVar[EventState]
+    EVENT_STATE_SETTLED: _ClassVar[EventState]
+    EVENT_STATE_FAILED: _ClassVar[EventState]
+
+class KeySource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    KEY_SOURCE_UNSPECIFIED: _ClassVar[KeySource]
+    KEY_SOURCE_EVENT_ID: _ClassVar[KeySource]
+    KEY_SOURCE_HEADER: _ClassVar[KeySource]
+    KEY_SOURCE_BODY_FIELD: _ClassVar[KeySource]
+    KEY_SOURCE_BODY_HASH: _ClassVar[KeySource]
+
+class Tier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TIER_UNSPECIFIED: _ClassVar[Tier]
+    TIER_LOCAL: _ClassVar[Tier]
+    TIER_FAST: _ClassVar[Tier]
+    TIER_DURABLE: _ClassVar[Tier]
+OUTCOME_UNSPECIFIED: Outcome
+OUTCOME_ACQUIRED: Outcome
+OUTCOME_DUPLICATE: Outcome
+OUTCOME_IN_PROGRESS: Outcome
+OUTCOME_PAYLOAD_MISMATCH: Outcome
+REASON_UNSPECIFIED: Reason
+REASON_NEW: Reason
+REASON_RELEASED: Reason
+REASON_LEASE_EXPIRED: Reason
+REASON_WINDOW_EXPIRED: Reason
+EVENT_STATE_UNSPECIFIED: EventState
+EVENT_STATE_RECEIVED: EventState
+EVENT_STATE_VALIDATED: EventState
+EVENT_STATE_PROCESSING: EventState
+EVENT_STATE_SETTLED: EventState
+EVENT_STATE_FAILED: EventState
+KEY_SOURCE_UNSPECIFIED: KeySource
+KEY_SOURCE_EVENT_ID: KeySource
+KEY_SOURCE_HEADER: KeySource
+KEY_SOURCE_BODY_FIELD: KeySource
+KEY_SOURCE_BODY_HASH: KeySource
+TIER_UNSPECIFIED: Tier
+TIER_LOCAL: Tier
+TIER_FAST: Tier
+TIER_DURABLE: Tier
+
+class Delivery(_message.Message):
+    __slots__ = ("headers", "body")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    headers: _containers.ScalarMap[str, str]
+    body: bytes
+    def __init__(self, headers: _Optional[_Mapping[str, str]] = ..., body: _Optional[bytes] = ...) -> None: ...
+
+class ClaimRequest(_message.Message):
+    __slots__ = ("namespace", "provider", "event_id", "delivery", "scope", "payload_sha256", "lease", "holder", "attempt_id", "wait")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_SHA256_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    provider: str
+    event_id: str
+    delivery: Delivery
+    scope: str
+    payload_sha256: bytes
+    lease: _duration_pb2.Duration
+    holder: str
+    attempt_id: str
+    wait: _duration_pb2.Duration
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., event_id: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ..., scope: _Optional[str] = ..., payload_sha256: _Optional[bytes] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., holder: _Optional[str] = ..., attempt_id: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ClaimResponse(_message.Message):
+    __slots__ = ("outcome", "reason", "key", "key_source", "fencing_token", "state", "lease_expires_at", "window_expires_at", "ttl", "attempt", "first_seen_at", "result", "served_by", "holder")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    KEY_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_AT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    SERVED_BY_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    outcome: Outcome
+    reason: Reason
+    key: str
+    key_source: KeySource
+    fencing_token: int
+    state: EventState
+    lease_expires_at: _timestamp_pb2.Timestamp
+    window_expires_at: _timestamp_pb2.Timestamp
+    ttl: _duration_pb2.Duration
+    attempt: int
+    first_seen_at: _timestamp_pb2.Timestamp
+    result: bytes
+    served_by: Tier
+    holder: str
+    def __init__(self, outcome: _Optional[_Union[Outcome, str]] = ..., reason: _Optional[_Union[Reason, str]] = ..., key: _Optional[str] = ..., key_source: _Optional[_Union[KeySource, str]] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[EventState, str]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempt: _Optional[int] = ..., first_seen_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[bytes] = ..., served_by: _Optional[_Union[Tier, str]] = ..., holder: _Optional[str] = ...) -> None: ...
+
+class Record(_message.Message):
+    __slots__ = ("namespace", "provider", "key", "state", "fencing_token", "holder", "attempt", "released", "first_seen_at", "lease_expires_at", "window_expires_at", "updated_at", "payload_sha256", "result")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_AT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_SHA256_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    provider: str
+    key: str
+    state: EventState
+    fencing_token: int
+    holder: str
+    attempt: int
+    released: bool
+    first_seen_at: _timestamp_pb2.Timestamp
+    lease_expires_at: _timestamp_pb2.Timestamp
+    window_expires_at: _timestamp_pb2.Timestamp
+    updated_at: _timestamp_pb2.Timestamp
+    payload_sha256: bytes
+    result: bytes
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., state: _Optional[_Union[EventState, str]] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., attempt: _Optional[int] = ..., released: _Optional[bool] = ..., first_seen_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., payload_sha256: _Optional[bytes] = ..., result: _Optional[bytes] = ...) -> None: ...
+
+class TransitionRequest(_message.Message):
+    __slots__ = ("namespace", "provider", "key", "fencing_token", "to", "result", "extend_lease")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    EXTEND_LEASE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    provider: str
+    key: str
+    fencing_token: int
+    to: EventState
+    result: bytes
+    extend_lease: _duration_pb2.Duration
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., to: _Optional[_Union[EventState, str]] = ..., result: _Optional[bytes] = ..., extend_lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class TransitionResponse(_message.Message):
+    __slots__ = ("record", "changed")
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    record: Record
+    changed: bool
+    def __init__(self, record: _Optional[_Union[Record, _Mapping]] = ..., changed: _Optional[bool] = ...) -> None: ...
+
+class RenewRequest(_message.Message):
+    __slots__ = ("namespace", "provider", "key", "fencing_token", "lease")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    provider: str
+    key: str
+    fencing_token: int
+    lease: _duration_pb2.Duration
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class RenewResponse(_message.Message):
+    __slots__ = ("record",)
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    record: Record
+    def __init__(self, record: _Optional[_Union[Record, _Mapping]] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("namespace", "provider", "key", "fencing_token")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    provider: str
+    key: str
+    fencing_token: int
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ("record",)
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    record: Record
+    def __init__(self, record: _Optional[_Union[Record, _Mapping]] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("namespace", "provider", "key")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    provider: str
+    key: str
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("record",)
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    record: Record
+    def __init__(self, record: _Optional[_Union[Record, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,290 @@
+"""Client: a channel to claimd with its dial options, and typed wrappers of
+the ClaimService calls."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
+
+import grpc
+from google.protobuf import duration_pb2
+
+from claimd._gen.idempotency.v1 import claim_pb2 as pb
+from claimd._gen.idempotency.v1 import claim_pb2_grpc as pb_grpc
+from claimd.errors import Unavailable
+from claimd.retry import RetryPolicy, call_with_retry
+from claimd.types import Claim, Delivery, EventState, Record, Transitioned
+
+if TYPE_CHECKING:
+    from claimd.guard import Guard, GuardResult
+
+P = ParamSpec("P")
+
+Seconds = float | timedelta
+"""Seconds is a duration: a number of seconds or a timedelta."""
+
+DEFAULT_KEEPALIVE = 300.0
+"""DEFAULT_KEEPALIVE is the keepalive ping interval in seconds. grpc-go
+servers (claimd sets no keepalive policy) answer pings more frequent than
+every 5 minutes with GOAWAY too_many_pings, so the client never pings
+faster."""
+
+
+def _seconds(v: Seconds) -> float:
+    return v.total_seconds() if isinstance(v, timedelta) else float(v)
+
+
+def _duration(v: Seconds | None) -> duration_pb2.Duration | None:
+    if v is None:
+        return None
+    d = duration_pb2.Duration()
+    d.FromTimedelta(timedelta(seconds=_seconds(v)))
+    return d
+
+
+def default_holder() -> str:
+    """default_holder names this process for claimd's audit trail: host/pid."""
+    return f"{socket.gethostname()}/{os.getpid()}"[:255]
+
+
+class Client:
+    """Client talks to one claimd. It is thread-safe: share one per process.
+
+    target is a gRPC target ("127.0.0.1:50051", "dns:///claimd:50051").
+    timeout bounds each attempt of a call (a Claim that waits gets its wait
+    on top); retry says how calls that fail with UNAVAILABLE are retried.
+    connect_timeout bounds one connection attempt. holder is recorded with
+    every claim for audit (default: host/pid). credentials select TLS (default
+    plaintext); interceptors wrap every call; options are extra gRPC channel
+    arguments, which override the client's own.
+
+    Use it as a context manager, or call close().
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = 5.0,
+        retry: RetryPolicy | None = None,
+        connect_timeout: float = 5.0,
+        keepalive: float = DEFAULT_KEEPALIVE,
+        holder: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError(f"Client.timeout: {timeout} must be > 0")
+        self.target = target
+        self.timeout = timeout
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.holder = default_holder() if holder is None else holder
+        opts: dict[str, Any] = {
+            "grpc.keepalive_time_ms": int(keepalive * 1000),
+            "grpc.keepalive_timeout_ms": 20_000,
+            "grpc.keepalive_permit_without_calls": 0,
+            # gRPC core uses the minimum reconnect backoff as the deadline of
+            # one connection attempt (default 20s).
+            "grpc.min_reconnect_backoff_ms": int(connect_timeout * 1000),
+            # While disconnected, calls fail fast with UNAVAILABLE (and the
+            # guard answers 503); cap the reconnect backoff (default 120s)
+            # so a restarted claimd is reached again within seconds.
+            "grpc.initial_reconnect_backoff_ms": 200,
+            "grpc.max_reconnect_backoff_ms": 5_000,
+        }
+        opts.update(dict(options))
+        if credentials is None:
+            self._raw = grpc.insecure_channel(target, options=list(opts.items()))
+        else:
+            self._raw = grpc.secure_channel(target, credentials, options=list(opts.items()))
+        channel: grpc.Channel = self._raw
+        if interceptors:
+            channel = grpc.intercept_channel(self._raw, *interceptors)
+        self._stub = pb_grpc.ClaimServiceStub(channel)  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        """close closes the channel; calls in flight fail with CANCELLED."""
+        self._raw.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def wait_ready(self, timeout: float) -> None:
+        """wait_ready blocks until the channel is connected, or raises
+        Unavailable after timeout seconds. Calls do not need it (they connect
+        on first use); it is for a process that wants to fail at start-up."""
+        try:
+            grpc.channel_ready_future(self._raw).result(timeout=timeout)
+        except grpc.FutureTimeoutError as err:
+            raise Unavailable(
+                f"no connection to {self.target} within {timeout}s",
+                code=grpc.StatusCode.UNAVAILABLE,
+            ) from err
+
+    def claim(
+        self,
+        namespace: str,
+        provider: str,
+        *,
+        event_id: str | None = None,
+        delivery: Delivery | None = None,
+        scope: str = "",
+        payload_sha256: bytes | None = None,
+        lease: Seconds | None = None,
+        holder: str | None = None,
+        attempt_id: str | None = None,
+        wait: Seconds | None = None,
+    ) -> Claim:
+        """claim asks whether the caller owns a delivery, named by exactly one
+        of event_id or delivery. See idempotency.v1.ClaimRequest for each
+        field; holder defaults to the client's.
+
+        attempt_id identifies this logical claim (default: 16 random bytes,
+        hex). Every retry of this call sends the same one, so a Claim whose
+        answer was lost is answered again with the same ACQUIRED and token.
+        """
+        if (event_id is None) == (delivery is None):
+            raise ValueError("claim: exactly one of event_id or delivery is required")
+        req = pb.ClaimRequest(
+            namespace=namespace,
+            provider=provider,
+            scope=scope,
+            payload_sha256=payload_sha256 or b"",
+            holder=self.holder if holder is None else holder,
+            attempt_id=attempt_id or secrets.token_hex(16),
+            lease=_duration(lease),
+            wait=_duration(wait),
+        )
+        if event_id is not None:
+            req.event_id = event_id
+        elif delivery is not None:
+            req.delivery.CopyFrom(pb.Delivery(headers=dict(delivery.headers), body=delivery.body))
+        extra = _seconds(wait) if wait is not None else 0.0
+        resp: pb.ClaimResponse = self._call(self._stub.Claim, req, extra)
+        return Claim.from_pb(namespace, provider, req.attempt_id, resp)
+
+    def transition(
+        self,
+        namespace: str,
+        provider: str,
+        key: str,
+        fencing_token: int,
+        to: EventState,
+        *,
+        result: bytes = b"",
+        extend_lease: Seconds | None = None,
+    ) -> Transitioned:
+        """transition moves the event to state to, fenced by fencing_token.
+        result is stored with SETTLED or FAILED and returned to duplicates.
+        Raises StaleToken, InvalidTransition or NotFound."""
+        req = pb.TransitionRequest(
+            namespace=namespace,
+            provider=provider,
+            key=key,
+            fencing_token=fencing_token,
+            to=pb.EventState.Name(to),
+            result=result,
+            extend_lease=_duration(extend_lease),
+        )
+        resp: pb.TransitionResponse = self._call(self._stub.Transition, req)
+        return Transitioned(record=Record.from_pb(resp.record), changed=resp.changed)
+
+    def renew(
+        self,
+        namespace: str,
+        provider: str,
+        key: str,
+        fencing_token: int,
+        *,
+        lease: Seconds | None = None,
+    ) -> Record:
+        """renew extends the holder's lease to now + lease (default: the
+        provider's). Raises StaleToken once another holder took over."""
+        req = pb.RenewRequest(
+            namespace=namespace,
+            provider=provider,
+            key=key,
+            fencing_token=fencing_token,
+            lease=_duration(lease),
+        )
+        resp: pb.RenewResponse = self._call(self._stub.Renew, req)
+        return Record.from_pb(resp.record)
+
+    def release(self, namespace: str, provider: str, key: str, fencing_token: int) -> Record:
+        """release gives the key back: the side effect did not happen, and the
+        next delivery acquires it with reason RELEASED."""
+        req = pb.ReleaseRequest(namespace=namespace, provider=provider, key=key, fencing_token=fencing_token)
+        resp: pb.ReleaseResponse = self._call(self._stub.Release, req)
+        return Record.from_pb(resp.record)
+
+    def get(self, namespace: str, provider: str, key: str) -> Record:
+        """get reads a record from the durable tier. Raises NotFound."""
+        req = pb.GetRequest(namespace=namespace, provider=provider, key=key)
+        resp: pb.GetResponse = self._call(self._stub.Get, req)
+        return Record.from_pb(resp.record)
+
+    def guard(
+        self,
+        namespace: str,
+        provider: str,
+        *,
+        event_id: str | None = None,
+        delivery: Delivery | None = None,
+        scope: str = "",
+        payload_sha256: bytes | None = None,
+        lease: Seconds | None = None,
+        holder: str | None = None,
+        wait: Seconds | None = None,
+    ) -> Guard:
+        """guard claims a delivery for a with-block and settles, fails or
+        releases it as the block ends; see claimd.guard.Guard. wait lets an
+        IN_PROGRESS claim wait (at most 30s) for the holder to finish, or for
+        its lease to run out, before answering."""
+        from claimd.guard import Guard
+
+        return Guard(
+            self,
+            namespace,
+            provider,
+            event_id=event_id,
+            delivery=delivery,
+            scope=scope,
+            payload_sha256=payload_sha256,
+            lease=lease,
+            holder=holder,
+            wait=wait,
+        )
+
+    def guarded(
+        self,
+        namespace: str,
+        provider: str,
+        *,
+        scope: str = "",
+        lease: Seconds | None = None,
+        holder: str | None = None,
+        wait: Seconds | None = None,
+    ) -> Callable[[Callable[Concatenate[Guard, P], bytes]], Callable[Concatenate[str | Delivery, P], GuardResult]]:
+        """guarded decorates fn(guard, *args) -> result bytes. The decorated
+        function takes the delivery first (an event id or a Delivery) and
+        returns the GuardResult; fn runs only when the claim is acquired."""
+        from claimd.guard import guarded
+
+        return guarded(self, namespace, provider, scope=scope, lease=lease, holder=holder, wait=wait)
+
+    def _call(self, method: Any, req: Any, extra: float = 0.0) -> Any:
+        return call_with_retry(self.retry, self.timeout, lambda t: method(req, timeout=t), extra)

@@ -1,0 +1,123 @@
+"""Errors of the claimd client. A failed call raises a ClaimdError whose class
+says what the caller can do about it; the gRPC code and the server's
+google.rpc.ErrorInfo reason are kept on it for logs and finer branching."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+ERROR_DOMAIN = "claimd.dev"
+"""ERROR_DOMAIN is the ErrorInfo domain of every error claimd returns."""
+
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
+class ClaimdError(Exception):
+    """ClaimdError is any failure of a claimd call.
+
+    code is the gRPC status code (None for a client-side decision such as
+    PayloadMismatch), reason the ErrorInfo reason the server attached
+    (e.g. "STALE_TOKEN"; "" when none), metadata the ErrorInfo metadata
+    (INVALID_TRANSITION carries "current_state" and "to").
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: grpc.StatusCode | None = None,
+        reason: str = "",
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.reason = reason
+        self.metadata: Mapping[str, str] = dict(metadata or {})
+
+    def __str__(self) -> str:
+        code = self.code.name if self.code is not None else "CLIENT"
+        reason = f"/{self.reason}" if self.reason else ""
+        return f"{code}{reason}: {self.message}"
+
+
+class StaleToken(ClaimdError):
+    """StaleToken: another holder took the key over (or this token was
+    released); the caller no longer owns the delivery and must not settle it."""
+
+
+class InvalidTransition(ClaimdError):
+    """InvalidTransition: the state machine forbids the move (for example,
+    the record is already terminal). metadata["current_state"] names where
+    it is."""
+
+
+class NotFound(ClaimdError):
+    """NotFound: no such record (reason RECORD_NOT_FOUND) or no such provider
+    (reason PROVIDER_NOT_FOUND)."""
+
+
+class Unavailable(ClaimdError):
+    """Unavailable: claimd could not be reached, its durable tier could not,
+    or it did not answer in time (code UNAVAILABLE or DEADLINE_EXCEEDED),
+    after the client's retries. Fail closed: answer the provider a retryable
+    status. A Transition that timed out may still have been applied."""
+
+
+class PayloadMismatch(ClaimdError):
+    """PayloadMismatch: the key was claimed before with a different payload.
+    A Claim reports it as an outcome, not an error; the guard returns it as
+    its error (and logs it) so that it can be alerted on."""
+
+
+class PermanentError(Exception):
+    """PermanentError marks a handler failure that retrying cannot fix (a
+    malformed event, a closed account): the guard records the event FAILED
+    with the message and answers 200 so the provider stops retrying.
+
+    Raise it directly, or wrap a cause: ``raise PermanentError("bad") from e``.
+    """
+
+
+def _error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
+    trailing = getattr(err, "trailing_metadata", None)
+    if trailing is None:
+        return None
+    for key, value in trailing() or ():
+        if key != _STATUS_DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        st = status_pb2.Status.FromString(value)
+        for detail in st.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                if info.domain == ERROR_DOMAIN:
+                    return info
+    return None
+
+
+def from_rpc_error(err: grpc.RpcError) -> ClaimdError:
+    """from_rpc_error maps a failed gRPC call to the ClaimdError subclass its
+    code and ErrorInfo reason call for. Reasons decide before codes: both
+    STALE_TOKEN and INVALID_TRANSITION are FAILED_PRECONDITION."""
+    code_fn = getattr(err, "code", None)
+    details_fn = getattr(err, "details", None)
+    code: grpc.StatusCode = code_fn() if code_fn is not None else grpc.StatusCode.UNKNOWN
+    message = (details_fn() if details_fn is not None else None) or str(err)
+    info = _error_info(err)
+    reason = info.reason if info is not None else ""
+    metadata = dict(info.metadata) if info is not None else {}
+
+    cls: type[ClaimdError] = ClaimdError
+    if reason == "STALE_TOKEN":
+        cls = StaleToken
+    elif reason == "INVALID_TRANSITION":
+        cls = InvalidTransition
+    elif code == grpc.StatusCode.NOT_FOUND:
+        cls = NotFound
+    elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        cls = Unavailable
+    return cls(message, code=code, reason=reason, metadata=metadata)

@@ -1,0 +1,429 @@
+"""The guard: the correct webhook flow as one with-block or one decorator.
+
+    with client.guard("billing", "stripe", delivery=d) as g:
+        if g.acquired:
+            g.settle(charge(g.claim))
+    respond(g.result.status, g.result.body, g.result.headers)
+
+Claim; on ACQUIRED move to PROCESSING and renew the lease from a background
+thread (about every lease/3) while the block runs; then settle (SETTLED with
+the result, 200), fail (FAILED for a PermanentError, 200: the provider must
+stop retrying) or release (any other exception, 500: the next delivery
+acquires with RELEASED). Every other outcome answers without running the
+block: DUPLICATE 200 with the stored result, IN_PROGRESS 409 with
+Retry-After, PAYLOAD_MISMATCH 422, claimd unreachable 503.
+
+Once the side effect may have happened (the block returned or called
+settle), the guard never releases: a settle that fails leaves the record
+PROCESSING, and whoever takes it over after the lease sees LEASE_EXPIRED with
+state PROCESSING and must check its own books before acting again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import math
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from types import TracebackType
+from typing import TYPE_CHECKING, Concatenate, ParamSpec
+
+from claimd.errors import (
+    ClaimdError,
+    InvalidTransition,
+    NotFound,
+    PayloadMismatch,
+    PermanentError,
+    StaleToken,
+    Unavailable,
+)
+from claimd.types import MAX_RESULT_BYTES, Claim, Delivery, EventState, Outcome, Record
+
+if TYPE_CHECKING:
+    from claimd.client import Client, Seconds
+
+log = logging.getLogger("claimd")
+
+P = ParamSpec("P")
+
+UNAVAILABLE_RETRY_AFTER = 5
+"""UNAVAILABLE_RETRY_AFTER is the Retry-After, in seconds, of a 503."""
+
+MAX_FAILURE_BYTES = 1024
+"""MAX_FAILURE_BYTES bounds the error text stored as a FAILED record's result."""
+
+_MIN_HEARTBEAT = 0.05  # seconds; a floor for very short leases
+
+
+@dataclasses.dataclass(frozen=True)
+class GuardResult:
+    """GuardResult is what to answer the provider, and what happened.
+
+    status is the HTTP status; body the response body (the stored result for
+    200); retry_after the Retry-After seconds for 409 and 503; outcome the
+    Claim's outcome (None when the Claim itself failed); ran whether the
+    guarded code ran; error the exception behind a non-2xx answer, a
+    PermanentError, or a PayloadMismatch; claim the Claim, when there is one.
+    """
+
+    status: int
+    body: bytes = b""
+    retry_after: int | None = None
+    outcome: Outcome | None = None
+    ran: bool = False
+    error: BaseException | None = None
+    claim: Claim | None = None
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """headers are the response headers the answer needs (Retry-After)."""
+        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+
+
+def _seconds_until(t: datetime | None, minimum: int = 1) -> int:
+    if t is None:
+        return minimum
+    return max(minimum, math.ceil((t - datetime.now(timezone.utc)).total_seconds()))
+
+
+def _failure_text(err: BaseException) -> bytes:
+    text = str(err) or type(err).__name__
+    return text.encode("utf-8")[:MAX_FAILURE_BYTES].decode("utf-8", "ignore").encode("utf-8")
+
+
+class _Heartbeat:
+    """_Heartbeat renews the lease until stopped, and reports a takeover."""
+
+    def __init__(self, guard: Guard, first: Record) -> None:
+        self._guard = guard
+        self._stop = threading.Event()
+        self._interval = self._pace(first)
+        self._thread = threading.Thread(target=self._run, name=f"claimd-heartbeat {first.key}", daemon=True)
+
+    @staticmethod
+    def _pace(rec: Record) -> float:
+        lease = rec.lease
+        return max(_MIN_HEARTBEAT, lease.total_seconds() / 3) if lease is not None else _MIN_HEARTBEAT
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        # No join: a renewal in flight is harmless after a settle (renewing a
+        # terminal record fails and ends the thread), and waiting for its
+        # retries would only delay the answer.
+        self._stop.set()
+
+    def _run(self) -> None:
+        g, c = self._guard, self._guard.claim
+        while not self._stop.wait(self._interval):
+            try:
+                rec = g.client.renew(c.namespace, c.provider, c.key, c.fencing_token, lease=g.lease)
+            except (StaleToken, NotFound) as err:
+                g._lose(err)
+                return
+            except InvalidTransition:
+                return  # terminal: settled or failed meanwhile, nothing to keep alive
+            except ClaimdError as err:
+                # Keep trying: the lease is still ours until someone takes it
+                # over, and a takeover shows up as StaleToken.
+                log.warning("claimd: renew %s/%s/%s failed: %s", c.namespace, c.provider, c.key, err)
+                continue
+            self._interval = self._pace(rec)
+
+
+class Guard:
+    """Guard is the with-block form of the guard (see the module doc).
+
+    Inside the block: acquired says whether to act; claim is the Claim (key,
+    fencing_token, reason, state: a LEASE_EXPIRED taker sees how far the
+    previous holder got); settle(result) and fail(reason) end the work early;
+    cancelled is set when another holder took over (check it between steps;
+    check() raises StaleToken then). After the block, result is the answer.
+
+    While the guard owns the claim, an Exception from the block is handled
+    (it becomes the result's error; the claim is released, or failed for a
+    PermanentError) and does not propagate; a BaseException (SystemExit,
+    KeyboardInterrupt) releases the claim and propagates. Exceptions raised
+    when nothing is owned, or after settle() or fail(), propagate untouched.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        namespace: str,
+        provider: str,
+        *,
+        event_id: str | None = None,
+        delivery: Delivery | None = None,
+        scope: str = "",
+        payload_sha256: bytes | None = None,
+        lease: Seconds | None = None,
+        holder: str | None = None,
+        wait: Seconds | None = None,
+    ) -> None:
+        if (event_id is None) == (delivery is None):
+            raise ValueError("guard: exactly one of event_id or delivery is required")
+        self.client = client
+        self.namespace = namespace
+        self.provider = provider
+        self.lease = lease
+        self._event_id = event_id
+        self._delivery = delivery
+        self._scope = scope
+        self._payload_sha256 = payload_sha256
+        self._holder = holder
+        self._wait = wait
+        self._claim: Claim | None = None
+        self.cancelled = threading.Event()
+        self._lost: ClaimdError | None = None
+        self._heartbeat: _Heartbeat | None = None
+        self._result: GuardResult | None = None
+        self._ran = False
+        self._lease_seconds = 1.0
+
+    @property
+    def acquired(self) -> bool:
+        """acquired is true when the block must do the work."""
+        return self._claim is not None and self._claim.acquired and self._result is None
+
+    @property
+    def claim(self) -> Claim:
+        """claim is claimd's answer. It raises RuntimeError when the Claim
+        call itself failed (result.error says why)."""
+        if self._claim is None:
+            raise RuntimeError("Guard.claim: the Claim call failed; see Guard.result.error")
+        return self._claim
+
+    @property
+    def result(self) -> GuardResult:
+        """result is the answer for the provider; set once the block ended
+        (or as soon as the claim decided that the block must not run)."""
+        if self._result is None:
+            raise RuntimeError("Guard.result is set when the with-block ends")
+        return self._result
+
+    def check(self) -> None:
+        """check raises StaleToken when another holder took the key over, so
+        long work stops between steps."""
+        if self._lost is not None:
+            raise self._lost
+
+    def __enter__(self) -> Guard:
+        try:
+            claim = self.client.claim(
+                self.namespace,
+                self.provider,
+                event_id=self._event_id,
+                delivery=self._delivery,
+                scope=self._scope,
+                payload_sha256=self._payload_sha256,
+                lease=self.lease,
+                holder=self._holder,
+                wait=self._wait,
+            )
+        except Unavailable as err:
+            self._result = GuardResult(503, b"claimd unavailable", UNAVAILABLE_RETRY_AFTER, error=err)
+            return self
+        except ClaimdError as err:
+            log.error("claimd: claim %s/%s failed: %s", self.namespace, self.provider, err)
+            self._result = GuardResult(500, b"claim failed", error=err)
+            return self
+        self._claim = claim
+        if claim.outcome == Outcome.DUPLICATE:
+            self._result = GuardResult(200, claim.result, outcome=claim.outcome, claim=claim)
+        elif claim.outcome == Outcome.IN_PROGRESS:
+            self._result = GuardResult(
+                409, b"in progress", _seconds_until(claim.lease_expires_at), outcome=claim.outcome, claim=claim
+            )
+        elif claim.outcome == Outcome.PAYLOAD_MISMATCH:
+            mismatch = PayloadMismatch(f"key {claim.key!r} was claimed with a different payload")
+            log.warning("claimd: %s/%s: %s", claim.namespace, claim.provider, mismatch)
+            self._result = GuardResult(422, b"payload mismatch", outcome=claim.outcome, error=mismatch, claim=claim)
+        elif claim.outcome == Outcome.ACQUIRED:
+            self._start(claim)
+        else:
+            unknown = ClaimdError(f"claim answered outcome {claim.outcome!r}")
+            self._result = GuardResult(500, b"claim failed", outcome=claim.outcome, error=unknown, claim=claim)
+        return self
+
+    def _start(self, claim: Claim) -> None:
+        # A repeat of PROCESSING is a no-op on the server, so a LEASE_EXPIRED
+        # taker whose predecessor got that far passes through.
+        try:
+            moved = self.client.transition(
+                claim.namespace, claim.provider, claim.key, claim.fencing_token, EventState.PROCESSING
+            )
+        except StaleToken as err:
+            self._result = self._answer_lost(err)
+            return
+        except ClaimdError as err:
+            self._release_quietly()
+            status = 503 if isinstance(err, Unavailable) else 500
+            retry = UNAVAILABLE_RETRY_AFTER if status == 503 else None
+            self._result = GuardResult(
+                status,
+                b"claimd unavailable" if status == 503 else b"claim failed",
+                retry,
+                outcome=claim.outcome,
+                error=err,
+                claim=claim,
+            )
+            return
+        if moved.record.lease is not None:
+            self._lease_seconds = moved.record.lease.total_seconds()
+        self._heartbeat = _Heartbeat(self, moved.record)
+        self._heartbeat.start()
+
+    def settle(self, result: bytes = b"") -> None:
+        """settle records the side effect as done: SETTLED with result, which
+        duplicates get back (at most 64 KiB; a larger one is answered to this
+        delivery but not stored). Leaving the block without settle() or
+        fail() settles with an empty result."""
+        self._finish(EventState.SETTLED, result, None)
+
+    def fail(self, reason: str | BaseException) -> None:
+        """fail records the event as failed for good: FAILED with the reason's
+        text (bounded to 1 KiB), answered 200 so the provider stops retrying."""
+        err = reason if isinstance(reason, BaseException) else PermanentError(reason)
+        self._finish(EventState.FAILED, _failure_text(err), err)
+
+    def _finish(self, to: EventState, body: bytes, error: BaseException | None) -> None:
+        if self._result is not None:
+            raise RuntimeError("Guard: settle() or fail() after the answer was decided")
+        claim = self._claim
+        if claim is None or not claim.acquired:
+            raise RuntimeError("Guard: settle() or fail() without an acquired claim")
+        self._ran = True
+        self._stop_heartbeat()
+        if self._lost is not None:
+            self._result = self._answer_lost(self._lost)
+            return
+        stored = body
+        if len(body) > MAX_RESULT_BYTES:
+            # The side effect happened: refusing to settle would let it run
+            # again. Settle without the result and say so.
+            log.error(
+                "claimd: result of %s is %d bytes, over %d; settling without it", claim.key, len(body), MAX_RESULT_BYTES
+            )
+            error = error or ValueError(f"result is {len(body)} bytes, over {MAX_RESULT_BYTES}; not stored")
+            stored = b""
+        try:
+            self.client.transition(claim.namespace, claim.provider, claim.key, claim.fencing_token, to, result=stored)
+        except StaleToken as err:
+            self._result = self._answer_lost(err)
+            return
+        except ClaimdError as err:
+            # Ambiguous: the transition may or may not have been applied.
+            # Either way the record is not released; see the module doc.
+            log.error("claimd: %s %s/%s/%s failed: %s", to.name, claim.namespace, claim.provider, claim.key, err)
+            status, retry = (503, UNAVAILABLE_RETRY_AFTER) if isinstance(err, Unavailable) else (500, None)
+            self._result = GuardResult(
+                status, b"settle failed", retry, outcome=claim.outcome, ran=True, error=err, claim=claim
+            )
+            return
+        self._result = GuardResult(200, body, outcome=claim.outcome, ran=True, error=error, claim=claim)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if not self.acquired:
+            # Nothing is owned, or the answer was decided inside the block
+            # (settle, fail): an exception now has nothing to undo.
+            return False
+        self._ran = True
+        if exc is None:
+            self.settle(b"")
+            return False
+        if isinstance(exc, PermanentError):
+            self.fail(exc)
+            return True
+        self._stop_heartbeat()
+        if self._lost is not None:
+            self._result = dataclasses.replace(self._answer_lost(self._lost), error=exc)
+        else:
+            self._release_quietly()
+            self._result = GuardResult(
+                500, b"handler failed", outcome=Outcome.ACQUIRED, ran=True, error=exc, claim=self._claim
+            )
+        return isinstance(exc, Exception)
+
+    def _lose(self, err: ClaimdError) -> None:
+        self._lost = err
+        self.cancelled.set()
+        c = self._claim
+        if c is not None:
+            log.warning("claimd: lost %s/%s/%s (token %d): %s", c.namespace, c.provider, c.key, c.fencing_token, err)
+
+    def _answer_lost(self, err: ClaimdError) -> GuardResult:
+        # Another holder owns the delivery now: answer like IN_PROGRESS, for
+        # about one lease.
+        if self._lost is None:
+            self._lose(err)
+        return GuardResult(
+            409,
+            b"taken over",
+            max(1, math.ceil(self._lease_seconds)),
+            outcome=Outcome.ACQUIRED,
+            ran=self._ran,
+            error=err,
+            claim=self._claim,
+        )
+
+    def _stop_heartbeat(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
+
+    def _release_quietly(self) -> None:
+        c = self.claim
+        try:
+            self.client.release(c.namespace, c.provider, c.key, c.fencing_token)
+        except ClaimdError as err:
+            # The lease runs out on its own; the next delivery then takes over.
+            log.warning("claimd: release %s/%s/%s failed: %s", c.namespace, c.provider, c.key, err)
+
+
+def guarded(
+    client: Client,
+    namespace: str,
+    provider: str,
+    *,
+    scope: str = "",
+    lease: Seconds | None = None,
+    holder: str | None = None,
+    wait: Seconds | None = None,
+) -> Callable[[Callable[Concatenate[Guard, P], bytes]], Callable[Concatenate[str | Delivery, P], GuardResult]]:
+    """guarded is Client.guarded: fn(guard, *args, **kwargs) -> bytes becomes
+    f(event_id_or_delivery, *args, **kwargs) -> GuardResult."""
+
+    def decorate(fn: Callable[Concatenate[Guard, P], bytes]) -> Callable[Concatenate[str | Delivery, P], GuardResult]:
+        @functools.wraps(fn)
+        def run(key: str | Delivery, /, *args: P.args, **kwargs: P.kwargs) -> GuardResult:
+            g = Guard(
+                client,
+                namespace,
+                provider,
+                event_id=key if isinstance(key, str) else None,
+                delivery=key if isinstance(key, Delivery) else None,
+                scope=scope,
+                lease=lease,
+                holder=holder,
+                wait=wait,
+            )
+            with g:
+                if g.acquired:
+                    body = fn(g, *args, **kwargs)
+                    if g.acquired:  # fn may have called settle() or fail() itself
+                        g.settle(body)
+            return g.result
+
+        return run
+
+    return decorate

@@ -1,0 +1,76 @@
+"""Retry of the client's own calls: exponential backoff with full jitter,
+bounded in attempts and in total time, on the codes that mean "claimd did not
+get to answer". Every claimd call is safe to repeat: Transition, Renew and
+Release are no-ops when repeated with the same token, Get has no effect, and
+a Claim is repeated with the same attempt_id so the server answers the same
+ACQUIRED and token instead of IN_PROGRESS."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from claimd.errors import from_rpc_error
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """RetryPolicy bounds the client's retries of one call.
+
+    max_attempts counts the first try (1 disables retries). Backoff before
+    retry n is uniform in [0, min(max_backoff, initial_backoff *
+    multiplier**(n-1))]. total_timeout bounds the whole call, attempts and
+    waits included; each attempt also gets at most the client's timeout.
+    """
+
+    max_attempts: int = 4
+    initial_backoff: float = 0.05
+    max_backoff: float = 1.0
+    multiplier: float = 2.0
+    total_timeout: float = 10.0
+    retryable: frozenset[grpc.StatusCode] = frozenset({grpc.StatusCode.UNAVAILABLE})
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"RetryPolicy.max_attempts: {self.max_attempts} must be >= 1")
+        if self.initial_backoff < 0 or self.max_backoff < 0 or self.multiplier < 1:
+            raise ValueError("RetryPolicy: backoffs must be >= 0 and multiplier >= 1")
+        if self.total_timeout <= 0:
+            raise ValueError(f"RetryPolicy.total_timeout: {self.total_timeout} must be > 0")
+
+    def backoff(self, retry: int) -> float:
+        """backoff is the wait before retry number retry (1 for the first)."""
+        ceiling = min(self.max_backoff, self.initial_backoff * self.multiplier ** (retry - 1))
+        return random.uniform(0, ceiling)
+
+
+def call_with_retry(policy: RetryPolicy, attempt_timeout: float, fn: Callable[[float], T], extra: float = 0.0) -> T:
+    """call_with_retry runs fn(timeout) until it succeeds, fails with a code
+    the policy does not retry, or the policy's attempts or total time run
+    out. It raises the last failure as a ClaimdError. extra is time the
+    server is asked to spend (a Claim's wait), added to every bound."""
+    attempt_timeout += extra
+    deadline = time.monotonic() + policy.total_timeout + extra
+    attempt = 0
+    while True:
+        attempt += 1
+        remaining = deadline - time.monotonic()
+        try:
+            return fn(max(0.001, min(attempt_timeout, remaining)))
+        except grpc.RpcError as err:
+            code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+            if code not in policy.retryable or attempt >= policy.max_attempts:
+                raise from_rpc_error(err) from err
+            wait = policy.backoff(attempt)
+            # Another attempt needs time to wait and then to be answered;
+            # give up now rather than start one that cannot finish.
+            if time.monotonic() + wait >= deadline:
+                raise from_rpc_error(err) from err
+            time.sleep(wait)

@@ -1,0 +1,223 @@
+"""The values the client hands back: enums mirroring idempotency.v1 and small
+frozen dataclasses, so callers never touch generated protobuf classes."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import TypeVar
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from claimd._gen.idempotency.v1 import claim_pb2 as pb
+
+# Bounds of the API (DESIGN §2) that the client checks or relies on.
+MAX_RESULT_BYTES = 64 << 10
+"""MAX_RESULT_BYTES is the most a settled or failed record stores as result."""
+
+
+class Outcome(enum.IntEnum):
+    """Outcome is the answer of a Claim (idempotency.v1.Outcome)."""
+
+    UNSPECIFIED = 0
+    ACQUIRED = 1
+    DUPLICATE = 2
+    IN_PROGRESS = 3
+    PAYLOAD_MISMATCH = 4
+
+
+class Reason(enum.IntEnum):
+    """Reason says why a Claim was ACQUIRED (idempotency.v1.Reason)."""
+
+    UNSPECIFIED = 0
+    NEW = 1
+    RELEASED = 2
+    LEASE_EXPIRED = 3
+    WINDOW_EXPIRED = 4
+
+
+class EventState(enum.IntEnum):
+    """EventState is the per-event state (idempotency.v1.EventState)."""
+
+    UNSPECIFIED = 0
+    RECEIVED = 1
+    VALIDATED = 2
+    PROCESSING = 3
+    SETTLED = 4
+    FAILED = 5
+
+    @property
+    def terminal(self) -> bool:
+        """terminal is true for SETTLED and FAILED, which never change."""
+        return self in (EventState.SETTLED, EventState.FAILED)
+
+
+class KeySource(enum.IntEnum):
+    """KeySource tells where the canonical key came from."""
+
+    UNSPECIFIED = 0
+    EVENT_ID = 1
+    HEADER = 2
+    BODY_FIELD = 3
+    BODY_HASH = 4
+
+
+class Tier(enum.IntEnum):
+    """Tier names the store that decided an answer."""
+
+    UNSPECIFIED = 0
+    LOCAL = 1
+    FAST = 2
+    DURABLE = 3
+
+
+# The proto enum each Python enum mirrors, with its value-name prefix; a test
+# holds the two to the same names and numbers.
+PROTO_ENUMS: Mapping[type[enum.IntEnum], tuple[str, str]] = {
+    Outcome: ("Outcome", "OUTCOME_"),
+    Reason: ("Reason", "REASON_"),
+    EventState: ("EventState", "EVENT_STATE_"),
+    KeySource: ("KeySource", "KEY_SOURCE_"),
+    Tier: ("Tier", "TIER_"),
+}
+
+E = TypeVar("E", bound=enum.IntEnum)
+
+
+def _enum(cls: type[E], value: int) -> E:
+    # A value added to the proto after this client was built reads as
+    # UNSPECIFIED instead of failing the whole response.
+    try:
+        return cls(value)
+    except ValueError:
+        return cls(0)
+
+
+def _time(ts: timestamp_pb2.Timestamp, present: bool) -> datetime | None:
+    return ts.ToDatetime(tzinfo=timezone.utc) if present else None
+
+
+def _duration(d: duration_pb2.Duration, present: bool) -> timedelta | None:
+    return d.ToTimedelta() if present else None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Delivery is a raw webhook delivery: the server derives the key from it
+    by the provider's key rule (e.g. Stripe's body field "id"), and hashes the
+    body to detect a different payload under the same key."""
+
+    headers: Mapping[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Claim is the decision on a delivery (ClaimResponse), with the namespace
+    and provider it was asked for so follow-up calls need only this value."""
+
+    namespace: str
+    provider: str
+    outcome: Outcome
+    reason: Reason
+    key: str
+    key_source: KeySource
+    fencing_token: int
+    state: EventState
+    lease_expires_at: datetime | None
+    window_expires_at: datetime | None
+    ttl: timedelta | None
+    attempt: int
+    first_seen_at: datetime | None
+    result: bytes
+    served_by: Tier
+    holder: str
+    attempt_id: str = ""
+
+    @property
+    def acquired(self) -> bool:
+        """acquired is true when the caller owns the delivery and must act."""
+        return self.outcome == Outcome.ACQUIRED
+
+    @classmethod
+    def from_pb(cls, namespace: str, provider: str, attempt_id: str, m: pb.ClaimResponse) -> Claim:
+        """from_pb converts a ClaimResponse."""
+        return cls(
+            namespace=namespace,
+            provider=provider,
+            outcome=_enum(Outcome, m.outcome),
+            reason=_enum(Reason, m.reason),
+            key=m.key,
+            key_source=_enum(KeySource, m.key_source),
+            fencing_token=m.fencing_token,
+            state=_enum(EventState, m.state),
+            lease_expires_at=_time(m.lease_expires_at, m.HasField("lease_expires_at")),
+            window_expires_at=_time(m.window_expires_at, m.HasField("window_expires_at")),
+            ttl=_duration(m.ttl, m.HasField("ttl")),
+            attempt=m.attempt,
+            first_seen_at=_time(m.first_seen_at, m.HasField("first_seen_at")),
+            result=m.result,
+            served_by=_enum(Tier, m.served_by),
+            holder=m.holder,
+            attempt_id=attempt_id,
+        )
+
+
+@dataclass(frozen=True)
+class Record:
+    """Record is the stored state of one (namespace, provider, key)."""
+
+    namespace: str
+    provider: str
+    key: str
+    state: EventState
+    fencing_token: int
+    holder: str
+    attempt: int
+    released: bool
+    first_seen_at: datetime | None
+    lease_expires_at: datetime | None
+    window_expires_at: datetime | None
+    updated_at: datetime | None
+    payload_sha256: bytes = field(repr=False)
+    result: bytes
+
+    @classmethod
+    def from_pb(cls, m: pb.Record) -> Record:
+        """from_pb converts a Record message."""
+        return cls(
+            namespace=m.namespace,
+            provider=m.provider,
+            key=m.key,
+            state=_enum(EventState, m.state),
+            fencing_token=m.fencing_token,
+            holder=m.holder,
+            attempt=m.attempt,
+            released=m.released,
+            first_seen_at=_time(m.first_seen_at, m.HasField("first_seen_at")),
+            lease_expires_at=_time(m.lease_expires_at, m.HasField("lease_expires_at")),
+            window_expires_at=_time(m.window_expires_at, m.HasField("window_expires_at")),
+            updated_at=_time(m.updated_at, m.HasField("updated_at")),
+            payload_sha256=m.payload_sha256,
+            result=m.result,
+        )
+
+    @property
+    def lease(self) -> timedelta | None:
+        """lease is the lease length granted at the last change, measured on
+        the server's clock (updated_at to lease_expires_at), so a heartbeat can
+        pace itself without trusting the local clock."""
+        if self.lease_expires_at is None or self.updated_at is None:
+            return None
+        return self.lease_expires_at - self.updated_at
+
+
+@dataclass(frozen=True)
+class Transitioned:
+    """Transitioned is the answer of a Transition: the record after it, and
+    whether it changed anything (False for a repeat that already happened)."""
+
+    record: Record
+    changed: bool

@@ -1,0 +1,201 @@
+"""The typed wrappers against a real claimd: values, enums and errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+
+from claimd import (
+    Claim,
+    ClaimdError,
+    Client,
+    Delivery,
+    EventState,
+    InvalidTransition,
+    KeySource,
+    NotFound,
+    Outcome,
+    Reason,
+    StaleToken,
+    Tier,
+)
+from claimd._gen.idempotency.v1 import claim_pb2
+from claimd.types import PROTO_ENUMS
+
+
+def test_enums_mirror_the_proto() -> None:
+    for py_enum, (proto_name, prefix) in PROTO_ENUMS.items():
+        proto = claim_pb2.DESCRIPTOR.enum_types_by_name[proto_name]
+        want = {v.name.removeprefix(prefix): v.number for v in proto.values}
+        got = {m.name: m.value for m in py_enum}
+        assert got == want, f"{py_enum.__name__} = {got}, want {want} (from {proto_name})"
+
+
+def test_claim_transition_settle_duplicate(client: Client, ns: str, evt: str) -> None:
+    c = client.claim(ns, "stripe", event_id=evt, holder="pod-a", lease=30)
+    assert (c.outcome, c.reason, c.fencing_token, c.state) == (Outcome.ACQUIRED, Reason.NEW, 1, EventState.RECEIVED), (
+        f"Claim({evt!r}) = {c}"
+    )
+    assert c.key == evt and c.key_source == KeySource.EVENT_ID and c.holder == "pod-a"
+    assert c.attempt == 1 and len(c.attempt_id) == 32
+    assert c.ttl == timedelta(hours=84), f"Claim({evt!r}).ttl = {c.ttl}, want Stripe's 72h + 12h"
+    assert c.lease_expires_at is not None and c.first_seen_at is not None
+    assert c.lease_expires_at - c.first_seen_at == timedelta(seconds=30)
+
+    moved = client.transition(ns, "stripe", c.key, c.fencing_token, EventState.PROCESSING)
+    assert moved.changed and moved.record.state == EventState.PROCESSING
+    again = client.transition(ns, "stripe", c.key, c.fencing_token, EventState.PROCESSING)
+    assert not again.changed, "a repeated transition must succeed without changing anything"
+
+    settled = client.transition(ns, "stripe", c.key, c.fencing_token, EventState.SETTLED, result=b'{"charge":"ch_1"}')
+    assert settled.record.state == EventState.SETTLED and settled.record.result == b'{"charge":"ch_1"}'
+
+    dup = client.claim(ns, "stripe", event_id=evt)
+    assert (dup.outcome, dup.state, dup.result) == (Outcome.DUPLICATE, EventState.SETTLED, b'{"charge":"ch_1"}')
+    assert dup.reason == Reason.UNSPECIFIED and dup.served_by != Tier.UNSPECIFIED
+
+    rec = client.get(ns, "stripe", evt)
+    assert (rec.namespace, rec.provider, rec.key, rec.state, rec.fencing_token, rec.holder) == (
+        ns,
+        "stripe",
+        evt,
+        EventState.SETTLED,
+        1,
+        "pod-a",
+    )
+
+
+def test_release_hands_the_key_to_the_next_claim(client: Client, ns: str, evt: str) -> None:
+    first = client.claim(ns, "stripe", event_id=evt)
+    rec = client.release(ns, "stripe", first.key, first.fencing_token)
+    assert rec.released
+    second = client.claim(ns, "stripe", event_id=evt)
+    assert (second.outcome, second.reason, second.fencing_token, second.attempt) == (
+        Outcome.ACQUIRED,
+        Reason.RELEASED,
+        2,
+        2,
+    ), f"Claim({evt!r}) after Release = {second}"
+
+
+def test_renew_extends_the_lease(client: Client, ns: str, evt: str) -> None:
+    c = client.claim(ns, "stripe", event_id=evt, lease=5)
+    rec = client.renew(ns, "stripe", c.key, c.fencing_token, lease=timedelta(seconds=120))
+    assert rec.lease == timedelta(seconds=120), f"Renew(lease=120s) record lease = {rec.lease}"
+
+
+def stripe_delivery(event_id: str, amount: int, signature: str) -> Delivery:
+    body = json.dumps({"id": event_id, "type": "charge.succeeded", "data": {"amount": amount}}).encode()
+    return Delivery(headers={"Stripe-Signature": signature, "Content-Type": "application/json"}, body=body)
+
+
+def test_delivery_key_is_derived_by_the_server(client: Client, ns: str, evt: str) -> None:
+    first = client.claim(ns, "stripe", delivery=stripe_delivery(evt, 100, "t=1,v1=aa"))
+    assert (first.outcome, first.key, first.key_source) == (Outcome.ACQUIRED, evt, KeySource.BODY_FIELD)
+
+    # Stripe re-signs every retry: the same event with a new signature is the same key.
+    retry = client.claim(ns, "stripe", delivery=stripe_delivery(evt, 100, "t=2,v1=bb"))
+    assert (retry.outcome, retry.key) == (Outcome.IN_PROGRESS, evt)
+
+    other_body = client.claim(ns, "stripe", delivery=stripe_delivery(evt, 999, "t=3,v1=cc"))
+    assert other_body.outcome == Outcome.PAYLOAD_MISMATCH, f"Claim(other body) outcome = {other_body.outcome}"
+
+
+def test_payload_sha256_with_event_id(client: Client, ns: str, evt: str) -> None:
+    client.claim(ns, "stripe", event_id=evt, payload_sha256=hashlib.sha256(b"a").digest())
+    c = client.claim(ns, "stripe", event_id=evt, payload_sha256=hashlib.sha256(b"b").digest())
+    assert c.outcome == Outcome.PAYLOAD_MISMATCH
+
+
+def test_claim_needs_exactly_one_key(client: Client, ns: str) -> None:
+    with pytest.raises(ValueError):
+        client.claim(ns, "stripe")
+    with pytest.raises(ValueError):
+        client.claim(ns, "stripe", event_id="evt_1", delivery=Delivery({}, b"{}"))
+
+
+@dataclass
+class ErrorCase:
+    desc: str
+    call: Callable[[Client, str, Claim], Any]
+    want: type[ClaimdError]
+    code: grpc.StatusCode
+    reason: str
+    metadata: dict[str, str] | None = None
+
+
+ERROR_CASES = [
+    ErrorCase(
+        desc="transition out of a terminal state",
+        call=lambda cl, ns, c: cl.transition(ns, "stripe", c.key, c.fencing_token, EventState.PROCESSING),
+        want=InvalidTransition,
+        code=grpc.StatusCode.FAILED_PRECONDITION,
+        reason="INVALID_TRANSITION",
+        metadata={"current_state": "EVENT_STATE_SETTLED", "to": "EVENT_STATE_PROCESSING"},
+    ),
+    ErrorCase(
+        desc="renew of a terminal record",
+        call=lambda cl, ns, c: cl.renew(ns, "stripe", c.key, c.fencing_token),
+        want=InvalidTransition,
+        code=grpc.StatusCode.FAILED_PRECONDITION,
+        reason="INVALID_TRANSITION",
+    ),
+    ErrorCase(
+        desc="release of a terminal record",
+        call=lambda cl, ns, c: cl.release(ns, "stripe", c.key, c.fencing_token),
+        want=InvalidTransition,
+        code=grpc.StatusCode.FAILED_PRECONDITION,
+        reason="INVALID_TRANSITION",
+    ),
+    ErrorCase(
+        desc="a token never issued",
+        call=lambda cl, ns, c: cl.transition(ns, "stripe", c.key, c.fencing_token + 1, EventState.FAILED),
+        want=StaleToken,
+        code=grpc.StatusCode.FAILED_PRECONDITION,
+        reason="STALE_TOKEN",
+    ),
+    ErrorCase(
+        desc="get of a missing record",
+        call=lambda cl, ns, c: cl.get(ns, "stripe", "evt_never_claimed"),
+        want=NotFound,
+        code=grpc.StatusCode.NOT_FOUND,
+        reason="RECORD_NOT_FOUND",
+    ),
+    ErrorCase(
+        desc="claim for an unknown provider",
+        call=lambda cl, ns, c: cl.claim(ns, "no-such-provider", event_id="evt_1"),
+        want=NotFound,
+        code=grpc.StatusCode.NOT_FOUND,
+        reason="PROVIDER_NOT_FOUND",
+        metadata={"provider": "no-such-provider"},
+    ),
+    ErrorCase(
+        desc="bad namespace",
+        call=lambda cl, ns, c: cl.claim("Billing", "stripe", event_id="evt_1"),
+        want=ClaimdError,
+        code=grpc.StatusCode.INVALID_ARGUMENT,
+        reason="INVALID_ARGUMENT",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", ERROR_CASES, ids=lambda c: c.desc)
+def test_errors(client: Client, ns: str, evt: str, case: ErrorCase) -> None:
+    c = client.claim(ns, "stripe", event_id=evt)
+    client.transition(ns, "stripe", c.key, c.fencing_token, EventState.PROCESSING)
+    client.transition(ns, "stripe", c.key, c.fencing_token, EventState.SETTLED)
+    with pytest.raises(ClaimdError) as info:
+        case.call(client, ns, c)
+    err = info.value
+    assert type(err) is case.want, f"{case.desc}: raised {type(err).__name__} ({err}), want {case.want.__name__}"
+    assert (err.code, err.reason) == (case.code, case.reason), f"{case.desc}: {err}"
+    if case.metadata is not None:
+        assert dict(err.metadata) == case.metadata, f"{case.desc}: metadata = {err.metadata}"
+    assert isinstance(err.__cause__, grpc.RpcError), f"{case.desc}: the gRPC error must be kept as __cause__"
