@@ -61,12 +61,18 @@ func pbRecord(r tiers.Record) *pb.Record {
 
 func pbClaimResponse(res tiers.ClaimResult, key string, src horizon.KeySource, ttl time.Duration) *pb.ClaimResponse {
 	r := res.Record
+	// The token is the owner's capability: a duplicate or a waiter that
+	// learned it could release or settle someone else's claim.
+	var token uint64
+	if res.Outcome == tiers.OutcomeAcquired {
+		token = r.Token
+	}
 	return &pb.ClaimResponse{
 		Outcome:         pbOutcome(res.Outcome),
 		Reason:          pbReason(res.Reason),
 		Key:             key,
 		KeySource:       pbKeySource(src),
-		FencingToken:    r.Token,
+		FencingToken:    token,
 		State:           pbState(r.State),
 		LeaseExpiresAt:  ts(r.LeaseExpiresAt),
 		WindowExpiresAt: ts(r.WindowExpiresAt),

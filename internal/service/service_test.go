@@ -329,8 +329,8 @@ func TestEndToEndOverGRPC(t *testing.T) {
 	}
 
 	dup, err := claims.Claim(ctx, claimReq(nil))
-	if err != nil || dup.Outcome != pb.Outcome_OUTCOME_IN_PROGRESS || dup.Holder != "pod-a" {
-		t.Fatalf("Claim(while in progress) = %v, %v; want IN_PROGRESS held by pod-a", dup, err)
+	if err != nil || dup.Outcome != pb.Outcome_OUTCOME_IN_PROGRESS || dup.Holder != "pod-a" || dup.FencingToken != 0 {
+		t.Fatalf("Claim(while in progress) = %v, %v; want IN_PROGRESS held by pod-a, without its token", dup, err)
 	}
 
 	tr := func(token uint64, to pb.EventState, result []byte) (*pb.TransitionResponse, error) {

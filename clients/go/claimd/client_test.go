@@ -65,7 +65,7 @@ func TestClaimLifecycle(t *testing.T) {
 	if !first.Acquired() || first.GetHolder() != "pod-a" || first.AttemptID == "" {
 		t.Fatalf("first claim = %v (attempt id %q), want acquired by pod-a with an attempt id", first.ClaimResponse, first.AttemptID)
 	}
-	second := claim("while held", view{pb.Outcome_OUTCOME_IN_PROGRESS, pb.Reason_REASON_UNSPECIFIED, id, 1, claimd.StateReceived, ""})
+	second := claim("while held", view{pb.Outcome_OUTCOME_IN_PROGRESS, pb.Reason_REASON_UNSPECIFIED, id, 0, claimd.StateReceived, ""})
 	if !second.InProgress() {
 		t.Fatalf("InProgress() = false for %v", second.GetOutcome())
 	}
@@ -95,7 +95,7 @@ func TestClaimLifecycle(t *testing.T) {
 	if err != nil || !changed || rec.GetState() != claimd.StateSettled {
 		t.Fatalf("Transition(SETTLED) = %v, %v, %v; want a changed SETTLED record", rec, changed, err)
 	}
-	dup := claim("after settle", view{pb.Outcome_OUTCOME_DUPLICATE, pb.Reason_REASON_UNSPECIFIED, id, 2, claimd.StateSettled, `{"ok":true}`})
+	dup := claim("after settle", view{pb.Outcome_OUTCOME_DUPLICATE, pb.Reason_REASON_UNSPECIFIED, id, 0, claimd.StateSettled, `{"ok":true}`})
 	if !dup.Duplicate() {
 		t.Fatalf("Duplicate() = false for %v", dup.GetOutcome())
 	}

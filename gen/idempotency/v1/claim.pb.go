@@ -427,8 +427,10 @@ type ClaimRequest struct {
 	// returns the same ACQUIRED and token again.
 	AttemptId string `protobuf:"bytes,9,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
 	// wait, when the key is IN_PROGRESS, waits up to this long (at most 30s)
-	// for the holder to finish and then answers DUPLICATE with its result.
-	// Optional; zero means do not wait.
+	// for the holder to finish and then answers DUPLICATE with its result; if
+	// the holder releases the key or its lease runs out meanwhile, the waiter
+	// acquires it (RELEASED / LEASE_EXPIRED). When wait runs out the answer is
+	// IN_PROGRESS. Optional; zero means do not wait.
 	Wait          *durationpb.Duration `protobuf:"bytes,10,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -577,7 +579,8 @@ type ClaimResponse struct {
 	// key_source tells where key came from.
 	KeySource KeySource `protobuf:"varint,4,opt,name=key_source,json=keySource,proto3,enum=idempotency.v1.KeySource" json:"key_source,omitempty"`
 	// fencing_token grows by one each time ownership changes hands; present it
-	// on every Transition, Renew and Release.
+	// on every Transition, Renew and Release. Set for ACQUIRED only: the token
+	// is the owner's capability, never handed to a duplicate or a waiter.
 	FencingToken uint64 `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	// state is the record's state now; for LEASE_EXPIRED, the state the
 	// vanished holder reached.
