@@ -1,0 +1,334 @@
+import { randomBytes } from "node:crypto";
+import * as net from "node:net";
+import { hostname } from "node:os";
+import type { Duplex } from "node:stream";
+import * as tls from "node:tls";
+
+import { create } from "@bufbuild/protobuf";
+import type { Duration } from "@bufbuild/protobuf/wkt";
+import { DurationSchema } from "@bufbuild/protobuf/wkt";
+import { createClient as createConnectClient } from "@connectrpc/connect";
+import type { Client, Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+
+import {
+  ClaimRequestSchema,
+  ClaimService,
+  type ClaimResponse,
+  type EventState,
+  GetRequestSchema,
+  type Record as ClaimRecord,
+  ReleaseRequestSchema,
+  RenewRequestSchema,
+  TransitionRequestSchema,
+  type TransitionResponse,
+} from "./gen/idempotency/v1/claim_pb.js";
+import { type Provider, ProviderService } from "./gen/idempotency/v1/provider_pb.js";
+import { type ResolvedRetryPolicy, type RetryPolicy, resolveRetryPolicy, withRetry } from "./retry.js";
+
+/**
+ * ClientOptions configures createClient. Every field is optional; missing
+ * ones mean the defaults given.
+ */
+export interface ClientOptions {
+  /** timeoutMs is the deadline of one attempt of a call. Default 5000. */
+  timeoutMs?: number;
+  /**
+   * connectTimeoutMs bounds opening the TCP (and TLS) connection; a connect
+   * that takes longer fails as UNAVAILABLE and is retried. Default 2000.
+   */
+  connectTimeoutMs?: number;
+  /** keepalive sends HTTP/2 PINGs to notice a dead connection. */
+  keepalive?: {
+    /**
+     * intervalMs between PINGs while a call waits without data, and the idle
+     * time after which a connection is checked with one PING before reuse.
+     * Default 30000. Keep it long: claimd enforces grpc-go's default policy,
+     * under which a third PING within 5 minutes with no response data in
+     * between gets GOAWAY ENHANCE_YOUR_CALM and fails the calls in flight.
+     * Calls are bounded (timeoutMs, plus waitMs), so at 30 s a call sends
+     * one PING at most.
+     */
+    intervalMs?: number;
+    /** timeoutMs a PING may take before the connection is dropped. Default 10000. */
+    timeoutMs?: number;
+  };
+  /** retry bounds retries on UNAVAILABLE and friends; see RetryPolicy. */
+  retry?: RetryPolicy;
+  /** holder is the default ClaimRequest.holder. Default "<hostname>/<pid>". */
+  holder?: string;
+  /** interceptors run around every attempt (auth headers, metrics, tests). */
+  interceptors?: Interceptor[];
+}
+
+/** CallOptions adjusts one call. */
+export interface CallOptions {
+  /** signal cancels the call, retries included. */
+  signal?: AbortSignal;
+  /** timeoutMs overrides ClientOptions.timeoutMs for each attempt. */
+  timeoutMs?: number;
+  /** retry overrides the client's policy; false makes a single attempt. */
+  retry?: RetryPolicy | false;
+}
+
+/** Delivery is a raw webhook delivery; claimd derives the key from it. */
+export interface DeliveryInput {
+  /** headers as received (names are matched case-insensitively). */
+  headers?: { [name: string]: string };
+  /** body is the raw body, byte for byte as received. */
+  body: Uint8Array | string;
+}
+
+/**
+ * ClaimInput is a ClaimRequest in JavaScript terms: durations in
+ * milliseconds, and the key as exactly one of eventId or delivery.
+ */
+export interface ClaimInput {
+  namespace: string;
+  provider: string;
+  /** eventId is the provider's event id. Exactly one of eventId and delivery. */
+  eventId?: string;
+  /** delivery is the raw delivery; the server applies the provider's key rule. */
+  delivery?: DeliveryInput;
+  scope?: string;
+  /** payloadSha256 is a 32-byte digest; computed by claimd for a delivery. */
+  payloadSha256?: Uint8Array;
+  /** leaseMs is the lease requested; default the provider's lease. */
+  leaseMs?: number;
+  /** holder is audit text; default ClientOptions.holder. */
+  holder?: string;
+  /**
+   * attemptId identifies this logical claim across the client's own retries.
+   * Default: 16 random bytes in hex, drawn once per claim() call.
+   */
+  attemptId?: string;
+  /** waitMs waits up to this long (≤ 30000) for an IN_PROGRESS holder's result. */
+  waitMs?: number;
+}
+
+/** RecordRef names one record: the canonical key that Claim returned. */
+export interface RecordRef {
+  namespace: string;
+  provider: string;
+  key: string;
+}
+
+/** FencedRef is a RecordRef with the fencing token of its holder. */
+export interface FencedRef extends RecordRef {
+  fencingToken: bigint | number;
+}
+
+/** TransitionInput moves a record to `to`, fenced by token. */
+export interface TransitionInput extends FencedRef {
+  to: EventState;
+  /** result is stored with SETTLED or FAILED (≤ 64 KiB); strings as UTF-8. */
+  result?: Uint8Array | string;
+  /** extendLeaseMs sets the lease to now + extendLeaseMs (non-terminal targets). */
+  extendLeaseMs?: number;
+}
+
+/** RenewInput extends the holder's lease. */
+export interface RenewInput extends FencedRef {
+  /** leaseMs sets the lease to now + leaseMs; default the provider's lease. */
+  leaseMs?: number;
+}
+
+/**
+ * ClaimdClient is a typed claimd client. Every call rejects with a
+ * ClaimdError (see errors.ts) and retries, within the policy, when claimd
+ * did not answer.
+ */
+export interface ClaimdClient {
+  /** claim asks whether the delivery is the first and whether we may act on it. */
+  claim(req: ClaimInput, opts?: CallOptions): Promise<ClaimResponse>;
+  /** transition moves the event forward; a repeat with the same token is a no-op. */
+  transition(req: TransitionInput, opts?: CallOptions): Promise<TransitionResponse>;
+  /** renew extends the live holder's lease (the guard's heartbeat). */
+  renew(req: RenewInput, opts?: CallOptions): Promise<ClaimRecord>;
+  /** release gives the key back: the side effect did not happen. */
+  release(req: FencedRef, opts?: CallOptions): Promise<ClaimRecord>;
+  /** get reads a record from the durable tier. */
+  get(req: RecordRef, opts?: CallOptions): Promise<ClaimRecord>;
+  /** getProvider returns a provider or group as the server derived it. */
+  getProvider(name: string, opts?: CallOptions): Promise<Provider>;
+  /** listProviders lists the registry. */
+  listProviders(opts?: CallOptions): Promise<Provider[]>;
+  /** target is the base URL the client talks to. */
+  readonly target: string;
+  /** holder is the default holder text of claims. */
+  readonly holder: string;
+  /** close drops the connection; calls in flight fail. */
+  close(): void;
+}
+
+/**
+ * createClient returns a client of the claimd at target ("127.0.0.1:50051",
+ * or a URL "http://host:port" / "https://host:port"). It connects lazily, on
+ * the first call.
+ */
+export function createClient(target: string, opts: ClientOptions = {}): ClaimdClient {
+  const baseUrl = /^https?:\/\//.test(target) ? target : `http://${target}`;
+  const url = new URL(baseUrl);
+  const session = new Http2SessionManager(
+    url,
+    {
+      pingIntervalMs: opts.keepalive?.intervalMs ?? 30_000,
+      pingTimeoutMs: opts.keepalive?.timeoutMs ?? 10_000,
+      pingIdleConnection: false,
+    },
+    { createConnection: () => dial(url, opts.connectTimeoutMs ?? 2_000) },
+  );
+  const transport = createGrpcTransport({
+    baseUrl,
+    sessionManager: session,
+    interceptors: opts.interceptors ?? [],
+  });
+  return new Claimd(
+    baseUrl,
+    createConnectClient(ClaimService, transport),
+    createConnectClient(ProviderService, transport),
+    session,
+    resolveRetryPolicy(opts.retry),
+    opts.timeoutMs ?? 5_000,
+    opts.holder ?? `${hostname()}/${process.pid}`,
+  );
+}
+
+/**
+ * dial opens the connection under a connect timeout. http2.connect has none
+ * of its own, and without one a black-holed address would eat the whole
+ * call deadline instead of failing fast as UNAVAILABLE (ETIMEDOUT).
+ */
+function dial(url: URL, timeoutMs: number): Duplex {
+  const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
+  const tlsOn = url.protocol === "https:";
+  const port = Number(url.port || (tlsOn ? 443 : 80));
+  const socket = tlsOn
+    ? tls.connect({ host, port, servername: net.isIP(host) ? undefined : host, ALPNProtocols: ["h2"] })
+    : net.connect({ host, port });
+  const timer = setTimeout(() => {
+    const err = new Error(`connect to ${url.host}: timed out after ${timeoutMs}ms`) as NodeJS.ErrnoException;
+    err.code = "ETIMEDOUT";
+    socket.destroy(err);
+  }, timeoutMs);
+  timer.unref();
+  socket.once(tlsOn ? "secureConnect" : "connect", () => clearTimeout(timer));
+  socket.once("close", () => clearTimeout(timer));
+  return socket;
+}
+
+class Claimd implements ClaimdClient {
+  constructor(
+    readonly target: string,
+    private readonly claims: Client<typeof ClaimService>,
+    private readonly providers: Client<typeof ProviderService>,
+    private readonly session: Http2SessionManager,
+    private readonly policy: ResolvedRetryPolicy,
+    private readonly timeoutMs: number,
+    readonly holder: string,
+  ) {}
+
+  private call<T>(opts: CallOptions | undefined, fn: (o: { timeoutMs: number; signal?: AbortSignal }) => Promise<T>): Promise<T> {
+    const policy = opts?.retry === false ? { ...this.policy, maxAttempts: 1 } : resolveRetryPolicy({ ...this.policy, ...opts?.retry });
+    const timeoutMs = opts?.timeoutMs ?? this.timeoutMs;
+    return withRetry(policy, timeoutMs, opts?.signal, (a) =>
+      fn(a.signal ? { timeoutMs: a.timeoutMs, signal: a.signal } : { timeoutMs: a.timeoutMs }),
+    );
+  }
+
+  async claim(req: ClaimInput, opts?: CallOptions): Promise<ClaimResponse> {
+    if (req.eventId !== undefined && req.delivery !== undefined) {
+      throw new TypeError("claim: give exactly one of eventId or delivery");
+    }
+    // One attempt_id for every retry of this logical claim: a retry whose
+    // first attempt did reach the server gets the same ACQUIRED and token
+    // back instead of IN_PROGRESS from itself.
+    const msg = create(ClaimRequestSchema, {
+      namespace: req.namespace,
+      provider: req.provider,
+      key:
+        req.eventId !== undefined
+          ? { case: "eventId", value: req.eventId }
+          : req.delivery !== undefined
+            ? { case: "delivery", value: { headers: req.delivery.headers ?? {}, body: bytes(req.delivery.body) } }
+            : { case: undefined },
+      scope: req.scope ?? "",
+      payloadSha256: req.payloadSha256 ?? new Uint8Array(),
+      lease: duration(req.leaseMs),
+      holder: req.holder ?? this.holder,
+      attemptId: req.attemptId ?? randomBytes(16).toString("hex"),
+      wait: duration(req.waitMs),
+    });
+    // A wait holds the call open on the server; give it that much more time.
+    const waited = req.waitMs ? { ...opts, timeoutMs: (opts?.timeoutMs ?? this.timeoutMs) + req.waitMs } : opts;
+    return this.call(waited, (o) => this.claims.claim(msg, o));
+  }
+
+  async transition(req: TransitionInput, opts?: CallOptions): Promise<TransitionResponse> {
+    const msg = create(TransitionRequestSchema, {
+      ...ref(req),
+      fencingToken: BigInt(req.fencingToken),
+      to: req.to,
+      result: req.result === undefined ? new Uint8Array() : bytes(req.result),
+      extendLease: duration(req.extendLeaseMs),
+    });
+    return this.call(opts, (o) => this.claims.transition(msg, o));
+  }
+
+  async renew(req: RenewInput, opts?: CallOptions): Promise<ClaimRecord> {
+    const msg = create(RenewRequestSchema, { ...ref(req), fencingToken: BigInt(req.fencingToken), lease: duration(req.leaseMs) });
+    return required((await this.call(opts, (o) => this.claims.renew(msg, o))).record);
+  }
+
+  async release(req: FencedRef, opts?: CallOptions): Promise<ClaimRecord> {
+    const msg = create(ReleaseRequestSchema, { ...ref(req), fencingToken: BigInt(req.fencingToken) });
+    return required((await this.call(opts, (o) => this.claims.release(msg, o))).record);
+  }
+
+  async get(req: RecordRef, opts?: CallOptions): Promise<ClaimRecord> {
+    const msg = create(GetRequestSchema, ref(req));
+    return required((await this.call(opts, (o) => this.claims.get(msg, o))).record);
+  }
+
+  async getProvider(name: string, opts?: CallOptions): Promise<Provider> {
+    return required((await this.call(opts, (o) => this.providers.getProvider({ name }, o))).provider);
+  }
+
+  async listProviders(opts?: CallOptions): Promise<Provider[]> {
+    return (await this.call(opts, (o) => this.providers.listProviders({}, o))).providers;
+  }
+
+  close(): void {
+    this.session.abort();
+  }
+}
+
+function ref(r: RecordRef): RecordRef {
+  return { namespace: r.namespace, provider: r.provider, key: r.key };
+}
+
+function required<T>(v: T | undefined): T {
+  if (v === undefined) {
+    throw new Error("claimd answered without the message it documents"); // a server bug, not ours to hide
+  }
+  return v;
+}
+
+const utf8 = new TextEncoder();
+
+/** bytes encodes strings as UTF-8 and passes bytes through. */
+export function bytes(v: Uint8Array | string): Uint8Array {
+  return typeof v === "string" ? utf8.encode(v) : v;
+}
+
+/** duration converts milliseconds to a Duration; undefined stays unset. */
+export function duration(ms: number | undefined): Duration | undefined {
+  if (ms === undefined) {
+    return undefined;
+  }
+  const whole = Math.trunc(ms);
+  return create(DurationSchema, {
+    seconds: BigInt(Math.trunc(whole / 1000)),
+    nanos: (whole % 1000) * 1_000_000,
+  });
+}

@@ -1,0 +1,375 @@
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+
+import { bytes, type ClaimdClient, type ClaimInput, type FencedRef } from "./client.js";
+import { ClaimdError, StaleTokenError, toClaimdError } from "./errors.js";
+import { type ClaimResponse, EventState, Outcome } from "./gen/idempotency/v1/claim_pb.js";
+
+/**
+ * PermanentError marks a failure that no retry can fix (a malformed event, a
+ * closed account). The guard then records the event as FAILED and answers
+ * 200, so the provider stops retrying and later duplicates get DUPLICATE.
+ * Any other error is retryable: the guard releases the claim and answers 500.
+ */
+export class PermanentError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "PermanentError";
+  }
+}
+
+/** permanent wraps err as a PermanentError (keeping it as the cause). */
+export function permanent(err: unknown): PermanentError {
+  if (err instanceof PermanentError) {
+    return err;
+  }
+  return new PermanentError(err instanceof Error ? err.message : String(err), { cause: err });
+}
+
+/**
+ * GuardHandler does the side effect of an ACQUIRED delivery and returns the
+ * result to store, at most 64 KiB: bytes as they are, a string as UTF-8,
+ * any other value as JSON, nothing as empty. Duplicates get it back.
+ * claim tells the key, fencing token, reason and state: after a
+ * LEASE_EXPIRED takeover, state says how far the vanished holder got. signal
+ * aborts when ownership is lost (another holder took over); stop then, the
+ * guard will not settle.
+ */
+export type GuardHandler = (
+  claim: ClaimResponse,
+  signal: AbortSignal,
+) => Promise<Uint8Array | string | object | void> | Uint8Array | string | object | void;
+
+/** GuardResult is what to answer the provider, and what happened. */
+export interface GuardResult {
+  /** status is the HTTP status to answer the provider with. */
+  status: number;
+  /** body is the response body: the stored result on 200, a short text otherwise. */
+  body: Uint8Array;
+  /** retryAfter, in seconds, goes in a Retry-After header when set. */
+  retryAfter?: number;
+  /** outcome of the claim; undefined when claimd gave no answer. */
+  outcome: Outcome | undefined;
+  /** ran is true when the handler was called. */
+  ran: boolean;
+  /** error is the handler's or claimd's error, if any. */
+  error?: unknown;
+  /** claim is claimd's answer, when there was one. */
+  claim?: ClaimResponse;
+}
+
+/** GuardLogger receives what an operator must see (mismatches, lost leases). */
+export interface GuardLogger {
+  warn(message: string, fields: { [name: string]: unknown }): void;
+}
+
+/** GuardOptions tunes guard; every field is optional. */
+export interface GuardOptions {
+  /** renewEveryMs overrides the heartbeat period (default a third of the lease). */
+  renewEveryMs?: number;
+  /** maxFailureBytes bounds the error text stored with FAILED. Default 4096. */
+  maxFailureBytes?: number;
+  /** logger for alerts. Default: one JSON line on stderr via console.warn. */
+  logger?: GuardLogger;
+}
+
+const consoleLogger: GuardLogger = {
+  warn: (message, fields) => console.warn(JSON.stringify({ level: "warn", msg: message, ...fields }, jsonSafe)),
+};
+
+/**
+ * guard runs handler at most once per delivery, as far as claimd can tell:
+ *
+ *   ACQUIRED         → PROCESSING, heartbeat, handler; then SETTLED → 200 with
+ *                      the result, or Release → 500 (retryable error), or
+ *                      FAILED → 200 (PermanentError).
+ *   DUPLICATE        → 200 with the stored result; handler not called.
+ *   IN_PROGRESS      → 409, Retry-After until the holder's lease ends.
+ *   PAYLOAD_MISMATCH → 422, and a warning for alerting.
+ *   claimd unreachable or too slow → 503, Retry-After 5; handler not called.
+ *
+ * guard never throws for claimd's or the handler's failures: they are in the
+ * result. It throws only for a programming error (a bad ClaimInput shape).
+ */
+export async function guard(
+  client: ClaimdClient,
+  request: ClaimInput,
+  handler: GuardHandler,
+  opts: GuardOptions = {},
+): Promise<GuardResult> {
+  const log = opts.logger ?? consoleLogger;
+  let claim: ClaimResponse;
+  try {
+    claim = await client.claim(request);
+  } catch (e) {
+    if (!(e instanceof ClaimdError)) {
+      throw e;
+    }
+    return failed(e, undefined, false);
+  }
+  const base = { outcome: claim.outcome, claim, ran: false };
+  switch (claim.outcome) {
+    case Outcome.DUPLICATE:
+      return { ...base, status: 200, body: claim.result };
+    case Outcome.IN_PROGRESS:
+      return { ...base, status: 409, body: text("in progress elsewhere; retry later"), retryAfter: secondsUntil(claim.leaseExpiresAt) };
+    case Outcome.PAYLOAD_MISMATCH:
+      log.warn("claimd: payload mismatch: same key, different payload", {
+        namespace: request.namespace,
+        provider: request.provider,
+        key: claim.key,
+      });
+      return { ...base, status: 422, body: text(`payload differs from the first delivery of ${claim.key}`) };
+    case Outcome.ACQUIRED:
+      return runAcquired(client, request, claim, handler, opts, log);
+  }
+  return { ...base, status: 500, body: text("unexpected claim outcome"), error: new Error(`claimd: unexpected outcome ${claim.outcome}`) };
+}
+
+async function runAcquired(
+  client: ClaimdClient,
+  request: ClaimInput,
+  claim: ClaimResponse,
+  handler: GuardHandler,
+  opts: GuardOptions,
+  log: GuardLogger,
+): Promise<GuardResult> {
+  const ref: FencedRef = { namespace: request.namespace, provider: request.provider, key: claim.key, fencingToken: claim.fencingToken };
+  try {
+    // A repeat is a no-op on the server, so a LEASE_EXPIRED takeover of a
+    // record already in PROCESSING passes through.
+    await client.transition({ ...ref, to: EventState.PROCESSING });
+  } catch (e) {
+    const err = toClaimdError(e);
+    if (err instanceof StaleTokenError) {
+      return { ...lost(err, claim, log, request), ran: false }; // released and re-claimed under us
+    }
+    await releaseQuietly(client, ref, log);
+    return failed(err, claim, false);
+  }
+
+  const leaseMs = await leaseOf(client, request, claim);
+  const hb = new Heartbeat(client, ref, request.leaseMs, opts.renewEveryMs ?? Math.max(10, Math.floor(leaseMs / 3)), log);
+  hb.start();
+  let result: Uint8Array;
+  let handlerErr: unknown;
+  let threw = false;
+  try {
+    result = resultBytes(await handler(claim, hb.signal));
+  } catch (e) {
+    result = new Uint8Array();
+    handlerErr = e;
+    threw = true;
+  }
+  await hb.stop();
+  const ran = { outcome: claim.outcome, claim, ran: true };
+
+  if (hb.lost) {
+    // Someone else owns the key now: settling or releasing would fail on
+    // the token anyway, and the new holder decides the outcome.
+    return lost(hb.lost, claim, log, request);
+  }
+  if (!threw) {
+    try {
+      await client.transition({ ...ref, to: EventState.SETTLED, result });
+    } catch (e) {
+      // The side effect happened but is not recorded. Do not release: the
+      // next holder takes over after the lease with state PROCESSING and
+      // knows to check the domain's own records.
+      const err = toClaimdError(e);
+      return err instanceof StaleTokenError ? lost(err, claim, log, request) : failed(err, claim, true);
+    }
+    return { ...ran, status: 200, body: result };
+  }
+  if (handlerErr instanceof PermanentError) {
+    const why = truncate(handlerErr.message, opts.maxFailureBytes ?? 4096);
+    try {
+      await client.transition({ ...ref, to: EventState.FAILED, result: why });
+    } catch (e) {
+      const err = toClaimdError(e);
+      if (err instanceof StaleTokenError) {
+        return lost(err, claim, log, request);
+      }
+      await releaseQuietly(client, ref, log);
+      return { ...failed(err, claim, true), error: handlerErr };
+    }
+    return { ...ran, status: 200, body: why, error: handlerErr };
+  }
+  await releaseQuietly(client, ref, log);
+  return { ...ran, status: 500, body: text("handler failed; retry later"), error: handlerErr };
+}
+
+/**
+ * failed answers a claimd error: 503 when claimd did not answer (the
+ * provider retries later), 500 when it refused (a bug or a misconfiguration
+ * that must be seen).
+ */
+function failed(err: ClaimdError, claim: ClaimResponse | undefined, ran: boolean): GuardResult {
+  const base = { outcome: claim?.outcome, ran, error: err, ...(claim ? { claim } : {}) };
+  if (err.unavailable) {
+    return { ...base, status: 503, body: text("claimd unavailable; retry later"), retryAfter: 5 };
+  }
+  return { ...base, status: 500, body: text("claimd refused the call") };
+}
+
+function lost(err: ClaimdError, claim: ClaimResponse, log: GuardLogger, request: ClaimInput): GuardResult {
+  log.warn("claimd: ownership lost to another holder; not settling", {
+    namespace: request.namespace,
+    provider: request.provider,
+    key: claim.key,
+    fencing_token: claim.fencingToken,
+    error: err.message,
+  });
+  return { outcome: claim.outcome, claim, ran: true, status: 409, body: text("ownership lost; retry later"), retryAfter: 1, error: err };
+}
+
+async function releaseQuietly(client: ClaimdClient, ref: FencedRef, log: GuardLogger): Promise<void> {
+  try {
+    await client.release(ref);
+  } catch (e) {
+    // The lease runs out by itself; the next delivery then takes over.
+    log.warn("claimd: release failed; the key frees when its lease ends", { key: ref.key, error: toClaimdError(e).message });
+  }
+}
+
+/**
+ * Heartbeat renews the lease while the handler runs. Renewals are chained
+ * (never overlapping); a transient failure is retried on the next beat,
+ * while a refusal (STALE_TOKEN: another holder took over) aborts the signal.
+ */
+class Heartbeat {
+  private readonly controller = new AbortController();
+  private timer: NodeJS.Timeout | undefined;
+  private inflight: Promise<void> = Promise.resolve();
+  private stopped = false;
+  /** lost is the refusal that ended ownership, if any. */
+  lost: ClaimdError | undefined;
+
+  constructor(
+    private readonly client: ClaimdClient,
+    private readonly ref: FencedRef,
+    private readonly leaseMs: number | undefined,
+    private readonly everyMs: number,
+    private readonly log: GuardLogger,
+  ) {}
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  start(): void {
+    if (this.stopped) {
+      return;
+    }
+    this.timer = setTimeout(() => {
+      this.inflight = this.beat().finally(() => this.start());
+    }, this.everyMs);
+  }
+
+  private async beat(): Promise<void> {
+    if (this.stopped) {
+      return;
+    }
+    try {
+      await this.client.renew(
+        { ...this.ref, ...(this.leaseMs !== undefined ? { leaseMs: this.leaseMs } : {}) },
+        { timeoutMs: this.everyMs, retry: { totalTimeoutMs: this.everyMs } },
+      );
+    } catch (e) {
+      const err = toClaimdError(e);
+      if (err.unavailable) {
+        this.log.warn("claimd: lease renewal failed; retrying", { key: this.ref.key, error: err.message });
+        return;
+      }
+      this.lost = err;
+      this.stopped = true;
+      this.controller.abort(err);
+    }
+  }
+
+  /** stop ends the heartbeat and waits for a renewal in flight. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.inflight;
+  }
+}
+
+/**
+ * leaseOf is the lease to heartbeat against: the one requested, else the
+ * provider's (asked once per client and provider), never more than what the
+ * claim shows left, so a client clock behind the server's cannot stretch it.
+ */
+async function leaseOf(client: ClaimdClient, request: ClaimInput, claim: ClaimResponse): Promise<number> {
+  const left = claim.leaseExpiresAt ? millis(claim.leaseExpiresAt) - Date.now() : Infinity;
+  let known = request.leaseMs;
+  if (known === undefined) {
+    let byProvider = providerLeases.get(client);
+    if (!byProvider) {
+      byProvider = new Map();
+      providerLeases.set(client, byProvider);
+    }
+    known = byProvider.get(request.provider);
+    if (known === undefined) {
+      try {
+        const p = await client.getProvider(request.provider, { retry: false, timeoutMs: 1000 });
+        known = p.lease ? durationMs(p.lease) : undefined;
+        if (known !== undefined) {
+          byProvider.set(request.provider, known);
+        }
+      } catch {
+        // fall back on what the claim shows
+      }
+    }
+  }
+  const lease = Math.min(known ?? Infinity, left > 0 ? left : Infinity);
+  return Number.isFinite(lease) ? lease : 30_000;
+}
+
+const providerLeases = new WeakMap<ClaimdClient, Map<string, number>>();
+
+function millis(t: Timestamp): number {
+  return Number(t.seconds) * 1000 + Math.floor(t.nanos / 1_000_000);
+}
+
+function durationMs(d: Duration): number {
+  return Number(d.seconds) * 1000 + Math.floor(d.nanos / 1_000_000);
+}
+
+/** secondsUntil is a Retry-After: whole seconds until t, at least 1. */
+function secondsUntil(t: Timestamp | undefined): number {
+  return t ? Math.max(1, Math.ceil((millis(t) - Date.now()) / 1000)) : 1;
+}
+
+const encoder = new TextEncoder();
+
+/** resultBytes encodes what a handler returned (see GuardHandler). */
+function resultBytes(v: unknown): Uint8Array {
+  if (v === undefined || v === null) {
+    return new Uint8Array();
+  }
+  if (v instanceof Uint8Array || typeof v === "string") {
+    return bytes(v);
+  }
+  return encoder.encode(JSON.stringify(v, jsonSafe));
+}
+
+function text(s: string): Uint8Array {
+  return encoder.encode(s);
+}
+
+/** truncate encodes s as UTF-8 in at most max bytes, never splitting a character. */
+function truncate(s: string, max: number): Uint8Array {
+  const b = encoder.encode(s);
+  if (b.length <= max) {
+    return b;
+  }
+  let end = Math.max(0, max);
+  while (end > 0 && (b[end]! & 0xc0) === 0x80) {
+    end--; // back off a continuation byte
+  }
+  return b.slice(0, end);
+}
+
+function jsonSafe(_key: string, v: unknown): unknown {
+  return typeof v === "bigint" ? v.toString() : v;
+}

@@ -1,0 +1,44 @@
+/**
+ * @claimd/client: a claimd client for Node. Start with createClient and
+ * guard; see README.md.
+ */
+export {
+  bytes,
+  createClient,
+  type CallOptions,
+  type ClaimdClient,
+  type ClaimInput,
+  type ClientOptions,
+  type DeliveryInput,
+  type FencedRef,
+  type RecordRef,
+  type RenewInput,
+  type TransitionInput,
+} from "./client.js";
+export {
+  ClaimdError,
+  Code,
+  codeName,
+  DurableTierUnavailableError,
+  ERROR_DOMAIN,
+  ErrorReason,
+  InvalidTransitionError,
+  ProviderNotFoundError,
+  RecordNotFoundError,
+  StaleTokenError,
+  toClaimdError,
+  type ErrorInfo,
+} from "./errors.js";
+export { guard, permanent, PermanentError, type GuardHandler, type GuardLogger, type GuardOptions, type GuardResult } from "./guard.js";
+export { backoffMs, resolveRetryPolicy, type RetryPolicy } from "./retry.js";
+export {
+  EventState,
+  KeySource,
+  Outcome,
+  Reason,
+  Tier,
+  type ClaimResponse,
+  type Record as ClaimRecord,
+  type TransitionResponse,
+} from "./gen/idempotency/v1/claim_pb.js";
+export type { Provider } from "./gen/idempotency/v1/provider_pb.js";
