@@ -52,9 +52,15 @@ build: ## build bin/claimd
 run: build ## start claimd with embedded tiers on 127.0.0.1:50051 (ARGS="--flag ..." to add flags)
 	./bin/claimd serve $(ARGS)
 
-test: ## run every test (real Redis and PostgreSQL, installed when missing) with -race
+test: ## every test: Go with -race (real Redis and PostgreSQL, installed when missing), each benchmark once, the Python and TypeScript clients
 	./scripts/test-deps.sh
 	go test $(GO_TEST_FLAGS) ./...
+	@echo "== each Go benchmark once, so none can rot"
+	go test -run '^$$' -bench . -benchtime 1x -timeout 15m ./...
+	@echo "== Python client and example"
+	./clients/python/test.sh
+	@echo "== TypeScript client and Node example"
+	./clients/typescript/test.sh
 
 generate: $(GEN_TOOLS) ## regenerate gen/ from proto/ with local plugins
 	rm -rf gen
