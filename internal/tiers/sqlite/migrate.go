@@ -5,62 +5,30 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/claimd/claimd/internal/tiers/migrations"
 )
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// migration is one versioned schema change: migrations/NNNN_name.sql.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations lists the embedded migrations in version order. Versions must
-// run 1, 2, 3 … without gaps, so that a database's highest applied version
-// says exactly which files it has seen.
-func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+// loadMigrations lists the embedded migrations in version order.
+func loadMigrations() ([]migrations.Migration, error) {
+	ms, err := migrations.Load(migrationFS, "migrations")
 	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, n := range names {
-		base := path.Base(n)
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("sqlite: migration %s: name must be NNNN_name.sql", base)
-		}
-		body, err := migrationFS.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: strings.TrimSuffix(base, ".sql"), sql: string(body)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("sqlite: migration %s: version %d, want %d (no gaps or repeats)", m.name, m.version, i+1)
-		}
+		return nil, fmt.Errorf("sqlite: %w", err)
 	}
 	return ms, nil
 }
 
 // SchemaVersion is the highest migration version embedded in this binary.
 func SchemaVersion() int {
-	ms, err := migrations()
+	ms, err := loadMigrations()
 	if err != nil || len(ms) == 0 {
 		return 0
 	}
-	return ms[len(ms)-1].version
+	return ms[len(ms)-1].Version
 }
 
 // Migrate brings db's schema up to SchemaVersion, applying each embedded
@@ -70,7 +38,7 @@ func SchemaVersion() int {
 // and a failed migration leaves no half-applied schema. Migrate refuses a
 // database migrated by a newer binary (downgrades are not supported).
 func Migrate(ctx context.Context, db *sql.DB) error {
-	ms, err := migrations()
+	ms, err := loadMigrations()
 	if err != nil {
 		return err
 	}
@@ -95,7 +63,7 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 	}
 	for _, m := range ms {
 		if err := applyMigration(ctx, conn, m); err != nil {
-			return fmt.Errorf("sqlite: migrate %s: %w", m.name, err)
+			return fmt.Errorf("sqlite: migrate %s: %w", m.Name, err)
 		}
 	}
 	return nil
@@ -103,7 +71,7 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 
 // applyMigration applies m unless it is already recorded; the check and the
 // change happen under one write lock.
-func applyMigration(ctx context.Context, conn *sql.Conn, m migration) (err error) {
+func applyMigration(ctx context.Context, conn *sql.Conn, m migrations.Migration) (err error) {
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return err
 	}
@@ -117,20 +85,20 @@ func applyMigration(ctx context.Context, conn *sql.Conn, m migration) (err error
 		}
 	}()
 	var n int
-	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
+	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
 		return err
 	}
 	if n > 0 {
 		_, err := conn.ExecContext(ctx, "COMMIT")
 		return err
 	}
-	if _, err := conn.ExecContext(ctx, m.sql); err != nil {
+	if _, err := conn.ExecContext(ctx, m.SQL); err != nil {
 		return err
 	}
 	// applied_at is bookkeeping for operators, not a decision: the wall clock
 	// is the right one here.
 	if _, err := conn.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-		m.version, m.name, time.Now().UnixMicro()); err != nil {
+		m.Version, m.Name, time.Now().UnixMicro()); err != nil {
 		return err
 	}
 	_, err = conn.ExecContext(ctx, "COMMIT")
