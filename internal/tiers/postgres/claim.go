@@ -14,12 +14,22 @@ import (
 // otherwise a second statement reads the row and tiers.Decide answers from
 // it. The stored reason tells an insert (NEW) from a takeover, so the
 // statement needs no xmax = 0 trick. Non-acquiring outcomes are audited by a
-// statement of their own.
+// statement of their own. With batching on, the first statement is the
+// group commit of batch.go, which decides absent keys and answers from
+// stored rows; claim.sql takes over for anything else.
 func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
 	var res tiers.ClaimResult
+	batched := s.batch != nil
 	err := s.rounds(ctx, "claim", p.Key, p.Now, func() (bool, error) {
 		var err error
 		var done bool
+		if batched {
+			// The first round joins a group commit (batch.go); what it
+			// leaves undecided goes on with claimRound.
+			batched = false
+			res, done, err = s.claimBatched(ctx, p)
+			return done, err
+		}
 		res, done, err = s.claimRound(ctx, p)
 		return done, err
 	})

@@ -4,12 +4,9 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/claimd/claimd/internal/tiers/migrations"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -24,54 +21,22 @@ const schemaLockKey int64 = 0x636c61696d64
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// migration is one versioned schema change: migrations/NNNN_name.sql.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations lists the embedded migrations in version order. Versions run
-// 1, 2, 3 … without gaps, so the highest version applied to a database says
-// exactly which files it has seen.
-func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+// loadMigrations lists the embedded migrations in version order.
+func loadMigrations() ([]migrations.Migration, error) {
+	ms, err := migrations.Load(migrationFS, "migrations")
 	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, n := range names {
-		base := path.Base(n)
-		prefix, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(prefix)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("postgres: migration %s: name must be NNNN_name.sql", base)
-		}
-		body, err := migrationFS.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: strings.TrimSuffix(base, ".sql"), sql: string(body)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("postgres: migration %s: version %d, want %d (no gaps or repeats)", m.name, m.version, i+1)
-		}
-	}
-	if len(ms) == 0 {
-		return nil, fmt.Errorf("postgres: no migrations embedded")
+		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	return ms, nil
 }
 
 // SchemaVersion is the highest migration version embedded in this binary.
 func SchemaVersion() int {
-	ms, err := migrations()
+	ms, err := loadMigrations()
 	if err != nil {
 		return 0
 	}
-	return ms[len(ms)-1].version
+	return ms[len(ms)-1].Version
 }
 
 // Migrate brings the schema of the database at url up to SchemaVersion and
@@ -95,7 +60,7 @@ func Migrate(ctx context.Context, url string) error {
 // migrate is Migrate over a parsed configuration (New passes its own, with
 // its connect timeout).
 func migrate(ctx context.Context, cfg *pgx.ConnConfig) error {
-	ms, err := migrations()
+	ms, err := loadMigrations()
 	if err != nil {
 		return err
 	}
@@ -134,17 +99,17 @@ func migrate(ctx context.Context, cfg *pgx.ConnConfig) error {
 		}
 	}
 	for _, m := range ms {
-		if applied[m.version] {
+		if applied[m.Version] {
 			continue
 		}
 		if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name)
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
 			return err
 		}); err != nil {
-			return fail(ctx, "migrate "+m.name, err)
+			return fail(ctx, "migrate "+m.Name, err)
 		}
 	}
 	// Wall clock: provisioning storage ahead of time decides nothing.

@@ -132,15 +132,10 @@ func (s *Store) DropAuditPartitionsBefore(ctx context.Context, cutoff time.Time)
 	if err != nil {
 		return nil, fail(ctx, "list audit partitions", err)
 	}
-	for _, n := range have {
-		if m, ok := parsePartitionName(n); ok && !m.AddDate(0, 1, 0).After(cutoff) {
-			dropped = append(dropped, n)
-		}
-	}
+	dropped = partitionsEndingBy(have, cutoff)
 	if len(dropped) == 0 {
 		return nil, nil
 	}
-	sort.Strings(dropped) // the names sort by month
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if err := lockSchema(ctx, tx); err != nil {
 			return err
@@ -157,4 +152,17 @@ func (s *Store) DropAuditPartitionsBefore(ctx context.Context, cutoff time.Time)
 		return nil, fail(ctx, "drop audit partitions", err)
 	}
 	return dropped, nil
+}
+
+// partitionsEndingBy picks, from names, the audit partitions whose whole
+// month ends at or before cutoff, oldest first: the ones retention drops.
+func partitionsEndingBy(names []string, cutoff time.Time) []string {
+	var out []string
+	for _, n := range names {
+		if m, ok := parsePartitionName(n); ok && !m.AddDate(0, 1, 0).After(cutoff) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out) // the names sort by month
+	return out
 }

@@ -19,6 +19,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,11 +59,19 @@ type Config struct {
 	// Without it New refuses a database whose schema is older than this
 	// binary's.
 	Migrate bool
+	// MaxBatch bounds how many concurrent first claims one statement
+	// inserts (group commit, batch.go). Zero means 64; 1 turns batching
+	// off, so that every claim runs its own statement.
+	MaxBatch int
+	// BatchFlushers is how many batch statements may be in flight at once.
+	// Zero means 2: one statement commits while the next one fills.
+	BatchFlushers int
 }
 
 // Store is the PostgreSQL durable tier. It is safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
+	pool  *pgxpool.Pool
+	batch *batcher // nil when batching is off
 }
 
 // New opens a pool on cfg.URL, migrates the schema when cfg.Migrate is set,
@@ -71,6 +80,9 @@ type Store struct {
 // when it cannot be reached the error wraps tiers.ErrUnavailable, so a caller
 // may retry.
 func New(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.MaxBatch < 0 || cfg.BatchFlushers < 0 {
+		return nil, fmt.Errorf("postgres: Config.MaxBatch (%d) and Config.BatchFlushers (%d) may not be negative", cfg.MaxBatch, cfg.BatchFlushers)
+	}
 	pcfg, err := poolConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -95,6 +107,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err := s.EnsureAuditPartitions(ctx, time.Now(), partitionsAhead); err != nil {
 		pool.Close()
 		return nil, err
+	}
+	if maxBatch := cmp.Or(cfg.MaxBatch, defaultMaxBatch); maxBatch > 1 {
+		flushers := cmp.Or(cfg.BatchFlushers, defaultBatchFlushers)
+		s.batch = newBatcher(s, maxBatch, flushers)
+		s.batch.start(flushers)
 	}
 	return s, nil
 }
@@ -129,11 +146,11 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 // checkSchema refuses a database that Migrate has not brought up to this
 // binary's schema: the statements would fail on every call instead.
 func (s *Store) checkSchema(ctx context.Context) error {
-	ms, err := migrations()
+	ms, err := loadMigrations()
 	if err != nil {
 		return err
 	}
-	want := ms[len(ms)-1].version
+	want := ms[len(ms)-1].Version
 	var have int
 	err = s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&have)
 	if isUndefinedTable(err) {
@@ -153,8 +170,12 @@ func (s *Store) Ping(ctx context.Context) error {
 	return fail(ctx, "ping", s.pool.Ping(ctx))
 }
 
-// Close closes the pool, waiting for connections in use to be returned.
+// Close closes the pool, waiting for connections in use to be returned
+// (and for the claims already queued for a batch to be decided).
 func (s *Store) Close() error {
+	if s.batch != nil {
+		s.batch.close()
+	}
 	s.pool.Close()
 	return nil
 }

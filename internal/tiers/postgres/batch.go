@@ -1,0 +1,275 @@
+package postgres
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// Group commit of claims.
+//
+// With synchronous commit a claim costs a WAL flush, and a flush per claim
+// caps a server at a few thousand claims a second however many connections
+// wait on it. The batcher therefore coalesces the claims that arrive while
+// a statement is in flight into the next one: each flusher takes whatever
+// is queued (up to MaxBatch) the moment it is free, runs claim_batch.sql
+// once, and hands every caller its own answer. No timer holds a claim back:
+// a lone claim goes out at once, and batches grow only with the load, which
+// is the natural group commit of a database log.
+//
+// The batch decides absent keys only (one INSERT … ON CONFLICT DO NOTHING
+// for all of them, with their audit rows). A key the statement saw already
+// stored is answered from that row, as claim.sql's second half would; any
+// other claim (a takeover, a row committed meanwhile, a second claim of a
+// key already in the batch) continues with claim.sql in its own round, so
+// every decision stays the one tiers.Decide makes.
+
+var claimBatchSQL = loadQuery("claim_batch")
+
+// Defaults of the batcher.
+const (
+	defaultMaxBatch      = 64
+	defaultBatchFlushers = 2
+	// batchQueueFactor sizes the queue as a multiple of MaxBatch per
+	// flusher; a claim that finds it full runs claim.sql on its own.
+	batchQueueFactor = 4
+	// batchTimeout bounds a statement when no caller in the batch has a
+	// deadline.
+	batchTimeout = 30 * time.Second
+)
+
+// batcher coalesces concurrent claims into one statement per round trip.
+type batcher struct {
+	s     *Store
+	max   int
+	queue chan *queuedClaim
+
+	mu     sync.RWMutex // guards closed against sends on a closed queue
+	closed bool
+	wg     sync.WaitGroup
+
+	// Counters, for tests and metrics: claim_batch statements run, and
+	// claims they decided (inserted, or answered from a stored row).
+	statements, decided atomic.Int64
+}
+
+// queuedClaim is one caller waiting in the batcher.
+type queuedClaim struct {
+	ctx    context.Context
+	p      tiers.ClaimParams
+	answer chan batchAnswer // buffered: the flusher never waits for a caller that left
+}
+
+// batchAnswer is what the batch decided for one claim.
+type batchAnswer struct {
+	inserted bool         // ACQUIRED/NEW: rec is the new record
+	seen     bool         // the key was stored before the statement: rec is that row
+	rec      tiers.Record // valid when inserted or seen
+	err      error        // the statement failed (every caller of the batch gets it)
+}
+
+// newBatcher returns a batcher whose queue fits flushers; start starts them.
+func newBatcher(s *Store, maxBatch, flushers int) *batcher {
+	return &batcher{s: s, max: maxBatch, queue: make(chan *queuedClaim, batchQueueFactor*maxBatch*flushers)}
+}
+
+// start starts the flushers. Claims enqueued before wait for it.
+func (b *batcher) start(flushers int) {
+	b.wg.Add(flushers)
+	for range flushers {
+		go b.flusher()
+	}
+}
+
+// close stops accepting claims, lets the flushers finish what is queued,
+// and waits for them.
+func (b *batcher) close() {
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.queue)
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+// enqueue adds q to the queue; false when it is full or closed.
+func (b *batcher) enqueue(q *queuedClaim) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return false
+	}
+	select {
+	case b.queue <- q:
+		return true
+	default:
+		return false
+	}
+}
+
+// flusher runs batches until the queue is closed and drained.
+func (b *batcher) flusher() {
+	defer b.wg.Done()
+	batch := make([]*queuedClaim, 0, b.max)
+	for q := range b.queue {
+		batch = append(batch[:0], q)
+	fill:
+		for len(batch) < b.max {
+			select {
+			case q, ok := <-b.queue:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, q)
+			default:
+				break fill
+			}
+		}
+		b.flush(batch)
+		clear(batch) // drop the references to answered callers
+	}
+}
+
+// flush runs one statement for batch and answers every caller in it.
+func (b *batcher) flush(batch []*queuedClaim) {
+	// A caller that already left is not claimed for: nobody would learn
+	// of the acquisition, and the key would answer IN_PROGRESS until the
+	// lease ran out.
+	var args batchArgs
+	first := make(map[tiers.Key]*queuedClaim, len(batch))
+	var later []*queuedClaim // second claims of a key in this batch
+	var deadline time.Time
+	unbounded := false
+	for _, q := range batch {
+		if q.ctx.Err() != nil {
+			continue
+		}
+		if _, dup := first[q.p.Key]; dup {
+			later = append(later, q)
+			continue
+		}
+		first[q.p.Key] = q
+		args.add(q.p)
+		if d, ok := q.ctx.Deadline(); !ok {
+			unbounded = true
+		} else if d.After(deadline) {
+			deadline = d
+		}
+	}
+	// The callers' second claims of a key run claim.sql after this
+	// statement has committed the first, so they see its row.
+	defer func() {
+		for _, q := range later {
+			q.answer <- batchAnswer{}
+		}
+	}()
+	if len(first) == 0 {
+		return
+	}
+	// The statement outlives any one caller: a caller that gives up must
+	// not fail the claims of the others. It is bounded by the latest
+	// deadline among them.
+	if unbounded || deadline.IsZero() {
+		deadline = time.Now().Add(batchTimeout)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	b.statements.Add(1)
+	t0 := time.Now()
+	answers, err := b.s.claimBatch(ctx, &args)
+	dbgNanos.Add(int64(time.Since(t0))); dbgStmts.Add(1); dbgRows.Add(int64(len(first)))
+	if err == nil {
+		b.decided.Add(int64(len(answers)))
+	}
+	for k, q := range first {
+		if err != nil {
+			q.answer <- batchAnswer{err: err}
+			continue
+		}
+		q.answer <- answers[k] // the zero answer: not decided here
+	}
+}
+
+// batchArgs are the columns of claim_batch.sql's arrays.
+type batchArgs struct {
+	namespaces, providers, keys, holders, attemptIDs []string
+	nows, leases, windows                            []time.Time
+	payloads                                         [][]byte
+}
+
+func (a *batchArgs) add(p tiers.ClaimParams) {
+	a.namespaces = append(a.namespaces, p.Key.Namespace)
+	a.providers = append(a.providers, p.Key.Provider)
+	a.keys = append(a.keys, p.Key.Key)
+	a.nows = append(a.nows, p.Now)
+	a.leases = append(a.leases, p.Now.Add(p.Lease))
+	a.windows = append(a.windows, p.Now.Add(p.TTL))
+	a.payloads = append(a.payloads, p.PayloadHash)
+	a.holders = append(a.holders, p.Holder)
+	a.attemptIDs = append(a.attemptIDs, p.AttemptID)
+}
+
+// claimBatch runs claim_batch.sql and returns the answer for each key it
+// inserted or saw stored. Its error is the raw database error.
+func (s *Store) claimBatch(ctx context.Context, a *batchArgs) (map[tiers.Key]batchAnswer, error) {
+	rows, err := s.pool.Query(ctx, claimBatchSQL,
+		a.namespaces, a.providers, a.keys, a.nows, a.leases, a.windows, a.payloads, a.holders, a.attemptIDs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	answers := make(map[tiers.Key]batchAnswer, len(a.keys))
+	for rows.Next() {
+		var (
+			inserted bool
+			k        tiers.Key
+		)
+		rec, err := scanRecord(rows, tiers.Key{}, &inserted, &k.Namespace, &k.Provider, &k.Key)
+		if err != nil {
+			return nil, err
+		}
+		rec.Key = k
+		answers[k] = batchAnswer{inserted: inserted, seen: !inserted, rec: rec}
+	}
+	return answers, rows.Err()
+}
+
+// claimBatched is the first round of a Claim when batching is on: it joins
+// the next group commit and answers from it. done is false when the batch
+// did not decide p (queue full, a takeover, a row committed meanwhile, a
+// second claim of one key): the caller then runs claimRound.
+func (s *Store) claimBatched(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return tiers.ClaimResult{}, false, err
+	}
+	q := &queuedClaim{ctx: ctx, p: p, answer: make(chan batchAnswer, 1)}
+	if !s.batch.enqueue(q) {
+		return tiers.ClaimResult{}, false, nil
+	}
+	var a batchAnswer
+	select {
+	case a = <-q.answer:
+	case <-ctx.Done():
+		// The claim may still be inserted by a statement already sent:
+		// like any claim that committed unheard, it then holds the key
+		// under a lease, answered IN_PROGRESS, never DUPLICATE.
+		return tiers.ClaimResult{}, false, ctx.Err()
+	}
+	switch {
+	case a.err != nil:
+		return tiers.ClaimResult{}, false, a.err
+	case a.inserted:
+		rec := a.rec
+		rec.Key = p.Key // the caller's own strings
+		return tiers.ClaimResult{Outcome: tiers.OutcomeAcquired, Reason: tiers.ReasonNew, Record: rec}, true, nil
+	case a.seen:
+		rec := a.rec
+		rec.Key = p.Key
+		return s.decideExisting(ctx, p, rec)
+	}
+	return tiers.ClaimResult{}, false, nil
+}

@@ -1,0 +1,294 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/testenv"
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+const (
+	batchTestTTL   = 84 * time.Hour
+	batchTestLease = 60 * time.Second
+)
+
+// pausedStore returns a Store whose batcher has no flusher yet, so that a
+// test can queue claims and then let exactly one flusher take them: the
+// batch a test builds is the batch that runs. Its second return value is a
+// plain store (no batching) over the same database, for setting records up.
+func pausedStore(t *testing.T, url string) (*Store, *Store) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := New(ctx, Config{URL: url, MaxBatch: 1})
+	if err != nil {
+		t.Fatalf("New() error = %v", err)
+	}
+	s.batch = newBatcher(s, defaultMaxBatch, 1)
+	t.Cleanup(func() { s.Close() })
+	plain, err := New(ctx, Config{URL: url, MaxBatch: 1})
+	if err != nil {
+		t.Fatalf("New() error = %v", err)
+	}
+	t.Cleanup(func() { plain.Close() })
+	return s, plain
+}
+
+// queued is one Claim running against a paused store.
+type queued struct {
+	p      tiers.ClaimParams
+	cancel context.CancelFunc
+	res    tiers.ClaimResult
+	err    error
+	done   chan struct{}
+}
+
+// queue starts a Claim of each of ps and returns once every one of them
+// waits in s's batcher.
+func queue(t *testing.T, s *Store, ps []tiers.ClaimParams) []*queued {
+	t.Helper()
+	qs := make([]*queued, len(ps))
+	for i, p := range ps {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		t.Cleanup(cancel)
+		q := &queued{p: p, cancel: cancel, done: make(chan struct{})}
+		qs[i] = q
+		go func() {
+			defer close(q.done)
+			q.res, q.err = s.Claim(ctx, q.p)
+		}()
+	}
+	for len(s.batch.queue) < len(ps) {
+		runtime.Gosched() // the callers are about to enqueue; nothing else to wait on
+	}
+	return qs
+}
+
+// run starts the flusher and waits for every caller's answer.
+func run(s *Store, qs []*queued) {
+	s.batch.start(1)
+	for _, q := range qs {
+		<-q.done
+	}
+}
+
+func batchKey(k string) tiers.Key { return tiers.Key{Namespace: "billing", Provider: "stripe", Key: k} }
+
+func batchParams(clk *clock.Fake, k, holder string) tiers.ClaimParams {
+	return tiers.ClaimParams{Key: batchKey(k), Now: clk.Now(), Lease: batchTestLease, TTL: batchTestTTL, Holder: holder}
+}
+
+func sha(s string) []byte {
+	h := make([]byte, 32)
+	copy(h, s)
+	return h
+}
+
+// TestBatchOneStatement puts claims of every kind into one batch: the
+// batch runs one statement, and each caller gets the answer tiers.Decide
+// gives its claim alone (NEW for absent keys, the row's answer for stored
+// ones, claim.sql's for takeovers and for a key's second claim).
+func TestBatchOneStatement(t *testing.T) {
+	url := testenv.Postgres(t, Migrate)
+	s, plain := pausedStore(t, url)
+	ctx := context.Background()
+	clk := clock.NewFake(time.Now())
+	t0 := clk.Now()
+
+	setup := func(k string, payload []byte, states ...tiers.State) {
+		t.Helper()
+		p := batchParams(clk, k, "pod-a")
+		p.PayloadHash = payload
+		res, err := plain.Claim(ctx, p)
+		if err != nil {
+			t.Fatalf("setup Claim(%q) error = %v", k, err)
+		}
+		for _, to := range states {
+			var result []byte
+			if to.Terminal() {
+				result = []byte("result-of-" + k)
+			}
+			if _, _, err := plain.Transition(ctx, tiers.TransitionParams{Key: p.Key, Now: clk.Now(), Token: res.Record.Token, To: to, Result: result}); err != nil {
+				t.Fatalf("setup Transition(%q, →%v) error = %v", k, to, err)
+			}
+		}
+	}
+	setup("evt_settled", nil, tiers.StateProcessing, tiers.StateSettled)
+	setup("evt_live", nil)
+	setup("evt_payload", sha("a"))
+	setup("evt_expired", nil)
+	clk.Advance(batchTestLease) // evt_expired's (and evt_live's) lease is over now
+
+	type want struct {
+		outcome tiers.Outcome
+		reason  tiers.Reason
+		token   uint64
+	}
+	type claimCase struct {
+		desc string
+		p    tiers.ClaimParams
+		want []want // acceptable answers (either order for a key claimed twice)
+	}
+	var cases []claimCase
+	for _, k := range []string{"evt_new_1", "evt_new_2", "evt_new_3", "evt_new_4", "evt_new_5"} {
+		cases = append(cases, claimCase{desc: "absent key " + k, p: batchParams(clk, k, "pod-b"), want: []want{{tiers.OutcomeAcquired, tiers.ReasonNew, 1}}})
+	}
+	twice := []want{{tiers.OutcomeAcquired, tiers.ReasonNew, 1}, {tiers.OutcomeInProgress, 0, 1}}
+	sameAttempt := batchParams(clk, "evt_attempt", "pod-b")
+	sameAttempt.AttemptID = "att-1"
+	mismatch := batchParams(clk, "evt_payload", "pod-b")
+	mismatch.PayloadHash = sha("b")
+	live := batchParams(clk, "evt_live", "pod-b")
+	live.Now = t0 // the lease of evt_live is still running at t0
+	cases = append(cases,
+		claimCase{"absent key claimed twice, first claim", batchParams(clk, "evt_twice", "pod-b"), twice},
+		claimCase{"absent key claimed twice, second claim", batchParams(clk, "evt_twice", "pod-c"), twice},
+		claimCase{"same attempt twice, first", sameAttempt, []want{{tiers.OutcomeAcquired, tiers.ReasonNew, 1}}},
+		claimCase{"same attempt twice, second", sameAttempt, []want{{tiers.OutcomeAcquired, tiers.ReasonNew, 1}}},
+		claimCase{"settled key", batchParams(clk, "evt_settled", "pod-b"), []want{{tiers.OutcomeDuplicate, 0, 1}}},
+		claimCase{"live lease", live, []want{{tiers.OutcomeInProgress, 0, 1}}},
+		claimCase{"payload differs", mismatch, []want{{tiers.OutcomePayloadMismatch, 0, 1}}},
+		claimCase{"lease over", batchParams(clk, "evt_expired", "pod-b"), []want{{tiers.OutcomeAcquired, tiers.ReasonLeaseExpired, 2}}},
+	)
+
+	ps := make([]tiers.ClaimParams, len(cases))
+	for i, c := range cases {
+		ps[i] = c.p
+	}
+	qs := queue(t, s, ps)
+	run(s, qs)
+
+	if n := s.batch.statements.Load(); n != 1 {
+		t.Errorf("batch statements = %d, want 1 for %d claims queued together", n, len(cases))
+	}
+	// The statement decides each key once: the second claims of evt_twice
+	// and evt_attempt go on to claim.sql.
+	if n, want := s.batch.decided.Load(), int64(len(cases)-2); n != want {
+		t.Errorf("claims decided by the batch = %d, want %d", n, want)
+	}
+	seen := map[string][]want{}
+	for i, c := range cases {
+		q := qs[i]
+		if q.err != nil {
+			t.Errorf("%s: Claim(%q) error = %v", c.desc, c.p.Key.Key, q.err)
+			continue
+		}
+		got := want{q.res.Outcome, q.res.Reason, q.res.Record.Token}
+		ok := false
+		for _, w := range c.want {
+			ok = ok || w == got
+		}
+		if !ok {
+			t.Errorf("%s: Claim(%q) = %v/%v token %d, want one of %+v", c.desc, c.p.Key.Key, got.outcome, got.reason, got.token, c.want)
+		}
+		seen[c.p.Key.Key] = append(seen[c.p.Key.Key], got)
+		if q.res.ServedBy != tiers.TierDurable {
+			t.Errorf("%s: Claim(%q) served by %v, want DURABLE", c.desc, c.p.Key.Key, q.res.ServedBy)
+		}
+		if q.res.Outcome == tiers.OutcomeAcquired && q.res.Reason == tiers.ReasonNew && c.p.AttemptID == "" {
+			if diff := cmp.Diff(tiers.NewRecord(c.p), q.res.Record); diff != "" {
+				t.Errorf("%s: Claim(%q) record (-NewRecord +got):\n%s", c.desc, c.p.Key.Key, diff)
+			}
+		}
+	}
+	if got := seen["evt_twice"]; len(got) != 2 || got[0] == got[1] {
+		t.Errorf("Claims of evt_twice = %+v, want one ACQUIRED and one IN_PROGRESS", got)
+	}
+
+	// Every answer is audited once, the batch's ACQUIRED ones included.
+	var audited int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE op = 'claim' AND holder <> 'pod-a'`).Scan(&audited); err != nil {
+		t.Fatal(err)
+	}
+	if audited != len(cases) {
+		t.Errorf("audit rows of the batch's claims = %d, want %d (one per claim)", audited, len(cases))
+	}
+}
+
+// TestBatchCallerLeaves: a caller whose context ends while it waits for
+// the batch gets its context's error, is not claimed for, and does not
+// fail the others.
+func TestBatchCallerLeaves(t *testing.T) {
+	url := testenv.Postgres(t, Migrate)
+	s, plain := pausedStore(t, url)
+	clk := clock.NewFake(time.Now())
+	ps := []tiers.ClaimParams{
+		batchParams(clk, "evt_stays_1", "pod-a"),
+		batchParams(clk, "evt_leaves", "pod-a"),
+		batchParams(clk, "evt_stays_2", "pod-a"),
+	}
+	qs := queue(t, s, ps)
+	qs[1].cancel()
+	<-qs[1].done // gone before the flusher starts
+	run(s, qs)
+
+	if !errors.Is(qs[1].err, context.Canceled) {
+		t.Errorf("Claim(%q) after its caller left error = %v, want context.Canceled", ps[1].Key.Key, qs[1].err)
+	}
+	for _, i := range []int{0, 2} {
+		if qs[i].err != nil || qs[i].res.Outcome != tiers.OutcomeAcquired {
+			t.Errorf("Claim(%q) = %v, %v; want ACQUIRED", ps[i].Key.Key, qs[i].res.Outcome, qs[i].err)
+		}
+	}
+	if _, err := plain.Get(context.Background(), ps[1].Key); !errors.Is(err, tiers.ErrNotFound) {
+		t.Errorf("Get(%q) after its caller left error = %v, want ErrNotFound (not claimed)", ps[1].Key.Key, err)
+	}
+}
+
+// TestBatchUnavailable: when the statement of a batch fails because the
+// database is gone, every caller in it gets an error wrapping
+// tiers.ErrUnavailable.
+func TestBatchUnavailable(t *testing.T) {
+	srv := testenv.StartPostgres(t, Migrate)
+	s, _ := pausedStore(t, srv.URL())
+	clk := clock.NewFake(time.Now())
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop(t)
+	ps := []tiers.ClaimParams{batchParams(clk, "evt_1", "pod-a"), batchParams(clk, "evt_2", "pod-a"), batchParams(clk, "evt_3", "pod-a")}
+	qs := queue(t, s, ps)
+	run(s, qs)
+	for i, q := range qs {
+		if !errors.Is(q.err, tiers.ErrUnavailable) {
+			t.Errorf("Claim(%q) with the database stopped error = %v, want one wrapping tiers.ErrUnavailable", ps[i].Key.Key, q.err)
+		}
+	}
+	if n := s.batch.statements.Load(); n != 1 {
+		t.Errorf("batch statements = %d, want 1", n)
+	}
+}
+
+// TestBatchQueueFull: a claim that finds the queue full runs its own
+// statement instead of waiting.
+func TestBatchQueueFull(t *testing.T) {
+	url := testenv.Postgres(t, Migrate)
+	s, _ := pausedStore(t, url)
+	clk := clock.NewFake(time.Now())
+	// Fill the queue with placeholders nobody waits for.
+	var fillers []*queuedClaim
+	for range cap(s.batch.queue) {
+		q := &queuedClaim{ctx: context.Background(), p: batchParams(clk, "evt_filler_"+strconv.Itoa(len(fillers)), "pod-a"), answer: make(chan batchAnswer, 1)}
+		if !s.batch.enqueue(q) {
+			t.Fatalf("enqueue #%d of %d failed", len(fillers), cap(s.batch.queue))
+		}
+		fillers = append(fillers, q)
+	}
+	res, err := s.Claim(context.Background(), batchParams(clk, "evt_overflow", "pod-a"))
+	if err != nil || res.Outcome != tiers.OutcomeAcquired {
+		t.Fatalf("Claim(%q) with the queue full = %v, %v; want ACQUIRED from its own statement", "evt_overflow", res.Outcome, err)
+	}
+	s.batch.start(1)
+	for _, q := range fillers {
+		if a := <-q.answer; a.err != nil || !a.inserted {
+			t.Fatalf("filler %q answer = %+v, want inserted", q.p.Key.Key, a)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package postgres
+
+import (
+	"context"
+	"time"
+)
+
+// janitorLockKey is the pg_advisory_lock key that makes one claimd replica
+// at a time the active janitor (retention: prune claims, create and drop
+// audit partitions). It is the ASCII bytes of "claimdj" read as a big-endian
+// integer (0x636c61696d646a = 27985188330759274), next to schemaLockKey
+// ("claimd"). Nothing else sharing claimd's database may use it. To see
+// which session holds it:
+//
+//	SELECT pid FROM pg_locks WHERE locktype = 'advisory'
+//	  AND ((classid::bigint << 32) | objid::bigint) = 27985188330759274;
+const janitorLockKey int64 = 0x636c61696d646a
+
+// JanitorLockKey returns janitorLockKey, for operators' documentation and
+// tests.
+func JanitorLockKey() int64 { return janitorLockKey }
+
+// TryJanitorLock makes the caller the active janitor if no other session
+// is: it takes a connection out of the pool for the caller's exclusive use
+// and runs pg_try_advisory_lock(janitorLockKey) on it, which never waits. On
+// ok, the lock lives as long as that connection's session: release unlocks
+// it and returns the connection (or closes it when the unlock cannot be
+// confirmed, so a pooled connection never keeps the lock). When the
+// session dies first (a network failure, a database restart) the lock goes
+// with it and another replica may start a pass; every step of a pass is
+// idempotent and safe alongside claims, so an overlap costs duplicate work,
+// never a wrong deletion.
+func (s *Store) TryJanitorLock(ctx context.Context) (release func(), ok bool, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, fail(ctx, "janitor lock: acquire connection", err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, janitorLockKey).Scan(&ok); err != nil {
+		// The lock may have been taken before the error: never pool the
+		// session.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		conn.Conn().Close(cctx)
+		cancel()
+		conn.Release()
+		return nil, false, fail(ctx, "janitor lock", err)
+	}
+	if !ok {
+		conn.Release()
+		return nil, false, nil
+	}
+	return func() {
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var unlocked bool
+		if err := conn.QueryRow(uctx, `SELECT pg_advisory_unlock($1)`, janitorLockKey).Scan(&unlocked); err != nil || !unlocked {
+			conn.Conn().Close(uctx) // closing the session releases the lock
+		}
+		conn.Release()
+	}, true, nil
+}
+
+// CountPrunable returns how many records Prune(ctx, cutoff, …) would
+// delete now (claimd prune --dry-run). It scans the window index.
+func (s *Store) CountPrunable(ctx context.Context, cutoff time.Time) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM claims WHERE window_expires_at < $1`, cutoff).Scan(&n); err != nil {
+		return 0, fail(ctx, "count prunable", err)
+	}
+	return n, nil
+}
+
+// AuditPartitionsBefore returns the audit partitions that
+// DropAuditPartitionsBefore(ctx, cutoff) would drop now, oldest first, and
+// drops nothing (claimd prune --dry-run).
+func (s *Store) AuditPartitionsBefore(ctx context.Context, cutoff time.Time) ([]string, error) {
+	have, err := auditPartitions(ctx, s.pool)
+	if err != nil {
+		return nil, fail(ctx, "list audit partitions", err)
+	}
+	return partitionsEndingBy(have, cutoff), nil
+}

@@ -1,0 +1,48 @@
+-- claim_batch inserts the first claims of many keys in one statement: the
+-- group commit of batch.go. Each array holds one element per claim, at the
+-- same index; the keys are distinct (the batcher keeps one claim per key).
+--
+-- $1 namespaces, $2 providers, $3 keys, $4 nows (the service clock),
+-- $5 lease ends, $6 window ends, $7 payload hashes (NULL when unknown),
+-- $8 holders, $9 attempt_ids.
+--
+-- c inserts a key's record (ACQUIRED/NEW, token 1: tiers.NewRecord) when no
+-- row holds the key, and nothing otherwise; a of claim.sql writes the
+-- ACQUIRED audit rows in the same transaction. Only absent keys are decided
+-- here: every takeover stays with claim.sql, whose WHERE is tiers.Decide.
+--
+-- s returns, for each key that c did not insert, its row as this
+-- statement's snapshot saw it, so that the caller answers DUPLICATE,
+-- IN_PROGRESS, PAYLOAD_MISMATCH or its own repeated ACQUIRED without a
+-- second statement, exactly as claim.sql's s does. The rows c inserts are
+-- invisible to s (a data-modifying WITH is not seen by its siblings), and
+-- so is a row another transaction committed after the snapshot (the winner
+-- of a race on a new key, which DO NOTHING waited for): that caller gets no
+-- row and asks claim.sql again.
+WITH i AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[],
+                         $5::timestamptz[], $6::timestamptz[], $7::bytea[], $8::text[], $9::text[])
+        AS t(i_namespace, i_provider, i_key, i_now, i_lease, i_window, i_payload, i_holder, i_attempt_id)
+),
+c AS (
+    INSERT INTO claims (namespace, provider, key, state, token, version, attempt, reason,
+                        released, holder, attempt_id, payload_sha256, result,
+                        first_seen_at, lease_expires_at, window_expires_at, updated_at)
+    SELECT i_namespace, i_provider, i_key, {RECEIVED}, 1, 1, 1, {NEW},
+           false, i_holder, i_attempt_id, i_payload, NULL,
+           i_now, i_lease, i_window, i_now
+    FROM i
+    ON CONFLICT (namespace, provider, key) DO NOTHING
+    RETURNING namespace, provider, key, {RECORD}
+),
+a AS (
+    INSERT INTO audit_log (at, namespace, provider, key, op, outcome, reason,
+                           state, token, version, holder, attempt_id, payload_sha256)
+    SELECT first_seen_at, namespace, provider, key, 'claim', {ACQUIRED}, reason,
+           state, token, version, holder, attempt_id, payload_sha256
+    FROM c
+)
+SELECT true, namespace, provider, key, {RECORD} FROM c
+UNION ALL
+SELECT false, namespace, provider, key, {RECORD}
+FROM claims JOIN i ON namespace = i_namespace AND provider = i_provider AND key = i_key
