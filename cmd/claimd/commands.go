@@ -6,10 +6,12 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/horizon"
+	"github.com/claimd/claimd/internal/janitor"
 	"github.com/claimd/claimd/internal/tiers/postgres"
 )
 
@@ -80,16 +82,21 @@ func runProviders(args []string, stdout, stderr io.Writer) error {
 func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
 		c      commonConfig
+		r      retentionConfig
 		dryRun bool
-		grace  time.Duration
-		batch  int
 	)
 	fs := newFlagSet("prune", stderr)
 	bindCommon(fs, &c)
-	fs.BoolVar(&dryRun, "dry-run", false, "report what would be deleted, delete nothing")
-	fs.DurationVar(&grace, "grace", time.Hour, "keep claims this long past their window")
-	fs.IntVar(&batch, "batch", 1000, "rows deleted per statement")
+	bindRetention(fs, &r)
+	fs.BoolVar(&dryRun, "dry-run", false, "count what a pass would delete, delete nothing")
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := r.check(); err != nil {
+		return err
+	}
+	log, err := c.logger(stderr)
+	if err != nil {
 		return err
 	}
 	st, err := openStores(ctx, &c, nil)
@@ -97,22 +104,43 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer st.Close()
-	cutoff := clock.Real{}.Now().Add(-grace)
-	if dryRun {
-		fmt.Fprintf(stdout, "dry run: would delete claims whose window ended before %s\n", cutoff.Format(time.RFC3339))
-		return nil
+	j, err := r.janitor(st, janitor.Config{Clock: clock.Real{}, Logger: log})
+	if err != nil {
+		return err
 	}
-	total := 0
-	for {
-		n, err := st.durable.Prune(ctx, cutoff, batch)
-		if err != nil {
-			return fmt.Errorf("prune: %w", err)
-		}
-		total += n
-		if n < batch {
-			break
-		}
+	rep, err := j.Pass(ctx, dryRun)
+	printPass(stdout, st, rep)
+	if err != nil {
+		return fmt.Errorf("prune: %w", err)
 	}
-	fmt.Fprintf(stdout, "pruned %d claims whose window ended before %s\n", total, cutoff.Format(time.RFC3339))
 	return nil
+}
+
+// printPass reports a pass for an operator: what went (or would go), and
+// the cutoffs that decided it.
+func printPass(w io.Writer, st *stores, rep janitor.Report) {
+	if rep.Skipped {
+		fmt.Fprintf(w, "skipped: another replica's janitor holds the lock (PostgreSQL advisory lock %d); nothing done\n", postgres.JanitorLockKey())
+		return
+	}
+	verb := "deleted"
+	if rep.DryRun {
+		verb = "would delete"
+		fmt.Fprintln(w, "dry run: nothing deleted")
+	}
+	fmt.Fprintf(w, "claims %s: %d (window ended before %s)\n", verb, rep.Claims, rep.ClaimsCutoff.Format(time.RFC3339))
+	if st.durableKind == "postgres" {
+		if rep.DryRun {
+			verb = "would drop"
+		} else {
+			verb = "dropped"
+		}
+		parts := "none"
+		if len(rep.Audit.Partitions) > 0 {
+			parts = strings.Join(rep.Audit.Partitions, ", ")
+		}
+		fmt.Fprintf(w, "audit partitions %s: %d (%s; months ended by %s)\n", verb, len(rep.Audit.Partitions), parts, rep.AuditCutoff.Format(time.RFC3339))
+		return
+	}
+	fmt.Fprintf(w, "audit rows %s: %d (written before %s)\n", verb, rep.Audit.Rows, rep.AuditCutoff.Format(time.RFC3339))
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/internal/horizon"
+	"github.com/claimd/claimd/internal/janitor"
 )
 
 // commonConfig is what every command that touches the tiers or the registry
@@ -80,4 +81,39 @@ func (c *commonConfig) registry() (*horizon.Registry, error) {
 		return horizon.LoadFile(c.Providers)
 	}
 	return horizon.Default()
+}
+
+// retentionConfig is what a janitor pass needs; serve runs passes in the
+// background, prune runs one.
+type retentionConfig struct {
+	Grace     time.Duration
+	Batch     int
+	Retention time.Duration
+}
+
+// bindRetention registers the retention flags, with the same names on serve
+// and prune so that a manual pass deletes what the background ones would.
+func bindRetention(fs *flag.FlagSet, r *retentionConfig) {
+	fs.DurationVar(&r.Grace, "grace", janitor.DefaultGrace, "keep claims this long past the end of their window before deleting them")
+	fs.IntVar(&r.Batch, "batch", janitor.DefaultBatchSize, "claims deleted per statement (each batch holds its locks briefly)")
+	fs.DurationVar(&r.Retention, "audit-retention", janitor.DefaultRetention, "keep audit entries this long (PostgreSQL drops whole months once all of a month is older)")
+}
+
+func (r *retentionConfig) check() error {
+	switch {
+	case r.Grace < 0:
+		return fmt.Errorf("%w: --grace %v is negative", errUsage, r.Grace)
+	case r.Batch <= 0:
+		return fmt.Errorf("%w: --batch %d must be positive", errUsage, r.Batch)
+	case r.Retention <= 0:
+		return fmt.Errorf("%w: --audit-retention %v must be positive", errUsage, r.Retention)
+	}
+	return nil
+}
+
+// janitor builds the janitor of st with these settings.
+func (r *retentionConfig) janitor(st *stores, cfg janitor.Config) (*janitor.Janitor, error) {
+	cfg.Target = st.target
+	cfg.Grace, cfg.BatchSize, cfg.Retention = r.Grace, r.Batch, r.Retention
+	return janitor.New(cfg)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,9 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -19,15 +23,21 @@ import (
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/janitor"
+	"github.com/claimd/claimd/internal/metrics"
 	"github.com/claimd/claimd/internal/service"
+	"github.com/claimd/claimd/internal/telemetry"
 )
 
 type serveConfig struct {
 	commonConfig
+	retentionConfig
 	Listen          string
 	HTTPListen      string
 	ShutdownTimeout time.Duration
 	ReadyInterval   time.Duration
+	SampleInterval  time.Duration
+	JanitorInterval time.Duration
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
@@ -38,11 +48,20 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:9090", "HTTP listen address for /metrics, /healthz, /readyz")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to drain in-flight calls on SIGTERM")
 	fs.DurationVar(&c.ReadyInterval, "ready-interval", time.Second, "how often readiness pings the durable tier")
+	fs.DurationVar(&c.SampleInterval, "metrics-sample-interval", metrics.DefaultSampleInterval, "how often the fast-tier, durable-tier and provider gauges are sampled (never per request or scrape)")
+	fs.DurationVar(&c.JanitorInterval, "janitor-interval", janitor.DefaultInterval, "how often this replica tries a retention pass (one replica at a time runs it); 0 disables the janitor here")
+	bindRetention(fs, &c.retentionConfig)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if err := c.validate(); err != nil {
 		return err
+	}
+	if err := c.retentionConfig.check(); err != nil {
+		return err
+	}
+	if c.SampleInterval <= 0 || c.JanitorInterval < 0 {
+		return fmt.Errorf("%w: --metrics-sample-interval must be positive and --janitor-interval not negative", errUsage)
 	}
 	log, err := c.logger(stderr)
 	if err != nil {
@@ -69,7 +88,33 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("--http-listen: %w", err)
 	}
 
-	st, err := openStores(ctx, &c.commonConfig, nil)
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
+	)
+	met, err := metrics.New(promReg, metrics.Config{Providers: reg, ReviewAge: c.ReviewAge, Clock: clk})
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	tracing, err := telemetry.Setup(ctx, version)
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			log.Warn("flushing traces", "err", err)
+		}
+	}()
+
+	st, err := openStores(ctx, &c.commonConfig, met)
 	if err != nil {
 		grpcLis.Close()
 		httpLis.Close()
@@ -80,18 +125,44 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 			log.Error("closing stores", "err", err)
 		}
 	}()
+	met.SetTiers(st.fastKind, st.durableKind)
 
-	srv := grpc.NewServer()
-	service.New(service.Config{Store: st.store, Registry: reg, Clock: clk, ReviewAge: c.ReviewAge, Logger: log}).Register(srv)
+	srv := grpc.NewServer(append(met.ServerOptions(), tracing.ServerOptions()...)...)
+	service.New(service.Config{Store: st.store, Registry: reg, Clock: clk, ReviewAge: c.ReviewAge, Logger: log, Recorder: met}).Register(srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)
+	met.InitializeGRPC(srv)
 	// NOT_SERVING until the tiers answer (readiness flips it).
 	setHealth(hs, healthpb.HealthCheckResponse_NOT_SERVING)
 
+	// Background work, stopped and waited for before the stores close.
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	var background sync.WaitGroup
+	defer func() {
+		stopBackground()
+		background.Wait()
+	}()
+	background.Go(func() { met.RunSampler(bgCtx, c.SampleInterval, st.sources, log) })
+	if c.JanitorInterval > 0 {
+		j, err := c.retentionConfig.janitor(st, janitor.Config{
+			Fast: st.sweeper, Clock: clk, Interval: c.JanitorInterval, Observer: met, Logger: log,
+		})
+		if err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return err
+		}
+		background.Go(func() { j.Run(bgCtx) })
+	}
+
 	var ready atomic.Bool
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.Handler())
+	mux.Handle("/metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{
+		Registry:          promReg, // promhttp counts its own errors there
+		EnableOpenMetrics: true,    // exemplars (trace ids) for scrapers that ask
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
@@ -105,7 +176,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(grpcLis) }()
 	go func() { errc <- httpSrv.Serve(httpLis) }()
-	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tiers", st.mode, "version", versionString())
+	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tiers", st.mode,
+		"tracing", cmp.Or(tracing.Exporter(), "off"), "janitor_interval", c.JanitorInterval.String(), "version", versionString())
 
 	readyCtx, stopReady := context.WithCancel(ctx)
 	defer stopReady()

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/claimd/claimd/internal/janitor"
+	"github.com/claimd/claimd/internal/metrics"
 	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/memory"
 	"github.com/claimd/claimd/internal/tiers/postgres"
@@ -15,12 +17,18 @@ import (
 	"github.com/claimd/claimd/internal/tiers/twotier"
 )
 
-// stores is what the tier flags select: the Store the service calls, and the
-// durable tier under it (for pruning and sampling).
+// stores is what the tier flags select: the Store the service calls, the
+// durable tier under it, and the views of them that metrics sampling and
+// the janitor need.
 type stores struct {
 	store   tiers.Store
 	durable tiers.Durable
 	mode    string // for the start-up log line
+
+	fastKind, durableKind string          // claimd_tiers_info
+	sources               metrics.Sources // background gauges
+	target                janitor.Target  // retention
+	sweeper               janitor.Sweeper // the in-process fast tier, or nil
 }
 
 // openStores builds the tiers of DESIGN §6: embedded by default; PostgreSQL
@@ -34,15 +42,23 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer) (*st
 		if err != nil {
 			return nil, fmt.Errorf("postgres: %w", err)
 		}
+		st := &stores{
+			store: pg, durable: pg, mode: "postgres",
+			fastKind: "none", durableKind: "postgres",
+			sources: metrics.Sources{DurableStats: pg.Stats},
+			target:  janitor.Postgres(pg),
+		}
 		if c.RedisURL == "" {
-			return &stores{store: pg, durable: pg, mode: "postgres"}, nil
+			return st, nil
 		}
 		rd, err := redis.New(ctx, redis.Config{URL: c.RedisURL})
 		if err != nil {
 			pg.Close()
 			return nil, fmt.Errorf("redis: %w", err)
 		}
-		return &stores{store: twotier.New(rd, pg, twotier.Config{Observer: obs}), durable: pg, mode: "redis+postgres"}, nil
+		st.store, st.mode, st.fastKind = twotier.New(rd, pg, twotier.Config{Observer: obs}), "redis+postgres", "redis"
+		st.sources.FastLiveKeys = rd.LiveKeys
+		return st, nil
 	}
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--data-dir: %w", err)
@@ -53,7 +69,19 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer) (*st
 		return nil, fmt.Errorf("sqlite %s: %w", path, err)
 	}
 	fast := memory.New(memory.Config{})
-	return &stores{store: twotier.New(fast, lite, twotier.Config{Observer: obs}), durable: lite, mode: "embedded (" + path + ")"}, nil
+	return &stores{
+		store: twotier.New(fast, lite, twotier.Config{Observer: obs}), durable: lite, mode: "embedded (" + path + ")",
+		fastKind: "memory", durableKind: "sqlite",
+		sources: metrics.Sources{
+			FastLiveKeys: func(context.Context) (int64, error) { return int64(fast.Len()), nil },
+			DurableStats: func(ctx context.Context) (int64, int, error) {
+				n, err := lite.Stats(ctx)
+				return n, 0, err // one audit table, no partitions
+			},
+		},
+		target:  janitor.SQLite(lite),
+		sweeper: fast,
+	}, nil
 }
 
 func (s *stores) Close() error {

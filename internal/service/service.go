@@ -33,6 +33,8 @@ type Config struct {
 	StoreTimeout time.Duration
 	// Logger receives one line per request. Default slog.Default().
 	Logger *slog.Logger
+	// Recorder receives every finished request (metrics). Default none.
+	Recorder Recorder
 }
 
 // Service implements ClaimService and ProviderService.
@@ -55,6 +57,9 @@ func New(cfg Config) *Service {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = nopRecorder{}
 	}
 	return &Service{cfg: cfg}
 }
@@ -177,32 +182,33 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 // Claim implements ClaimService.Claim.
 func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
 	start := time.Now()
+	r := &Request{Method: "Claim", Namespace: req.GetNamespace(), Provider: req.GetProvider(), Key: req.GetEventId()}
 	cl, err := s.validateClaim(req)
 	if err != nil {
-		s.logRequest(ctx, "Claim", req.GetNamespace(), req.GetProvider(), "", start, err)
-		return nil, toStatus(err)
+		return nil, s.finish(ctx, r, start, err)
 	}
+	r.Provider, r.Key, r.KeySource, r.Known = cl.params.Key.Provider, cl.params.Key.Key, cl.src, true
 	sctx, cancel := s.bounded(ctx, cl.wait)
 	defer cancel()
 	res, err := tiers.ClaimWait(sctx, s.cfg.Store, cl.params, cl.wait, s.cfg.Clock.Now)
 	if err != nil {
-		err = storeErr(ctx, err)
-		s.logRequest(ctx, "Claim", cl.params.Key.Namespace, cl.params.Key.Provider, cl.params.Key.Key, start, err)
-		return nil, toStatus(err)
+		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
+	}
+	r.Outcome, r.Reason, r.ServedBy = res.Outcome, res.Reason, res.ServedBy
+	r.State = res.Record.State
+	if res.Outcome == tiers.OutcomeAcquired {
+		// The token is logged and traced as it is answered: to its owner
+		// only (pbClaimResponse).
+		r.Token = res.Record.Token
+		if res.Reason != tiers.ReasonLeaseExpired {
+			// NEW, RELEASED and WINDOW_EXPIRED (re)start the record at
+			// RECEIVED; a takeover keeps the state the vanished holder
+			// reached.
+			r.To = res.Record.State
+		}
 	}
 	prov, _ := s.cfg.Registry.Lookup(cl.params.Key.Provider)
-	s.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "claim",
-		slog.String("namespace", cl.params.Key.Namespace),
-		slog.String("provider", cl.params.Key.Provider),
-		slog.String("key", cl.params.Key.Key),
-		slog.String("key_source", pbKeySource(cl.src).String()),
-		slog.String("outcome", res.Outcome.String()),
-		slog.String("reason", res.Reason.String()),
-		slog.String("served_by", res.ServedBy.String()),
-		slog.String("state", res.Record.State.String()),
-		slog.Uint64("fencing_token", res.Record.Token),
-		slog.Float64("latency_ms", msSince(start)),
-	)
+	_ = s.finish(ctx, r, start, nil)
 	return pbClaimResponse(res, cl.params.Key.Key, cl.src, prov.TTL), nil
 }
 
@@ -224,27 +230,25 @@ func (s *Service) recordRef(c *checker, ns, provider, key string) (tiers.Key, *h
 // Transition implements ClaimService.Transition.
 func (s *Service) Transition(ctx context.Context, req *pb.TransitionRequest) (*pb.TransitionResponse, error) {
 	start := time.Now()
+	r := &Request{Method: "Transition", Namespace: req.GetNamespace(), Provider: req.GetProvider(), Key: req.GetKey(),
+		Token: req.GetFencingToken(), To: tiers.State(req.GetTo())}
 	p, err := s.validateTransition(req)
-	if err == nil {
-		sctx, cancel := s.bounded(ctx, 0)
-		defer cancel()
-		var (
-			rec     tiers.Record
-			changed bool
-		)
-		rec, changed, err = s.cfg.Store.Transition(sctx, p)
-		err = storeErr(ctx, err)
-		if err == nil {
-			s.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "transition",
-				slog.String("namespace", p.Key.Namespace), slog.String("provider", p.Key.Provider),
-				slog.String("key", p.Key.Key), slog.String("state_transition", "→"+p.To.String()),
-				slog.Bool("changed", changed), slog.Uint64("fencing_token", p.Token),
-				slog.Float64("latency_ms", msSince(start)))
-			return &pb.TransitionResponse{Record: pbRecord(rec), Changed: changed}, nil
-		}
+	if err != nil {
+		return nil, s.finish(ctx, r, start, err)
 	}
-	s.logRequest(ctx, "Transition", req.GetNamespace(), req.GetProvider(), req.GetKey(), start, err)
-	return nil, toStatus(err)
+	r.Provider, r.Known = p.Key.Provider, true
+	sctx, cancel := s.bounded(ctx, 0)
+	defer cancel()
+	rec, changed, err := s.cfg.Store.Transition(sctx, p)
+	if err != nil {
+		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
+	}
+	r.State, r.Changed = rec.State, changed
+	if !changed {
+		r.To = tiers.StateUnspecified // a repeat: nothing moved
+	}
+	_ = s.finish(ctx, r, start, nil)
+	return &pb.TransitionResponse{Record: pbRecord(rec), Changed: changed}, nil
 }
 
 func (s *Service) validateTransition(req *pb.TransitionRequest) (tiers.TransitionParams, error) {
@@ -276,103 +280,102 @@ func (s *Service) validateTransition(req *pb.TransitionRequest) (tiers.Transitio
 // Renew implements ClaimService.Renew.
 func (s *Service) Renew(ctx context.Context, req *pb.RenewRequest) (*pb.RenewResponse, error) {
 	start := time.Now()
+	r := &Request{Method: "Renew", Namespace: req.GetNamespace(), Provider: req.GetProvider(), Key: req.GetKey(), Token: req.GetFencingToken()}
 	c := &checker{msg: "RenewRequest"}
 	k, prov, err := s.recordRef(c, req.GetNamespace(), req.GetProvider(), req.GetKey())
-	if err == nil {
-		c.token(req.GetFencingToken())
-		lease := c.duration("lease", req.GetLease(), prov.MaxLease, "max_lease")
-		if lease == 0 {
-			lease = prov.Lease
-		}
-		if err = c.err(); err == nil {
-			sctx, cancel := s.bounded(ctx, 0)
-			defer cancel()
-			var rec tiers.Record
-			rec, err = s.cfg.Store.Renew(sctx, tiers.RenewParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(), Lease: lease})
-			err = storeErr(ctx, err)
-			if err == nil {
-				s.logRequest(ctx, "Renew", k.Namespace, k.Provider, k.Key, start, nil)
-				return &pb.RenewResponse{Record: pbRecord(rec)}, nil
-			}
-		}
+	if err != nil {
+		return nil, s.finish(ctx, r, start, err)
 	}
-	s.logRequest(ctx, "Renew", req.GetNamespace(), req.GetProvider(), req.GetKey(), start, err)
-	return nil, toStatus(err)
+	c.token(req.GetFencingToken())
+	lease := c.duration("lease", req.GetLease(), prov.MaxLease, "max_lease")
+	if lease == 0 {
+		lease = prov.Lease
+	}
+	if err := c.err(); err != nil {
+		return nil, s.finish(ctx, r, start, err)
+	}
+	r.Provider, r.Known = k.Provider, true
+	sctx, cancel := s.bounded(ctx, 0)
+	defer cancel()
+	rec, err := s.cfg.Store.Renew(sctx, tiers.RenewParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(), Lease: lease})
+	if err != nil {
+		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
+	}
+	r.State = rec.State
+	_ = s.finish(ctx, r, start, nil)
+	return &pb.RenewResponse{Record: pbRecord(rec)}, nil
 }
 
 // Release implements ClaimService.Release.
 func (s *Service) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
 	start := time.Now()
+	r := &Request{Method: "Release", Namespace: req.GetNamespace(), Provider: req.GetProvider(), Key: req.GetKey(), Token: req.GetFencingToken()}
 	c := &checker{msg: "ReleaseRequest"}
 	k, _, err := s.recordRef(c, req.GetNamespace(), req.GetProvider(), req.GetKey())
 	if err == nil {
 		c.token(req.GetFencingToken())
-		if err = c.err(); err == nil {
-			sctx, cancel := s.bounded(ctx, 0)
-			defer cancel()
-			var rec tiers.Record
-			rec, err = s.cfg.Store.Release(sctx, tiers.ReleaseParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken()})
-			err = storeErr(ctx, err)
-			if err == nil {
-				s.logRequest(ctx, "Release", k.Namespace, k.Provider, k.Key, start, nil)
-				return &pb.ReleaseResponse{Record: pbRecord(rec)}, nil
-			}
-		}
+		err = c.err()
 	}
-	s.logRequest(ctx, "Release", req.GetNamespace(), req.GetProvider(), req.GetKey(), start, err)
-	return nil, toStatus(err)
+	if err != nil {
+		return nil, s.finish(ctx, r, start, err)
+	}
+	r.Provider, r.Known = k.Provider, true
+	sctx, cancel := s.bounded(ctx, 0)
+	defer cancel()
+	rec, err := s.cfg.Store.Release(sctx, tiers.ReleaseParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken()})
+	if err != nil {
+		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
+	}
+	r.State = rec.State
+	_ = s.finish(ctx, r, start, nil)
+	return &pb.ReleaseResponse{Record: pbRecord(rec)}, nil
 }
 
 // Get implements ClaimService.Get.
 func (s *Service) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetResponse, error) {
+	start := time.Now()
+	r := &Request{Method: "Get", Namespace: req.GetNamespace(), Provider: req.GetProvider(), Key: req.GetKey()}
 	c := &checker{msg: "GetRequest"}
 	k, _, err := s.recordRef(c, req.GetNamespace(), req.GetProvider(), req.GetKey())
-	if err == nil {
-		sctx, cancel := s.bounded(ctx, 0)
-		defer cancel()
-		var rec tiers.Record
-		if rec, err = s.cfg.Store.Get(sctx, k); err == nil {
-			return &pb.GetResponse{Record: pbRecord(rec)}, nil
-		}
-		err = storeErr(ctx, err)
+	if err != nil {
+		return nil, s.finish(ctx, r, start, err)
 	}
-	return nil, toStatus(err)
+	r.Provider, r.Known = k.Provider, true
+	sctx, cancel := s.bounded(ctx, 0)
+	defer cancel()
+	rec, err := s.cfg.Store.Get(sctx, k)
+	if err != nil {
+		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
+	}
+	r.State, r.Token = rec.State, rec.Token
+	_ = s.finish(ctx, r, start, nil)
+	return &pb.GetResponse{Record: pbRecord(rec)}, nil
 }
 
 // ListProviders implements ProviderService.ListProviders.
-func (s *Service) ListProviders(context.Context, *pb.ListProvidersRequest) (*pb.ListProvidersResponse, error) {
+func (s *Service) ListProviders(ctx context.Context, _ *pb.ListProvidersRequest) (*pb.ListProvidersResponse, error) {
+	start := time.Now()
 	now := s.cfg.Clock.Now()
 	resp := &pb.ListProvidersResponse{}
 	for _, p := range s.cfg.Registry.List() {
 		resp.Providers = append(resp.Providers, pbProvider(p, p.ReviewOverdue(now, s.cfg.ReviewAge)))
 	}
+	_ = s.finish(ctx, &Request{Method: "ListProviders", Known: true}, start, nil)
 	return resp, nil
 }
 
 // GetProvider implements ProviderService.GetProvider.
-func (s *Service) GetProvider(_ context.Context, req *pb.GetProviderRequest) (*pb.GetProviderResponse, error) {
+func (s *Service) GetProvider(ctx context.Context, req *pb.GetProviderRequest) (*pb.GetProviderResponse, error) {
+	start := time.Now()
+	r := &Request{Method: "GetProvider", Provider: req.GetName()}
 	if req.GetName() == "" {
-		return nil, toStatus(&invalidArgument{violations: []violation{{field: "GetProviderRequest.name", desc: "required"}}})
+		return nil, s.finish(ctx, r, start, &invalidArgument{violations: []violation{{field: "GetProviderRequest.name", desc: "required"}}})
 	}
 	p, err := s.lookup("GetProviderRequest.name", req.GetName())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, s.finish(ctx, r, start, err)
 	}
+	r.Provider = p.Name
+	_ = s.finish(ctx, r, start, nil)
 	return &pb.GetProviderResponse{Provider: pbProvider(p, p.ReviewOverdue(s.cfg.Clock.Now(), s.cfg.ReviewAge))}, nil
 }
-
-func (s *Service) logRequest(ctx context.Context, method, ns, provider, key string, start time.Time, err error) {
-	level := slog.LevelInfo
-	attrs := []slog.Attr{
-		slog.String("namespace", ns), slog.String("provider", provider), slog.String("key", key),
-		slog.Float64("latency_ms", msSince(start)),
-	}
-	if err != nil {
-		st := toStatus(err)
-		attrs = append(attrs, slog.String("error", st.Error()))
-		level = slog.LevelWarn
-	}
-	s.cfg.Logger.LogAttrs(ctx, level, method, attrs...)
-}
-
-func msSince(t time.Time) float64 { return float64(time.Since(t).Microseconds()) / 1000 }

@@ -1,0 +1,305 @@
+// Package metrics is claimd's Prometheus instrumentation: the claim
+// counters the service reports through service.Recorder, what the two-tier
+// composition saw (twotier.Observer), the janitor's passes
+// (janitor.Observer), gauges sampled in the background, and the gRPC server
+// metrics of go-grpc-middleware's Prometheus provider.
+//
+// Everything registers on a registry the caller passes (cmd/claimd makes
+// one); nothing is global, so a test may build as many as it likes.
+//
+// No label ever carries a key, an event id, a holder or a token: one series
+// per delivery would exhaust Prometheus. Labels take bounded values only:
+// enum names, registered provider names, and namespaces that passed
+// validation (a refused request is counted with namespace="" provider="").
+package metrics
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/horizon"
+	"github.com/claimd/claimd/internal/janitor"
+	"github.com/claimd/claimd/internal/service"
+	"github.com/claimd/claimd/internal/tiers"
+	"github.com/claimd/claimd/internal/tiers/twotier"
+)
+
+// LatencyBuckets are the upper bounds (seconds) of claimd's latency
+// histograms: a local-cache answer takes tens of microseconds, a Redis
+// round trip a few hundred, a PostgreSQL statement about a millisecond;
+// the top buckets catch store timeouts (5s) and claims that waited for a
+// holder (up to 30s).
+var LatencyBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+}
+
+// Label values that are not enum names.
+const (
+	tierFast    = "fast"
+	tierDurable = "durable"
+)
+
+// Config configures New. Zero values mean the defaults.
+type Config struct {
+	// Providers, when set, gives claimd_provider_ttl_seconds and
+	// claimd_provider_review_overdue a series per provider and group.
+	Providers *horizon.Registry
+	// ReviewAge is the age past which a provider's reviewed_on is overdue;
+	// zero disables the check (overdue is then always 0).
+	ReviewAge time.Duration
+	// Clock dates review checks and janitor passes. Default clock.Real.
+	Clock clock.Clock
+}
+
+// Metrics holds claimd's collectors. It implements service.Recorder,
+// twotier.Observer and janitor.Observer; all its methods are safe for
+// concurrent use and never block.
+type Metrics struct {
+	cfg Config
+
+	claims             *prometheus.CounterVec
+	claimDuration      *prometheus.HistogramVec
+	transitions        *prometheus.CounterVec
+	invalidTransitions prometheus.Counter
+	staleTokens        prometheus.Counter
+	takeovers          prometheus.Counter
+	falseNegatives     prometheus.Counter
+	tierErrors         *prometheus.CounterVec
+	payloadMismatches  prometheus.Counter
+
+	fastLiveKeys    prometheus.Gauge
+	durableRows     prometheus.Gauge
+	auditPartitions prometheus.Gauge
+	samplerErrors   *prometheus.CounterVec
+	providerTTL     *prometheus.GaugeVec
+	reviewOverdue   *prometheus.GaugeVec
+	tiersInfo       *prometheus.GaugeVec
+
+	janitorPasses      *prometheus.CounterVec
+	janitorClaims      prometheus.Counter
+	janitorPartitions  prometheus.Counter
+	janitorAuditRows   prometheus.Counter
+	janitorLastSuccess prometheus.Gauge
+
+	grpc *grpcMetrics
+}
+
+var (
+	_ service.Recorder = (*Metrics)(nil)
+	_ twotier.Observer = (*Metrics)(nil)
+	_ janitor.Observer = (*Metrics)(nil)
+)
+
+// New creates claimd's collectors and registers them on reg.
+func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	m := &Metrics{
+		cfg: cfg,
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimd_claims_total",
+			Help: "Claims answered, by namespace, provider, outcome (ACQUIRED, DUPLICATE, IN_PROGRESS, PAYLOAD_MISMATCH, or ERROR), " +
+				"reason (NEW, RELEASED, LEASE_EXPIRED, WINDOW_EXPIRED for ACQUIRED; the error reason for ERROR; NONE otherwise), " +
+				"served_by (LOCAL, FAST, DURABLE; NONE on error) and key_source (EVENT_ID, HEADER, BODY_FIELD, BODY_HASH; NONE when no key was derived). " +
+				"Refused requests count with namespace=\"\" and provider=\"\".",
+		}, []string{"namespace", "provider", "outcome", "reason", "served_by", "key_source"}),
+		claimDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "claimd_claim_duration_seconds",
+			Help:    "Time to answer a Claim, from request to answer (waiting for a holder included), by outcome.",
+			Buckets: LatencyBuckets,
+		}, []string{"outcome"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimd_transitions_total",
+			Help: "Transitions that changed a record, by target state (repeats that changed nothing are not counted).",
+		}, []string{"to"}),
+		invalidTransitions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimd_invalid_transitions_total",
+			Help: "Transition, Renew or Release calls the state machine refused (FAILED_PRECONDITION/INVALID_TRANSITION).",
+		}),
+		staleTokens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimd_stale_token_total",
+			Help: "Calls that presented a fencing token that is no longer the owner's (FAILED_PRECONDITION/STALE_TOKEN): a holder that lost its lease to a takeover, or released, still acting.",
+		}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimd_lease_takeovers_total",
+			Help: "Claims ACQUIRED with reason LEASE_EXPIRED: a holder vanished (or outran its lease) mid-processing and another delivery took over.",
+		}),
+		falseNegatives: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimd_fast_tier_false_negatives_total",
+			Help: "Claims the fast tier did not know but the durable tier did (the fast tier lost the key: flush, eviction, failover); the durable tier decided and the fast tier was repaired.",
+		}),
+		tierErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimd_tier_errors_total",
+			Help: "Failed tier operations, by tier: fast (claims degraded to the durable tier, still correct) or durable (calls failed closed with UNAVAILABLE).",
+		}, []string{"tier"}),
+		payloadMismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimd_payload_mismatch_total",
+			Help: "Claims answered PAYLOAD_MISMATCH: the same key arrived with a different payload (a key rule that is not unique, or tampering).",
+		}),
+
+		fastLiveKeys: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "claimd_fast_tier_live_keys",
+			Help: "Keys the fast tier holds (Redis DBSIZE, or the in-process map's entries), sampled in the background.",
+		}),
+		durableRows: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "claimd_durable_claim_rows",
+			Help: "Rows of the durable tier's claims table (records in their window or awaiting the janitor), sampled in the background.",
+		}),
+		auditPartitions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "claimd_audit_partitions",
+			Help: "Monthly partitions of the PostgreSQL audit log, sampled in the background (0 on the embedded tier, whose audit log is one table).",
+		}),
+		samplerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimd_sampler_errors_total",
+			Help: "Background samples that failed, by source (fast, durable); the gauge keeps its last value.",
+		}, []string{"source"}),
+		providerTTL: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "claimd_provider_ttl_seconds",
+			Help: "Dedup window of each registered provider and group: retry_horizon + margin.",
+		}, []string{"provider"}),
+		reviewOverdue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "claimd_provider_review_overdue",
+			Help: "1 when a provider's retry horizon was last checked against its documentation longer ago than --horizon-review-age.",
+		}, []string{"provider"}),
+		tiersInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "claimd_tiers_info",
+			Help: "Always 1; the labels name the tiers this replica runs: fast (redis, memory, none) and durable (postgres, sqlite).",
+		}, []string{"fast", "durable"}),
+
+		janitorPasses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimd_janitor_passes_total",
+			Help: "Janitor passes, by result: done, skipped (another replica held the janitor lock), failed.",
+		}, []string{"result"}),
+		janitorClaims: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimd_janitor_claims_deleted_total",
+			Help: "Claims the janitor deleted (window + grace over).",
+		}),
+		janitorPartitions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimd_janitor_audit_partitions_dropped_total",
+			Help: "Audit partitions the janitor dropped (past --audit-retention).",
+		}),
+		janitorAuditRows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimd_janitor_audit_rows_deleted_total",
+			Help: "Audit rows the janitor deleted on the embedded tier (past --audit-retention).",
+		}),
+		janitorLastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "claimd_janitor_last_success_timestamp_seconds",
+			Help: "Unix time at which this replica last completed a janitor pass as the active janitor (0: never).",
+		}),
+		grpc: newGRPCMetrics(),
+	}
+	for _, c := range []prometheus.Collector{
+		m.claims, m.claimDuration, m.transitions, m.invalidTransitions, m.staleTokens, m.takeovers,
+		m.falseNegatives, m.tierErrors, m.payloadMismatches,
+		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo,
+		m.janitorPasses, m.janitorClaims, m.janitorPartitions, m.janitorAuditRows, m.janitorLastSuccess,
+		m.grpc.server,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	m.initSeries()
+	return m, nil
+}
+
+// initSeries creates the series of every label value known in advance at
+// zero. A counter series born at 1 hides its first increment from rate()
+// and increase(), and an alert on the first tier error must not miss it.
+func (m *Metrics) initSeries() {
+	for _, s := range []tiers.State{tiers.StateValidated, tiers.StateProcessing, tiers.StateSettled, tiers.StateFailed} {
+		m.transitions.WithLabelValues(s.String())
+	}
+	for _, t := range []string{tierFast, tierDurable} {
+		m.tierErrors.WithLabelValues(t)
+		m.samplerErrors.WithLabelValues(t)
+	}
+	for _, o := range []string{"ACQUIRED", "DUPLICATE", "IN_PROGRESS", "PAYLOAD_MISMATCH", "ERROR"} {
+		m.claimDuration.WithLabelValues(o)
+	}
+	for _, r := range []string{"done", "skipped", "failed"} {
+		m.janitorPasses.WithLabelValues(r)
+	}
+	if p := m.cfg.Providers; p != nil {
+		for _, prov := range p.List() {
+			m.providerTTL.WithLabelValues(prov.Name).Set(prov.TTL.Seconds())
+		}
+		m.sampleReviews(m.cfg.Clock.Now())
+	}
+}
+
+// SetTiers records which tiers this replica runs (claimd_tiers_info):
+// dashboards and alerts that only make sense with a fast tier select on it.
+func (m *Metrics) SetTiers(fast, durable string) {
+	m.tiersInfo.Reset()
+	m.tiersInfo.WithLabelValues(fast, durable).Set(1)
+}
+
+// Record implements service.Recorder.
+func (m *Metrics) Record(_ context.Context, r *service.Request) {
+	if r.Method == "Claim" {
+		ns, prov := "", ""
+		if r.Known {
+			ns, prov = r.Namespace, r.Provider
+		}
+		outcome := r.OutcomeLabel()
+		m.claims.WithLabelValues(ns, prov, outcome, r.ReasonLabel(), r.ServedByLabel(), r.KeySourceLabel()).Inc()
+		m.claimDuration.WithLabelValues(outcome).Observe(r.Latency.Seconds())
+		if !r.Failed() {
+			switch {
+			case r.Outcome == tiers.OutcomeAcquired && r.Reason == tiers.ReasonLeaseExpired:
+				m.takeovers.Inc()
+			case r.Outcome == tiers.OutcomePayloadMismatch:
+				m.payloadMismatches.Inc()
+			}
+		}
+	}
+	if r.Method == "Transition" && !r.Failed() && r.Changed {
+		m.transitions.WithLabelValues(r.To.String()).Inc()
+	}
+	switch r.ErrReason {
+	case service.ReasonInvalidTransition:
+		m.invalidTransitions.Inc()
+	case service.ReasonStaleToken:
+		m.staleTokens.Inc()
+	case service.ReasonDurableUnavailable:
+		// The service's error boundary sees every durable failure, in
+		// two-tier and durable-only mode alike (the composition reports
+		// only the fast tier's, which it survives).
+		m.tierErrors.WithLabelValues(tierDurable).Inc()
+	}
+}
+
+// FastFalseNegative implements twotier.Observer.
+func (m *Metrics) FastFalseNegative() { m.falseNegatives.Inc() }
+
+// TierError implements twotier.Observer.
+func (m *Metrics) TierError(tier tiers.Tier, _ string, _ error) {
+	m.tierErrors.WithLabelValues(strings.ToLower(tier.String())).Inc()
+}
+
+// JanitorPass implements janitor.Observer.
+func (m *Metrics) JanitorPass(r janitor.Report, err error) {
+	if r.DryRun {
+		return
+	}
+	// What a pass deleted counts even when it failed later on.
+	m.janitorClaims.Add(float64(r.Claims))
+	m.janitorPartitions.Add(float64(len(r.Audit.Partitions)))
+	m.janitorAuditRows.Add(float64(r.Audit.Rows))
+	switch {
+	case err != nil:
+		m.janitorPasses.WithLabelValues("failed").Inc()
+	case r.Skipped:
+		m.janitorPasses.WithLabelValues("skipped").Inc()
+	default:
+		m.janitorPasses.WithLabelValues("done").Inc()
+		m.janitorLastSuccess.Set(float64(r.Started.Add(r.Duration).UnixMilli()) / 1000)
+	}
+}

@@ -1,0 +1,304 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/claimd/claimd/internal/horizon"
+	"github.com/claimd/claimd/internal/tiers"
+)
+
+// Request is what one call did. It is the single source of the call's log
+// line, its span attributes and its metrics, so the three never disagree.
+//
+// Key and Token identify one delivery: they go to the log line and the span,
+// never to a metric label (one series per key would exhaust Prometheus).
+type Request struct {
+	Method string // "Claim", "Transition", "Renew", "Release", "Get", "ListProviders", "GetProvider"
+
+	// Namespace, Provider and Key are as the caller sent them until the
+	// request validates; Provider is then the registered name.
+	Namespace, Provider, Key string
+	// Known is set once Namespace has passed validation and Provider names a
+	// registered provider: only then are they bounded enough to be metric
+	// labels.
+	Known bool
+
+	// Claim only: where the key came from and what was decided.
+	KeySource horizon.KeySource
+	Outcome   tiers.Outcome // OutcomeUnspecified when the call failed
+	Reason    tiers.Reason  // for ACQUIRED
+	ServedBy  tiers.Tier
+
+	// State is the record's state after the call (StateUnspecified when no
+	// record was read). Transition is the state change the call made or
+	// asked for (see StateTransition); Changed is false for a repeat that
+	// changed nothing.
+	State      tiers.State
+	From, To   tiers.State
+	Changed    bool
+	Token      uint64 // the fencing token presented or granted
+	Latency    time.Duration
+	Code       codes.Code // codes.OK on success
+	ErrReason  string     // the ErrorInfo reason of the error (or its code name), "" on success
+	errMessage string
+}
+
+// Recorder receives every finished Request; internal/metrics implements it
+// with Prometheus counters. Record runs on the request path: it must be safe
+// for concurrent use and must not block.
+type Recorder interface {
+	Record(ctx context.Context, r *Request)
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) Record(context.Context, *Request) {}
+
+// Failed reports whether the call returned an error.
+func (r *Request) Failed() bool { return r.Code != codes.OK }
+
+// StateTransition renders the state change of the call: "RECEIVED→PROCESSING"
+// when both ends are known, "→RECEIVED" when only the new state is (a claim
+// that opened or reopened a record, a transition that changed it: the
+// stores return the record after the change, not before), "" when the call
+// changed no state (a duplicate, a repeat, a takeover that kept the
+// vanished holder's state).
+func (r *Request) StateTransition() string {
+	if r.To == tiers.StateUnspecified {
+		return ""
+	}
+	if r.From == tiers.StateUnspecified {
+		return "→" + r.To.String()
+	}
+	return r.From.String() + "→" + r.To.String()
+}
+
+// Cache-state values of a claim: which layer answered it.
+const (
+	CacheLocalHit = "local_hit" // the process-local cache of terminal records
+	CacheFastHit  = "fast_hit"  // the fast tier (Redis, in-process map)
+	CacheMiss     = "miss"      // the durable tier had to decide
+)
+
+// CacheState names the layer that answered a claim, "" for other calls and
+// failed claims.
+func (r *Request) CacheState() string {
+	switch r.ServedBy {
+	case tiers.TierLocal:
+		return CacheLocalHit
+	case tiers.TierFast:
+		return CacheFastHit
+	case tiers.TierDurable:
+		return CacheMiss
+	}
+	return ""
+}
+
+// OutcomeLabel is the outcome of a claim as logs and metrics name it:
+// "ACQUIRED", "DUPLICATE", "IN_PROGRESS", "PAYLOAD_MISMATCH", or "ERROR"
+// for a claim that failed.
+func (r *Request) OutcomeLabel() string {
+	if r.Failed() || r.Outcome == tiers.OutcomeUnspecified {
+		return "ERROR"
+	}
+	return r.Outcome.String()
+}
+
+// ReasonLabel is why a claim ended as it did: the Reason of an ACQUIRED
+// ("NEW", "RELEASED", "LEASE_EXPIRED", "WINDOW_EXPIRED"), the ErrorInfo
+// reason of a failure ("DURABLE_TIER_UNAVAILABLE", "INVALID_ARGUMENT" …),
+// "NONE" otherwise.
+func (r *Request) ReasonLabel() string {
+	switch {
+	case r.Failed():
+		return r.ErrReason
+	case r.Outcome == tiers.OutcomeAcquired:
+		return r.Reason.String()
+	}
+	return "NONE"
+}
+
+// ServedByLabel is "LOCAL", "FAST" or "DURABLE", "NONE" for a failed claim.
+func (r *Request) ServedByLabel() string {
+	if r.ServedBy == tiers.TierUnspecified {
+		return "NONE"
+	}
+	return r.ServedBy.String()
+}
+
+// KeySourceLabel is "EVENT_ID", "HEADER", "BODY_FIELD" or "BODY_HASH",
+// "NONE" when no key was derived.
+func (r *Request) KeySourceLabel() string {
+	if r.KeySource == horizon.KeySourceUnspecified {
+		return "NONE"
+	}
+	return r.KeySource.String()
+}
+
+// finish completes r with the call's answer, writes its log line, sets its
+// span attributes, hands it to the Recorder, and returns err as a gRPC
+// status (toStatus, the one error boundary).
+func (s *Service) finish(ctx context.Context, r *Request, start time.Time, err error) error {
+	r.Latency = time.Since(start)
+	if err != nil {
+		var te *tiers.TransitionError
+		if errors.As(err, &te) {
+			r.From, r.State = te.Current, te.Current
+		}
+		err = toStatus(err)
+		st := status.Convert(err)
+		r.Code, r.ErrReason, r.errMessage = st.Code(), errorReason(st), st.Message()
+	}
+	s.log(ctx, r)
+	annotateSpan(ctx, r)
+	s.cfg.Recorder.Record(ctx, r)
+	return err
+}
+
+// errorReason is the ErrorInfo reason toStatus attached, or the code's name
+// (CANCELED, DEADLINE_EXCEEDED) for the statuses that carry none.
+func errorReason(st *status.Status) string {
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			return ei.Reason
+		}
+	}
+	return codeName(st.Code())
+}
+
+// codeName is the canonical upper-case name of c: "DEADLINE_EXCEEDED".
+func codeName(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String())
+}
+
+// log writes the call's one line. Payloads (delivery bodies, results) are
+// never logged: they may carry card data or personal data, and the key and
+// token are enough to find the record. Callers' mistakes are Info (the
+// caller learns of them from the status); a tier that failed is Warn.
+func (s *Service) log(ctx context.Context, r *Request) {
+	level := slog.LevelInfo
+	switch r.Code {
+	case codes.Unavailable, codes.Internal, codes.Unknown, codes.DeadlineExceeded:
+		level = slog.LevelWarn
+	}
+	if !s.cfg.Logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 16)
+	attrs = append(attrs,
+		slog.String("namespace", clip(r.Namespace)),
+		slog.String("provider", clip(r.Provider)),
+		slog.String("key", clip(r.Key)),
+	)
+	if r.Method == "Claim" {
+		attrs = append(attrs,
+			slog.String("key_source", r.KeySourceLabel()),
+			slog.String("outcome", r.OutcomeLabel()),
+			slog.String("reason", r.ReasonLabel()),
+			slog.String("served_by", r.ServedByLabel()),
+		)
+	}
+	if r.State != tiers.StateUnspecified {
+		attrs = append(attrs, slog.String("state", r.State.String()))
+	}
+	attrs = append(attrs, slog.String("state_transition", r.StateTransition()))
+	if r.Method == "Transition" && !r.Failed() {
+		attrs = append(attrs, slog.Bool("changed", r.Changed))
+	}
+	attrs = append(attrs,
+		slog.Uint64("fencing_token", r.Token),
+		slog.Float64("latency_ms", float64(r.Latency.Microseconds())/1000),
+	)
+	if r.Failed() {
+		attrs = append(attrs,
+			slog.String("code", codeName(r.Code)),
+			slog.String("error_reason", r.ErrReason),
+			slog.String("error", r.errMessage),
+		)
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	s.cfg.Logger.LogAttrs(ctx, level, r.Method, attrs...)
+}
+
+// Span attribute keys set on the server span of every ClaimService call.
+const (
+	AttrKey             = attribute.Key("idempotency.key")
+	AttrNamespace       = attribute.Key("idempotency.namespace")
+	AttrProvider        = attribute.Key("idempotency.provider")
+	AttrKeySource       = attribute.Key("idempotency.key_source")
+	AttrOutcome         = attribute.Key("idempotency.outcome")
+	AttrReason          = attribute.Key("idempotency.reason")
+	AttrCacheState      = attribute.Key("idempotency.cache_state")
+	AttrServedBy        = attribute.Key("idempotency.served_by")
+	AttrStateTransition = attribute.Key("idempotency.state_transition")
+	AttrState           = attribute.Key("idempotency.state")
+	AttrFencingToken    = attribute.Key("idempotency.fencing_token")
+)
+
+// annotateSpan sets r's attributes on the server span that otelgrpc started
+// for the call. Without tracing the span is a no-op and nothing is built.
+func annotateSpan(ctx context.Context, r *Request) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := []attribute.KeyValue{
+		AttrNamespace.String(r.Namespace),
+		AttrProvider.String(r.Provider),
+	}
+	if r.Key != "" {
+		attrs = append(attrs, AttrKey.String(r.Key))
+	}
+	if r.Method == "Claim" {
+		attrs = append(attrs,
+			AttrKeySource.String(r.KeySourceLabel()),
+			AttrOutcome.String(r.OutcomeLabel()),
+			AttrReason.String(r.ReasonLabel()),
+			AttrServedBy.String(r.ServedByLabel()),
+		)
+		if cs := r.CacheState(); cs != "" {
+			attrs = append(attrs, AttrCacheState.String(cs))
+		}
+	}
+	if r.State != tiers.StateUnspecified {
+		attrs = append(attrs, AttrState.String(r.State.String()))
+	}
+	if st := r.StateTransition(); st != "" {
+		attrs = append(attrs, AttrStateTransition.String(st))
+	}
+	if r.Token > 0 && r.Token <= 1<<63-1 {
+		attrs = append(attrs, AttrFencingToken.Int64(int64(r.Token)))
+	}
+	span.SetAttributes(attrs...)
+}
+
+// maxLoggedBytes bounds a caller's string in a log line: a valid key is at
+// most MaxKeyBytes, and a refused one may be as long as a gRPC message.
+const maxLoggedBytes = MaxKeyBytes + 1
+
+// clip cuts s to maxLoggedBytes, keeping it valid UTF-8.
+func clip(s string) string {
+	if len(s) <= maxLoggedBytes {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxLoggedBytes], "") + "…"
+}
