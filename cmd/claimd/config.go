@@ -96,7 +96,7 @@ type retentionConfig struct {
 func bindRetention(fs *flag.FlagSet, r *retentionConfig) {
 	fs.DurationVar(&r.Grace, "grace", janitor.DefaultGrace, "keep claims this long past the end of their window before deleting them")
 	fs.IntVar(&r.Batch, "batch", janitor.DefaultBatchSize, "claims deleted per statement (each batch holds its locks briefly)")
-	fs.DurationVar(&r.Retention, "audit-retention", janitor.DefaultRetention, "keep audit entries this long (PostgreSQL drops whole months once all of a month is older)")
+	fs.DurationVar(&r.Retention, "retention", janitor.DefaultRetention, "keep audit entries this long (PostgreSQL drops whole months once all of a month is older)")
 }
 
 func (r *retentionConfig) check() error {
@@ -106,7 +106,7 @@ func (r *retentionConfig) check() error {
 	case r.Batch <= 0:
 		return fmt.Errorf("%w: --batch %d must be positive", errUsage, r.Batch)
 	case r.Retention <= 0:
-		return fmt.Errorf("%w: --audit-retention %v must be positive", errUsage, r.Retention)
+		return fmt.Errorf("%w: --retention %v must be positive", errUsage, r.Retention)
 	}
 	return nil
 }

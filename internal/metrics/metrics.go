@@ -182,11 +182,11 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		}),
 		janitorPartitions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "claimd_janitor_audit_partitions_dropped_total",
-			Help: "Audit partitions the janitor dropped (past --audit-retention).",
+			Help: "Audit partitions the janitor dropped (past --retention).",
 		}),
 		janitorAuditRows: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "claimd_janitor_audit_rows_deleted_total",
-			Help: "Audit rows the janitor deleted on the embedded tier (past --audit-retention).",
+			Help: "Audit rows the janitor deleted on the embedded tier (past --retention).",
 		}),
 		janitorLastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "claimd_janitor_last_success_timestamp_seconds",
