@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/keepalive"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
@@ -127,7 +128,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}()
 	met.SetTiers(st.fastKind, st.durableKind)
 
-	srv := grpc.NewServer(append(met.ServerOptions(), tracing.ServerOptions()...)...)
+	opts := append(met.ServerOptions(), tracing.ServerOptions()...)
+	opts = append(opts, keepaliveOptions()...)
+	srv := grpc.NewServer(opts...)
 	service.New(service.Config{Store: st.store, Registry: reg, Clock: clk, ReviewAge: c.ReviewAge, Logger: log, Recorder: met}).Register(srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
@@ -248,4 +251,15 @@ func setHealth(hs *health.Server, s healthpb.HealthCheckResponse_ServingStatus) 
 	hs.SetServingStatus("", s)
 	hs.SetServingStatus(pb.ClaimService_ServiceDesc.ServiceName, s)
 	hs.SetServingStatus(pb.ProviderService_ServiceDesc.ServiceName, s)
+}
+
+// keepaliveOptions let clients ping every 10s (grpc-go's default policy
+// refuses pings more often than every 5 minutes with GOAWAY too_many_pings,
+// which cuts off clients that keep connections alive through load balancers)
+// and have the server ping idle connections so dead peers are noticed.
+func keepaliveOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+	}
 }
