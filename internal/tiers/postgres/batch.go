@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -14,25 +16,32 @@ import (
 // With synchronous commit a claim costs a WAL flush, and a flush per claim
 // caps a server at a few thousand claims a second however many connections
 // wait on it. The batcher therefore coalesces the claims that arrive while
-// a statement is in flight into the next one: each flusher takes whatever
-// is queued (up to MaxBatch) the moment it is free, runs claim_batch.sql
-// once, and hands every caller its own answer. No timer holds a claim back:
-// a lone claim goes out at once, and batches grow only with the load, which
+// a statement is in flight into the next one: the flusher takes whatever is
+// queued (up to MaxBatch) the moment it is free, runs claim_batch.sql once,
+// and hands every caller its own answer. No timer holds a claim back: a
+// lone claim goes out at once, and batches grow only with the load, which
 // is the natural group commit of a database log.
 //
 // The batch decides absent keys only (one INSERT … ON CONFLICT DO NOTHING
-// for all of them, with their audit rows). A key the statement saw already
-// stored is answered from that row, as claim.sql's second half would; any
-// other claim (a takeover, a row committed meanwhile, a second claim of a
-// key already in the batch) continues with claim.sql in its own round, so
-// every decision stays the one tiers.Decide makes.
+// for all of them, with their audit rows). The keys it did not insert are
+// read back by one more statement (claim_batch_seen.sql) and answered from
+// their rows, as claim.sql's second half would; any other claim (a
+// takeover, a row gone meanwhile, a second claim of a key already in the
+// batch) continues with claim.sql in its own round, so every decision stays
+// the one tiers.Decide makes. A claim alone in its batch runs claim.sql
+// instead (on the flusher, so that the batches still form behind it): on a
+// quiet server a batch of one would only add the lookup statement for a
+// stored key.
 
-var claimBatchSQL = loadQuery("claim_batch")
+var (
+	claimBatchSQL     = loadQuery("claim_batch")
+	claimBatchSeenSQL = loadQuery("claim_batch_seen")
+)
 
 // Defaults of the batcher.
 const (
 	defaultMaxBatch      = 64
-	defaultBatchFlushers = 2
+	defaultBatchFlushers = 1
 	// batchQueueFactor sizes the queue as a multiple of MaxBatch per
 	// flusher; a claim that finds it full runs claim.sql on its own.
 	batchQueueFactor = 4
@@ -69,6 +78,12 @@ type batchAnswer struct {
 	seen     bool         // the key was stored before the statement: rec is that row
 	rec      tiers.Record // valid when inserted or seen
 	err      error        // the statement failed (every caller of the batch gets it)
+
+	// single is set for a claim that was alone in its batch: the flusher
+	// ran claimRound for it, whose answer is res, done and err.
+	single bool
+	res    tiers.ClaimResult
+	done   bool
 }
 
 // newBatcher returns a batcher whose queue fits flushers; start starts them.
@@ -178,10 +193,20 @@ func (b *batcher) flush(batch []*queuedClaim) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	if len(first) == 1 && len(later) == 0 {
+		// A claim alone gains nothing from a batch, and claim.sql decides
+		// a stored key in the same statement where the batch would need a
+		// lookup after its insert. The flusher runs it itself, so that the
+		// claims arriving meanwhile wait and form the next batch, as they
+		// would behind a batch statement.
+		for _, q := range first {
+			res, done, err := b.s.claimRound(ctx, q.p)
+			q.answer <- batchAnswer{single: true, res: res, done: done, err: err}
+		}
+		return
+	}
 	b.statements.Add(1)
-	t0 := time.Now()
 	answers, err := b.s.claimBatch(ctx, &args)
-	dbgNanos.Add(int64(time.Since(t0))); dbgStmts.Add(1); dbgRows.Add(int64(len(first)))
 	if err == nil {
 		b.decided.Add(int64(len(answers)))
 	}
@@ -213,29 +238,54 @@ func (a *batchArgs) add(p tiers.ClaimParams) {
 	a.attemptIDs = append(a.attemptIDs, p.AttemptID)
 }
 
-// claimBatch runs claim_batch.sql and returns the answer for each key it
-// inserted or saw stored. Its error is the raw database error.
+// claimBatch runs claim_batch.sql and, for the keys it did not insert,
+// claim_batch_seen.sql, and returns the answer for each key it inserted or
+// found stored. Its error is the insert's raw database error; a failed
+// lookup only leaves the keys it was for undecided (their callers then run
+// claim.sql, which reports the database's state itself).
 func (s *Store) claimBatch(ctx context.Context, a *batchArgs) (map[tiers.Key]batchAnswer, error) {
 	rows, err := s.pool.Query(ctx, claimBatchSQL,
 		a.namespaces, a.providers, a.keys, a.nows, a.leases, a.windows, a.payloads, a.holders, a.attemptIDs)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	answers := make(map[tiers.Key]batchAnswer, len(a.keys))
+	if err := scanBatch(rows, answers, true); err != nil {
+		return nil, err
+	}
+	if len(answers) == len(a.keys) {
+		return answers, nil
+	}
+	var seen batchArgs
+	for i, k := range a.keys {
+		key := tiers.Key{Namespace: a.namespaces[i], Provider: a.providers[i], Key: k}
+		if _, ok := answers[key]; !ok {
+			seen.namespaces = append(seen.namespaces, key.Namespace)
+			seen.providers = append(seen.providers, key.Provider)
+			seen.keys = append(seen.keys, key.Key)
+		}
+	}
+	rows, err = s.pool.Query(ctx, claimBatchSeenSQL, pgx.QueryExecModeCacheDescribe, seen.namespaces, seen.providers, seen.keys)
+	if err == nil {
+		scanBatch(rows, answers, false) // an error leaves the rest undecided
+	}
+	return answers, nil
+}
+
+// scanBatch reads rows of (namespace, provider, key, recordColumns) into
+// answers, as inserted or as seen stored, and closes rows.
+func scanBatch(rows pgx.Rows, answers map[tiers.Key]batchAnswer, inserted bool) error {
+	defer rows.Close()
 	for rows.Next() {
-		var (
-			inserted bool
-			k        tiers.Key
-		)
-		rec, err := scanRecord(rows, tiers.Key{}, &inserted, &k.Namespace, &k.Provider, &k.Key)
+		var k tiers.Key
+		rec, err := scanRecord(rows, tiers.Key{}, &k.Namespace, &k.Provider, &k.Key)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		rec.Key = k
 		answers[k] = batchAnswer{inserted: inserted, seen: !inserted, rec: rec}
 	}
-	return answers, rows.Err()
+	return rows.Err()
 }
 
 // claimBatched is the first round of a Claim when batching is on: it joins
@@ -260,6 +310,8 @@ func (s *Store) claimBatched(ctx context.Context, p tiers.ClaimParams) (tiers.Cl
 		return tiers.ClaimResult{}, false, ctx.Err()
 	}
 	switch {
+	case a.single:
+		return a.res, a.done, a.err
 	case a.err != nil:
 		return tiers.ClaimResult{}, false, a.err
 	case a.inserted:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -291,4 +292,61 @@ func TestBatchQueueFull(t *testing.T) {
 			t.Fatalf("filler %q answer = %+v, want inserted", q.p.Key.Key, a)
 		}
 	}
+}
+
+// TestBatchLoneClaim: a claim alone in its batch runs claim.sql, not a
+// batch statement.
+func TestBatchLoneClaim(t *testing.T) {
+	url := testenv.Postgres(t, Migrate)
+	s, _ := pausedStore(t, url)
+	clk := clock.NewFake(time.Now())
+	qs := queue(t, s, []tiers.ClaimParams{batchParams(clk, "evt_alone", "pod-a")})
+	run(s, qs)
+	if qs[0].err != nil || qs[0].res.Outcome != tiers.OutcomeAcquired || qs[0].res.Reason != tiers.ReasonNew {
+		t.Fatalf("Claim(%q) alone = %v/%v, %v; want ACQUIRED/NEW", "evt_alone", qs[0].res.Outcome, qs[0].res.Reason, qs[0].err)
+	}
+	if n := s.batch.statements.Load(); n != 0 {
+		t.Fatalf("batch statements for a lone claim = %d, want 0 (claim.sql decides it)", n)
+	}
+}
+
+// TestBatchFormsUnderLoad: with many callers, claims wait behind the
+// statement in flight and go out together (a flusher that handed lone
+// claims back at once would never let a batch form).
+func TestBatchFormsUnderLoad(t *testing.T) {
+	url := testenv.Postgres(t, Migrate)
+	s, err := New(context.Background(), Config{URL: url})
+	if err != nil {
+		t.Fatalf("New() error = %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	clk := clock.NewFake(time.Now())
+	const callers, each = 32, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for c := range callers {
+		wg.Go(func() {
+			for i := range each {
+				p := batchParams(clk, "evt_load_"+strconv.Itoa(c)+"_"+strconv.Itoa(i), "pod-a")
+				res, err := s.Claim(context.Background(), p)
+				if err == nil && res.Outcome != tiers.OutcomeAcquired {
+					err = errors.New("Claim(" + p.Key.Key + ") = " + res.Outcome.String() + ", want ACQUIRED")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	stmts, decided := s.batch.statements.Load(), s.batch.decided.Load()
+	if decided == 0 || stmts >= decided {
+		t.Fatalf("%d claims from %d callers: %d batch statements decided %d claims, want batches of more than one claim", callers*each, callers, stmts, decided)
+	}
+	t.Logf("%d claims from %d callers: %d batch statements decided %d claims", callers*each, callers, stmts, decided)
 }

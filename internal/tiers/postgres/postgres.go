@@ -64,7 +64,10 @@ type Config struct {
 	// off, so that every claim runs its own statement.
 	MaxBatch int
 	// BatchFlushers is how many batch statements may be in flight at once.
-	// Zero means 2: one statement commits while the next one fills.
+	// Zero means 1: the next batch fills while one commits. More flushers
+	// split the same claims into smaller batches whose commits queue on
+	// the same WAL flush, which costs the server more for no more claims a
+	// second (measured in BENCHMARKS.md's setup).
 	BatchFlushers int
 }
 

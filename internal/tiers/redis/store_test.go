@@ -217,7 +217,7 @@ func TestApplyConfig(t *testing.T) {
 		want [7]any // dial, read, write, pool timeout, pool size, max retries, dialer retries
 	}{
 		{"defaults", "redis://127.0.0.1:1/0", Config{},
-			[7]any{DefaultTimeout, DefaultTimeout, DefaultTimeout, DefaultTimeout, 0, 1, 1}},
+			[7]any{DefaultTimeout, DefaultTimeout, DefaultTimeout, DefaultTimeout, DefaultPoolSize(), 1, 1}},
 		{"URL options kept", "redis://127.0.0.1:1/0?read_timeout=2s&pool_timeout=3s&max_retries=4&pool_size=7", Config{},
 			[7]any{DefaultTimeout, 2 * time.Second, DefaultTimeout, 3 * time.Second, 7, 4, 1}},
 		{"Config wins", "redis://127.0.0.1:1/0?read_timeout=2s&pool_size=7", Config{DialTimeout: time.Second, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, PoolSize: 3},

@@ -7,18 +7,15 @@
 -- $8 holders, $9 attempt_ids.
 --
 -- c inserts a key's record (ACQUIRED/NEW, token 1: tiers.NewRecord) when no
--- row holds the key, and nothing otherwise; a of claim.sql writes the
--- ACQUIRED audit rows in the same transaction. Only absent keys are decided
--- here: every takeover stays with claim.sql, whose WHERE is tiers.Decide.
+-- row holds the key, and nothing otherwise; a writes their ACQUIRED audit
+-- rows in the same transaction, as claim.sql does. Only absent keys are
+-- decided here: a key already stored is looked up by claim_batch_seen.sql,
+-- and every takeover stays with claim.sql, whose WHERE is tiers.Decide.
 --
--- s returns, for each key that c did not insert, its row as this
--- statement's snapshot saw it, so that the caller answers DUPLICATE,
--- IN_PROGRESS, PAYLOAD_MISMATCH or its own repeated ACQUIRED without a
--- second statement, exactly as claim.sql's s does. The rows c inserts are
--- invisible to s (a data-modifying WITH is not seen by its siblings), and
--- so is a row another transaction committed after the snapshot (the winner
--- of a race on a new key, which DO NOTHING waited for): that caller gets no
--- row and asks claim.sql again.
+-- The statement reads claims only through the primary key's arbiter check,
+-- so its plan cannot turn into a scan of the table, whatever statistics the
+-- planner had when it cached it (a table analyzed while nearly empty would
+-- otherwise make a join with claims a sequential scan for every batch).
 WITH i AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[],
                          $5::timestamptz[], $6::timestamptz[], $7::bytea[], $8::text[], $9::text[])
@@ -42,7 +39,4 @@ a AS (
            state, token, version, holder, attempt_id, payload_sha256
     FROM c
 )
-SELECT true, namespace, provider, key, {RECORD} FROM c
-UNION ALL
-SELECT false, namespace, provider, key, {RECORD}
-FROM claims JOIN i ON namespace = i_namespace AND provider = i_provider AND key = i_key
+SELECT namespace, provider, key, {RECORD} FROM c

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/claimd/claimd/internal/testenv"
+)
+
+// Names of the scenarios, the load clients and the targets.
+const (
+	scenarioNew     = "new"
+	scenarioDup     = "dup"
+	scenarioMix     = "mix"
+	scenarioContend = "contend"
+
+	clientGhz       = "ghz"
+	clientClaimload = "claimload"
+
+	targetNoop     = "noop"
+	targetNaive    = "naive"
+	targetEmbedded = "claimd-embedded"
+	targetClaimd   = "claimd"
+)
+
+var (
+	allScenarios = []string{scenarioNew, scenarioDup, scenarioMix, scenarioContend}
+	allTargets   = []string{targetNoop, targetNaive, targetEmbedded, targetClaimd}
+)
+
+// The request every load sends, apart from its event id.
+const (
+	benchNamespace = "bench"
+	benchProvider  = "stripe"
+	dupPrefix      = "settled"
+)
+
+// readyTimeout bounds the wait for a started server to answer health checks
+// as SERVING (claimd migrates its database first).
+const readyTimeout = 60 * time.Second
+
+// bench is one run of the harness.
+type bench struct {
+	opts     options
+	ctx      context.Context
+	servers  *testenv.Servers
+	pgPID    int // the postmaster, parent of every PostgreSQL process
+	redisPID int
+	dbs      map[string]string // target → its PostgreSQL database, until dropped
+	report   Report
+}
+
+func (b *bench) bin(name string) string { return filepath.Join(b.opts.binDir, name) }
+
+// startServers starts Redis and a durable PostgreSQL (fsync and synchronous
+// commit on, as in production) with the project's test tooling, and creates
+// the databases of the naive handler and of pgbench.
+func (b *bench) startServers() error {
+	s, err := testenv.StartServers(b.opts.workDir, testenv.Options{Durable: true})
+	if err != nil {
+		return err
+	}
+	b.servers = s
+	b.dbs = map[string]string{targetNaive: "naive", targetClaimd: "claimd"}
+	if b.pgPID, err = postmasterPID(s.Postgres.Dir()); err != nil {
+		return fmt.Errorf("postmaster pid: %w", err)
+	}
+	if b.redisPID, err = redisPID(b.ctx, s.Redis.URL()); err != nil {
+		return fmt.Errorf("redis pid: %w", err)
+	}
+	for _, db := range []string{"naive", "pgbench"} {
+		if err := b.adminExec("CREATE DATABASE " + db); err != nil {
+			return err
+		}
+	}
+	// pgbench inserts into claimd's own claims table.
+	out, err := exec.CommandContext(b.ctx, b.bin("claimd"), "migrate", "--postgres-url", b.pgURL("pgbench")).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("claimd migrate (pgbench database): %w\n%s", err, out)
+	}
+	logf("redis-server pid %d at %s; postgres pid %d at %s (durable)", b.redisPID, s.Redis.URL(), b.pgPID, s.Postgres.URL())
+	return nil
+}
+
+// pgURL is the URL of database db on the benchmark's PostgreSQL.
+func (b *bench) pgURL(db string) string {
+	u, err := url.Parse(b.servers.Postgres.URL())
+	if err != nil {
+		panic(err) // testenv builds it
+	}
+	u.Path = "/" + db
+	return u.String()
+}
+
+// redisURL is the URL of database n on the benchmark's Redis.
+func (b *bench) redisURL(n int) string {
+	u, err := url.Parse(b.servers.Redis.URL())
+	if err != nil {
+		panic(err)
+	}
+	u.Path = fmt.Sprintf("/%d", n)
+	return u.String()
+}
+
+func (b *bench) adminExec(sql string) error { return b.execIn("postgres", sql) }
+
+// execIn runs one statement in database db.
+func (b *bench) execIn(db, sql string) error {
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, b.pgURL(db))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("%s: %w", sql, err)
+	}
+	return nil
+}
+
+// settleServers drops what the runs so far left in the shared servers (the
+// databases of targets already measured, every Redis key) and checkpoints
+// PostgreSQL, so that the next run does not pay for vacuuming or flushing
+// the previous one's data.
+func (b *bench) settleServers() error {
+	for t, db := range b.dbs {
+		if !b.measured(t) {
+			continue
+		}
+		if err := b.adminExec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)"); err != nil {
+			return err
+		}
+		delete(b.dbs, t)
+	}
+	if err := b.adminExec("CHECKPOINT"); err != nil {
+		return err
+	}
+	return flushRedis(b.ctx, b.servers.Redis.URL())
+}
+
+// measured reports whether target t has results.
+func (b *bench) measured(t string) bool {
+	for _, x := range b.report.Runs {
+		if x.Target == t {
+			return true
+		}
+	}
+	return false
+}
+
+// redisMeter and pgMeter meter the shared servers.
+func (b *bench) redisMeter() meter { return pidMeter("redis", b.redisPID) }
+func (b *bench) pgMeter() meter    { return treeMeter("postgres", b.pgPID) }
+
+// target is a server under load.
+type target struct {
+	id     string
+	server *proc
+	addr   string
+	meters []meter
+	claimd bool // speaks the whole API: settle keys with Transition, verify with Get
+}
+
+// startTarget starts the server of target id on a free port.
+func (b *bench) startTarget(id string) (*target, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	t := &target{id: id, addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	logPath := filepath.Join(b.opts.workDir, id+".log")
+	var args []string
+	bin := b.bin("claimd")
+	switch id {
+	case targetNoop:
+		bin, args = b.bin("noop"), []string{"--listen", t.addr}
+	case targetNaive:
+		bin = b.bin("naive")
+		args = []string{"--listen", t.addr, "--redis-url", b.redisURL(1), "--postgres-url", b.pgURL("naive")}
+		t.meters = []meter{b.redisMeter(), b.pgMeter()}
+	case targetEmbedded, targetClaimd:
+		t.claimd = true
+		httpPort, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		args = claimdArgs(t.addr, fmt.Sprintf("127.0.0.1:%d", httpPort))
+		if id == targetClaimd {
+			args = append(args, "--redis-url", b.redisURL(0), "--postgres-url", b.pgURL("claimd"))
+			t.meters = []meter{b.redisMeter(), b.pgMeter()}
+		} else {
+			args = append(args, "--data-dir", filepath.Join(b.opts.workDir, "embedded"))
+		}
+	default:
+		return nil, fmt.Errorf("unknown target %q (want one of %v)", id, allTargets)
+	}
+	p, err := startProc(id, bin, args, logPath)
+	if err != nil {
+		return nil, err
+	}
+	t.server = p
+	t.meters = append([]meter{pidMeter("server", p.pid())}, t.meters...)
+	if err := b.waitReady(t); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return t, nil
+}
+
+// claimdArgs are the flags claimd runs with. Request logging is off (warn
+// level): the naive and no-op handlers log nothing either.
+func claimdArgs(listen, httpListen string) []string {
+	return []string{"serve", "--listen", listen, "--http-listen", httpListen, "--log-level", "warn"}
+}
+
+// waitReady polls the gRPC health service until it answers SERVING.
+func (b *bench) waitReady(t *target) error {
+	cc, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, time.Second)
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		if t.server.exited() {
+			return fmt.Errorf("%s exited before it was ready; see %s", t.id, t.server.log)
+		}
+		if time.Now().After(deadline) || b.ctx.Err() != nil {
+			return fmt.Errorf("%s not SERVING after %v (last: %v, %v); see %s", t.id, readyTimeout, resp.GetStatus(), err, t.server.log)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a process we do not control
+	}
+}
+
+// runTarget starts a target, settles the keys its duplicate scenarios
+// claim, runs every scenario under every client, and stops it.
+func (b *bench) runTarget(id string) (err error) {
+	logf("starting %s", id)
+	t, err := b.startTarget(id)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if serr := t.server.stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	if err := b.settle(t); err != nil {
+		return fmt.Errorf("settling %d keys: %w", b.opts.dupKeys, err)
+	}
+	for _, sc := range b.opts.scenarios {
+		for _, cl := range b.opts.clients {
+			res, err := b.load(t, sc, cl)
+			if err != nil {
+				return fmt.Errorf("%s/%s: %w", sc, cl, err)
+			}
+			logf("%-16s %-8s %-10s %8.0f rps  p50 %6.2fms  p99 %6.2fms  errors %d  cpu %s %s",
+				id, sc, cl, res.Rate, res.P50, res.P99, res.Errors, fmtCPU(res.CPU), res.Check)
+			b.report.Runs = append(b.report.Runs, res)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"text/template"
+	"time"
+)
+
+// TestEventIDTemplate renders ghz's data templates (with a stand-in for
+// sprig's mod, which ghz provides) and holds them to claimload's keys
+// (cmd/claimload TestAppendKey pins the same strings).
+func TestEventIDTemplate(t *testing.T) {
+	b := &bench{opts: options{dupKeys: 1000}}
+	funcs := template.FuncMap{"mod": func(a int64, m int) int64 { return a % int64(m) }}
+	tests := []struct {
+		scenario string
+		n        int64
+		want     string
+	}{
+		{scenarioNew, 7, "run1-7"},
+		{scenarioDup, 1007, "settled-7"},
+		{scenarioMix, 20, "run1-20"},
+		{scenarioMix, 21, "settled-21"},
+		{scenarioContend, 99, "run1"},
+	}
+	for _, tc := range tests {
+		src := b.eventIDTemplate(tc.scenario, "run1")
+		tmpl, err := template.New("data").Funcs(funcs).Parse(src)
+		if err != nil {
+			t.Fatalf("eventIDTemplate(%s) = %q: %v", tc.scenario, src, err)
+		}
+		var sb strings.Builder
+		if err := tmpl.Execute(&sb, struct{ RequestNumber int64 }{tc.n}); err != nil {
+			t.Fatal(err)
+		}
+		if got := sb.String(); got != tc.want {
+			t.Errorf("eventIDTemplate(%s) at request %d = %q, want %q", tc.scenario, tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestReadStat parses this process's own /proc entry.
+func TestReadStat(t *testing.T) {
+	st, err := readStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ppid != os.Getppid() {
+		t.Fatalf("readStat(self).ppid = %d, want %d", st.ppid, os.Getppid())
+	}
+	if busy, err := machineBusy(); err != nil || busy <= 0 {
+		t.Fatalf("machineBusy() = %v, %v; want a positive number of seconds", busy, err)
+	}
+}
+
+func TestParsePgbench(t *testing.T) {
+	out := "number of failed transactions: 3 (0.010%)\nlatency average = 3.9 ms\ntps = 12545.678 (without initial connection time)\n"
+	tps, failed, err := parsePgbench(out)
+	if err != nil || tps != 12545.678 || failed != 3 {
+		t.Fatalf("parsePgbench() = %v, %v, %v; want 12545.678, 3, nil", tps, failed, err)
+	}
+}
+
+// TestReport writes the report, the plot and the JSON of a made-up run.
+func TestReport(t *testing.T) {
+	r := &Report{
+		Started: time.Now(), Machine: Machine{CPUs: 2, CPU: "test"},
+		Options: ReportOptions{Duration: "1s", Callers: 50, Contend: 64, Targets: allTargets, Clients: []string{clientClaimload}, Scenarios: allScenarios, Command: "make bench"},
+	}
+	ok := true
+	for i, tg := range allTargets {
+		for _, sc := range allScenarios {
+			x := Result{Target: tg, Scenario: sc, Client: clientClaimload, Seconds: 1, Requests: 1000, Rate: float64(1000 * (i + 1)), P50: 1, P99: 5,
+				CPU: map[string]float64{"server": 0.5, "client": 0.3}}
+			if sc == scenarioContend && tg == targetClaimd {
+				x.Check, x.CheckOK = "1 ACQUIRED", &ok
+			}
+			r.Runs = append(r.Runs, x)
+		}
+	}
+	dir := t.TempDir()
+	md, svg := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "results.svg")
+	if err := writeSVG(svg, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeMarkdown(md, r, svg, filepath.Join(dir, "results.json"), filepath.Join(dir, "missing-notes.md")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## Targets", "new keys ≥ 3× naive rps", "| all new keys | claimd Redis+PG | claimload | 4000 |", "![rps and p99 by scenario](results.svg)"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("report lacks %q:\n%s", want, b)
+		}
+	}
+}

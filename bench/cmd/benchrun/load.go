@@ -1,0 +1,311 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+)
+
+// Result is one measurement: a load run on a target, or a baseline.
+// Latencies are in milliseconds, CPU in seconds per process over the run.
+type Result struct {
+	Target     string             `json:"target"`
+	Scenario   string             `json:"scenario"`
+	Client     string             `json:"client"`
+	Callers    int                `json:"callers"`
+	Seconds    float64            `json:"seconds"`
+	Requests   int64              `json:"requests"`
+	Errors     int64              `json:"errors"`
+	ErrorCodes map[string]int64   `json:"error_codes,omitempty"`
+	Rate       float64            `json:"rate"`
+	Unit       string             `json:"unit"`
+	P50        float64            `json:"p50_ms"`
+	P99        float64            `json:"p99_ms"`
+	CPU        map[string]float64 `json:"cpu_seconds"`
+	// MachineBusy is the CPU seconds the whole machine was busy over the
+	// run (/proc/stat): CPU beyond the processes in CPU was other work.
+	MachineBusy float64          `json:"machine_busy_seconds,omitempty"`
+	Outcomes    map[string]int64 `json:"outcomes,omitempty"`
+	ServedBy    map[string]int64 `json:"served_by,omitempty"`
+	Check       string           `json:"check,omitempty"`
+	CheckOK     *bool            `json:"check_ok,omitempty"`
+}
+
+// load runs one scenario under one client against t.
+func (b *bench) load(t *target, scenario, client string) (Result, error) {
+	callers := b.opts.callers
+	if scenario == scenarioContend {
+		callers = b.opts.contend
+	}
+	// New keys (and the contended key) are unique to this run.
+	prefix := fmt.Sprintf("%s-%s-%s", scenario, client, strconv.FormatInt(time.Now().UnixNano(), 36))
+	busy0, err := machineBusy()
+	if err != nil {
+		return Result{}, err
+	}
+	before, err := sample(t.meters)
+	if err != nil {
+		return Result{}, err
+	}
+	var (
+		res Result
+		cmd *exec.Cmd
+	)
+	switch client {
+	case clientGhz:
+		res, cmd, err = b.ghz(t.addr, scenario, callers, prefix)
+	case clientClaimload:
+		res, cmd, err = b.claimload(t.addr, scenario, callers, prefix)
+	default:
+		return Result{}, fmt.Errorf("unknown client %q", client)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	after, err := sample(t.meters)
+	if err != nil {
+		return Result{}, err
+	}
+	busy1, err := machineBusy()
+	if err != nil {
+		return Result{}, err
+	}
+	res.MachineBusy = busy1 - busy0
+	res.Target, res.Scenario, res.Client, res.Callers, res.Unit = t.id, scenario, client, callers, "req/s"
+	res.CPU = since(before, after)
+	res.CPU["client"] = clientCPU(cmd)
+	if t.id == targetNoop {
+		res.ServedBy = nil // its canned answer names a tier that did nothing
+	}
+	if scenario == scenarioContend && t.claimd {
+		b.checkContended(t, prefix, &res)
+	}
+	return res, nil
+}
+
+// eventIDTemplate is the ghz data template of a scenario: the same keys
+// claimload sends (cmd/claimload AppendKey), from ghz's request number.
+func (b *bench) eventIDTemplate(scenario, prefix string) string {
+	dup := fmt.Sprintf("%s-{{mod .RequestNumber %d}}", dupPrefix, b.opts.dupKeys)
+	switch scenario {
+	case scenarioNew:
+		return prefix + "-{{.RequestNumber}}"
+	case scenarioDup:
+		return dup
+	case scenarioMix:
+		return fmt.Sprintf("{{if eq (mod .RequestNumber 10) 0}}%s-{{.RequestNumber}}{{else}}%s{{end}}", prefix, dup)
+	}
+	return prefix
+}
+
+// ghzReport is the part of ghz's JSON report benchrun reads. Durations are
+// in nanoseconds.
+type ghzReport struct {
+	Count               int64            `json:"count"`
+	Total               int64            `json:"total"`
+	RPS                 float64          `json:"rps"`
+	StatusCodeDist      map[string]int64 `json:"statusCodeDistribution"`
+	LatencyDistribution []struct {
+		Percentage int   `json:"percentage"`
+		Latency    int64 `json:"latency"`
+	} `json:"latencyDistribution"`
+}
+
+func (b *bench) ghz(addr, scenario string, callers int, prefix string) (Result, *exec.Cmd, error) {
+	data := fmt.Sprintf(`{"namespace":%q,"provider":%q,"holder":"ghz","event_id":"%s"}`,
+		benchNamespace, benchProvider, b.eventIDTemplate(scenario, prefix))
+	cmd := exec.CommandContext(b.ctx, b.opts.ghz,
+		"--insecure", "--call", "idempotency.v1.ClaimService.Claim",
+		"-c", strconv.Itoa(callers), "-z", b.opts.duration.String(), "--duration-stop", "wait",
+		"--format", "json", "-d", data, addr)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return Result{}, nil, fmt.Errorf("ghz: %w\n%s", err, stderr.String())
+	}
+	var r ghzReport
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		return Result{}, nil, fmt.Errorf("ghz report: %w\n%s", err, stdout.String())
+	}
+	res := Result{Seconds: float64(r.Total) / 1e9, Requests: r.Count, Rate: r.RPS}
+	for code, n := range r.StatusCodeDist {
+		if code != "OK" {
+			if res.ErrorCodes == nil {
+				res.ErrorCodes = map[string]int64{}
+			}
+			res.ErrorCodes[code] += n
+			res.Errors += n
+		}
+	}
+	for _, l := range r.LatencyDistribution {
+		switch l.Percentage {
+		case 50:
+			res.P50 = float64(l.Latency) / 1e6
+		case 99:
+			res.P99 = float64(l.Latency) / 1e6
+		}
+	}
+	return res, cmd, nil
+}
+
+// claimloadSummary is claimload's JSON summary (cmd/claimload Summary).
+type claimloadSummary struct {
+	Seconds    float64          `json:"seconds"`
+	Requests   int64            `json:"requests"`
+	Errors     int64            `json:"errors"`
+	ErrorCodes map[string]int64 `json:"error_codes"`
+	RPS        float64          `json:"rps"`
+	P50        float64          `json:"p50_ms"`
+	P99        float64          `json:"p99_ms"`
+	Outcomes   map[string]int64 `json:"outcomes"`
+	ServedBy   map[string]int64 `json:"served_by"`
+}
+
+func (b *bench) claimload(addr, scenario string, callers int, prefix string) (Result, *exec.Cmd, error) {
+	cmd := exec.CommandContext(b.ctx, b.bin("claimload"),
+		"-addr", addr, "-c", strconv.Itoa(callers), "-d", b.opts.duration.String(),
+		"-scenario", scenario, "-namespace", benchNamespace, "-provider", benchProvider,
+		"-prefix", prefix, "-dup-prefix", dupPrefix, "-dup-keys", strconv.Itoa(b.opts.dupKeys), "-json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return Result{}, nil, fmt.Errorf("claimload: %w\n%s", err, stderr.String())
+	}
+	var s claimloadSummary
+	if err := json.Unmarshal(stdout.Bytes(), &s); err != nil {
+		return Result{}, nil, fmt.Errorf("claimload summary: %w\n%s", err, stdout.String())
+	}
+	return Result{
+		Seconds: s.Seconds, Requests: s.Requests, Errors: s.Errors, ErrorCodes: s.ErrorCodes,
+		Rate: s.RPS, P50: s.P50, P99: s.P99, Outcomes: s.Outcomes, ServedBy: s.ServedBy,
+	}, cmd, nil
+}
+
+// checkContended verifies that the contended key was acquired exactly once:
+// its record has token 1 and attempt 1 (a second ACQUIRED would have taken
+// it over), and claimload counted one ACQUIRED answer.
+func (b *bench) checkContended(t *target, key string, res *Result) {
+	ok := true
+	var notes []string
+	cc, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err == nil {
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		var resp *pb.GetResponse
+		resp, err = pb.NewClaimServiceClient(cc).Get(ctx, &pb.GetRequest{Namespace: benchNamespace, Provider: benchProvider, Key: key})
+		if err == nil {
+			r := resp.GetRecord()
+			notes = append(notes, fmt.Sprintf("record token %d, attempt %d", r.GetFencingToken(), r.GetAttempt()))
+			ok = r.GetFencingToken() == 1 && r.GetAttempt() == 1
+		}
+	}
+	if err != nil {
+		ok = false
+		notes = append(notes, fmt.Sprintf("Get: %v", err))
+	}
+	if res.Outcomes != nil {
+		acquired := res.Outcomes[pb.Outcome_OUTCOME_ACQUIRED.String()]
+		notes = append(notes, fmt.Sprintf("%d ACQUIRED", acquired))
+		ok = ok && acquired == 1
+	}
+	if res.Errors > 0 {
+		ok = false
+	}
+	res.Check = strings.Join(notes, ", ")
+	res.CheckOK = &ok
+}
+
+// settle prepares the keys the duplicate scenarios claim: on claimd,
+// claimed, moved to PROCESSING and SETTLED with a result (so they are
+// answered as settled duplicates); on the naive handler, claimed (its only
+// state); the no-op handler has no state.
+func (b *bench) settle(t *target) error {
+	if t.id == targetNoop {
+		return nil
+	}
+	cc, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	client := pb.NewClaimServiceClient(cc)
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
+	defer cancel()
+
+	var (
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for range 16 {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(b.opts.dupKeys); i = next.Add(1) - 1 {
+				if err := settleKey(ctx, client, t.claimd, fmt.Sprintf("%s-%d", dupPrefix, i)); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+func settleKey(ctx context.Context, c pb.ClaimServiceClient, transition bool, key string) error {
+	claim, err := c.Claim(ctx, &pb.ClaimRequest{Namespace: benchNamespace, Provider: benchProvider,
+		Key: &pb.ClaimRequest_EventId{EventId: key}, Holder: "benchrun"})
+	if err != nil {
+		return fmt.Errorf("Claim(%q): %w", key, err)
+	}
+	if !transition || claim.GetOutcome() != pb.Outcome_OUTCOME_ACQUIRED {
+		return nil
+	}
+	for _, to := range []pb.EventState{pb.EventState_EVENT_STATE_PROCESSING, pb.EventState_EVENT_STATE_SETTLED} {
+		req := &pb.TransitionRequest{Namespace: benchNamespace, Provider: benchProvider, Key: key,
+			FencingToken: claim.GetFencingToken(), To: to}
+		if to == pb.EventState_EVENT_STATE_SETTLED {
+			req.Result = []byte(`{"charge":"ch_` + key + `"}`)
+		}
+		if _, err := c.Transition(ctx, req); err != nil {
+			return fmt.Errorf("Transition(%q, %v): %w (%v)", key, to, err, status.Code(err))
+		}
+	}
+	return nil
+}
+
+// fmtCPU renders a CPU map in a stable order, for the log.
+func fmtCPU(cpu map[string]float64) string {
+	names := make([]string, 0, len(cpu))
+	for k := range cpu {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var sb strings.Builder
+	for i, k := range names {
+		if i > 0 {
+			sb.WriteByte(' ')
+		}
+		fmt.Fprintf(&sb, "%s=%.1fs", k, cpu[k])
+	}
+	return sb.String()
+}

@@ -1,0 +1,173 @@
+// Command benchrun is claimd's benchmark harness: in one run on one machine
+// it measures claimd with its production tiers (Redis + PostgreSQL) and with
+// its embedded tiers, the baselines those figures are judged against (a
+// no-op server of the same proto, the hand-written naive handler,
+// redis-benchmark and pgbench on the same servers), under two load clients
+// (ghz and the lean claimload), reading the CPU seconds of every process
+// from /proc. It writes the figures as JSON, as BENCHMARKS.md and as an SVG
+// plot.
+//
+// scripts/bench.sh builds the binaries and runs it; see BENCHMARKS.md for
+// the command line.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are benchrun's flags.
+type options struct {
+	binDir    string // claimd, claimload, noop, naive
+	ghz       string
+	workDir   string
+	out       string // BENCHMARKS.md
+	svg       string
+	json      string
+	notes     string // hand-written analysis included in the report
+	duration  time.Duration
+	callers   int
+	contend   int
+	dupKeys   int
+	targets   []string
+	clients   []string
+	scenarios []string
+	baselines bool
+	command   string
+	render    string // results JSON to render instead of measuring
+}
+
+func main() {
+	var o options
+	var targets, clients, scenarios string
+	flag.StringVar(&o.binDir, "bin", "", "directory holding the claimd, claimload, noop and naive binaries")
+	flag.StringVar(&o.ghz, "ghz", "ghz", "ghz binary")
+	flag.StringVar(&o.workDir, "work", "", "scratch directory for servers, logs and data (default: a new temporary one, removed at the end)")
+	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")
+	flag.StringVar(&o.svg, "svg", "bench/results.svg", "plot to write")
+	flag.StringVar(&o.json, "json", "bench/results.json", "raw results to write")
+	flag.StringVar(&o.notes, "notes", "bench/NOTES.md", "hand-written analysis to include in the report")
+	flag.DurationVar(&o.duration, "duration", 15*time.Second, "duration of each load run")
+	flag.IntVar(&o.callers, "c", 50, "concurrent callers")
+	flag.IntVar(&o.contend, "contend", 64, "callers contending one key")
+	flag.IntVar(&o.dupKeys, "dup-keys", 1000, "settled keys the duplicate scenarios draw from")
+	flag.StringVar(&targets, "targets", strings.Join(allTargets, ","), "targets to measure")
+	flag.StringVar(&clients, "clients", "claimload,ghz", "load clients")
+	flag.StringVar(&scenarios, "scenarios", strings.Join(allScenarios, ","), "scenarios")
+	flag.BoolVar(&o.baselines, "baselines", true, "run redis-benchmark and pgbench")
+	flag.StringVar(&o.command, "command", "", "the command line to quote in the report")
+	flag.StringVar(&o.render, "render", "", "write the report and plot from this results JSON (of an earlier run) instead of measuring, e.g. after editing the notes")
+	flag.Parse()
+	o.targets, o.clients, o.scenarios = split(targets), split(clients), split(scenarios)
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "benchrun:", err)
+		os.Exit(1)
+	}
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func run(o options) (err error) {
+	if o.render != "" {
+		return render(o)
+	}
+	if o.binDir == "" {
+		return fmt.Errorf("-bin is required")
+	}
+	if o.workDir == "" {
+		dir, err := os.MkdirTemp("", "claimd-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.workDir = dir
+	}
+	// testenv runs PostgreSQL as nobody, which must reach its directory.
+	if err := os.Chmod(o.workDir, 0o755); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	b := &bench{opts: o, ctx: ctx}
+	b.report.Started = time.Now().UTC()
+	b.report.Machine = machineInfo()
+	b.report.Options = reportOptions(o)
+	logf("machine: %s, load %s", b.report.Machine.CPU, b.report.Machine.LoadBefore)
+
+	if err := b.startServers(); err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := b.servers.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("stopping Redis and PostgreSQL: %w", cerr)
+		}
+	}()
+	b.report.Versions = b.versions()
+
+	// The targets first, the baselines last, and after each the data it
+	// left is dropped: autovacuum working through one run's rows must not
+	// bill its CPU to the next.
+	for _, name := range o.targets {
+		if err := b.runTarget(name); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := b.settleServers(); err != nil {
+			return err
+		}
+	}
+	if o.baselines {
+		if err := b.runBaselines(); err != nil {
+			return err
+		}
+	}
+	b.report.Finished = time.Now().UTC()
+	b.report.Machine.LoadAfter = loadAvg()
+
+	if err := b.writeJSON(o.json); err != nil {
+		return err
+	}
+	if err := writeSVG(o.svg, &b.report); err != nil {
+		return err
+	}
+	if err := writeMarkdown(o.out, &b.report, o.svg, o.json, o.notes); err != nil {
+		return err
+	}
+	logf("wrote %s, %s and %s", o.out, o.svg, o.json)
+	return nil
+}
+
+// render writes the report and the plot of a stored run.
+func render(o options) error {
+	data, err := os.ReadFile(o.render)
+	if err != nil {
+		return err
+	}
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("%s: %w", o.render, err)
+	}
+	if err := writeSVG(o.svg, &r); err != nil {
+		return err
+	}
+	return writeMarkdown(o.out, &r, o.svg, o.render, o.notes)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s benchrun: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,328 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// displayNames name the targets in the report.
+var displayNames = map[string]string{
+	targetNoop:     "no-op handler",
+	targetNaive:    "naive handler",
+	targetEmbedded: "claimd embedded",
+	targetClaimd:   "claimd Redis+PG",
+}
+
+var scenarioNames = map[string]string{
+	scenarioNew:     "all new keys",
+	scenarioDup:     "all duplicates (settled)",
+	scenarioMix:     "90% dup / 10% new",
+	scenarioContend: "one key, contended",
+}
+
+func display(m map[string]string, k string) string {
+	if v, ok := m[k]; ok {
+		return v
+	}
+	return k
+}
+
+// find returns the run of target, scenario and client, or nil.
+func (r *Report) find(target, scenario, client string) *Result {
+	for i := range r.Runs {
+		x := &r.Runs[i]
+		if x.Target == target && x.Scenario == scenario && x.Client == client {
+			return x
+		}
+	}
+	return nil
+}
+
+// cpuColumns are the processes whose CPU seconds the tables show.
+var cpuColumns = []string{"server", "redis", "postgres", "client"}
+
+// writeMarkdown writes the report. notes (a file of hand-written analysis)
+// is included when it exists.
+func writeMarkdown(path string, r *Report, svg, jsonPath, notes string) error {
+	svgRel, jsonRel := relPath(path, svg), relPath(path, jsonPath)
+	var w strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&w, format, args...) }
+	secs := r.Options.Duration
+
+	p("# Benchmarks\n\n")
+	p("<!-- Written by `make bench` (scripts/bench.sh → bench/cmd/benchrun); edit bench/NOTES.md or the harness, not this file. -->\n\n")
+	p("Measured %s on one machine, every figure in the same run: %d × %s, %.1f GiB RAM, Linux %s. ",
+		r.Started.Format("2006-01-02 15:04 UTC"), r.Machine.CPUs, r.Machine.CPU, r.Machine.MemoryGiB, r.Machine.Kernel)
+	p("Load average (1/5/15 min) %s before the run and %s after it (the run itself keeps about %d busy); ", r.Machine.LoadBefore, r.Machine.LoadAfter, r.Machine.CPUs)
+	p("the \"other\" column of [Where the CPU went](#where-the-cpu-went) shows, run by run, how much CPU went to anything but the processes measured.\n\n")
+	p("Command: `%s`\n\n", r.Options.Command)
+	p("Each load run: %d callers (%d on the contended key), closed loop, %s, over one gRPC connection, loopback. ", r.Options.Callers, r.Options.Contend, secs)
+	p("PostgreSQL runs with fsync and synchronous_commit on. claimd runs as `claimd %s` plus its tier flags. ", r.Options.ClaimdArgs)
+	p("CPU is in seconds over the run, read from /proc/<pid>/stat for the server, redis-server and every PostgreSQL process (backends, autovacuum and the checkpointer included), and from the load client's rusage. ")
+	p("The targets run one after the other (each settles %d keys first for the duplicate scenarios), then the baselines; after each target the harness drops its database, flushes Redis and checkpoints, so no run pays for vacuuming the previous one's rows.\n\n", r.Options.DupKeys)
+	p("![rps and p99 by scenario](%s)\n\n", svgRel)
+
+	writeTargets(&w, r)
+	writeRuns(&w, r)
+	writeBaselines(&w, r)
+	writeRatios(&w, r)
+	writeCPUShares(&w, r)
+	writeCPUPerRequest(&w, r)
+	if b, err := os.ReadFile(notes); err == nil {
+		p("## Analysis\n\n%s\n", strings.TrimSpace(string(b)))
+		p("\n")
+	}
+	p("## Versions\n\n| component | version |\n| --- | --- |\n")
+	for _, v := range r.Versions {
+		p("| %s | %s |\n", v.Name, strings.ReplaceAll(v.Value, "|", "/"))
+	}
+	p("\nRaw figures: [%s](%s).\n", jsonRel, jsonRel)
+	return os.WriteFile(path, []byte(w.String()), 0o644)
+}
+
+// writeTargets states, per load client, whether the issue's targets were
+// met.
+func writeTargets(w *strings.Builder, r *Report) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("## Targets\n\n")
+	p("\"other\" is the share of the machine that went to work other than the processes measured during the runs compared (see [Where the CPU went](#where-the-cpu-went)); a comparison where it is large on one side only is unfair to that side.\n\n")
+	p("| target | client | figure | other | met |\n| --- | --- | --- | --- | --- |\n")
+	for _, cl := range r.Options.Clients {
+		c, n := r.find(targetClaimd, scenarioNew, cl), r.find(targetNaive, scenarioNew, cl)
+		if c != nil && n != nil {
+			ratio := c.Rate / n.Rate
+			p("| new keys ≥ 3× naive rps | %s | %.0f / %.0f rps = %.2f× | %s / %s | %s |\n", cl, c.Rate, n.Rate, ratio, r.other(c), r.other(n), yes(ratio >= 3))
+			p("| new keys p99 ≤ 10 ms | %s | %.2f ms | %s | %s |\n", cl, c.P99, r.other(c), yes(c.P99 <= 10))
+		}
+		c, o := r.find(targetClaimd, scenarioDup, cl), r.find(targetNoop, scenarioDup, cl)
+		if c != nil && o != nil {
+			ratio := c.Rate / o.Rate
+			p("| duplicates ≥ 0.8× no-op rps | %s | %.0f / %.0f rps = %.2f× | %s / %s | %s |\n", cl, c.Rate, o.Rate, ratio, r.other(c), r.other(o), yes(ratio >= 0.8))
+		}
+		for _, t := range []string{targetClaimd, targetEmbedded} {
+			if c := r.find(t, scenarioContend, cl); c != nil && c.CheckOK != nil {
+				p("| contended key: one ACQUIRED, no error (%s) | %s | %s; %d errors | %s | %s |\n", display(displayNames, t), cl, c.Check, c.Errors, r.other(c), yes(*c.CheckOK))
+			}
+		}
+	}
+	p("\n")
+}
+
+// other is the share of the machine's CPU that went to work other than
+// x's processes during x's run.
+func (r *Report) other(x *Result) string {
+	if x.MachineBusy == 0 || x.Seconds == 0 {
+		return "–"
+	}
+	used := 0.0
+	for _, v := range x.CPU {
+		used += v
+	}
+	return fmt.Sprintf("%.0f%%", max(0, 100*(x.MachineBusy-used)/(float64(r.Machine.CPUs)*x.Seconds)))
+}
+
+func yes(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
+}
+
+func writeRuns(w *strings.Builder, r *Report) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("## Results\n\n")
+	p("| scenario | target | client | rps | p50 ms | p99 ms | errors | CPU s server | CPU s redis | CPU s postgres | CPU s client | served by |\n")
+	p("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	for _, sc := range r.Options.Scenarios {
+		for _, cl := range r.Options.Clients {
+			for _, t := range r.Options.Targets {
+				x := r.find(t, sc, cl)
+				if x == nil {
+					continue
+				}
+				p("| %s | %s | %s | %.0f | %.2f | %.2f | %s | %s | %s |\n",
+					display(scenarioNames, sc), display(displayNames, t), cl, x.Rate, x.P50, x.P99,
+					errorsCell(x), cpuCells(x), servedBy(x))
+			}
+		}
+	}
+	p("\n")
+}
+
+func errorsCell(x *Result) string {
+	if x.Errors == 0 {
+		return "0"
+	}
+	var parts []string
+	for code, n := range x.ErrorCodes {
+		parts = append(parts, fmt.Sprintf("%s %d", code, n))
+	}
+	return fmt.Sprintf("%d (%s)", x.Errors, strings.Join(parts, ", "))
+}
+
+func cpuCells(x *Result) string {
+	cells := make([]string, len(cpuColumns))
+	for i, c := range cpuColumns {
+		if v, ok := x.CPU[c]; ok {
+			cells[i] = fmt.Sprintf("%.1f", v)
+		} else {
+			cells[i] = "–"
+		}
+	}
+	return strings.Join(cells, " | ")
+}
+
+func servedBy(x *Result) string {
+	if len(x.ServedBy) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, t := range []string{"TIER_LOCAL", "TIER_FAST", "TIER_DURABLE"} {
+		n := x.ServedBy[t]
+		if n == 0 {
+			continue
+		}
+		pct := 100 * float64(n) / float64(x.Requests-x.Errors)
+		if pct < 1 {
+			parts = append(parts, fmt.Sprintf("%s <1%% (%d)", strings.TrimPrefix(t, "TIER_"), n))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s %.0f%%", strings.TrimPrefix(t, "TIER_"), pct))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func writeBaselines(w *strings.Builder, r *Report) {
+	if len(r.Baselines) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("## Baselines: the servers alone\n\n")
+	p("Their own tools, %d callers, on the same servers: `redis-benchmark … SET bench:__rand_int__ v NX EX 302400`; ", r.Options.Callers)
+	p("`pgbench -M prepared` with a transaction per `INSERT … ON CONFLICT DO NOTHING` into claimd's claims table (no audit row), one row or %d rows per statement.\n\n", batchRows)
+	p("| baseline | rate | p50 ms | p99 ms | errors | CPU s redis | CPU s postgres | CPU s client |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, x := range r.Baselines {
+		cell := func(k string) string {
+			if v, ok := x.CPU[k]; ok {
+				return fmt.Sprintf("%.1f", v)
+			}
+			return "–"
+		}
+		p("| %s (%s) | %.0f %s | %.2f | %.2f | %d | %s | %s | %s |\n", x.Target, x.Scenario, x.Rate, x.Unit, x.P50, x.P99, x.Errors,
+			cell("redis"), cell("postgres"), cell("client"))
+	}
+	p("\n")
+}
+
+// writeRatios compares claimd with each baseline, scenario by scenario,
+// under the same client.
+func writeRatios(w *strings.Builder, r *Report) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("## Ratios\n\nrps of claimd over rps of the baseline, same scenario, same client, same run.\n\n")
+	p("| scenario | client | Redis+PG / naive | Redis+PG / no-op | embedded / naive | embedded / no-op |\n| --- | --- | ---: | ---: | ---: | ---: |\n")
+	ratio := func(a, b *Result) string {
+		if a == nil || b == nil || b.Rate == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f×", a.Rate/b.Rate)
+	}
+	for _, sc := range r.Options.Scenarios {
+		for _, cl := range r.Options.Clients {
+			c, e := r.find(targetClaimd, sc, cl), r.find(targetEmbedded, sc, cl)
+			n, o := r.find(targetNaive, sc, cl), r.find(targetNoop, sc, cl)
+			p("| %s | %s | %s | %s | %s | %s |\n", display(scenarioNames, sc), cl, ratio(c, n), ratio(c, o), ratio(e, n), ratio(e, o))
+		}
+	}
+	if len(r.Baselines) > 0 {
+		p("\nAgainst the servers alone (claimd Redis+PG, claimload):\n\n")
+		if c := r.find(targetClaimd, scenarioNew, clientClaimload); c != nil {
+			for _, x := range r.Baselines {
+				p("- new keys: %.0f claims/s = %.2f× %s (%.0f %s)\n", c.Rate, c.Rate/x.Rate, x.Target, x.Rate, x.Unit)
+			}
+		}
+	}
+	p("\n")
+}
+
+// writeCPUShares says where the machine's CPU went in each claimd run: the
+// share of the available core-seconds each process used.
+func writeCPUShares(w *strings.Builder, r *Report) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("## Where the CPU went\n\nShare of the machine's %d cores over each run (100%% = all cores busy for the whole run). ", r.Machine.CPUs)
+	p("\"other\" is what /proc/stat counts busy beyond these processes: other work on the machine, and kernel work (loopback networking, mostly) charged to no process; on an otherwise idle machine it is a few percent.\n\n")
+	p("| scenario | target | client | server | redis | postgres | client | other | idle |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, sc := range r.Options.Scenarios {
+		for _, cl := range r.Options.Clients {
+			for _, t := range r.Options.Targets {
+				x := r.find(t, sc, cl)
+				if x == nil || x.Seconds == 0 {
+					continue
+				}
+				avail := float64(r.Machine.CPUs) * x.Seconds
+				used := 0.0
+				cells := make([]string, len(cpuColumns))
+				for i, c := range cpuColumns {
+					v, ok := x.CPU[c]
+					if !ok {
+						cells[i] = "–"
+						continue
+					}
+					used += v
+					cells[i] = fmt.Sprintf("%.0f%%", 100*v/avail)
+				}
+				other, idle := "–", fmt.Sprintf("%.0f%%", max(0, 100*(avail-used)/avail))
+				if x.MachineBusy > 0 {
+					other = fmt.Sprintf("%.0f%%", max(0, 100*(x.MachineBusy-used)/avail))
+					idle = fmt.Sprintf("%.0f%%", max(0, 100*(avail-x.MachineBusy)/avail))
+				}
+				p("| %s | %s | %s | %s | %s | %s |\n", display(scenarioNames, sc), display(displayNames, t), cl,
+					strings.Join(cells, " | "), other, idle)
+			}
+		}
+	}
+	p("\n")
+}
+
+// writeCPUPerRequest divides each process's CPU by the requests answered:
+// what one claim costs each of them, independent of how busy the machine
+// was.
+func writeCPUPerRequest(w *strings.Builder, r *Report) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("## CPU per request\n\nMicroseconds of CPU each process spent per request answered (errors included), over the whole run.\n\n")
+	p("| scenario | target | client | server | redis | postgres | client | total |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, sc := range r.Options.Scenarios {
+		for _, cl := range r.Options.Clients {
+			for _, t := range r.Options.Targets {
+				x := r.find(t, sc, cl)
+				if x == nil || x.Requests == 0 {
+					continue
+				}
+				total := 0.0
+				cells := make([]string, len(cpuColumns))
+				for i, c := range cpuColumns {
+					v, ok := x.CPU[c]
+					if !ok {
+						cells[i] = "–"
+						continue
+					}
+					us := 1e6 * v / float64(x.Requests)
+					total += us
+					cells[i] = fmt.Sprintf("%.0f", us)
+				}
+				p("| %s | %s | %s | %s | %.0f |\n", display(scenarioNames, sc), display(displayNames, t), cl, strings.Join(cells, " | "), total)
+			}
+		}
+	}
+	p("\n")
+}
+
+// relPath is target relative to the directory of from, for links.
+func relPath(from, target string) string {
+	rel, err := filepath.Rel(filepath.Dir(from), target)
+	if err != nil {
+		return target
+	}
+	return filepath.ToSlash(rel)
+}

@@ -1,0 +1,110 @@
+// Command claimload is a lean closed-loop load client for
+// idempotency.v1.ClaimService.Claim: c callers, each sending its next Claim
+// as soon as the previous one is answered, for a fixed duration. It exists
+// because a general tool (ghz) spends most of a small machine's CPU on
+// itself and hides the server's cost; claimload reuses its request and reply
+// messages and records latencies into preallocated slices.
+//
+// It prints a JSON summary on stdout (with -json) or a line of text:
+// requests, errors by gRPC code, rps, latency percentiles, and the count of
+// each outcome and serving tier in the answers.
+//
+//	claimload -addr 127.0.0.1:50051 -c 50 -d 15s -scenario new -prefix run1
+//
+// Scenarios (the key of request number n; ghz templates in bench/ use the
+// same scheme):
+//
+//	new      <prefix>-<n>: every key new
+//	dup      <dup-prefix>-<n mod dup-keys>: keys settled before the run
+//	mix      every tenth request new, the rest dup
+//	contend  <prefix>: every caller claims the same key
+//
+// With -settle it first claims and settles the dup-keys keys, so that dup
+// and mix meet settled duplicates (bench/cmd/benchrun does the same before
+// its runs).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "claimload:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("claimload", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg Config
+	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:50051", "server address")
+	fs.IntVar(&cfg.Callers, "c", 50, "concurrent callers")
+	fs.DurationVar(&cfg.Duration, "d", 15*time.Second, "duration of the run")
+	fs.IntVar(&cfg.Conns, "conns", 1, "gRPC connections shared by the callers (round robin)")
+	scenario := fs.String("scenario", "new", "new, dup, mix or contend")
+	fs.StringVar(&cfg.Namespace, "namespace", "bench", "ClaimRequest.namespace")
+	fs.StringVar(&cfg.Provider, "provider", "stripe", "ClaimRequest.provider")
+	fs.StringVar(&cfg.Prefix, "prefix", "load", "prefix of new keys (the key itself for contend); make it unique per run")
+	fs.StringVar(&cfg.DupPrefix, "dup-prefix", "settled", "prefix of the keys settled before the run")
+	fs.IntVar(&cfg.DupKeys, "dup-keys", 1000, "number of settled keys")
+	fs.StringVar(&cfg.Holder, "holder", "claimload", "ClaimRequest.holder")
+	asJSON := fs.Bool("json", false, "print the summary as JSON")
+	settleFirst := fs.Bool("settle", false, "before the run, claim and settle the dup-keys keys (Claim, then Transition to PROCESSING and SETTLED)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if cfg.Scenario, err = ParseScenario(*scenario); err != nil {
+		return err
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if *settleFirst {
+		if err := Settle(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	sum, err := Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(sum)
+	}
+	_, err = fmt.Fprintln(stdout, sum)
+	return err
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Callers < 1:
+		return errors.New("-c must be at least 1")
+	case c.Duration <= 0:
+		return errors.New("-d must be positive")
+	case c.Conns < 1:
+		return errors.New("-conns must be at least 1")
+	case c.DupKeys < 1:
+		return errors.New("-dup-keys must be at least 1")
+	}
+	return nil
+}

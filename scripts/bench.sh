@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# bench.sh: claimd's benchmarks and their baselines, in one run on this
+# machine, written to BENCHMARKS.md (with bench/results.svg and
+# bench/results.json). `make bench` runs it after `make tools` has installed
+# the pinned ghz.
+#
+#   BENCH_DURATION  duration of each load run (default 15s; 2s for a smoke run)
+#   BENCH_CALLERS   concurrent callers (default 50)
+#   BENCH_TARGETS   subset of noop,naive,claimd-embedded,claimd
+#   BENCH_CLIENTS   subset of claimload,ghz
+#   BENCH_SCENARIOS subset of new,dup,mix,contend
+#   BENCH_BASELINES false to skip redis-benchmark and pgbench
+#   BENCH_OUT       report path (default BENCHMARKS.md)
+#
+# scripts/bench.sh --render rewrites BENCHMARKS.md and the plot from
+# bench/results.json without measuring (after editing bench/NOTES.md).
+#
+# Redis and PostgreSQL are started (and stopped) by the harness with the
+# project's test tooling (internal/testenv), PostgreSQL with its durable
+# defaults; the redis-server, postgresql and their benchmark tools come from
+# scripts/test-deps.sh. Every process the run starts is stopped by PID when
+# it ends, on error and on Ctrl-C too.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+GHZ_VERSION=${GHZ_VERSION:-v0.120.0}
+TOOLS_BIN=${TOOLS_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/claimd-tools/bin}
+export PATH="$TOOLS_BIN:$PATH"
+
+if [[ ${1:-} == --render ]]; then
+	exec go run ./bench/cmd/benchrun -render "$root/bench/results.json" \
+		-out "${BENCH_OUT:-$root/BENCHMARKS.md}" -svg "$root/bench/results.svg" -notes "$root/bench/NOTES.md"
+fi
+
+./scripts/test-deps.sh
+for tool in redis-benchmark pgbench; do
+	command -v "$tool" >/dev/null || { echo "bench.sh: $tool not found (packages redis-tools, postgresql-client)" >&2; exit 1; }
+done
+# go install leaves ghz --version at "dev": the module version is in the binary.
+if ! { command -v ghz >/dev/null && go version -m "$(command -v ghz)" | grep -q "github.com/bojand/ghz[[:space:]]*$GHZ_VERSION"; }; then
+	echo "bench.sh: installing ghz $GHZ_VERSION into $TOOLS_BIN"
+	mkdir -p "$TOOLS_BIN"
+	(cd /tmp && GOBIN="$TOOLS_BIN" GOFLAGS= go install "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION")
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/claimd-bench.XXXXXX")
+chmod 755 "$work"
+trap 'rm -rf "$work"' EXIT
+
+echo "bench.sh: building into $work/bin"
+go build -o "$work/bin/" ./cmd/claimd ./cmd/claimload ./bench/cmd/noop ./bench/cmd/naive ./bench/cmd/benchrun
+
+duration=${BENCH_DURATION:-15s}
+command="make bench"
+[[ -n ${BENCH_DURATION:-} ]] && command="BENCH_DURATION=$duration $command"
+
+"$work/bin/benchrun" \
+	-bin "$work/bin" \
+	-ghz "$(command -v ghz)" \
+	-work "$work" \
+	-duration "$duration" \
+	-c "${BENCH_CALLERS:-50}" \
+	-targets "${BENCH_TARGETS:-noop,naive,claimd-embedded,claimd}" \
+	-clients "${BENCH_CLIENTS:-claimload,ghz}" \
+	-scenarios "${BENCH_SCENARIOS:-new,dup,mix,contend}" \
+	-baselines="${BENCH_BASELINES:-true}" \
+	-out "${BENCH_OUT:-$root/BENCHMARKS.md}" \
+	-svg "$root/bench/results.svg" \
+	-json "$root/bench/results.json" \
+	-notes "$root/bench/NOTES.md" \
+	-command "$command"
