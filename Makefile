@@ -76,6 +76,9 @@ lint: $(BUF) ## buf lint + buf format + go vet + gofmt
 	go vet ./...
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+bench: $(GHZ) ## load scenarios (ghz and cmd/claimload) against claimd and its baselines in one run -> BENCHMARKS.md; BENCH_DURATION=2s for a smoke run
+	./scripts/bench.sh
+
 tools: $(GEN_TOOLS) $(GRPCURL) $(GHZ) ## install the pinned tools (buf, protoc plugins, grpcurl, ghz)
 
 clean: ## remove build outputs
