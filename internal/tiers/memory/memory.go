@@ -50,10 +50,6 @@ type Config struct {
 type Store struct {
 	seed   maphash.Seed
 	shards []shard
-	// latest is the latest Now seen by Reserve or Sweep, in unix
-	// nanoseconds. Put carries no time of its own; it uses latest to tell an
-	// entry that has expired from one that is still live.
-	latest atomic.Int64
 	closed atomic.Bool
 }
 
@@ -76,12 +72,15 @@ type entry struct {
 	expires time.Time // the window end of a record, the lapse of a marker
 }
 
-// version orders entries for Put: a pending marker is older than any record.
-func (e *entry) version() uint64 {
+// holdsAtLeast reports whether e holds rec or a newer record (see Put).
+func (e *entry) holdsAtLeast(rec tiers.Record) bool {
 	if e.pending {
-		return 0
+		return false
 	}
-	return e.rec.Version
+	if !e.rec.WindowExpiresAt.Equal(rec.WindowExpiresAt) {
+		return e.rec.WindowExpiresAt.After(rec.WindowExpiresAt)
+	}
+	return e.rec.Version >= rec.Version
 }
 
 // expiredAt reports whether e no longer exists at now: an entry lives up to,
@@ -120,17 +119,6 @@ func (s *Store) shard(k tiers.Key) *shard {
 	return &s.shards[h.Sum64()%uint64(len(s.shards))]
 }
 
-// observe advances latest to now if now is later.
-func (s *Store) observe(now time.Time) {
-	ns := now.UnixNano()
-	for {
-		cur := s.latest.Load()
-		if ns <= cur || s.latest.CompareAndSwap(cur, ns) {
-			return
-		}
-	}
-}
-
 var errClosed = errors.New("memory: store is closed")
 
 func (s *Store) check(ctx context.Context) error {
@@ -161,7 +149,6 @@ func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastR
 	if err := s.check(ctx); err != nil {
 		return tiers.FastResult{}, err
 	}
-	s.observe(p.Now)
 	sh := s.shard(p.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -210,30 +197,25 @@ func decided(o tiers.Outcome, r tiers.Reason, rec tiers.Record) tiers.FastResult
 	return tiers.FastResult{Verdict: tiers.FastDecided, Outcome: o, Reason: r, Record: clone(rec)}
 }
 
-// Put caches rec until rec.WindowExpiresAt unless a live entry of equal or
-// higher Version is there (a pending marker counts as version 0). An equal
-// version is refused too: it holds the same record already.
+// Put caches rec until rec.WindowExpiresAt unless the entry there holds rec
+// or a newer record: records are ordered by window, then Version (a later
+// window is newer whatever its version, since after a prune a key claimed
+// anew starts again at version 1), and a pending marker is older than any
+// record. This is the order put.lua keeps in the Redis tier.
 func (s *Store) Put(ctx context.Context, rec tiers.Record) error {
 	if err := s.check(ctx); err != nil {
 		return err
-	}
-	// rec was written at rec.UpdatedAt, so anything that had expired by then
-	// is gone, even if no Reserve has told the store that time yet. This
-	// matters after a prune: a key claimed anew starts again at version 1,
-	// and the old, expired entry with its higher version must not block it.
-	now := time.Unix(0, s.latest.Load())
-	if rec.UpdatedAt.After(now) {
-		now = rec.UpdatedAt
 	}
 	sh := s.shard(rec.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 
-	if e, ok := sh.m[rec.Key]; ok && !e.expiredAt(now) && e.version() >= rec.Version {
+	if e, ok := sh.m[rec.Key]; ok && e.holdsAtLeast(rec) {
 		return nil
 	}
-	if !rec.WindowExpiresAt.After(now) {
-		// Already over: nothing to cache, but what it replaces is stale.
+	if !rec.WindowExpiresAt.After(rec.UpdatedAt) {
+		// Over when it was written: nothing to cache, but what it
+		// replaces is stale.
 		delete(sh.m, rec.Key)
 		return nil
 	}
@@ -289,7 +271,6 @@ func (sh *shard) evictOne() {
 // Sweep drops every entry expired at now and returns how many it dropped.
 // It locks one shard at a time, so claims of other shards go on meanwhile.
 func (s *Store) Sweep(now time.Time) int {
-	s.observe(now)
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]

@@ -267,10 +267,27 @@ func TestPutOverExpiredHigherVersion(t *testing.T) {
 	}
 }
 
-func TestPutOfEndedWindowStoresNothing(t *testing.T) {
+// Put carries no time of its own, so a record whose window is over by the
+// time it is put is dropped by the first Reserve (or Sweep) that sees it
+// over; it never answers.
+func TestPutOfEndedWindowNeverAnswers(t *testing.T) {
 	s := New(Config{})
-	s.Sweep(t0.Add(ttl + time.Hour)) // tells the store the time
-	mustPut(t, s, claimed())         // its window ended before that time
+	mustPut(t, s, claimed())
+	got := mustReserve(t, s, reserveParams(t0.Add(ttl+time.Hour), "n"))
+	if got.Verdict != tiers.FastTakeover {
+		t.Errorf("Reserve(past the window) verdict = %d, want FastTakeover", got.Verdict)
+	}
+	if n := s.Len(); n != 0 {
+		t.Errorf("Len() = %d, want 0: a record past its window is not kept", n)
+	}
+	if n := s.Sweep(t0.Add(ttl + time.Hour)); n != 0 {
+		t.Errorf("Sweep() = %d, want 0 (already dropped)", n)
+	}
+}
+
+func TestPutOfRecordOverWhenWrittenStoresNothing(t *testing.T) {
+	s := New(Config{})
+	mustPut(t, s, with(claimed(), func(r *tiers.Record) { r.UpdatedAt = r.WindowExpiresAt }))
 	if got := s.Len(); got != 0 {
 		t.Errorf("Len() = %d, want 0: a record past its window is not cached", got)
 	}
