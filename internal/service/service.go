@@ -207,9 +207,8 @@ func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 			r.To = res.Record.State
 		}
 	}
-	prov, _ := s.cfg.Registry.Lookup(cl.params.Key.Provider)
 	_ = s.finish(ctx, r, start, nil)
-	return pbClaimResponse(res, cl.params.Key.Key, cl.src, prov.TTL), nil
+	return pbClaimResponse(res, cl.params.Key.Key, cl.src, cl.params.TTL), nil
 }
 
 // recordRef validates the (namespace, provider, key) of a follow-up call.

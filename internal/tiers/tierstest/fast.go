@@ -19,7 +19,6 @@ type fastEnv struct {
 	t   *testing.T
 	f   tiers.Fast
 	clk *clock.Fake
-	ns  string
 	e   *env // for ctx and keys
 }
 
