@@ -194,21 +194,17 @@ func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 	if err != nil {
 		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
 	}
+	resp := pbClaimResponse(res, cl.params.Key.Key, cl.src, cl.params.TTL)
 	r.Outcome, r.Reason, r.ServedBy = res.Outcome, res.Reason, res.ServedBy
 	r.State = res.Record.State
-	if res.Outcome == tiers.OutcomeAcquired {
-		// The token is logged and traced as it is answered: to its owner
-		// only (pbClaimResponse).
-		r.Token = res.Record.Token
-		if res.Reason != tiers.ReasonLeaseExpired {
-			// NEW, RELEASED and WINDOW_EXPIRED (re)start the record at
-			// RECEIVED; a takeover keeps the state the vanished holder
-			// reached.
-			r.To = res.Record.State
-		}
+	r.Token = resp.FencingToken // logged and traced as answered: to its owner only
+	if res.Outcome == tiers.OutcomeAcquired && res.Reason != tiers.ReasonLeaseExpired {
+		// NEW, RELEASED and WINDOW_EXPIRED (re)start the record at RECEIVED;
+		// a takeover keeps the state the vanished holder reached.
+		r.To = res.Record.State
 	}
 	_ = s.finish(ctx, r, start, nil)
-	return pbClaimResponse(res, cl.params.Key.Key, cl.src, cl.params.TTL), nil
+	return resp, nil
 }
 
 // recordRef validates the (namespace, provider, key) of a follow-up call.
