@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -88,5 +87,5 @@ func (s *stores) Close() error {
 	if s == nil {
 		return nil
 	}
-	return errors.Join(s.store.Close())
+	return s.store.Close()
 }
