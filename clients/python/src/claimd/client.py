@@ -278,10 +278,13 @@ class Client:
         lease: Seconds | None = None,
         holder: str | None = None,
         wait: Seconds | None = None,
-    ) -> Callable[[Callable[Concatenate[Guard, P], bytes]], Callable[Concatenate[str | Delivery, P], GuardResult]]:
-        """guarded decorates fn(guard, *args) -> result bytes. The decorated
+    ) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[Concatenate[str | Delivery, P], GuardResult]]:
+        """guarded decorates fn(guard, *args) -> result. The decorated
         function takes the delivery first (an event id or a Delivery) and
-        returns the GuardResult; fn runs only when the claim is acquired."""
+        returns the GuardResult; fn runs only when the claim is acquired.
+        fn's result is stored as Guard.settle encodes it: bytes as they are,
+        str as UTF-8, None as empty, a dict, list or other JSON value as
+        compact JSON."""
         from claimd.guard import guarded
 
         return guarded(self, namespace, provider, scope=scope, lease=lease, holder=holder, wait=wait)
