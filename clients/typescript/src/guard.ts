@@ -25,10 +25,19 @@ export function permanent(err: unknown): PermanentError {
   return new PermanentError(err instanceof Error ? err.message : String(err), { cause: err });
 }
 
+/** MAX_RESULT_BYTES is the most claimd stores as a result (64 KiB). */
+export const MAX_RESULT_BYTES = 64 << 10;
+
 /**
  * GuardHandler does the side effect of an ACQUIRED delivery and returns the
- * result to store, at most 64 KiB: bytes as they are, a string as UTF-8,
- * any other value as JSON, nothing as empty. Duplicates get it back.
+ * result to store, by the rule every claimd guard (Go, Python, TypeScript)
+ * follows: bytes as they are (a Uint8Array or Buffer, an ArrayBuffer or any
+ * other view of one), a string as UTF-8, null or undefined as empty, any
+ * other value as compact JSON in UTF-8 (JSON.stringify; a bigint becomes a
+ * decimal string). Duplicates get it back. A result that cannot be encoded
+ * (a cycle, a function, NaN or an infinity, a lone surrogate) or is over
+ * MAX_RESULT_BYTES is not stored: the event is settled with an empty result,
+ * never released, and GuardResult.error says why.
  * claim tells the key, fencing token, reason and state: after a
  * LEASE_EXPIRED takeover, state says how far the vanished holder got. signal
  * aborts when ownership is lost (another holder took over); stop then, the
@@ -81,7 +90,11 @@ const consoleLogger: GuardLogger = {
  *
  *   ACQUIRED         → PROCESSING, heartbeat, handler; then SETTLED → 200 with
  *                      the result, or Release → 500 (retryable error), or
- *                      FAILED → 200 (PermanentError).
+ *                      FAILED → 200 (PermanentError). Only a handler that
+ *                      throws (or rejects) is released: once it returned,
+ *                      the side effect may have happened, and nothing —
+ *                      an unencodable or oversized result, a failed
+ *                      settle — leads to a release.
  *   DUPLICATE        → 200 with the stored result; handler not called.
  *   IN_PROGRESS      → 409, Retry-After until the holder's lease ends.
  *   PAYLOAD_MISMATCH → 422, and a warning for alerting.
@@ -150,16 +163,17 @@ async function runAcquired(
   const leaseMs = await leaseOf(client, request, claim);
   const hb = new Heartbeat(client, ref, request.leaseMs, opts.renewEveryMs ?? Math.max(10, Math.floor(leaseMs / 3)), log);
   hb.start();
-  let result: Uint8Array;
+  let returned: unknown;
   let handlerErr: unknown;
   let threw = false;
   try {
-    result = resultBytes(await handler(claim, hb.signal));
+    returned = await handler(claim, hb.signal);
   } catch (e) {
-    result = new Uint8Array();
     handlerErr = e;
     threw = true;
   }
+  // Only what the handler threw is in handlerErr: encoding and settling
+  // happen below, on paths that never release.
   await hb.stop();
   const ran = { outcome: claim.outcome, claim, ran: true };
 
@@ -169,16 +183,7 @@ async function runAcquired(
     return lost(hb.lost, claim, log, request);
   }
   if (!threw) {
-    try {
-      await client.transition({ ...ref, to: EventState.SETTLED, result });
-    } catch (e) {
-      // The side effect happened but is not recorded. Do not release: the
-      // next holder takes over after the lease with state PROCESSING and
-      // knows to check the domain's own records.
-      const err = toClaimdError(e);
-      return err instanceof StaleTokenError ? lost(err, claim, log, request) : failed(err, claim, true);
-    }
-    return { ...ran, status: 200, body: result };
+    return settle(client, ref, claim, returned, log, request);
   }
   if (handlerErr instanceof PermanentError) {
     const why = truncate(handlerErr.message, opts.maxFailureBytes ?? 4096);
@@ -196,6 +201,47 @@ async function runAcquired(
   }
   await releaseQuietly(client, ref, log);
   return { ...ran, status: 500, body: text("handler failed; retry later"), error: handlerErr };
+}
+
+/**
+ * settle records a handler that returned: SETTLED with its encoded result.
+ * The side effect may have happened, so no path here releases: a result
+ * that cannot be encoded or is too large is settled without it (200, the
+ * reason in error), and a settle that fails leaves the record PROCESSING for
+ * the next holder, who takes over after the lease with state PROCESSING and
+ * knows to check the domain's own records.
+ */
+async function settle(
+  client: ClaimdClient,
+  ref: FencedRef,
+  claim: ClaimResponse,
+  returned: unknown,
+  log: GuardLogger,
+  request: ClaimInput,
+): Promise<GuardResult> {
+  let body: Uint8Array;
+  let notStored: Error | undefined;
+  try {
+    body = resultBytes(returned);
+  } catch (e) {
+    body = new Uint8Array();
+    notStored = e instanceof Error ? e : new TypeError(String(e));
+  }
+  let stored = body;
+  if (body.length > MAX_RESULT_BYTES) {
+    stored = new Uint8Array();
+    notStored = new RangeError(`result is ${body.length} bytes, over ${MAX_RESULT_BYTES}; not stored`);
+  }
+  if (notStored) {
+    log.warn("claimd: result not stored; settling without it", { key: claim.key, error: notStored.message });
+  }
+  try {
+    await client.transition({ ...ref, to: EventState.SETTLED, result: stored });
+  } catch (e) {
+    const err = toClaimdError(e);
+    return err instanceof StaleTokenError ? lost(err, claim, log, request) : failed(err, claim, true);
+  }
+  return { outcome: claim.outcome, claim, ran: true, status: 200, body, ...(notStored ? { error: notStored } : {}) };
 }
 
 /**
@@ -342,15 +388,60 @@ function secondsUntil(t: Timestamp | undefined): number {
 
 const encoder = new TextEncoder();
 
-/** resultBytes encodes what a handler returned (see GuardHandler). */
+/**
+ * resultBytes encodes what a handler returned by the guards' rule (see
+ * GuardHandler). It throws (a TypeError, or what a toJSON threw) for a value
+ * the rule cannot encode.
+ */
 function resultBytes(v: unknown): Uint8Array {
   if (v === undefined || v === null) {
     return new Uint8Array();
   }
-  if (v instanceof Uint8Array || typeof v === "string") {
-    return bytes(v);
+  if (v instanceof Uint8Array) {
+    return v;
   }
-  return encoder.encode(JSON.stringify(v, jsonSafe));
+  if (v instanceof ArrayBuffer) {
+    return new Uint8Array(v);
+  }
+  if (ArrayBuffer.isView(v)) {
+    return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+  }
+  if (typeof v === "string") {
+    return bytes(wellFormed(v));
+  }
+  const json: string | undefined = JSON.stringify(v, jsonResult);
+  if (json === undefined) {
+    throw new TypeError(`a ${typeof v} cannot be encoded as JSON`);
+  }
+  return encoder.encode(json);
+}
+
+// A lone surrogate has no UTF-8 form: TextEncoder would replace it with
+// U+FFFD and JSON.stringify escape it, where other guards refuse it.
+const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+function wellFormed(s: string): string {
+  if (loneSurrogate.test(s)) {
+    throw new TypeError("a string with a lone surrogate cannot be encoded as UTF-8");
+  }
+  return s;
+}
+
+/** jsonResult is the JSON.stringify replacer of results: the JSON the other guards write. */
+function jsonResult(key: string, v: unknown): unknown {
+  wellFormed(key);
+  switch (typeof v) {
+    case "bigint":
+      return v.toString();
+    case "number":
+      if (!Number.isFinite(v)) {
+        throw new TypeError(`${v} cannot be encoded as JSON`);
+      }
+      return v;
+    case "string":
+      return wellFormed(v);
+  }
+  return v;
 }
 
 function text(s: string): Uint8Array {

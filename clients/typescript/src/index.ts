@@ -29,7 +29,7 @@ export {
   toClaimdError,
   type ErrorInfo,
 } from "./errors.js";
-export { guard, permanent, PermanentError, type GuardHandler, type GuardLogger, type GuardOptions, type GuardResult } from "./guard.js";
+export { guard, MAX_RESULT_BYTES, permanent, PermanentError, type GuardHandler, type GuardLogger, type GuardOptions, type GuardResult } from "./guard.js";
 export { backoffMs, resolveRetryPolicy, type RetryPolicy } from "./retry.js";
 export {
   EventState,
