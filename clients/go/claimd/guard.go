@@ -27,7 +27,12 @@ const (
 // GuardFunc does the side effect of one delivery that the caller owns. It
 // returns the result to store with the SETTLED event (and to answer the
 // provider and every later duplicate with, at most 64 KiB), or an error:
-// retryable by default, or permanent when wrapped with Permanent.
+// retryable by default, or permanent when wrapped with Permanent. The
+// result is stored as it is (nil as empty): the bytes case of the result
+// rule all claimd guards share, whose other cases (a string as UTF-8, any
+// other value as compact JSON) the Python and TypeScript guards apply to
+// what their handlers return. Only an error releases the key; once fn
+// returned a result, a result over 64 KiB or a failed settle never does.
 //
 // c tells how the key was acquired: c.Reason is LEASE_EXPIRED when a
 // previous holder vanished, and c.State then says how far it got — it may
