@@ -48,7 +48,17 @@ var (
 
 	templateMu      sync.Mutex
 	templateMigrate MigrateFunc // registered by PostgresTemplate
+
+	closersMu sync.Mutex
+	closers   []func() error // other shared servers (cluster, sentinel), stopped by Main
 )
+
+// addCloser registers the Close of a shared server for Main to call.
+func addCloser(f func() error) {
+	closersMu.Lock()
+	defer closersMu.Unlock()
+	closers = append(closers, f)
+}
 
 // Main runs the tests of a binary and then stops every shared server this
 // package started for it (and drops its template database from an external
@@ -68,6 +78,9 @@ func Main(m *testing.M) int {
 // so nothing races with the Once-guarded variables.
 func closeShared() error {
 	var errs []error
+	for _, f := range closers {
+		errs = append(errs, f())
+	}
 	if redisServer != nil {
 		errs = append(errs, redisServer.Close())
 	}

@@ -50,7 +50,8 @@ func DefaultPoolSize() int { return max(64, 10*runtime.GOMAXPROCS(0)) }
 
 // Config configures a Store. Zero values mean defaults.
 type Config struct {
-	// URL is a go-redis URL (redis://, rediss://, unix://), e.g.
+	// URL is a go-redis URL (redis://, rediss://, unix://) naming one
+	// server, a Redis Cluster or a Sentinel primary (see Deployment), e.g.
 	// redis://127.0.0.1:6379/0. Timeouts and pool options given as URL
 	// query parameters are kept unless the fields below override them.
 	URL string
@@ -72,7 +73,8 @@ type Config struct {
 // Store is the Redis fast tier. It is safe for concurrent use.
 type Store struct {
 	client goredis.UniversalClient
-	owned  bool // New built client, so Close closes it
+	owned  bool       // New built client, so Close closes it
+	kind   Deployment // what URL named; 0 for a Client passed in
 	prefix string
 
 	reserve, put, abort *goredis.Script
@@ -116,13 +118,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		if cfg.URL == "" {
 			return nil, errors.New("redis: Config needs a URL or a Client")
 		}
-		opts, err := goredis.ParseURL(cfg.URL)
+		client, kind, err := newClient(cfg)
 		if err != nil {
-			// ParseURL's errors do not repeat the URL, which may hold a password.
+			// No error repeats the URL, which may hold a password.
 			return nil, fmt.Errorf("redis: Config.URL: %w", err)
 		}
-		applyConfig(opts, cfg)
-		s.client = goredis.NewClient(opts)
+		s.client, s.kind = client, kind
 		s.owned = true
 	}
 	if err := s.loadScripts(ctx); err != nil && ctx.Err() != nil {
@@ -186,6 +187,10 @@ func (s *Store) loadScripts(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Deployment is the shape of Redis that Config.URL named (0 when Config
+// passed a Client).
+func (s *Store) Deployment() Deployment { return s.kind }
 
 // Ping reports whether Redis answers.
 func (s *Store) Ping(ctx context.Context) error {
