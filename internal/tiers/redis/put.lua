@@ -32,8 +32,11 @@ if cur[1] then
   end
 end
 
--- DEL drops the pending marker's fields along with any older record.
-redis.call('DEL', key)
+-- HSET overwrites every field of an older record; the pending marker's own
+-- fields go right after. Not DEL then HSET: the key must never stop existing
+-- inside the script, because while Redis Cluster migrates its slot a key
+-- that is absent belongs to the target node, and touching it again fails
+-- ("Script attempted to access a non local key").
 redis.call('HSET', key,
   'state', ARGV[3],
   'token', ARGV[4],
@@ -49,5 +52,6 @@ redis.call('HSET', key,
   'lease', ARGV[13],
   'window', ARGV[14],
   'updated', ARGV[15])
+redis.call('HDEL', key, 'pending', 'pending_until')
 redis.call('PEXPIREAT', key, ARGV[2])
 return 1

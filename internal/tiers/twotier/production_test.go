@@ -3,6 +3,7 @@ package twotier_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -53,12 +54,14 @@ func openPair(t *testing.T, redisURL, pgURL string, cfg twotier.Config) *twotier
 type counter struct {
 	falseNegatives atomic.Int64
 	fastErrors     atomic.Int64
+	lastFastError  atomic.Value // error
 }
 
 func (c *counter) FastFalseNegative() { c.falseNegatives.Add(1) }
-func (c *counter) TierError(tier tiers.Tier, _ string, _ error) {
+func (c *counter) TierError(tier tiers.Tier, op string, err error) {
 	if tier == tiers.TierFast {
 		c.fastErrors.Add(1)
+		c.lastFastError.Store(fmt.Errorf("%s: %w", op, err))
 	}
 }
 
@@ -67,27 +70,84 @@ type fixture struct {
 	store *twotier.Store
 	clk   *clock.Fake
 	obs   *counter
-	rdb   *goredis.Client
-	redis *testenv.Server
+	rdb   goredis.UniversalClient
+	redis fastServer
 	pg    *testenv.Server
 }
 
-// newFixture starts private servers (the test stops and restarts them) and
-// composes them without the local cache, so every answer comes from the
-// tier under test.
-func newFixture(t *testing.T) *fixture {
-	f := &fixture{t: t, clk: clock.NewFake(time.Now()), obs: &counter{}}
-	f.redis = testenv.StartRedis(t)
+// fastServer is a Redis deployment a test can stop and start: one
+// *testenv.Server or a whole *testenv.Cluster.
+type fastServer interface {
+	URL() string
+	Stop(testing.TB)
+	Start(testing.TB)
+}
+
+// deployments are the Redis deployments the composition tests run on.
+var deployments = []struct {
+	desc  string
+	start func(t *testing.T) fastServer
+}{
+	{"standalone", func(t *testing.T) fastServer { return testenv.StartRedis(t) }},
+	{"cluster", func(t *testing.T) fastServer { return testenv.StartRedisCluster(t) }},
+}
+
+// eachDeployment runs test once per Redis deployment, each on private
+// servers.
+func eachDeployment(t *testing.T, test func(f *fixture)) {
+	for _, d := range deployments {
+		t.Run(d.desc, func(t *testing.T) { test(newFixture(t, d.start(t))) })
+	}
+}
+
+// newFixture starts a private PostgreSQL (the test stops and restarts it and
+// redis) and composes it with redis without the local cache, so every answer
+// comes from the tier under test.
+func newFixture(t *testing.T, redis fastServer) *fixture {
+	f := &fixture{t: t, clk: clock.NewFake(time.Now()), obs: &counter{}, redis: redis}
 	f.pg = testenv.StartPostgres(t, postgres.Migrate)
 	f.store = openPair(t, f.redis.URL(), f.pg.URL(), twotier.Config{LocalEntries: -1, Observer: f.obs})
 	t.Cleanup(func() { f.store.Close() })
-	opts, err := goredis.ParseURL(f.redis.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.rdb = goredis.NewClient(opts)
-	t.Cleanup(func() { f.rdb.Close() })
+	f.rdb = rawClient(t, f.redis)
 	return f
+}
+
+// rawClient is a plain client of the deployment, for looking at and
+// flushing what the tier left there.
+func rawClient(t *testing.T, s fastServer) goredis.UniversalClient {
+	t.Helper()
+	var c goredis.UniversalClient
+	if _, ok := s.(*testenv.Cluster); ok {
+		opts, err := goredis.ParseClusterURL(s.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c = goredis.NewClusterClient(opts)
+	} else {
+		opts, err := goredis.ParseURL(s.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c = goredis.NewClient(opts)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// flushAll empties every primary: FLUSHALL on a cluster client goes to one
+// node only.
+func (f *fixture) flushAll() {
+	f.t.Helper()
+	ctx := context.Background()
+	var err error
+	if cc, ok := f.rdb.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error { return m.FlushAll(ctx).Err() })
+	} else {
+		err = f.rdb.FlushAll(ctx).Err()
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
 }
 
 func (f *fixture) params(k string) tiers.ClaimParams {
@@ -136,14 +196,16 @@ func (f *fixture) redisKeyExists(k string) bool {
 // (a) A flush of the fast tier between a settled claim and its duplicate:
 // the durable tier answers, and repairs the fast tier.
 func TestFastTierFlushIsCaughtByDurable(t *testing.T) {
-	f := newFixture(t)
+	eachDeployment(t, testFastTierFlushIsCaughtByDurable)
+}
+
+func testFastTierFlushIsCaughtByDurable(f *fixture) {
+	t := f.t
 	res := f.claim("evt_flush", tiers.OutcomeAcquired, tiers.TierDurable)
 	f.settle("evt_flush", res.Record.Token, "receipt-1")
 	f.claim("evt_flush", tiers.OutcomeDuplicate, tiers.TierFast)
 
-	if err := f.rdb.FlushAll(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
+	f.flushAll()
 	dup := f.claim("evt_flush", tiers.OutcomeDuplicate, tiers.TierDurable)
 	if string(dup.Record.Result) != "receipt-1" {
 		t.Fatalf("Claim(after FLUSHALL) result = %q, want receipt-1", dup.Record.Result)
@@ -160,7 +222,11 @@ func TestFastTierFlushIsCaughtByDurable(t *testing.T) {
 // (b) PostgreSQL down: a new claim fails closed within its deadline and
 // leaves no fast-tier key; once PostgreSQL is back the same claim is NEW.
 func TestDurableOutageFailsClosed(t *testing.T) {
-	f := newFixture(t)
+	eachDeployment(t, testDurableOutageFailsClosed)
+}
+
+func testDurableOutageFailsClosed(f *fixture) {
+	t := f.t
 	f.claim("evt_before", tiers.OutcomeAcquired, tiers.TierDurable)
 	f.pg.Stop(t)
 
@@ -191,7 +257,11 @@ func TestDurableOutageFailsClosed(t *testing.T) {
 // (c) Redis down: everything stays correct through PostgreSQL alone; when
 // Redis returns, the fast tier is used again without a restart.
 func TestFastTierOutageDegrades(t *testing.T) {
-	f := newFixture(t)
+	eachDeployment(t, testFastTierOutageDegrades)
+}
+
+func testFastTierOutageDegrades(f *fixture) {
+	t := f.t
 	f.redis.Stop(t)
 
 	a := f.claim("evt_deg", tiers.OutcomeAcquired, tiers.TierDurable)
