@@ -29,7 +29,9 @@ type commonConfig struct {
 // environment variables so that secrets need not appear in a process list.
 func bindCommon(fs *flag.FlagSet, c *commonConfig) {
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory of the embedded tiers (used when no --postgres-url)")
-	fs.StringVar(&c.RedisURL, "redis-url", os.Getenv("CLAIMD_REDIS_URL"), "Redis fast tier URL (env CLAIMD_REDIS_URL); needs --postgres-url")
+	fs.StringVar(&c.RedisURL, "redis-url", os.Getenv("CLAIMD_REDIS_URL"), "Redis fast tier URL (env CLAIMD_REDIS_URL); needs --postgres-url. One server: redis://host:6379/0; "+
+		"Redis Cluster: redis://node1:6379?addr=node2:6379&addr=node3:6379 (or ?cluster=true with one seed); "+
+		"Sentinel: redis://sentinel1:26379?addr=sentinel2:26379&master_name=NAME")
 	fs.StringVar(&c.PostgresURL, "postgres-url", os.Getenv("CLAIMD_POSTGRES_URL"), "PostgreSQL durable tier URL (env CLAIMD_POSTGRES_URL)")
 	fs.StringVar(&c.Providers, "providers", "", "providers file replacing the embedded registry")
 	fs.DurationVar(&c.ReviewAge, "horizon-review-age", 180*24*time.Hour, "reviewed_on older than this is overdue (warning and metric)")

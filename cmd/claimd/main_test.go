@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -253,21 +254,41 @@ func TestProvidersCommand(t *testing.T) {
 	}
 }
 
-// TestTwoReplicasOneKey is DESIGN §3's promise across processes: two claimd
-// replicas sharing one Redis and one PostgreSQL, 200 concurrent claims of one
-// key spread over both, exactly one ACQUIRED and the rest IN_PROGRESS.
-func TestTwoReplicasOneKey(t *testing.T) {
-	rd := testenv.StartRedis(t)
-	pg := testenv.StartPostgres(t, postgres.Migrate)
-	var clients []pb.ClaimServiceClient
-	for range 2 {
-		p := start(t, "--redis-url", rd.URL(), "--postgres-url", pg.URL(), "--data-dir", t.TempDir(), "--log-format", "json")
-		conn := p.conn(t)
-		waitServing(t, conn)
-		clients = append(clients, pb.NewClaimServiceClient(conn))
+// TestReplicasOneKey is DESIGN §3's promise across processes: claimd
+// replicas sharing one Redis deployment and one PostgreSQL, hundreds of
+// concurrent claims of a few keys spread over every replica, exactly one
+// ACQUIRED per key and the rest IN_PROGRESS. On Redis Cluster the keys live
+// on different primaries.
+func TestReplicasOneKey(t *testing.T) {
+	tests := []struct {
+		desc     string
+		replicas int
+		redisURL func(t *testing.T) string
+	}{
+		{"two replicas, one Redis", 2, func(t *testing.T) string { return testenv.StartRedis(t).URL() }},
+		{"three replicas, Redis Cluster", 3, func(t *testing.T) string { return testenv.StartRedisCluster(t).URL() }},
 	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			redisURL := tc.redisURL(t)
+			pg := testenv.StartPostgres(t, postgres.Migrate)
+			var clients []pb.ClaimServiceClient
+			for range tc.replicas {
+				p := start(t, "--redis-url", redisURL, "--postgres-url", pg.URL(), "--data-dir", t.TempDir(), "--log-format", "json")
+				conn := p.conn(t)
+				waitServing(t, conn)
+				clients = append(clients, pb.NewClaimServiceClient(conn))
+			}
+			raceOnKeys(t, clients, 3, 100)
+		})
+	}
+}
 
-	const n = 200
+// raceOnKeys fires calls claims of each of keys event ids at once, spread
+// round robin over clients, and requires one ACQUIRED per key.
+func raceOnKeys(t *testing.T, clients []pb.ClaimServiceClient, keys, calls int) {
+	t.Helper()
+	n := keys * calls
 	var (
 		wg       sync.WaitGroup
 		startGun = make(chan struct{})
@@ -275,26 +296,30 @@ func TestTwoReplicasOneKey(t *testing.T) {
 		errs     = make([]error, n)
 	)
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-startGun
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			r, err := clients[i%2].Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe", Key: &pb.ClaimRequest_EventId{EventId: "evt_contended"}})
+			key := fmt.Sprintf("evt_contended_%d", i%keys)
+			r, err := clients[(i/keys)%len(clients)].Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe", Key: &pb.ClaimRequest_EventId{EventId: key}})
 			outcomes[i], errs[i] = r.GetOutcome(), err
-		}()
+		})
 	}
 	close(startGun)
 	wg.Wait()
-	counts := map[pb.Outcome]int{}
+	counts := make([]map[pb.Outcome]int, keys)
 	for i := range n {
 		if errs[i] != nil {
 			t.Fatalf("Claim #%d error = %v", i, errs[i])
 		}
-		counts[outcomes[i]]++
+		if counts[i%keys] == nil {
+			counts[i%keys] = map[pb.Outcome]int{}
+		}
+		counts[i%keys][outcomes[i]]++
 	}
-	if counts[pb.Outcome_OUTCOME_ACQUIRED] != 1 || counts[pb.Outcome_OUTCOME_IN_PROGRESS] != n-1 {
-		t.Fatalf("%d claims over two replicas: %v, want exactly 1 ACQUIRED and %d IN_PROGRESS", n, counts, n-1)
+	for k, c := range counts {
+		if c[pb.Outcome_OUTCOME_ACQUIRED] != 1 || c[pb.Outcome_OUTCOME_IN_PROGRESS] != calls-1 {
+			t.Fatalf("%d claims of evt_contended_%d over %d replicas: %v, want exactly 1 ACQUIRED and %d IN_PROGRESS", calls, k, len(clients), c, calls-1)
+		}
 	}
 }

@@ -55,7 +55,7 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer) (*st
 			pg.Close()
 			return nil, fmt.Errorf("redis: %w", err)
 		}
-		st.store, st.mode, st.fastKind = twotier.New(rd, pg, twotier.Config{Observer: obs}), "redis+postgres", "redis"
+		st.store, st.mode, st.fastKind = twotier.New(rd, pg, twotier.Config{Observer: obs}), "redis ("+rd.Deployment().String()+")+postgres", "redis"
 		st.sources.FastLiveKeys = rd.LiveKeys
 		return st, nil
 	}

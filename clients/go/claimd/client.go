@@ -16,8 +16,9 @@ import (
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 )
 
-// Client calls one claimd server. It is safe for concurrent use; make one
-// per process and share it.
+// Client calls claimd: one server, or several replicas with DialReplicas or
+// WithRoundRobin. It is safe for concurrent use; make one per process and
+// share it.
 type Client struct {
 	conn   *grpc.ClientConn
 	claims pb.ClaimServiceClient
@@ -42,6 +43,9 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 			MinConnectTimeout: o.connectTimeout,
 		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.keepaliveTime, Timeout: o.keepaliveTimeout}),
+	}
+	if o.roundRobin {
+		dialOpts = append(dialOpts, grpc.WithDefaultServiceConfig(roundRobinServiceConfig))
 	}
 	conn, err := grpc.NewClient(target, append(dialOpts, o.dialOptions...)...)
 	if err != nil {

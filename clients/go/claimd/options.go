@@ -64,6 +64,7 @@ type options struct {
 	retry            RetryPolicy
 	dialOptions      []grpc.DialOption
 	lazy             bool
+	roundRobin       bool
 	holder           string
 	logger           *slog.Logger
 	now              func() time.Time
