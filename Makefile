@@ -17,6 +17,10 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 GRPCURL_VERSION            := v1.9.4
 GHZ_VERSION                := v0.120.0
+HELM_VERSION               := v3.22.0
+
+IMAGE   ?= claimd:dev
+VERSION ?= dev
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 ARGS ?=
@@ -35,13 +39,17 @@ $(eval $(call tool,protoc-gen-go,google.golang.org/protobuf/cmd/protoc-gen-go,$(
 $(eval $(call tool,protoc-gen-go-grpc,google.golang.org/grpc/cmd/protoc-gen-go-grpc,$(PROTOC_GEN_GO_GRPC_VERSION)))
 $(eval $(call tool,grpcurl,github.com/fullstorydev/grpcurl/cmd/grpcurl,$(GRPCURL_VERSION)))
 $(eval $(call tool,ghz,github.com/bojand/ghz/cmd/ghz,$(GHZ_VERSION)))
+# helm builds from source with most of Kubernetes' client libraries: several
+# minutes on two cores, once per machine.
+$(eval $(call tool,helm,helm.sh/helm/v3/cmd/helm,$(HELM_VERSION)))
 
 BUF       := $(TOOLS_DIR)/stamps/buf@$(BUF_VERSION)
 GEN_TOOLS := $(BUF) $(TOOLS_DIR)/stamps/protoc-gen-go@$(PROTOC_GEN_GO_VERSION) $(TOOLS_DIR)/stamps/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 GRPCURL   := $(TOOLS_DIR)/stamps/grpcurl@$(GRPCURL_VERSION)
 GHZ       := $(TOOLS_DIR)/stamps/ghz@$(GHZ_VERSION)
+HELM      := $(TOOLS_DIR)/stamps/helm@$(HELM_VERSION)
 
-.PHONY: help build run test generate checkgenerate lint tools bench clean
+.PHONY: help build run test generate checkgenerate lint tools bench image helm clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -52,9 +60,11 @@ build: ## build bin/claimd
 run: build ## start claimd with embedded tiers on 127.0.0.1:50051 (ARGS="--flag ..." to add flags)
 	./bin/claimd serve $(ARGS)
 
-test: ## every test: Go with -race (real Redis and PostgreSQL, installed when missing), each benchmark once, the Python and TypeScript clients
+test: $(HELM) ## every test: Go with -race (real Redis and PostgreSQL, installed when missing), the Helm chart, each benchmark once, the Python and TypeScript clients
 	./scripts/test-deps.sh
 	go test $(GO_TEST_FLAGS) ./...
+	@echo "== Helm chart: lint and render with each value set"
+	$(MAKE) --no-print-directory helm
 	@echo "== each Go benchmark once, so none can rot"
 	go test -run '^$$' -bench . -benchtime 1x -timeout 15m ./...
 	@echo "== Python client and example"
@@ -79,7 +89,19 @@ lint: $(BUF) ## buf lint + buf format + go vet + gofmt
 bench: $(GHZ) ## load scenarios (ghz and cmd/claimload) against claimd and its baselines in one run -> BENCHMARKS.md; BENCH_DURATION=2s for a smoke run
 	./scripts/bench.sh
 
-tools: $(GEN_TOOLS) $(GRPCURL) $(GHZ) ## install the pinned tools (buf, protoc plugins, grpcurl, ghz)
+tools: $(GEN_TOOLS) $(GRPCURL) $(GHZ) $(HELM) ## install the pinned tools (buf, protoc plugins, grpcurl, ghz, helm)
+
+image: ## build the container image $(IMAGE) (docker when its daemon answers, else buildah)
+	@if command -v docker >/dev/null && docker info >/dev/null 2>&1; then \
+		docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) . ; \
+	elif command -v buildah >/dev/null; then \
+		buildah build --build-arg VERSION=$(VERSION) -t $(IMAGE) . ; \
+	else \
+		echo "make image: needs docker (with a running daemon) or buildah (apt-get install buildah)" >&2; exit 1; \
+	fi
+
+helm: $(HELM) ## helm lint and helm template of deploy/helm/claimd with each value set in deploy/helm/values
+	./scripts/helm-check.sh
 
 clean: ## remove build outputs
 	rm -rf bin

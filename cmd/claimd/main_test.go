@@ -57,6 +57,13 @@ func start(t *testing.T, args ...string) *proc {
 	cmd := exec.Command(binary, args...)
 	// If the test binary dies (a panic, a timeout), the kernel ends claimd too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return startCmd(t, cmd)
+}
+
+// startCmd is start for a command built by the caller (another binary, a
+// chroot); it must set Pdeathsig itself.
+func startCmd(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

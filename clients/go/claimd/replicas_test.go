@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/claimd/claimd/clients/go/claimd"
 	"github.com/claimd/claimd/clients/go/claimdtest"
@@ -71,10 +72,23 @@ func TestDialReplicasBalancesAndSurvivesAStop(t *testing.T) {
 			}
 		}
 	}
-	claimN(30)
-	for i, s := range servers {
-		if n := claimsServed(t, s); n == 0 {
-			t.Fatalf("replica %d (%s) served no claim of 30: calls are not spread", i, s.Addr)
+	// Dial returns once one replica is ready; the others join as their
+	// connection and first health check complete. Claim until each has
+	// served one, within a bound.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		claimN(10)
+		idle := -1
+		for i, s := range servers {
+			if claimsServed(t, s) == 0 {
+				idle = i
+			}
+		}
+		if idle < 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %d (%s) served no claim within 20s: calls are not spread", idle, servers[idle].Addr)
 		}
 	}
 

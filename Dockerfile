@@ -1,0 +1,37 @@
+# claimd's image: a static binary on scratch, run as an unprivileged user.
+#
+#   make image                      # docker build, or buildah where docker is absent
+#   docker run -p 50051:50051 -p 9090:9090 claimd:dev
+#
+# The filesystem of the last stage is laid out by scripts/rootfs.sh, which
+# cmd/claimd's image test also runs: the test starts that exact tree in a
+# chroot as uid 65532 and calls it (see docs/scaling.md, "The image").
+#
+# Health: there is no shell or probe binary in the image, so no HEALTHCHECK.
+# Probe gRPC's grpc.health.v1 from outside: Kubernetes' native gRPC probes
+# (deploy/helm/claimd does), `grpcurl -plaintext HOST:50051
+# grpc.health.v1.Health/Check`, or HTTP GET /healthz (live) and /readyz (the
+# durable tier answers) on the HTTP port.
+
+ARG GO_VERSION=1.26.8
+
+FROM golang:${GO_VERSION}-bookworm AS build
+WORKDIR /src
+# Modules first, so a source change does not download them again.
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN VERSION=${VERSION} ./scripts/rootfs.sh /rootfs
+
+FROM scratch
+COPY --from=build /rootfs /
+# COPY --from does not keep the build stage's owner: give /data to the user.
+COPY --from=build --chown=65532:65532 /rootfs/data /data
+USER 65532:65532
+# gRPC, then HTTP (/metrics, /healthz, /readyz).
+EXPOSE 50051 9090
+ENTRYPOINT ["/claimd"]
+# Listen on every interface: inside a container, loopback is unreachable.
+# With no --postgres-url the embedded tiers live in /data (mount a volume).
+CMD ["serve", "--listen", "0.0.0.0:50051", "--http-listen", "0.0.0.0:9090", "--data-dir", "/data"]
