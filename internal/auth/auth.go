@@ -149,45 +149,59 @@ func (a *Authenticator) reload(onlyChanged bool) error {
 // Watch reloads the auth file whenever a value arrives on hup (the caller
 // subscribes it to SIGHUP) and whenever the file's directory reports a
 // change that alters the file (an edit, a rename over it, the symlink swap
-// of a Kubernetes ConfigMap). It returns when ctx ends, or with an error
-// if the directory cannot be watched; SIGHUP still works through
-// Reload then.
-func (a *Authenticator) Watch(ctx context.Context, hup <-chan os.Signal) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watching the auth file: %w", err)
-	}
-	defer w.Close()
-	// The directory, not the file: editors and ConfigMaps replace the file,
-	// and a watch on the old inode would go quiet.
-	if err := w.Add(filepath.Dir(a.path)); err != nil {
-		return fmt.Errorf("watching the auth file: %w", err)
+// of a Kubernetes ConfigMap). It returns when ctx ends. When the directory
+// cannot be watched, it says so in the log and reloads on hup only.
+func (a *Authenticator) Watch(ctx context.Context, hup <-chan os.Signal) {
+	var (
+		events <-chan fsnotify.Event
+		errs   <-chan error
+	)
+	if w, err := a.watchDir(); err != nil {
+		a.opts.Logger.Warn("cannot watch the auth file for changes; it reloads on SIGHUP only", "file", a.path, "err", err)
+	} else {
+		defer w.Close()
+		events, errs = w.Events, w.Errors
 	}
 	base := filepath.Base(a.path)
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-hup:
 			a.Reload()
-		case ev, ok := <-w.Events:
+		case ev, ok := <-events:
 			if !ok {
-				return nil
+				events = nil
+				continue
 			}
 			if name := filepath.Base(ev.Name); name == base || strings.HasPrefix(name, "..") {
 				a.reload(true)
 			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
+		case err, ok := <-errs:
+			switch {
+			case !ok:
+				errs = nil
+			case errors.Is(err, fsnotify.ErrEventOverflow):
+				a.reload(true) // events were lost; one of them may have been ours
+			default:
+				a.opts.Logger.Warn("watching the auth file", "file", a.path, "err", err)
 			}
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				a.reload(true)
-				continue
-			}
-			a.opts.Logger.Warn("watching the auth file", "file", a.path, "err", err)
 		}
 	}
+}
+
+// watchDir watches the auth file's directory, not the file: editors and
+// ConfigMaps replace the file, and a watch on the old inode would go quiet.
+func (a *Authenticator) watchDir() (*fsnotify.Watcher, error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Add(filepath.Dir(a.path)); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return w, nil
 }
 
 // NamespaceLabel returns the metric label of a (validated) namespace: the

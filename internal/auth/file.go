@@ -36,6 +36,15 @@ var (
 	prefixPattern = regexp.MustCompile(`^([a-z0-9][a-z0-9_.-]{0,61})?\*$`)
 )
 
+// CheckPrincipalName returns an error unless name can name a principal of
+// an auth file.
+func CheckPrincipalName(name string) error {
+	if !namePattern.MatchString(name) {
+		return fmt.Errorf("principal name %s must match %s", clip(name), nameSyntax)
+	}
+	return nil
+}
+
 // maxIdentityBytes bounds an identity of the file; certificates' SANs are
 // far shorter.
 const maxIdentityBytes = 1024

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -176,22 +177,22 @@ func bearer(v string) (string, bool) {
 }
 
 // limit spends one token of the principal's bucket, or refuses the call
-// with RESOURCE_EXHAUSTED and how long to wait. The reservation is taken
-// and, when it would have to wait, cancelled at once: the caller is told to
-// come back rather than held, and a refused call costs its principal
-// nothing.
+// with RESOURCE_EXHAUSTED and how long until a token is back: the caller
+// is told to come back rather than held, and a refused call costs its
+// principal nothing.
 func (a *Authenticator) limit(c call) error {
 	lim := c.p.limiter
 	if lim == nil {
 		return nil
 	}
 	now := a.opts.Clock.Now()
-	r := lim.ReserveN(now, 1)
-	delay := r.DelayFrom(now)
-	if r.OK() && delay == 0 {
+	if lim.AllowN(now, 1) {
 		return nil
 	}
-	r.CancelAt(now)
+	// Read after the refusal, not reserved: a reservation would count the
+	// concurrent refused calls and overstate the wait.
+	delay := time.Duration((1 - lim.TokensAt(now)) / float64(lim.Limit()) * float64(time.Second))
+	delay = max(delay, time.Millisecond)
 	a.met.rateLimited.WithLabelValues(c.p.cfg.Name).Inc()
 	a.opts.Logger.Debug("call refused: rate limit", "principal", c.p.cfg.Name, "method", c.method, "retry_after", delay.String())
 	return withDetails(codes.ResourceExhausted,
