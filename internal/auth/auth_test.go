@@ -250,7 +250,7 @@ func TestEveryRPCOutsideNamespace(t *testing.T) {
 	}
 	// Each refusal is logged with its principal and the namespace, never a token.
 	lines := e.logLines("call refused")
-	if len(lines) == 0 || !strings.Contains(lines[0], `"principal":"billing-`) || !strings.Contains(lines[0], `"namespace":"\"payments\""`) {
+	if len(lines) == 0 || !strings.Contains(lines[0], `"principal":"billing-`) || !strings.Contains(lines[0], `"namespace":"payments"`) {
 		t.Errorf("refusal log lines = %q, want principal and namespace", lines)
 	}
 	e.noSecrets(t)
@@ -266,8 +266,8 @@ func TestNamespaceClipped(t *testing.T) {
 	if len(err.Error()) > 300 || !strings.Contains(err.Error(), "(1048576 bytes)") {
 		t.Errorf("Claim error is %d bytes (%.120q…), want a clipped namespace and its length", len(err.Error()), err.Error())
 	}
-	if n := len(e.logs.String()); n > 2000 {
-		t.Errorf("logs are %d bytes after one refusal: the namespace was not clipped", n)
+	if n := len(e.logs.String()); n > 2000 || !strings.Contains(e.logs.String(), `"namespace_bytes":1048576`) {
+		t.Errorf("logs after one refusal are %d bytes (%.300q), want the namespace clipped and its length", n, e.logs.String())
 	}
 }
 

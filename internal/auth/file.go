@@ -482,14 +482,24 @@ const maxEcho = 48
 // clip quotes s for a message, cut to maxEcho bytes with its full length
 // said: a hostile or mistaken value is never echoed in full.
 func clip(s string) string {
-	if len(s) <= maxEcho {
+	c, cut := clipped(s)
+	if !cut {
 		return strconv.Quote(s)
+	}
+	return strconv.Quote(c) + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// clipped returns s cut to at most maxEcho bytes on a character boundary,
+// and whether it was cut.
+func clipped(s string) (string, bool) {
+	if len(s) <= maxEcho {
+		return s, false
 	}
 	cut := maxEcho
 	for cut > 0 && !utf8RuneStart(s[cut]) {
 		cut--
 	}
-	return strconv.Quote(s[:cut]) + fmt.Sprintf("… (%d bytes)", len(s))
+	return s[:cut], true
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -224,10 +224,17 @@ func (a *Authenticator) denied(ctx context.Context, c call, reason, ns, msg stri
 	a.met.denied.WithLabelValues(reason).Inc()
 	method := c.rule.name
 	if method == "" {
-		method = clip(c.method)
+		method = c.method // grpc-go runs interceptors for registered methods only
 	}
-	a.opts.Logger.Warn("call refused", "principal", c.p.cfg.Name, "via", c.via, "method", method, "reason", reason,
-		"namespace", clip(ns), "peer", peerAddr(ctx))
+	args := []any{"principal", c.p.cfg.Name, "via", c.via, "method", method, "reason", reason, "peer", peerAddr(ctx)}
+	if ns != "" {
+		short, cut := clipped(ns)
+		args = append(args, "namespace", short)
+		if cut {
+			args = append(args, "namespace_bytes", len(ns))
+		}
+	}
+	a.opts.Logger.Warn("call refused", args...)
 	return withDetails(codes.PermissionDenied, msg,
 		&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: map[string]string{"principal": c.p.cfg.Name}})
 }
@@ -238,7 +245,7 @@ func (a *Authenticator) denied(ctx context.Context, c call, reason, ns, msg stri
 func (a *Authenticator) unauthenticated(ctx context.Context, method, reason, msg string) error {
 	a.met.denied.WithLabelValues(reason).Inc()
 	if a.unauthLog.AllowN(a.opts.Clock.Now(), 1) {
-		args := []any{"method", clip(method), "reason", reason, "peer", peerAddr(ctx)}
+		args := []any{"method", method, "reason", reason, "peer", peerAddr(ctx)}
 		if n := a.suppressed.Swap(0); n > 0 {
 			args = append(args, "suppressed_since_last", n)
 		}
