@@ -9,8 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +26,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/auth"
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/janitor"
 	"github.com/claimd/claimd/internal/metrics"
@@ -39,6 +43,8 @@ type serveConfig struct {
 	ReadyInterval   time.Duration
 	SampleInterval  time.Duration
 	JanitorInterval time.Duration
+	AuthFile        string
+	MaxNamespaces   int
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
@@ -51,6 +57,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&c.ReadyInterval, "ready-interval", time.Second, "how often readiness pings the durable tier")
 	fs.DurationVar(&c.SampleInterval, "metrics-sample-interval", metrics.DefaultSampleInterval, "how often the fast-tier, durable-tier and provider gauges are sampled (never per request or scrape)")
 	fs.DurationVar(&c.JanitorInterval, "janitor-interval", janitor.DefaultInterval, "how often this replica tries a retention pass (one replica at a time runs it); 0 disables the janitor here")
+	fs.StringVar(&c.AuthFile, "auth-file", "", "auth file (YAML): principals, their token hashes or client certificate identities, namespaces and roles; re-read on SIGHUP and on change. Empty: no authentication")
+	fs.IntVar(&c.MaxNamespaces, "metrics-max-namespaces", metrics.DefaultMaxNamespaces, "without --auth-file, how many namespaces keep their own metric label (later ones count as \"other\")")
 	bindRetention(fs, &c.retentionConfig)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -63,6 +71,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if c.SampleInterval <= 0 || c.JanitorInterval < 0 {
 		return fmt.Errorf("%w: --metrics-sample-interval must be positive and --janitor-interval not negative", errUsage)
+	}
+	if c.MaxNamespaces <= 0 {
+		return fmt.Errorf("%w: --metrics-max-namespaces must be positive", errUsage)
 	}
 	log, err := c.logger(stderr)
 	if err != nil {
@@ -95,7 +106,17 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
 	)
-	met, err := metrics.New(promReg, metrics.Config{Providers: reg, ReviewAge: c.ReviewAge, Clock: clk})
+	mcfg := metrics.Config{Providers: reg, ReviewAge: c.ReviewAge, Clock: clk, MaxNamespaces: c.MaxNamespaces}
+	var authn *auth.Authenticator
+	if c.AuthFile != "" {
+		if authn, err = auth.Load(c.AuthFile, auth.Options{Registerer: promReg, Logger: log, Clock: clk}); err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return err
+		}
+		mcfg.NamespaceLabel = authn.NamespaceLabel
+	}
+	met, err := metrics.New(promReg, mcfg)
 	if err != nil {
 		grpcLis.Close()
 		httpLis.Close()
@@ -130,6 +151,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 
 	opts := append(met.ServerOptions(), tracing.ServerOptions()...)
 	opts = append(opts, keepaliveOptions()...)
+	if authn != nil {
+		// After metrics and tracing, so refused calls are counted and traced.
+		opts = append(opts, authn.ServerOptions()...)
+	}
 	srv := grpc.NewServer(opts...)
 	service.New(service.Config{Store: st.store, Registry: reg, Clock: clk, ReviewAge: c.ReviewAge, Logger: log, Recorder: met}).Register(srv)
 	hs := health.NewServer()
@@ -147,6 +172,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		background.Wait()
 	}()
 	background.Go(func() { met.RunSampler(bgCtx, c.SampleInterval, st.sources, log) })
+	if authn != nil {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		background.Go(func() { authn.Watch(bgCtx, hup) })
+	}
 	if c.JanitorInterval > 0 {
 		j, err := c.retentionConfig.janitor(st, janitor.Config{
 			Fast: st.sweeper, Clock: clk, Interval: c.JanitorInterval, Observer: met, Logger: log,
@@ -179,7 +210,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(grpcLis) }()
 	go func() { errc <- httpSrv.Serve(httpLis) }()
-	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tiers", st.mode,
+	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tiers", st.mode, "auth_file", cmp.Or(c.AuthFile, "off"),
 		"tracing", cmp.Or(tracing.Exporter(), "off"), "janitor_interval", c.JanitorInterval.String(), "version", versionString())
 
 	readyCtx, stopReady := context.WithCancel(ctx)

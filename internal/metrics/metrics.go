@@ -10,7 +10,10 @@
 // No label ever carries a key, an event id, a holder or a token: one series
 // per delivery would exhaust Prometheus. Labels take bounded values only:
 // enum names, registered provider names, and namespaces that passed
-// validation (a refused request is counted with namespace="" provider="").
+// validation (a refused request is counted with namespace="" provider=""),
+// themselves bounded: the auth file's names when there is one
+// (Config.NamespaceLabel), else the first Config.MaxNamespaces seen and
+// then "other".
 package metrics
 
 import (
@@ -54,6 +57,15 @@ type Config struct {
 	ReviewAge time.Duration
 	// Clock dates review checks and janitor passes. Default clock.Real.
 	Clock clock.Clock
+	// NamespaceLabel, when set, maps a validated namespace to its label
+	// value; it must return a bounded set of values (auth's
+	// Authenticator.NamespaceLabel: the auth file's names and patterns,
+	// else "other"). When nil, the first MaxNamespaces namespaces seen keep
+	// their name and later ones are labelled "other".
+	NamespaceLabel func(namespace string) string
+	// MaxNamespaces bounds the namespace labels when NamespaceLabel is nil.
+	// Default DefaultMaxNamespaces.
+	MaxNamespaces int
 }
 
 // Metrics holds claimd's collectors. It implements service.Recorder,
@@ -100,6 +112,12 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
+	if cfg.MaxNamespaces <= 0 {
+		cfg.MaxNamespaces = DefaultMaxNamespaces
+	}
+	if cfg.NamespaceLabel == nil {
+		cfg.NamespaceLabel = (&firstSeen{max: cfg.MaxNamespaces}).label
+	}
 	m := &Metrics{
 		cfg: cfg,
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -107,7 +125,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 			Help: "Claims answered, by namespace, provider, outcome (ACQUIRED, DUPLICATE, IN_PROGRESS, PAYLOAD_MISMATCH, or ERROR), " +
 				"reason (NEW, RELEASED, LEASE_EXPIRED, WINDOW_EXPIRED for ACQUIRED; the error reason for ERROR; NONE otherwise), " +
 				"served_by (LOCAL, FAST, DURABLE; NONE on error) and key_source (EVENT_ID, HEADER, BODY_FIELD, BODY_HASH; NONE when no key was derived). " +
-				"Refused requests count with namespace=\"\" and provider=\"\".",
+				"Refused requests count with namespace=\"\" and provider=\"\". Namespaces past the bound (the auth file's names, or the first --metrics-max-namespaces seen) count as namespace=\"other\".",
 		}, []string{"namespace", "provider", "outcome", "reason", "served_by", "key_source"}),
 		claimDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "claimd_claim_duration_seconds",
@@ -246,7 +264,7 @@ func (m *Metrics) Record(_ context.Context, r *service.Request) {
 	if r.Method == "Claim" {
 		ns, prov := "", ""
 		if r.Known {
-			ns, prov = r.Namespace, r.Provider
+			ns, prov = m.cfg.NamespaceLabel(r.Namespace), r.Provider
 		}
 		outcome := r.OutcomeLabel()
 		m.claims.WithLabelValues(ns, prov, outcome, r.ReasonLabel(), r.ServedByLabel(), r.KeySourceLabel()).Inc()

@@ -108,12 +108,22 @@ const reviewAge = 180 * 24 * time.Hour
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
+	return newWorldWith(t, nil)
+}
+
+// newWorldWith is newWorld with the metrics configuration changed by mod.
+func newWorldWith(t *testing.T, mod func(*metrics.Config)) *world {
+	t.Helper()
 	w := &world{reg: prometheus.NewRegistry(), clk: clock.NewFake(start)}
 	providers, err := horizon.Default()
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.m, err = metrics.New(w.reg, metrics.Config{Providers: providers, ReviewAge: reviewAge, Clock: w.clk})
+	cfg := metrics.Config{Providers: providers, ReviewAge: reviewAge, Clock: w.clk}
+	if mod != nil {
+		mod(&cfg)
+	}
+	w.m, err = metrics.New(w.reg, cfg)
 	if err != nil {
 		t.Fatalf("metrics.New() error = %v", err)
 	}
