@@ -115,7 +115,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 
-	st, err := openStores(ctx, &c.commonConfig, met)
+	st, err := openStores(ctx, &c.commonConfig, met, log)
 	if err != nil {
 		grpcLis.Close()
 		httpLis.Close()
