@@ -46,7 +46,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	// The embedded tier migrates when it opens.
-	st, err := openStores(ctx, &c, nil)
+	log, err := c.logger(stderr)
+	if err != nil {
+		return err
+	}
+	st, err := openStores(ctx, &c, nil, log)
 	if err != nil {
 		return err
 	}
@@ -135,7 +139,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	st, err := openStores(ctx, &c, nil)
+	st, err := openStores(ctx, &c, nil, log)
 	if err != nil {
 		return err
 	}

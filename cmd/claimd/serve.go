@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
@@ -32,18 +31,21 @@ import (
 	"github.com/claimd/claimd/internal/metrics"
 	"github.com/claimd/claimd/internal/service"
 	"github.com/claimd/claimd/internal/telemetry"
+	"github.com/claimd/claimd/internal/tlsconfig"
 )
 
 type serveConfig struct {
 	commonConfig
 	retentionConfig
+	securityConfig
 	Listen          string
 	HTTPListen      string
+	MaxRequestBytes int
+	HTTPIdleTimeout time.Duration
 	ShutdownTimeout time.Duration
 	ReadyInterval   time.Duration
 	SampleInterval  time.Duration
 	JanitorInterval time.Duration
-	AuthFile        string
 	MaxNamespaces   int
 }
 
@@ -57,14 +59,22 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&c.ReadyInterval, "ready-interval", time.Second, "how often readiness pings the durable tier")
 	fs.DurationVar(&c.SampleInterval, "metrics-sample-interval", metrics.DefaultSampleInterval, "how often the fast-tier, durable-tier and provider gauges are sampled (never per request or scrape)")
 	fs.DurationVar(&c.JanitorInterval, "janitor-interval", janitor.DefaultInterval, "how often this replica tries a retention pass (one replica at a time runs it); 0 disables the janitor here")
-	fs.StringVar(&c.AuthFile, "auth-file", "", "auth file (YAML): principals, their token hashes or client certificate identities, namespaces and roles; re-read on SIGHUP and on change. Empty: no authentication")
 	fs.IntVar(&c.MaxNamespaces, "metrics-max-namespaces", metrics.DefaultMaxNamespaces, "without --auth-file, how many namespaces keep their own metric label (later ones count as \"other\")")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", defaultMaxRequestBytes, "largest gRPC request accepted (a Claim's delivery body and headers); larger ones are refused RESOURCE_EXHAUSTED")
+	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", defaultHTTPIdleTimeout, "close an HTTP keep-alive connection idle this long")
 	bindRetention(fs, &c.retentionConfig)
+	bindSecurity(fs, &c.securityConfig)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if err := c.validate(); err != nil {
 		return err
+	}
+	if err := c.securityConfig.check(); err != nil {
+		return err
+	}
+	if c.MaxRequestBytes <= 0 || c.HTTPIdleTimeout <= 0 {
+		return fmt.Errorf("%w: --max-request-bytes and --http-idle-timeout must be positive", errUsage)
 	}
 	if err := c.retentionConfig.check(); err != nil {
 		return err
@@ -98,6 +108,17 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		grpcLis.Close()
 		return fmt.Errorf("--http-listen: %w", err)
+	}
+	if err := c.admit(c.Listen, grpcLis.Addr(), c.HTTPListen, httpLis.Addr(), log); err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	certs, err := c.reloader(log)
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
 	}
 
 	promReg := prometheus.NewRegistry()
@@ -136,7 +157,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 
-	st, err := openStores(ctx, &c.commonConfig, met)
+	st, err := openStores(ctx, &c.commonConfig, met, log)
 	if err != nil {
 		grpcLis.Close()
 		httpLis.Close()
@@ -151,6 +172,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 
 	opts := append(met.ServerOptions(), tracing.ServerOptions()...)
 	opts = append(opts, keepaliveOptions()...)
+	opts = append(opts, limitOptions(c.MaxRequestBytes)...)
+	if certs != nil {
+		opts = append(opts, grpcCreds(certs))
+	}
 	if authn != nil {
 		// After metrics and tracing, so refused calls are counted and traced.
 		opts = append(opts, authn.ServerOptions()...)
@@ -159,7 +184,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	service.New(service.Config{Store: st.store, Registry: reg, Clock: clk, ReviewAge: c.ReviewAge, Logger: log, Recorder: met}).Register(srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
-	reflection.Register(srv)
+	if c.Reflection {
+		reflection.Register(srv)
+	}
 	met.InitializeGRPC(srv)
 	// NOT_SERVING until the tiers answer (readiness flips it).
 	setHealth(hs, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -192,11 +219,15 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 
 	var ready atomic.Bool
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{
+	var metricsHandler http.Handler = promhttp.HandlerFor(promReg, promhttp.HandlerOpts{
 		Registry:          promReg, // promhttp counts its own errors there
 		EnableOpenMetrics: true,    // exemplars (trace ids) for scrapers that ask
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}))
+	})
+	if c.TLSClientCA != "" {
+		metricsHandler = tlsconfig.RequireVerifiedClient(metricsHandler)
+	}
+	mux.Handle("/metrics", metricsHandler)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
@@ -205,12 +236,19 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	httpSrv := newHTTPServer(mux, c.HTTPIdleTimeout, log)
 
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(grpcLis) }()
-	go func() { errc <- httpSrv.Serve(httpLis) }()
-	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tiers", st.mode, "auth_file", cmp.Or(c.AuthFile, "off"),
+	if certs != nil {
+		// Probes (/healthz, /readyz) come without a client certificate;
+		// /metrics checks for one itself.
+		httpSrv.TLSConfig = certs.ServerConfig(tlsconfig.VerifyClientCertIfGiven, "h2", "http/1.1")
+		go func() { errc <- httpSrv.ServeTLS(httpLis, "", "") }()
+	} else {
+		go func() { errc <- httpSrv.Serve(httpLis) }()
+	}
+	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tls", c.tlsMode(), "auth_file", cmp.Or(c.AuthFile, "off"), "tiers", st.mode,
 		"tracing", cmp.Or(tracing.Exporter(), "off"), "janitor_interval", c.JanitorInterval.String(), "version", versionString())
 
 	readyCtx, stopReady := context.WithCancel(ctx)
@@ -282,15 +320,4 @@ func setHealth(hs *health.Server, s healthpb.HealthCheckResponse_ServingStatus) 
 	hs.SetServingStatus("", s)
 	hs.SetServingStatus(pb.ClaimService_ServiceDesc.ServiceName, s)
 	hs.SetServingStatus(pb.ProviderService_ServiceDesc.ServiceName, s)
-}
-
-// keepaliveOptions let clients ping every 10s (grpc-go's default policy
-// refuses pings more often than every 5 minutes with GOAWAY too_many_pings,
-// which cuts off clients that keep connections alive through load balancers)
-// and have the server ping idle connections so dead peers are noticed.
-func keepaliveOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
-	}
 }

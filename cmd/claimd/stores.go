@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -32,7 +33,7 @@ type stores struct {
 
 // openStores builds the tiers of DESIGN §6: embedded by default; PostgreSQL
 // alone with --postgres-url; Redis in front of PostgreSQL with both.
-func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer) (*stores, error) {
+func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log *slog.Logger) (*stores, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -50,7 +51,12 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer) (*st
 		if c.RedisURL == "" {
 			return st, nil
 		}
-		rd, err := redis.New(ctx, redis.Config{URL: c.RedisURL})
+		rcfg, err := c.redisConfig(log)
+		if err != nil {
+			pg.Close()
+			return nil, err
+		}
+		rd, err := redis.New(ctx, rcfg)
 		if err != nil {
 			pg.Close()
 			return nil, fmt.Errorf("redis: %w", err)

@@ -54,7 +54,7 @@ type providerNotFound struct {
 }
 
 func (e *providerNotFound) Error() string {
-	return fmt.Sprintf("%s: provider %q is not registered (see ListProviders)", e.field, e.name)
+	return fmt.Sprintf("%s: provider %s is not registered (see ListProviders)", e.field, quote(e.name))
 }
 
 // toStatus is the one place where errors become gRPC statuses. Tiers and
@@ -77,7 +77,7 @@ func toStatus(err error) error {
 		}
 		return withDetails(codes.InvalidArgument, err.Error(), br, info(ReasonInvalidArgument, nil))
 	case errors.As(err, &pnf):
-		return withDetails(codes.NotFound, err.Error(), info(ReasonProviderNotFound, map[string]string{"provider": pnf.name}))
+		return withDetails(codes.NotFound, err.Error(), info(ReasonProviderNotFound, map[string]string{"provider": logField(pnf.name)}))
 	case errors.As(err, &te):
 		md := map[string]string{"current_state": stateName(te.Current)}
 		if te.To != tiers.StateUnspecified {
@@ -93,9 +93,9 @@ func toStatus(err error) error {
 		// behind that would turn that retry into a false duplicate.
 		return withDetails(codes.Unavailable, "durable tier unavailable, retry later: "+err.Error(), info(ReasonDurableUnavailable, nil))
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
+		return status.Error(codes.DeadlineExceeded, clip(err.Error(), maxMessageBytes))
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
+		return status.Error(codes.Canceled, clip(err.Error(), maxMessageBytes))
 	case errors.Is(err, horizon.ErrMalformedBody), errors.Is(err, horizon.ErrNoKeyRule):
 		return toStatus(&invalidArgument{violations: []violation{{field: "ClaimRequest.delivery", desc: err.Error()}}})
 	}
@@ -106,8 +106,10 @@ func info(reason string, md map[string]string) *errdetails.ErrorInfo {
 	return &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: md}
 }
 
+// withDetails builds the status. Its message is bounded here, the one
+// place every message passes, so no path can echo a caller's input in full.
 func withDetails(c codes.Code, msg string, details ...protoadapt.MessageV1) error {
-	st := status.New(c, msg)
+	st := status.New(c, clip(msg, maxMessageBytes))
 	if with, err := st.WithDetails(details...); err == nil {
 		st = with
 	}

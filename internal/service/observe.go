@@ -203,9 +203,9 @@ func (s *Service) log(ctx context.Context, r *Request) {
 	}
 	attrs := make([]slog.Attr, 0, 16)
 	attrs = append(attrs,
-		slog.String("namespace", clip(r.Namespace)),
-		slog.String("provider", clip(r.Provider)),
-		slog.String("key", clip(r.Key)),
+		slog.String("namespace", logField(r.Namespace)),
+		slog.String("provider", logField(r.Provider)),
+		slog.String("key", logField(r.Key)),
 	)
 	if r.Method == "Claim" {
 		attrs = append(attrs,
@@ -262,11 +262,11 @@ func annotateSpan(ctx context.Context, r *Request) {
 		return
 	}
 	attrs := []attribute.KeyValue{
-		AttrNamespace.String(r.Namespace),
-		AttrProvider.String(r.Provider),
+		AttrNamespace.String(logField(r.Namespace)),
+		AttrProvider.String(logField(r.Provider)),
 	}
 	if r.Key != "" {
-		attrs = append(attrs, AttrKey.String(r.Key))
+		attrs = append(attrs, AttrKey.String(logField(r.Key)))
 	}
 	if r.Method == "Claim" {
 		attrs = append(attrs,
@@ -289,16 +289,4 @@ func annotateSpan(ctx context.Context, r *Request) {
 		attrs = append(attrs, AttrFencingToken.Int64(int64(r.Token)))
 	}
 	span.SetAttributes(attrs...)
-}
-
-// maxLoggedBytes bounds a caller's string in a log line: a valid key is at
-// most MaxKeyBytes, and a refused one may be as long as a gRPC message.
-const maxLoggedBytes = MaxKeyBytes + 1
-
-// clip cuts s to maxLoggedBytes, keeping it valid UTF-8.
-func clip(s string) string {
-	if len(s) <= maxLoggedBytes {
-		return s
-	}
-	return strings.ToValidUTF8(s[:maxLoggedBytes], "") + "…"
 }

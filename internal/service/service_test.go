@@ -109,7 +109,7 @@ func TestClaimValidation(t *testing.T) {
 	}{
 		{"namespace missing", claimReq(func(r *pb.ClaimRequest) { r.Namespace = "" }), codes.InvalidArgument, "ClaimRequest.namespace", "required"},
 		{"namespace pattern", claimReq(func(r *pb.ClaimRequest) { r.Namespace = "Billing" }), codes.InvalidArgument, "ClaimRequest.namespace", "must match"},
-		{"namespace too long", claimReq(func(r *pb.ClaimRequest) { r.Namespace = strings.Repeat("a", 64) }), codes.InvalidArgument, "ClaimRequest.namespace", "must match"},
+		{"namespace too long", claimReq(func(r *pb.ClaimRequest) { r.Namespace = strings.Repeat("a", 64) }), codes.InvalidArgument, "ClaimRequest.namespace", "64 bytes exceeds the maximum of 63"},
 		{"provider missing", claimReq(func(r *pb.ClaimRequest) { r.Provider = "" }), codes.InvalidArgument, "ClaimRequest.provider", "required"},
 		{"provider unknown", claimReq(func(r *pb.ClaimRequest) { r.Provider = "nope" }), codes.NotFound, "", "not registered"},
 		{"no key", claimReq(func(r *pb.ClaimRequest) { r.Key = nil }), codes.InvalidArgument, "ClaimRequest.key", "exactly one of"},

@@ -23,6 +23,10 @@ const (
 
 var namespacePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 
+// maxNamespaceBytes is the longest name namespacePattern admits; a longer
+// one is refused by its length, which says more than the pattern.
+const maxNamespaceBytes = 63
+
 // checker collects every violation of one request, so a caller fixes all of
 // them at once.
 type checker struct {
@@ -30,8 +34,11 @@ type checker struct {
 	vs  []violation
 }
 
+// add records a violation. Callers quote a caller's string with quote;
+// the description is clipped as well, because some embed text derived from
+// the request (a delivery's JSON member names).
 func (c *checker) add(field, format string, args ...any) {
-	c.vs = append(c.vs, violation{field: c.msg + "." + field, desc: fmt.Sprintf(format, args...)})
+	c.vs = append(c.vs, violation{field: c.msg + "." + field, desc: clip(fmt.Sprintf(format, args...), maxDescBytes)})
 }
 
 func (c *checker) err() error {
@@ -45,8 +52,10 @@ func (c *checker) namespace(ns string) {
 	switch {
 	case ns == "":
 		c.add("namespace", "required")
+	case len(ns) > maxNamespaceBytes:
+		c.add("namespace", "%d bytes exceeds the maximum of %d", len(ns), maxNamespaceBytes)
 	case !namespacePattern.MatchString(ns):
-		c.add("namespace", "%q must match %s", ns, namespacePattern)
+		c.add("namespace", "%s must match %s", quote(ns), namespacePattern)
 	}
 }
 
