@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -16,6 +17,8 @@ func FuzzParseRule(f *testing.F) {
 	for _, s := range []string{
 		"json:id", "header:X-GitHub-Delivery", "sha256", "json:a[0].b+json:c",
 		"json:[0]", "header:Stripe-Signature", "json:a..b", "json:a[01]", "+", "json:é.ü",
+		"header:X-Shopify-Webhook-Id | header:Shopify-Webhook-Id", "json:a+json:b|json:c|sha256",
+		"json:a|", "sha256|json:a", "json:a | json:a", "header:A|B",
 	} {
 		f.Add(s)
 	}
@@ -27,6 +30,8 @@ func FuzzParseRule(f *testing.F) {
 		{map[string]string{"x-github-delivery": "d1", "A": "1"}, []byte(`{"id":"evt_1","a":[{"b":2}],"c":"x"}`)},
 		{map[string]string{"X-Id": "\x00"}, []byte(`[{"id":null},{"id":true}]`)},
 		{nil, []byte(`{"id":`)},
+		{map[string]string{"Shopify-Webhook-Id": "w1", "B": "2"}, []byte(`{"type":"t","eventId":"e","data":{"id":"d","sequenceNumber":3},"a":"s"}`)},
+		{map[string]string{"A": "1"}, []byte(`{"a":{"b":1},"c":[],"b":"x"}`)},
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		r, err := ParseRule(s)
@@ -39,10 +44,29 @@ func FuzzParseRule(f *testing.F) {
 		if r.String() != s {
 			t.Fatalf("ParseRule(%q).String() = %q, want the input", s, r.String())
 		}
-		if src := r.Source(); src < KeySourceHeader || src > KeySourceBodyHash {
-			t.Fatalf("ParseRule(%q).Source() = %v, want HEADER, BODY_FIELD or BODY_HASH", s, src)
+		alts := r.Alternatives()
+		if len(alts) == 0 || len(alts) > maxAlternatives {
+			t.Fatalf("ParseRule(%q) has %d alternatives, want 1 to %d", s, len(alts), maxAlternatives)
 		}
-		for _, part := range strings.Split(s, "+") {
+		if len(alts) == 1 && alts[0] != r {
+			t.Fatalf("ParseRule(%q) without | is not its own alternative", s)
+		}
+		texts := make([]string, 0, len(alts))
+		for i, a := range alts {
+			if src := a.Source(); src < KeySourceHeader || src > KeySourceBodyHash {
+				t.Fatalf("ParseRule(%q) alternative %q Source() = %v, want HEADER, BODY_FIELD or BODY_HASH", s, a, src)
+			}
+			if a.String() == "sha256" && i != len(alts)-1 {
+				t.Fatalf("ParseRule(%q) accepted alternatives after sha256", s)
+			}
+			texts = append(texts, a.String())
+		}
+		if len(alts) > 1 {
+			if got := strings.Split(s, "|"); len(got) != len(alts) {
+				t.Fatalf("ParseRule(%q) has %d alternatives, the text %d", s, len(alts), len(got))
+			}
+		}
+		for _, part := range strings.Split(strings.Join(texts, "+"), "+") {
 			if name, ok := strings.CutPrefix(part, "header:"); ok {
 				lower := strings.ToLower(name)
 				if _, volatile := volatileHeaders[lower]; volatile || strings.Contains(lower, "signature") || strings.Contains(lower, "timestamp") {
@@ -60,14 +84,34 @@ func FuzzParseRule(f *testing.F) {
 			}
 		}
 		for _, d := range deliveries {
-			key, src, err := deriveKey(r, d.headers, d.body)
+			got, err := deriveKey(r, d.headers, d.body)
 			switch {
 			case err != nil:
 				if !errors.Is(err, ErrMalformedBody) {
 					t.Fatalf("deriveKey(%q) error = %v, want one wrapping ErrMalformedBody", s, err)
 				}
-			case key == "" || invalidKey(key) != "":
-				t.Fatalf("deriveKey(%q) = %q, %v: not a valid key", s, key, src)
+			case got.Key == "" || invalidKey(got.Key) != "":
+				t.Fatalf("deriveKey(%q) = %+v: not a valid key", s, got)
+			case got.Fallback != (got.Rule == ""):
+				t.Fatalf("deriveKey(%q) = %+v: a key falls back exactly when no alternative yields", s, got)
+			case got.Fallback && (got.Source != KeySourceBodyHash || got.Key != bodyHashKey(d.body)):
+				t.Fatalf("deriveKey(%q) = %+v: a fallback key is the body hash", s, got)
+			case !got.Fallback && !slices.Contains(texts, got.Rule):
+				t.Fatalf("deriveKey(%q) = %+v: Rule is not one of the alternatives %q", s, got, texts)
+			}
+			if err != nil || len(alts) == 1 {
+				continue
+			}
+			// The first alternative that yields wins: each one before the
+			// winner, tried alone, yields nothing.
+			for _, a := range alts {
+				if a.String() == got.Rule {
+					break
+				}
+				alone, err := deriveKey(a, d.headers, d.body)
+				if err == nil && !alone.Fallback {
+					t.Fatalf("deriveKey(%q) = %+v, but the earlier alternative %q yields %+v", s, got, a, alone)
+				}
 			}
 		}
 	})
