@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -212,6 +213,62 @@ func FuzzLoad(f *testing.F) {
 		for _, p := range r.List() {
 			if p.TTL <= p.RetryHorizon || p.Lease <= 0 || p.Lease > p.MaxLease || p.MaxLease > p.TTL {
 				t.Fatalf("Load() accepted %s with horizon %v, ttl %v, lease %v, max_lease %v", p.Name, p.RetryHorizon, p.TTL, p.Lease, p.MaxLease)
+			}
+		}
+	})
+}
+
+// FuzzDeriveKey: the shipped rules of alternatives (Adyen's families,
+// Shopify's two headers) on any body and header: never a panic, errors only
+// ErrMalformedBody, and the key is that of the first alternative that yields
+// alone, or the body hash when none does.
+func FuzzDeriveKey(f *testing.F) {
+	reg, err := Default()
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, file := range []string{
+		"adyen/java_capture-false.json", "adyen/java_transfer-updated.json", "adyen/java_tokenization-webhook-recurring-token-created.json",
+		"adyen/java_configuration-accountHolder-created.json", "adyen/java_dispute-created.json", "shopify/process_test_body.events_second_subscription.json",
+	} {
+		body, err := os.ReadFile("testdata/deliveries/" + file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add("w1", body)
+	}
+	f.Add("", []byte(`{"type":"t","eventId":{"x":1},"data":{"id":"d","sequenceNumber":"2"}}`))
+	f.Add("w2", []byte(`{"notificationItems":[{"NotificationRequestItem":{"pspReference":"p","eventCode":"CAPTURE","success":true}}],"type":"t","data":{"id":"d"},"createdAt":"c"}`))
+	f.Fuzz(func(t *testing.T, header string, body []byte) {
+		for _, name := range []string{"adyen", "shopify"} {
+			p, _ := reg.Lookup(name)
+			headers := map[string]string{"shopify-webhook-id": header}
+			got, err := p.DeriveKey(headers, body)
+			if err != nil {
+				if !errors.Is(err, ErrMalformedBody) {
+					t.Fatalf("%s: DeriveKey(%q) error = %v, want one wrapping ErrMalformedBody", name, body, err)
+				}
+				continue
+			}
+			if invalidKey(got.Key) != "" {
+				t.Fatalf("%s: DeriveKey(%q) = %+v: not a valid key", name, body, got)
+			}
+			if got.Fallback {
+				if got.Key != bodyHashKey(body) || got.Source != KeySourceBodyHash || got.Rule != "" {
+					t.Fatalf("%s: DeriveKey(%q) = %+v: a fallback is the body hash", name, body, got)
+				}
+			}
+			for _, a := range p.Rule.Alternatives() {
+				alone, err := deriveKey(a, headers, body)
+				if a.String() == got.Rule {
+					if err != nil || alone.Key != got.Key || alone.Source != got.Source {
+						t.Fatalf("%s: DeriveKey(%q) = %+v, but its alternative %q alone = %+v, %v", name, body, got, a, alone, err)
+					}
+					break
+				}
+				if err == nil && !alone.Fallback {
+					t.Fatalf("%s: DeriveKey(%q) = %+v, but the earlier alternative %q yields %+v", name, body, got, a, alone)
+				}
 			}
 		}
 	})
