@@ -21,9 +21,9 @@ type pathStep struct {
 const maxIndexDigits = 9
 
 // parsePath parses a dot path with array indexes: a.b[0].c, or [0].id for a
-// body that is an array. Keys are any characters but . [ ] + and white space
-// or control characters; indexes are decimal without leading zeros, so that
-// each path has one spelling.
+// body that is an array. Keys are any characters but . [ ] + | and white
+// space or control characters (+ and | join and separate rules); indexes are
+// decimal without leading zeros, so that each path has one spelling.
 func parsePath(s string) ([]pathStep, error) {
 	if s == "" {
 		return nil, errors.New("path is empty")
@@ -88,7 +88,7 @@ func isKeyByte(c byte) bool {
 	if c <= ' ' || c == 0x7f {
 		return false
 	}
-	return c != '.' && c != '[' && c != ']' && c != '+'
+	return c != '.' && c != '[' && c != ']' && c != '+' && c != '|'
 }
 
 // formatPath renders steps as parsePath reads them.
@@ -128,6 +128,13 @@ func lookupPath(body []byte, steps []pathStep) (value string, found bool, err er
 	return w.value(0)
 }
 
+// shapeError reports a value on the path of another type than the path
+// expects: the body is valid JSON shaped otherwise, which a rule of
+// alternatives reads as "another family's delivery".
+type shapeError struct{ msg string }
+
+func (e *shapeError) Error() string { return e.msg }
+
 type walker struct {
 	b     []byte
 	i     int // next byte to read
@@ -153,17 +160,17 @@ func (w *walker) value(depth int) (string, bool, error) {
 			w.skip()
 			return string(w.b[start:w.i]), true, nil
 		}
-		return "", false, fmt.Errorf("%s is %s, want a string or a number", formatPath(w.steps), describe(c))
+		return "", false, &shapeError{fmt.Sprintf("%s is %s, want a string or a number", formatPath(w.steps), describe(c))}
 	}
 	st := w.steps[depth]
 	if st.isIndex {
 		if c != '[' {
-			return "", false, fmt.Errorf("%s is %s, want an array", w.at(depth), describe(c))
+			return "", false, &shapeError{fmt.Sprintf("%s is %s, want an array", w.at(depth), describe(c))}
 		}
 		return w.elements(depth, st.index)
 	}
 	if c != '{' {
-		return "", false, fmt.Errorf("%s is %s, want an object", w.at(depth), describe(c))
+		return "", false, &shapeError{fmt.Sprintf("%s is %s, want an object", w.at(depth), describe(c))}
 	}
 	return w.members(depth, st.key)
 }

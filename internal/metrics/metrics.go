@@ -83,6 +83,7 @@ type Metrics struct {
 	falseNegatives     prometheus.Counter
 	tierErrors         *prometheus.CounterVec
 	payloadMismatches  prometheus.Counter
+	keyFallbacks       *prometheus.CounterVec
 
 	fastLiveKeys    prometheus.Gauge
 	durableRows     prometheus.Gauge
@@ -160,6 +161,11 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 			Name: "claimd_payload_mismatch_total",
 			Help: "Claims answered PAYLOAD_MISMATCH: the same key arrived with a different payload (a key rule that is not unique, or tampering).",
 		}),
+		keyFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimd_key_fallback_total",
+			Help: "Claims of a raw delivery in which the provider's key rule found no value, so the key is the body hash, by provider: " +
+				"a webhook family the rule does not cover, or a provider that changed its format. Each is also logged at warn.",
+		}, []string{"provider"}),
 
 		fastLiveKeys: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "claimd_fast_tier_live_keys",
@@ -214,7 +220,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.claims, m.claimDuration, m.transitions, m.invalidTransitions, m.staleTokens, m.takeovers,
-		m.falseNegatives, m.tierErrors, m.payloadMismatches,
+		m.falseNegatives, m.tierErrors, m.payloadMismatches, m.keyFallbacks,
 		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo,
 		m.janitorPasses, m.janitorClaims, m.janitorPartitions, m.janitorAuditRows, m.janitorLastSuccess,
 		m.grpc.server,
@@ -247,6 +253,10 @@ func (m *Metrics) initSeries() {
 	if p := m.cfg.Providers; p != nil {
 		for _, prov := range p.List() {
 			m.providerTTL.WithLabelValues(prov.Name).Set(prov.TTL.Seconds())
+			if prov.Rule != nil {
+				// Only a provider (or group) that derives keys can fall back.
+				m.keyFallbacks.WithLabelValues(prov.Name)
+			}
 		}
 		m.sampleReviews(m.cfg.Clock.Now())
 	}
@@ -269,6 +279,9 @@ func (m *Metrics) Record(_ context.Context, r *service.Request) {
 		outcome := r.OutcomeLabel()
 		m.claims.WithLabelValues(ns, prov, outcome, r.ReasonLabel(), r.ServedByLabel(), r.KeySourceLabel()).Inc()
 		m.claimDuration.WithLabelValues(outcome).Observe(r.Latency.Seconds())
+		if r.KeyFallback && r.Known {
+			m.keyFallbacks.WithLabelValues(prov).Inc()
+		}
 		if !r.Failed() {
 			switch {
 			case r.Outcome == tiers.OutcomeAcquired && r.Reason == tiers.ReasonLeaseExpired:

@@ -45,8 +45,9 @@ func handled(method string, code codes.Code) string {
 		"grpc_method", method, "grpc_code", code.String())
 }
 
-func transitions(to string) string  { return sel("claimd_transitions_total", "to", to) }
-func tierErrors(tier string) string { return sel("claimd_tier_errors_total", "tier", tier) }
+func transitions(to string) string    { return sel("claimd_transitions_total", "to", to) }
+func keyFallbacks(prov string) string { return sel("claimd_key_fallback_total", "provider", prov) }
+func tierErrors(tier string) string   { return sel("claimd_tier_errors_total", "tier", tier) }
 
 var (
 	invalidTransitions = sel("claimd_invalid_transitions_total")
@@ -215,6 +216,14 @@ func TestCountersMoveExactly(t *testing.T) {
 		}, map[string]float64{
 			claims("ACQUIRED", "NEW", "DURABLE", "BODY_FIELD"): 1, duration("ACQUIRED"): 1, handled("Claim", codes.OK): 1,
 		}},
+		{"a delivery the key rule finds nothing in: the body hash, counted as a fallback", func(t *testing.T) {
+			r, err := w.client.Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe",
+				Key: &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Body: []byte(`{"object":"event","type":"charge.succeeded"}`)}}})
+			expect(t, r, err, pb.Outcome_OUTCOME_ACQUIRED, pb.Reason_REASON_NEW, pb.Tier_TIER_DURABLE)
+		}, map[string]float64{
+			claims("ACQUIRED", "NEW", "DURABLE", "BODY_HASH"): 1, duration("ACQUIRED"): 1, handled("Claim", codes.OK): 1,
+			keyFallbacks("stripe"): 1,
+		}},
 		{"release, and the next claim acquires again", func(t *testing.T) {
 			if _, err := w.client.Release(ctx, &pb.ReleaseRequest{Namespace: "billing", Provider: "stripe", Key: "evt_6", FencingToken: 1}); err != nil {
 				t.Fatal(err)
@@ -257,8 +266,8 @@ func TestCountersMoveExactly(t *testing.T) {
 	// The janitor's pass: every claim's window (and the grace) is over.
 	w.clk.Advance(200 * time.Hour)
 	rows, err := w.lite.Stats(ctx)
-	if err != nil || rows != 5 {
-		t.Fatalf("claims rows before the janitor = %d, %v; want 5 (evt_1, 2, 3, 4, 6)", rows, err)
+	if err != nil || rows != 6 {
+		t.Fatalf("claims rows before the janitor = %d, %v; want 6 (evt_1, 2, 3, 4, 6 and a body hash)", rows, err)
 	}
 	j, err := janitor.New(janitor.Config{Target: janitor.SQLite(w.lite), Fast: w.mem, Clock: w.clk, Grace: time.Hour, Observer: w.m})
 	if err != nil {
@@ -269,7 +278,7 @@ func TestCountersMoveExactly(t *testing.T) {
 	}
 	after := w.scrape(t)
 	want := map[string]float64{
-		sel("claimd_janitor_claims_deleted_total"):              5,
+		sel("claimd_janitor_claims_deleted_total"):              6,
 		sel("claimd_janitor_passes_total", "result", "done"):    1,
 		sel("claimd_janitor_last_success_timestamp_seconds"):    float64(w.clk.Now().Unix()),
 		sel("claimd_janitor_audit_rows_deleted_total"):          0,

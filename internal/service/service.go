@@ -99,6 +99,9 @@ type claim struct {
 	params tiers.ClaimParams
 	src    horizon.KeySource
 	wait   time.Duration
+	// fallback: the key was derived from a raw delivery in which the
+	// provider's rule found no value, so it is the body hash.
+	fallback bool
 }
 
 func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
@@ -114,9 +117,10 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 	}
 
 	var (
-		key  string
-		src  horizon.KeySource
-		hash = req.GetPayloadSha256()
+		key      string
+		src      horizon.KeySource
+		fallback bool
+		hash     = req.GetPayloadSha256()
 	)
 	if len(hash) != 0 && len(hash) != sha256Bytes {
 		c.add("payload_sha256", "%d bytes, want %d (a SHA-256 digest)", len(hash), sha256Bytes)
@@ -127,12 +131,12 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 		c.key("event_id", key)
 	case *pb.ClaimRequest_Delivery:
 		body := k.Delivery.GetBody()
-		derived, dsrc, err := prov.DeriveKey(k.Delivery.GetHeaders(), body)
+		derived, err := prov.DeriveKey(k.Delivery.GetHeaders(), body)
 		if err != nil {
 			c.add("delivery", "%v", err)
 			break
 		}
-		key, src = derived, dsrc
+		key, src, fallback = derived.Key, derived.Source, derived.Fallback
 		c.key("delivery (derived key)", key)
 		sum := sha256.Sum256(body)
 		if len(hash) == sha256Bytes && !bytes.Equal(hash, sum[:]) {
@@ -174,8 +178,9 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 			Holder:      req.GetHolder(),
 			AttemptID:   req.GetAttemptId(),
 		},
-		src:  src,
-		wait: wait,
+		src:      src,
+		wait:     wait,
+		fallback: fallback,
 	}, nil
 }
 
@@ -188,6 +193,10 @@ func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 		return nil, s.finish(ctx, r, start, err)
 	}
 	r.Provider, r.Key, r.KeySource, r.Known = cl.params.Key.Provider, cl.params.Key.Key, cl.src, true
+	if cl.fallback {
+		r.KeyFallback = true
+		s.logFallback(ctx, req, cl)
+	}
 	sctx, cancel := s.bounded(ctx, cl.wait)
 	defer cancel()
 	res, err := tiers.ClaimWait(sctx, s.cfg.Store, cl.params, cl.wait, s.cfg.Clock.Now)
