@@ -266,7 +266,7 @@ func (s *Service) logFallback(ctx context.Context, req *pb.ClaimRequest, cl clai
 		slog.String("provider", cl.params.Key.Provider),
 		slog.String("key_prefix", keyPrefix(cl.params.Key.Key)),
 		slog.Int("body_bytes", len(req.GetDelivery().GetBody())),
-		slog.String("header_names", clip(headers)),
+		slog.String("header_names", clip(headers, maxDescBytes)),
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
