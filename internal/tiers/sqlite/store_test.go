@@ -109,6 +109,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"no path", Config{}},
 		{"negative busy timeout", Config{Path: "x.db", BusyTimeout: -time.Second}},
 		{"missing directory", Config{Path: filepath.Join(t.TempDir(), "no", "such", "dir", "x.db")}},
+		{"negative batch", Config{Path: tempPath(t), MaxBatch: -1}},
+		{"unknown durability", Config{Path: tempPath(t), Durability: Durability(7)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
