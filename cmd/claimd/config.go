@@ -11,24 +11,28 @@ import (
 
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/janitor"
+	"github.com/claimd/claimd/internal/tiers/sqlite"
 )
 
 // commonConfig is what every command that touches the tiers or the registry
 // needs. Zero values are never used: defaults come from the flags.
 type commonConfig struct {
-	DataDir     string
-	RedisURL    string
-	PostgresURL string
-	Providers   string
-	ReviewAge   time.Duration
-	LogLevel    string
-	LogFormat   string
+	DataDir          string
+	SQLiteDurability string
+	RedisURL         string
+	PostgresURL      string
+	Providers        string
+	ReviewAge        time.Duration
+	LogLevel         string
+	LogFormat        string
 }
 
 // bindCommon registers the common flags on fs. URLs default to their
 // environment variables so that secrets need not appear in a process list.
 func bindCommon(fs *flag.FlagSet, c *commonConfig) {
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory of the embedded tiers (used when no --postgres-url)")
+	fs.StringVar(&c.SQLiteDurability, "sqlite-durability", sqlite.DurabilityFull.String(),
+		"embedded tier: full fsyncs every commit; relaxed (synchronous=NORMAL) may lose the last answered claims on an OS crash or power loss")
 	fs.StringVar(&c.RedisURL, "redis-url", os.Getenv("CLAIMD_REDIS_URL"), "Redis fast tier URL (env CLAIMD_REDIS_URL); needs --postgres-url")
 	fs.StringVar(&c.PostgresURL, "postgres-url", os.Getenv("CLAIMD_POSTGRES_URL"), "PostgreSQL durable tier URL (env CLAIMD_POSTGRES_URL)")
 	fs.StringVar(&c.Providers, "providers", "", "providers file replacing the embedded registry")
@@ -57,6 +61,13 @@ func parse(fs *flag.FlagSet, args []string) error {
 func (c *commonConfig) validate() error {
 	if c.RedisURL != "" && c.PostgresURL == "" {
 		return fmt.Errorf("%w: --redis-url needs --postgres-url: Redis is a cache, PostgreSQL the source of truth", errUsage)
+	}
+	d, err := sqlite.ParseDurability(c.SQLiteDurability)
+	if err != nil {
+		return fmt.Errorf("%w: --sqlite-durability: %v", errUsage, err)
+	}
+	if d != sqlite.DurabilityFull && c.PostgresURL != "" {
+		return fmt.Errorf("%w: --sqlite-durability=%s applies to the embedded tier only; PostgreSQL's durability is its own fsync and synchronous_commit", errUsage, d)
 	}
 	return nil
 }

@@ -127,6 +127,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 	met.SetTiers(st.fastKind, st.durableKind)
+	st.announceDurability(met, log)
 
 	opts := append(met.ServerOptions(), tracing.ServerOptions()...)
 	opts = append(opts, keepaliveOptions()...)
@@ -180,7 +181,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	go func() { errc <- srv.Serve(grpcLis) }()
 	go func() { errc <- httpSrv.Serve(httpLis) }()
 	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tiers", st.mode,
-		"tracing", cmp.Or(tracing.Exporter(), "off"), "janitor_interval", c.JanitorInterval.String(), "version", versionString())
+		"durability", st.durability, "tracing", cmp.Or(tracing.Exporter(), "off"), "janitor_interval", c.JanitorInterval.String(), "version", versionString())
 
 	readyCtx, stopReady := context.WithCancel(ctx)
 	defer stopReady()
