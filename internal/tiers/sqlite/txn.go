@@ -99,7 +99,10 @@ func (s *Store) write(ctx context.Context, op string, fn func(t *txn) error) err
 	}
 	q := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	if err := s.commit.enqueue(ctx, q); err != nil {
-		return s.fail(ctx, op, err)
+		if errors.Is(err, errClosed) {
+			return tiers.Unavailable("sqlite", err) // closed since the check above
+		}
+		return err // ctx's: the caller left before its write was queued
 	}
 	select {
 	case err := <-q.done:
@@ -108,8 +111,8 @@ func (s *Store) write(ctx context.Context, op string, fn func(t *txn) error) err
 		}
 		return nil
 	case <-ctx.Done():
-		// The write may still commit, or have committed already: the
-		// committer checks a caller's context only before running its
+		// May have been written: the write may still commit, or have
+		// committed already, since the committer checks a caller's context only before running its
 		// write, and never stops a transaction for one caller. Like a
 		// claim whose answer was lost on the wire, an ACQUIRED that
 		// committed unheard holds the key under its lease (answered
