@@ -101,7 +101,7 @@ func (s *stores) announceDurability(met *metrics.Metrics, log *slog.Logger) {
 	}
 	met.SetSQLiteDurability(s.durability)
 	if s.durability == sqlite.DurabilityRelaxed.String() {
-		log.Warn("sqlite durability relaxed: commits are not fsynced (synchronous=NORMAL); "+
+		log.Warn("sqlite durability relaxed: commits are answered before they are fsynced (synchronous=NORMAL); "+
 			"an OS crash or power loss may lose the last claims and transitions already answered, "+
 			"and a provider's retry of a forgotten ACQUIRED or SETTLED runs its side effect again. "+
 			"A killed claimd loses nothing. Drop --sqlite-durability=relaxed to fsync every commit",
