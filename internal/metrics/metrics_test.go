@@ -393,6 +393,41 @@ func TestDurableOnlyCountsDurableErrors(t *testing.T) {
 	}
 }
 
+// TestSQLiteDurability: claimd_sqlite_durability has no series until the
+// embedded tier's mode is set, and then exactly one, for the mode set last.
+func TestSQLiteDurability(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := func() map[string]float64 {
+		t.Helper()
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range fams {
+			if f.GetName() == "claimd_sqlite_durability" {
+				for _, s := range f.GetMetric() {
+					got[s.GetLabel()[0].GetValue()] = s.GetGauge().GetValue()
+				}
+			}
+		}
+		return got
+	}
+	if got := modes(); len(got) != 0 {
+		t.Fatalf("claimd_sqlite_durability before SetSQLiteDurability = %v, want no series (PostgreSQL replicas have none)", got)
+	}
+	for _, mode := range []string{"full", "relaxed"} {
+		m.SetSQLiteDurability(mode)
+		if got := modes(); len(got) != 1 || got[mode] != 1 {
+			t.Errorf("claimd_sqlite_durability after SetSQLiteDurability(%q) = %v, want {%s: 1}", mode, got, mode)
+		}
+	}
+}
+
 // TestNoKeyInLabels: whatever the request, no label value carries the key,
 // the holder or the payload.
 func TestNoKeyInLabels(t *testing.T) {

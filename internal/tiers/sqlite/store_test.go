@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,6 +111,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"no path", Config{}},
 		{"negative busy timeout", Config{Path: "x.db", BusyTimeout: -time.Second}},
 		{"missing directory", Config{Path: filepath.Join(t.TempDir(), "no", "such", "dir", "x.db")}},
+		{"negative batch", Config{Path: tempPath(t), MaxBatch: -1}},
+		{"unknown durability", Config{Path: tempPath(t), Durability: Durability(7)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -538,5 +542,31 @@ func BenchmarkClaimDuplicate(b *testing.B) {
 		if _, err := s.Claim(ctx, p); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkClaimNewConcurrent claims new keys from 50 goroutines, as the
+// service's callers do, with each Durability: group commit is what keeps
+// FULL's fsync per transaction from costing one per claim.
+func BenchmarkClaimNewConcurrent(b *testing.B) {
+	for _, d := range []Durability{DurabilityFull, DurabilityRelaxed} {
+		b.Run(d.String(), func(b *testing.B) {
+			s, err := New(context.Background(), Config{Path: tempPath(b), Durability: d})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			var n atomic.Int64
+			b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := s.Claim(context.Background(), claimAt(fmt.Sprint("evt_", n.Add(1)), t0)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(s.commit.committed.Load())/float64(max(1, s.commit.batches.Load())), "writes/txn")
+		})
 	}
 }
