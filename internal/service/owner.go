@@ -31,8 +31,10 @@ import (
 // values under another domain, so the stores compare fingerprints exactly as
 // they compared attempt ids, and an attempt_id recognises only the principal
 // and holder that sent it. Knowing the salt, the fingerprint and the hash
-// does not give the secret without the attempt_id, which is never stored:
-// callers should make it unguessable (the clients draw 16 random bytes).
+// does not give the secret without the attempt_id, which is never stored.
+// Within its principal and holder, though, an attempt_id is answered with
+// the secret while the lease lives (that is its purpose), so callers must
+// make it unguessable: the clients draw 16 random bytes.
 
 // LeaseSecretBytes is the size of a lease secret.
 const LeaseSecretBytes = 16
