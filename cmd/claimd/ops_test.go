@@ -163,7 +163,7 @@ func TestMetricsEndpointAndRequestLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, to := range []pb.EventState{pb.EventState_EVENT_STATE_PROCESSING, pb.EventState_EVENT_STATE_SETTLED} {
-		req := &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: c.Key, FencingToken: c.FencingToken, To: to}
+		req := &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: c.Key, FencingToken: c.FencingToken, LeaseSecret: c.LeaseSecret, To: to}
 		if to == pb.EventState_EVENT_STATE_SETTLED {
 			req.Result = []byte(result)
 		}

@@ -43,7 +43,7 @@ func crashChild(path, durability string) {
 	}
 	a, err := s.Claim(ctx, claimAt("evt_settled", t0))
 	if err == nil {
-		_, _, err = s.Transition(ctx, tiers.TransitionParams{Key: key("evt_settled"), Now: t0, Token: a.Record.Token, To: tiers.StateFailed, Result: []byte("declined")})
+		_, _, err = s.Transition(ctx, tiers.TransitionParams{Key: key("evt_settled"), Now: t0, Token: a.Record.Token, SecretHash: ownerHash, To: tiers.StateFailed, Result: []byte("declined")})
 	}
 	if err == nil {
 		_, err = s.Claim(ctx, claimAt("evt_open", t0))

@@ -71,8 +71,8 @@ func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers
 			opErr = notFound(p.Key)
 		} else {
 			a.from = cur.State.String()
-			a.holder = holderOf(cur, p.Token)
 			rec, changed, opErr = tiers.ApplyTransition(*cur, p)
+			a.holder = holderOf(cur, p.Token, opErr)
 			if changed {
 				rec = canonical(rec)
 				if err := t.put(&rec); err != nil {
@@ -109,8 +109,8 @@ func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, e
 		} else {
 			a.from = cur.State.String()
 			a.to = a.from
-			a.holder = holderOf(cur, p.Token)
 			rec, opErr = tiers.ApplyRenew(*cur, p)
+			a.holder = holderOf(cur, p.Token, opErr)
 			if opErr == nil {
 				rec = canonical(rec)
 				if err := t.put(&rec); err != nil {
@@ -148,8 +148,8 @@ func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Recor
 		} else {
 			a.from = cur.State.String()
 			a.to = a.from
-			a.holder = holderOf(cur, p.Token)
 			rec, changed, opErr = tiers.ApplyRelease(*cur, p)
+			a.holder = holderOf(cur, p.Token, opErr)
 			if changed {
 				rec = canonical(rec)
 				if err := t.put(&rec); err != nil {
