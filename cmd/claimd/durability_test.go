@@ -122,7 +122,7 @@ func TestKillMidLoadLosesNothingAcknowledged(t *testing.T) {
 					continue // a handler still at work: the key stays held
 				}
 				for _, to := range []pb.EventState{pb.EventState_EVENT_STATE_PROCESSING, pb.EventState_EVENT_STATE_SETTLED} {
-					req := &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: key, FencingToken: c.FencingToken, To: to}
+					req := &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: key, FencingToken: c.FencingToken, LeaseSecret: c.LeaseSecret, To: to}
 					if to == pb.EventState_EVENT_STATE_SETTLED {
 						req.Result = []byte(key)
 					}
