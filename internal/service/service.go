@@ -226,12 +226,12 @@ func (s *Service) recordRef(c *checker, ns, provider, key string) (tiers.Key, *h
 func (s *Service) Transition(ctx context.Context, req *pb.TransitionRequest) (*pb.TransitionResponse, error) {
 	start := time.Now()
 	r := &Request{Method: "Transition", Namespace: req.GetNamespace(), Provider: req.GetProvider(), Key: req.GetKey(),
-		Token: req.GetFencingToken(), To: tiers.State(req.GetTo())}
+		Token: req.GetFencingToken()}
 	p, err := s.validateTransition(req)
 	if err != nil {
 		return nil, s.finish(ctx, r, start, err)
 	}
-	r.Provider, r.Known = p.Key.Provider, true
+	r.Provider, r.Known, r.To = p.Key.Provider, true, p.To
 	sctx, cancel := s.bounded(ctx, 0)
 	defer cancel()
 	rec, changed, err := s.cfg.Store.Transition(sctx, p)
@@ -253,10 +253,7 @@ func (s *Service) validateTransition(req *pb.TransitionRequest) (tiers.Transitio
 		return tiers.TransitionParams{}, err
 	}
 	c.token(req.GetFencingToken())
-	to := tiers.State(req.GetTo())
-	if to == tiers.StateUnspecified || to > tiers.StateFailed {
-		c.add("to", "%v is not a target state", req.GetTo())
-	}
+	to := c.state("to", req.GetTo())
 	if n := len(req.GetResult()); n > MaxResultBytes {
 		c.add("result", "%d bytes exceeds the maximum of %d (64 KiB)", n, MaxResultBytes)
 	} else if n > 0 && !to.Terminal() {

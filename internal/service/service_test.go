@@ -168,6 +168,20 @@ func TestFollowUpValidation(t *testing.T) {
 			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.to"},
+		// The wire value is an int32: 259 and 260 must not wrap to
+		// PROCESSING and SETTLED when narrowed to a tiers.State.
+		{"transition target 259 out of range", func(s *Service) error {
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState(259)})
+			return err
+		}, codes.InvalidArgument, "TransitionRequest.to"},
+		{"transition target 260 out of range, with a result", func(s *Service) error {
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState(260), Result: []byte("x")})
+			return err
+		}, codes.InvalidArgument, "TransitionRequest.to"},
+		{"transition target negative", func(s *Service) error {
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState(-253)})
+			return err
+		}, codes.InvalidArgument, "TransitionRequest.to"},
 		{"transition result too large", func(s *Service) error {
 			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState_EVENT_STATE_SETTLED, Result: make([]byte, MaxResultBytes+1)})
 			return err

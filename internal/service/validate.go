@@ -8,6 +8,9 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/tiers"
 )
 
 // Bounds of the API (DESIGN §2). They are part of the contract: clients rely
@@ -84,6 +87,17 @@ func (c *checker) token(t uint64) {
 	if t == 0 {
 		c.add("fencing_token", "required (the token Claim returned, > 0)")
 	}
+}
+
+// state checks a target state on its wire value (an int32) before it is
+// narrowed to a tiers.State, so that 259 cannot wrap around to PROCESSING.
+// It returns StateUnspecified when v is not a target state.
+func (c *checker) state(field string, v pb.EventState) tiers.State {
+	if v <= pb.EventState_EVENT_STATE_UNSPECIFIED || v > pb.EventState(tiers.StateFailed) {
+		c.add(field, "%d is not a target state (EVENT_STATE_RECEIVED … EVENT_STATE_FAILED)", int32(v))
+		return tiers.StateUnspecified
+	}
+	return tiers.State(v)
 }
 
 // duration checks an optional duration in (0, max]. It returns 0 when d is
