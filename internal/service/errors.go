@@ -27,7 +27,10 @@ const (
 	ReasonProviderNotFound   = "PROVIDER_NOT_FOUND"
 	ReasonDurableUnavailable = "DURABLE_TIER_UNAVAILABLE"
 	ReasonInvalidArgument    = "INVALID_ARGUMENT"
-	reasonInternal           = "INTERNAL"
+	// ReasonResultMismatch: SETTLED or FAILED repeated with a result other
+	// than the stored one; the stored result stands and nothing was written.
+	ReasonResultMismatch = "RESULT_MISMATCH"
+	reasonInternal       = "INTERNAL"
 )
 
 // violation is one bad field: its path in the request and the rule broken.
@@ -68,6 +71,7 @@ func toStatus(err error) error {
 		inv *invalidArgument
 		pnf *providerNotFound
 		te  *tiers.TransitionError
+		rm  *tiers.ResultMismatchError
 	)
 	switch {
 	case errors.As(err, &inv):
@@ -84,6 +88,9 @@ func toStatus(err error) error {
 			md["to"] = stateName(te.To)
 		}
 		return withDetails(codes.FailedPrecondition, te.Error()+" (current state "+stateName(te.Current)+")", info(ReasonInvalidTransition, md))
+	case errors.As(err, &rm):
+		return withDetails(codes.FailedPrecondition, rm.Error()+" (current state "+stateName(rm.Current)+")",
+			info(ReasonResultMismatch, map[string]string{"current_state": stateName(rm.Current)}))
 	case errors.Is(err, tiers.ErrStaleToken):
 		return withDetails(codes.FailedPrecondition, err.Error(), info(ReasonStaleToken, nil))
 	case errors.Is(err, tiers.ErrNotFound):

@@ -151,9 +151,15 @@ func (r *Request) KeySourceLabel() string {
 func (s *Service) finish(ctx context.Context, r *Request, start time.Time, err error) error {
 	r.Latency = time.Since(start)
 	if err != nil {
-		var te *tiers.TransitionError
-		if errors.As(err, &te) {
+		var (
+			te *tiers.TransitionError
+			rm *tiers.ResultMismatchError
+		)
+		switch {
+		case errors.As(err, &te):
 			r.From, r.State = te.Current, te.Current
+		case errors.As(err, &rm):
+			r.State = rm.Current
 		}
 		err = toStatus(err)
 		st := status.Convert(err)

@@ -356,9 +356,13 @@ func TestEndToEndOverGRPC(t *testing.T) {
 	if _, err := tr(1, pb.EventState_EVENT_STATE_SETTLED, []byte(`{"charge":"ch_1"}`)); err != nil {
 		t.Fatal(err)
 	}
-	again, err := tr(1, pb.EventState_EVENT_STATE_SETTLED, []byte(`other`))
+	again, err := tr(1, pb.EventState_EVENT_STATE_SETTLED, []byte(`{"charge":"ch_1"}`))
 	if err != nil || again.Changed || string(again.Record.Result) != `{"charge":"ch_1"}` {
 		t.Fatalf("repeat Transition(SETTLED) = %v, %v; want unchanged", again, err)
+	}
+	_, err = tr(1, pb.EventState_EVENT_STATE_SETTLED, []byte(`other`))
+	if code, ei := errorInfo(err); code != codes.FailedPrecondition || ei.GetReason() != ReasonResultMismatch || ei.GetMetadata()["current_state"] != "EVENT_STATE_SETTLED" {
+		t.Fatalf("Transition(SETTLED again, other result) = %v %v, want FAILED_PRECONDITION/RESULT_MISMATCH current SETTLED", code, ei)
 	}
 	_, err = tr(1, pb.EventState_EVENT_STATE_PROCESSING, nil)
 	if code, ei := errorInfo(err); code != codes.FailedPrecondition || ei.GetReason() != ReasonInvalidTransition || ei.GetMetadata()["current_state"] != "EVENT_STATE_SETTLED" {

@@ -74,10 +74,12 @@ type Store interface {
 
 	// Transition applies p.To when p.Token is the current token and the
 	// transition is allowed from the current state. Repeating a transition
-	// that already happened, with the same token, returns changed=false and
-	// writes nothing. Errors: ErrNotFound, ErrStaleToken (another holder took
-	// over, or the key was released), *TransitionError (not allowed from the
-	// current state).
+	// that already happened, with the same token (and, to SETTLED or FAILED,
+	// the same result), returns changed=false and writes nothing. Errors:
+	// ErrNotFound, ErrStaleToken (another holder took over, or the key was
+	// released), *TransitionError (not allowed from the current state),
+	// *ResultMismatchError (a terminal state repeated with another result;
+	// nothing written).
 	Transition(ctx context.Context, p TransitionParams) (rec Record, changed bool, err error)
 
 	// Renew sets the lease of the current, unreleased holder to Now+Lease.

@@ -76,6 +76,12 @@ func transitionTo(to tiers.State, result []byte, lease time.Duration) fencedCall
 	}
 }
 
+// transitionToSettledAgain repeats the SETTLED of setup settled, with the
+// result it stored.
+func transitionToSettledAgain(e *env, k string, cur *tiers.Record, token uint64) (got, want fencedAnswer) {
+	return transitionTo(tiers.StateSettled, []byte("result-of-"+k), 0)(e, k, cur, token)
+}
+
 func renewFor(lease time.Duration) fencedCall {
 	return func(e *env, k string, cur *tiers.Record, token uint64) (got, want fencedAnswer) {
 		p := tiers.RenewParams{Key: key(k), Now: e.clk.Now(), Token: token, Lease: lease}
@@ -110,7 +116,7 @@ func TestFencedStatementsMatchApply(t *testing.T) {
 		setup   func(e *env, k string)
 		token   func(cur uint64) uint64
 		call    fencedCall
-		wantErr error // nil, tiers.ErrNotFound, tiers.ErrStaleToken, or a *tiers.TransitionError
+		wantErr error // nil, tiers.ErrNotFound, tiers.ErrStaleToken, a *tiers.TransitionError or a *tiers.ResultMismatchError
 	}{
 		{"transition: unknown key", absent, current, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrNotFound},
 		{"transition: RECEIVED→PROCESSING", claimed, current, transitionTo(tiers.StateProcessing, nil, 0), nil},
@@ -119,7 +125,8 @@ func TestFencedStatementsMatchApply(t *testing.T) {
 		{"transition: SETTLED without a result", processing, current, transitionTo(tiers.StateSettled, nil, 0), nil},
 		{"transition: terminal ignores a lease", processing, current, transitionTo(tiers.StateFailed, []byte("no"), 5*time.Minute), nil},
 		{"transition: repeat is a no-op", processing, current, transitionTo(tiers.StateProcessing, nil, 0), nil},
-		{"transition: repeat of SETTLED keeps the first result", settled, current, transitionTo(tiers.StateSettled, []byte("second"), 0), nil},
+		{"transition: repeat of SETTLED with its result is a no-op", settled, current, transitionToSettledAgain, nil},
+		{"transition: repeat of SETTLED with another result refused", settled, current, transitionTo(tiers.StateSettled, []byte("second"), 0), &tiers.ResultMismatchError{Current: tiers.StateSettled}},
 		{"transition: RECEIVED→SETTLED refused", claimed, current, transitionTo(tiers.StateSettled, nil, 0), &tiers.TransitionError{Current: tiers.StateReceived, To: tiers.StateSettled, Op: "transition"}},
 		{"transition: SETTLED→FAILED refused", settled, current, transitionTo(tiers.StateFailed, nil, 0), &tiers.TransitionError{Current: tiers.StateSettled, To: tiers.StateFailed, Op: "transition"}},
 		{"transition: back to RECEIVED refused", validated, current, transitionTo(tiers.StateReceived, nil, 0), &tiers.TransitionError{Current: tiers.StateValidated, To: tiers.StateReceived, Op: "transition"}},
@@ -194,14 +201,22 @@ func TestFencedStatementsMatchApply(t *testing.T) {
 }
 
 // checkErr compares err with want: both nil, the same sentinel, or equal
-// *tiers.TransitionErrors.
+// *tiers.TransitionErrors or *tiers.ResultMismatchErrors.
 func checkErr(t *testing.T, call string, err, want error) {
 	t.Helper()
-	var wantTE *tiers.TransitionError
+	var (
+		wantTE *tiers.TransitionError
+		wantRM *tiers.ResultMismatchError
+	)
 	switch {
 	case want == nil:
 		if err != nil {
 			t.Fatalf("%s error = %v, want nil", call, err)
+		}
+	case errors.As(want, &wantRM):
+		var rm *tiers.ResultMismatchError
+		if !errors.As(err, &rm) || *rm != *wantRM {
+			t.Fatalf("%s error = %v, want %v", call, err, wantRM)
 		}
 	case errors.As(want, &wantTE):
 		var te *tiers.TransitionError
