@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -258,5 +259,38 @@ func TestPruneBoundsAndLimits(t *testing.T) {
 	}
 	if claims, _, err := e.store.Stats(e.ctx()); err != nil || claims != 0 {
 		t.Errorf("Stats() claims = %d, %v; want 0", claims, err)
+	}
+}
+
+// TestMissesWriteNoAuditRows: refused and missing-key calls write nothing,
+// no audit row either (a flood of Transitions on unknown keys must not grow
+// a log kept for months).
+func TestMissesWriteNoAuditRows(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx()
+	settled(e, "evt_held")
+	count := func() int {
+		var n int
+		if err := e.db.QueryRow(ctx, `SELECT count(*) FROM audit_log`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := count()
+	now := e.clk.Now()
+	for i := range 50 {
+		k := key(fmt.Sprintf("evt_missing_%d", i))
+		e.store.Transition(ctx, tiers.TransitionParams{Key: k, Now: now, Token: 1, To: tiers.StateProcessing})
+		e.store.Renew(ctx, tiers.RenewParams{Key: k, Now: now, Token: 1, Lease: lease})
+		e.store.Release(ctx, tiers.ReleaseParams{Key: k, Now: now, Token: 1})
+	}
+	held := key("evt_held")
+	e.store.Transition(ctx, tiers.TransitionParams{Key: held, Now: now, Token: 2, To: tiers.StateSettled})                      // stale token
+	e.store.Transition(ctx, tiers.TransitionParams{Key: held, Now: now, Token: 1, To: tiers.StateProcessing})                   // invalid transition
+	e.store.Transition(ctx, tiers.TransitionParams{Key: held, Now: now, Token: 1, To: tiers.StateSettled, Result: []byte("x")}) // result mismatch
+	e.store.Renew(ctx, tiers.RenewParams{Key: held, Now: now, Token: 1, Lease: lease})                                          // terminal
+	e.store.Release(ctx, tiers.ReleaseParams{Key: held, Now: now, Token: 1})                                                    // terminal
+	if after := count(); after != before {
+		t.Fatalf("audit rows after 150 missing-key and 5 refused calls = %d, want %d (unchanged)", after, before)
 	}
 }
