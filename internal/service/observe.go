@@ -161,9 +161,10 @@ func (s *Service) finish(ctx context.Context, r *Request, start time.Time, err e
 		case errors.As(err, &rm):
 			r.State = rm.Current
 		}
+		r.errMessage = err.Error() // the detail, which the caller's message leaves out
 		err = toStatus(err)
 		st := status.Convert(err)
-		r.Code, r.ErrReason, r.errMessage = st.Code(), errorReason(st), st.Message()
+		r.Code, r.ErrReason = st.Code(), errorReason(st)
 	}
 	s.log(ctx, r)
 	annotateSpan(ctx, r)
