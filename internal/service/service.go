@@ -143,7 +143,7 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 		c.add("key", "exactly one of event_id or delivery is required")
 	}
 	if scope := req.GetScope(); scope != "" && c.text("scope", scope, 1, MaxKeyBytes) && key != "" {
-		key += ":" + scope
+		key += ScopeSeparator + scope
 		if len(key) > MaxKeyBytes {
 			c.add("scope", "key with scope is %d bytes, exceeds the maximum of %d", len(key), MaxKeyBytes)
 		}
@@ -211,7 +211,7 @@ func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 func (s *Service) recordRef(c *checker, ns, provider, key string) (tiers.Key, *horizon.Provider, error) {
 	c.namespace(ns)
 	c.provider(provider)
-	c.key("key", key)
+	c.recordKey("key", key)
 	if err := c.err(); err != nil {
 		return tiers.Key{}, nil, err
 	}

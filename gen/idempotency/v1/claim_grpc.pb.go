@@ -41,9 +41,11 @@ type ClaimServiceClient interface {
 	// unreachable: fail closed so the provider retries later).
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
 	// Transition moves the event forward, fenced by token. Repeating a
-	// transition that already happened with the same token succeeds and changes
-	// nothing. Errors: FAILED_PRECONDITION with ErrorInfo reason
-	// INVALID_TRANSITION or STALE_TOKEN, NOT_FOUND.
+	// transition that already happened with the same token (and, to SETTLED or
+	// FAILED, the same result) succeeds and changes nothing. Errors:
+	// FAILED_PRECONDITION with ErrorInfo reason INVALID_TRANSITION,
+	// STALE_TOKEN or RESULT_MISMATCH (SETTLED or FAILED again with another
+	// result: the stored one stands), NOT_FOUND.
 	Transition(ctx context.Context, in *TransitionRequest, opts ...grpc.CallOption) (*TransitionResponse, error)
 	// Renew extends the live holder's lease (a heartbeat for long work).
 	// Errors: FAILED_PRECONDITION/STALE_TOKEN, FAILED_PRECONDITION/INVALID_TRANSITION
@@ -131,9 +133,11 @@ type ClaimServiceServer interface {
 	// unreachable: fail closed so the provider retries later).
 	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
 	// Transition moves the event forward, fenced by token. Repeating a
-	// transition that already happened with the same token succeeds and changes
-	// nothing. Errors: FAILED_PRECONDITION with ErrorInfo reason
-	// INVALID_TRANSITION or STALE_TOKEN, NOT_FOUND.
+	// transition that already happened with the same token (and, to SETTLED or
+	// FAILED, the same result) succeeds and changes nothing. Errors:
+	// FAILED_PRECONDITION with ErrorInfo reason INVALID_TRANSITION,
+	// STALE_TOKEN or RESULT_MISMATCH (SETTLED or FAILED again with another
+	// result: the stored one stands), NOT_FOUND.
 	Transition(context.Context, *TransitionRequest) (*TransitionResponse, error)
 	// Renew extends the live holder's lease (a heartbeat for long work).
 	// Errors: FAILED_PRECONDITION/STALE_TOKEN, FAILED_PRECONDITION/INVALID_TRANSITION

@@ -84,9 +84,11 @@ class ClaimServiceServicer:
 
     def Transition(self, request, context):
         """Transition moves the event forward, fenced by token. Repeating a
-        transition that already happened with the same token succeeds and changes
-        nothing. Errors: FAILED_PRECONDITION with ErrorInfo reason
-        INVALID_TRANSITION or STALE_TOKEN, NOT_FOUND.
+        transition that already happened with the same token (and, to SETTLED or
+        FAILED, the same result) succeeds and changes nothing. Errors:
+        FAILED_PRECONDITION with ErrorInfo reason INVALID_TRANSITION,
+        STALE_TOKEN or RESULT_MISMATCH (SETTLED or FAILED again with another
+        result: the stored one stands), NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
