@@ -132,6 +132,13 @@ func TestClaimValidation(t *testing.T) {
 		}), codes.InvalidArgument, "ClaimRequest.delivery", "json:id"},
 		// A derived key may not hold the scope separator (or any control
 		// character) either, or it could equal a scoped key.
+		// Both used to become "A\uFFFD": the second then PAYLOAD_MISMATCH.
+		{"derived key with invalid UTF-8 (0xff)", claimReq(func(r *pb.ClaimRequest) {
+			r.Key = &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Body: []byte("{\"id\":\"A\xff\"}")}}
+		}), codes.InvalidArgument, "ClaimRequest.delivery", "key rule json:id: id is not valid UTF-8"},
+		{"derived key with invalid UTF-8 (0xfe)", claimReq(func(r *pb.ClaimRequest) {
+			r.Key = &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Body: []byte("{\"id\":\"A\xfe\"}")}}
+		}), codes.InvalidArgument, "ClaimRequest.delivery", "key rule json:id: id is not valid UTF-8"},
 		{"derived key with the scope separator", claimReq(func(r *pb.ClaimRequest) {
 			r.Key = &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Body: []byte(`{"id":"x\u001fpending"}`)}}
 		}), codes.InvalidArgument, "ClaimRequest.delivery", "control character"},
