@@ -64,10 +64,12 @@ func New(cfg Config) *Service {
 	return &Service{cfg: cfg}
 }
 
-// Register registers both services on r.
+// Register registers both services on r. Their requests are decoded by the
+// service itself (decode.go), so that a request protobuf refuses is answered
+// INVALID_ARGUMENT rather than grpc-go's INTERNAL.
 func (s *Service) Register(r grpc.ServiceRegistrar) {
-	pb.RegisterClaimServiceServer(r, s)
-	pb.RegisterProviderServiceServer(r, s)
+	r.RegisterService(s.strictDecoding(&pb.ClaimService_ServiceDesc), s)
+	r.RegisterService(s.strictDecoding(&pb.ProviderService_ServiceDesc), s)
 }
 
 func (s *Service) bounded(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {

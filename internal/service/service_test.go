@@ -315,6 +315,14 @@ func TestEnumNumbersMatch(t *testing.T) {
 // dial starts the real gRPC server on a loopback port and returns a client.
 func dial(t *testing.T, svc *Service) (pb.ClaimServiceClient, pb.ProviderServiceClient) {
 	t.Helper()
+	conn := dialConn(t, svc)
+	return pb.NewClaimServiceClient(conn), pb.NewProviderServiceClient(conn)
+}
+
+// dialConn starts the real gRPC server on a loopback port and returns a
+// connection to it.
+func dialConn(t *testing.T, svc *Service) *grpc.ClientConn {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -328,7 +336,7 @@ func dial(t *testing.T, svc *Service) (pb.ClaimServiceClient, pb.ProviderService
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return pb.NewClaimServiceClient(conn), pb.NewProviderServiceClient(conn)
+	return conn
 }
 
 func errorInfo(err error) (codes.Code, *errdetails.ErrorInfo) {
