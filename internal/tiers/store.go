@@ -128,6 +128,14 @@ const (
 	// FastTakeover: the record may change hands (lease over, released,
 	// window over); only the durable tier may decide.
 	FastTakeover
+	// FastAskDurable: a claim with an AttemptID met a live pending marker
+	// it did not place. The fast tier cannot tell whether that attempt's
+	// own claim committed earlier (its reply lost, its repair failed, the
+	// durable tier down since), and must not answer the owner IN_PROGRESS
+	// by someone else's marker: the durable tier decides (the same
+	// ACQUIRED for the same attempt, else what Decide says). No marker was
+	// placed; the caller Puts the durable answer, replacing the marker.
+	FastAskDurable
 )
 
 // ReserveParams is a claim as the fast tier sees it.
@@ -143,7 +151,7 @@ type ReserveParams struct {
 // FastResult is the fast tier's answer. For FastDecided, Outcome, Reason and
 // Record say what to answer; a pending marker of another claim in flight is
 // reported as IN_PROGRESS with a zero Token and LeaseExpiresAt at the
-// marker's end.
+// marker's end (FastAskDurable instead when the claim has an AttemptID).
 type FastResult struct {
 	Verdict FastVerdict
 	Outcome Outcome
