@@ -28,6 +28,7 @@ import (
 	"github.com/claimd/claimd/internal/metrics"
 	"github.com/claimd/claimd/internal/service"
 	"github.com/claimd/claimd/internal/telemetry"
+	"github.com/claimd/claimd/internal/tiers/redis"
 )
 
 type serveConfig struct {
@@ -39,6 +40,9 @@ type serveConfig struct {
 	ReadyInterval   time.Duration
 	SampleInterval  time.Duration
 	JanitorInterval time.Duration
+	// RequireNoEviction refuses to start unless the Redis fast tier's
+	// maxmemory-policy is verified noeviction.
+	RequireNoEviction bool
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
@@ -51,6 +55,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&c.ReadyInterval, "ready-interval", time.Second, "how often readiness pings the durable tier")
 	fs.DurationVar(&c.SampleInterval, "metrics-sample-interval", metrics.DefaultSampleInterval, "how often the fast-tier, durable-tier and provider gauges are sampled (never per request or scrape)")
 	fs.DurationVar(&c.JanitorInterval, "janitor-interval", janitor.DefaultInterval, "how often this replica tries a retention pass (one replica at a time runs it); 0 disables the janitor here")
+	fs.BoolVar(&c.RequireNoEviction, "require-noeviction", false, "refuse to start unless the Redis fast tier's maxmemory-policy is noeviction (read with CONFIG GET; a Redis that refuses it, or does not answer, fails the check); no effect without --redis-url")
 	bindRetention(fs, &c.retentionConfig)
 	if err := parse(fs, args); err != nil {
 		return err
@@ -127,6 +132,13 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 	met.SetTiers(st.fastKind, st.durableKind)
+	if c.RequireNoEviction && st.redis != nil {
+		if err := requireNoEviction(ctx, st.redis); err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return err
+		}
+	}
 
 	opts := append(met.ServerOptions(), tracing.ServerOptions()...)
 	opts = append(opts, keepaliveOptions()...)
@@ -214,6 +226,25 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return serveErr
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// requireNoEviction is --require-noeviction: Redis must answer that its
+// maxmemory-policy is noeviction. (Whatever the flag, the metrics sampler
+// reads the policy at start and on every sample, warns about one that may
+// evict claim keys and sets claimd_redis_eviction_policy_unsafe.)
+func requireNoEviction(ctx context.Context, rd *redis.Store) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ev, err := redisEviction(ctx, rd)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--require-noeviction: reading Redis's maxmemory-policy: %w", err)
+	case !ev.Known:
+		return errors.New("--require-noeviction: Redis refuses CONFIG GET, so its maxmemory-policy cannot be checked; grant the user +config|get or drop the flag")
+	case ev.Unsafe:
+		return fmt.Errorf("--require-noeviction: Redis's maxmemory-policy is %s, which may evict claim keys; set it to noeviction and do not share this Redis with a cache", ev.Policy)
+	}
 	return nil
 }
 

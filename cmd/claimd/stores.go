@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,6 +29,7 @@ type stores struct {
 	sources               metrics.Sources // background gauges
 	target                janitor.Target  // retention
 	sweeper               janitor.Sweeper // the in-process fast tier, or nil
+	redis                 *redis.Store    // the Redis fast tier, or nil
 }
 
 // openStores builds the tiers of DESIGN §6: embedded by default; PostgreSQL
@@ -57,6 +59,8 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer) (*st
 		}
 		st.store, st.mode, st.fastKind = twotier.New(rd, pg, twotier.Config{Observer: obs}), "redis+postgres", "redis"
 		st.sources.FastLiveKeys = rd.LiveKeys
+		st.sources.FastEviction = func(ctx context.Context) (metrics.Eviction, error) { return redisEviction(ctx, rd) }
+		st.redis = rd
 		return st, nil
 	}
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
@@ -81,6 +85,20 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer) (*st
 		target:  janitor.SQLite(lite),
 		sweeper: fast,
 	}, nil
+}
+
+// redisEviction reads rd's eviction policy for the metrics sampler and
+// --require-noeviction. A Redis that refuses CONFIG GET has an unknown
+// policy, which is not an error.
+func redisEviction(ctx context.Context, rd *redis.Store) (metrics.Eviction, error) {
+	policy, err := rd.EvictionPolicy(ctx)
+	switch {
+	case errors.Is(err, redis.ErrPolicyHidden):
+		return metrics.Eviction{}, nil
+	case err != nil:
+		return metrics.Eviction{}, err
+	}
+	return metrics.Eviction{Policy: policy, Known: true, Unsafe: redis.EvictsClaims(policy)}, nil
 }
 
 func (s *stores) Close() error {

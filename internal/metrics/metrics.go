@@ -16,6 +16,7 @@ package metrics
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,6 +80,11 @@ type Metrics struct {
 	providerTTL     *prometheus.GaugeVec
 	reviewOverdue   *prometheus.GaugeVec
 	tiersInfo       *prometheus.GaugeVec
+	evictionPolicy  *prometheus.GaugeVec
+
+	evictionMu   sync.Mutex
+	evictionLast Eviction // the policy the sampler saw last
+	evictionSeen bool
 
 	janitorPasses      *prometheus.CounterVec
 	janitorClaims      prometheus.Counter
@@ -171,6 +177,11 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 			Name: "claimd_tiers_info",
 			Help: "Always 1; the labels name the tiers this replica runs: fast (redis, memory, none) and durable (postgres, sqlite).",
 		}, []string{"fast", "durable"}),
+		evictionPolicy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "claimd_redis_eviction_policy_unsafe",
+			Help: "1 when the Redis fast tier's maxmemory-policy (the label) may evict claim keys (anything but noeviction, volatile-* included: claim keys expire), 0 for noeviction; " +
+				"no series without Redis or while the policy cannot be read (CONFIG GET refused). Sampled in the background.",
+		}, []string{"policy"}),
 
 		janitorPasses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "claimd_janitor_passes_total",
@@ -197,7 +208,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.claims, m.claimDuration, m.transitions, m.invalidTransitions, m.staleTokens, m.takeovers,
 		m.falseNegatives, m.tierErrors, m.payloadMismatches,
-		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo,
+		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo, m.evictionPolicy,
 		m.janitorPasses, m.janitorClaims, m.janitorPartitions, m.janitorAuditRows, m.janitorLastSuccess,
 		m.grpc.server,
 	} {
