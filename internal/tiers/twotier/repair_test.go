@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -270,4 +271,84 @@ func TestSettleRepairOutlivesTheCaller(t *testing.T) {
 		w.transition(ctx, "evt_late", a.Record.Token, tiers.StateSettled, []byte("receipt"))
 		w.wantFastDuplicate("evt_late", "receipt")
 	})
+}
+
+// TestCancelledAtEveryStepConverges cancels each call of a claim's life at
+// delays from 0 to 3ms in 75µs steps (before the fast tier, between the
+// tiers, after the durable commit) and retries it as a client would. The
+// retries get the answers the calls would have had, and once they are done
+// the fast tier holds what the durable tier holds: no pending marker, no
+// older version.
+func TestCancelledAtEveryStepConverges(t *testing.T) {
+	runRepair(t, func(t *testing.T, w *repairWorld) {
+		for i := range 41 {
+			d := time.Duration(i) * 75 * time.Microsecond
+			for _, release := range []bool{false, true} {
+				k := fmt.Sprintf("evt_%d_%v", i, release)
+				key := w.params(k, "", "").Key
+				var got tiers.ClaimResult
+				w.cut(d, "Claim", func(ctx context.Context) (err error) {
+					got, err = w.store.Claim(ctx, w.params(k, "pod-a", "att-"+k))
+					return err
+				})
+				if got.Outcome != tiers.OutcomeAcquired || got.Record.Token != 1 {
+					t.Fatalf("%s: Claim (retried with its attempt_id) = %v token %d, want ACQUIRED token 1", k, got.Outcome, got.Record.Token)
+				}
+				transition := func(to tiers.State, result []byte) {
+					w.cut(d, "Transition →"+to.String(), func(ctx context.Context) error {
+						_, err := w.transition(ctx, k, 1, to, result)
+						return err
+					})
+				}
+				transition(tiers.StateProcessing, nil)
+				w.cut(d, "Renew", func(ctx context.Context) error {
+					_, err := w.store.Renew(ctx, tiers.RenewParams{Key: key, Now: w.clk.Now(), Token: 1, Lease: time.Minute})
+					return err
+				})
+				if release {
+					w.cut(d, "Release", func(ctx context.Context) error {
+						_, err := w.store.Release(ctx, tiers.ReleaseParams{Key: key, Now: w.clk.Now(), Token: 1})
+						return err
+					})
+				} else {
+					transition(tiers.StateSettled, []byte("receipt"))
+				}
+
+				durable, err := w.durable.Get(w.ctx(), key)
+				if err != nil || durable.Token != 1 || durable.Attempt != 1 {
+					t.Fatalf("%s: durable record token/attempt = %d/%d, %v; want 1/1", k, durable.Token, durable.Attempt, err)
+				}
+				fast, err := w.fast.Reserve(w.ctx(), tiers.ReserveParams{Key: key, Now: w.clk.Now(), Nonce: "probe-" + k, PendingTTL: time.Second})
+				switch {
+				case err != nil:
+					t.Fatal(err)
+				case release && fast.Verdict != tiers.FastTakeover:
+					t.Fatalf("%s: fast tier after a release = verdict %d outcome %v, want the released record (takeover)", k, fast.Verdict, fast.Outcome)
+				case !release && (fast.Outcome != tiers.OutcomeDuplicate || fast.Record.Version != durable.Version):
+					t.Fatalf("%s: fast tier after settling = verdict %d %v version %d, want DUPLICATE at the durable version %d",
+						k, fast.Verdict, fast.Outcome, fast.Record.Version, durable.Version)
+				}
+			}
+		}
+	})
+}
+
+// cut runs call on a context its client cancels after d, then, if it
+// failed, retries it once with time to spare; the retry must succeed.
+func (w *repairWorld) cut(d time.Duration, what string, call func(ctx context.Context) error) {
+	w.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := time.AfterFunc(d, cancel)
+	err := call(ctx)
+	stop.Stop()
+	cancel()
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, tiers.ErrUnavailable) {
+		w.t.Fatalf("%s cut after %v: error = %v, want context.Canceled or ErrUnavailable", what, d, err)
+	}
+	if err := call(w.ctx()); err != nil {
+		w.t.Fatalf("%s retried after a cut at %v: error = %v", what, d, err)
+	}
 }
