@@ -31,6 +31,7 @@ import (
 	"github.com/claimd/claimd/internal/metrics"
 	"github.com/claimd/claimd/internal/service"
 	"github.com/claimd/claimd/internal/telemetry"
+	"github.com/claimd/claimd/internal/tiers/redis"
 	"github.com/claimd/claimd/internal/tlsconfig"
 )
 
@@ -47,6 +48,9 @@ type serveConfig struct {
 	SampleInterval  time.Duration
 	JanitorInterval time.Duration
 	MaxNamespaces   int
+	// RequireNoEviction refuses to start unless the Redis fast tier's
+	// maxmemory-policy is verified noeviction.
+	RequireNoEviction bool
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
@@ -62,6 +66,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.IntVar(&c.MaxNamespaces, "metrics-max-namespaces", metrics.DefaultMaxNamespaces, "without --auth-file, how many namespaces keep their own metric label (later ones count as \"other\")")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", defaultMaxRequestBytes, "largest gRPC request accepted (a Claim's delivery body and headers); larger ones are refused RESOURCE_EXHAUSTED")
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", defaultHTTPIdleTimeout, "close an HTTP keep-alive connection idle this long")
+	fs.BoolVar(&c.RequireNoEviction, "require-noeviction", false, "refuse to start unless the Redis fast tier's maxmemory-policy is noeviction (read with CONFIG GET; a Redis that refuses it, or does not answer, fails the check); no effect without --redis-url")
 	bindRetention(fs, &c.retentionConfig)
 	bindSecurity(fs, &c.securityConfig)
 	if err := parse(fs, args); err != nil {
@@ -170,6 +175,13 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}()
 	met.SetTiers(st.fastKind, st.durableKind)
 	st.announceDurability(met, log)
+	if c.RequireNoEviction && st.redis != nil {
+		if err := requireNoEviction(ctx, st.redis); err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return err
+		}
+	}
 
 	opts := append(met.ServerOptions(), tracing.ServerOptions()...)
 	opts = append(opts, keepaliveOptions()...)
@@ -284,6 +296,25 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return serveErr
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// requireNoEviction is --require-noeviction: Redis must answer that its
+// maxmemory-policy is noeviction. (Whatever the flag, the metrics sampler
+// reads the policy at start and on every sample, warns about one that may
+// evict claim keys and sets claimd_redis_eviction_policy_unsafe.)
+func requireNoEviction(ctx context.Context, rd *redis.Store) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ev, err := redisEviction(ctx, rd)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--require-noeviction: reading Redis's maxmemory-policy: %w", err)
+	case !ev.Known:
+		return errors.New("--require-noeviction: Redis refuses CONFIG GET, so its maxmemory-policy cannot be checked; grant the user +config|get or drop the flag")
+	case ev.Unsafe:
+		return fmt.Errorf("--require-noeviction: Redis's maxmemory-policy is %s, which may evict claim keys; set it to noeviction and do not share this Redis with a cache", ev.Policy)
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -33,6 +34,7 @@ type stores struct {
 	sources               metrics.Sources // background gauges
 	target                janitor.Target  // retention
 	sweeper               janitor.Sweeper // the in-process fast tier, or nil
+	redis                 *redis.Store    // the Redis fast tier, or nil
 }
 
 // openStores builds the tiers of DESIGN §6: embedded by default; PostgreSQL
@@ -67,6 +69,8 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 		}
 		st.store, st.mode, st.fastKind = twotier.New(rd, pg, twotier.Config{Observer: obs}), "redis+postgres", "redis"
 		st.sources.FastLiveKeys = rd.LiveKeys
+		st.sources.FastEviction = func(ctx context.Context) (metrics.Eviction, error) { return redisEviction(ctx, rd) }
+		st.redis = rd
 		return st, nil
 	}
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
@@ -112,6 +116,20 @@ func (s *stores) announceDurability(met *metrics.Metrics, log *slog.Logger) {
 			"A killed claimd loses nothing. Drop --sqlite-durability=relaxed to fsync every commit",
 			"sqlite_durability", s.durability)
 	}
+}
+
+// redisEviction reads rd's eviction policy for the metrics sampler and
+// --require-noeviction. A Redis that refuses CONFIG GET has an unknown
+// policy, which is not an error.
+func redisEviction(ctx context.Context, rd *redis.Store) (metrics.Eviction, error) {
+	policy, err := rd.EvictionPolicy(ctx)
+	switch {
+	case errors.Is(err, redis.ErrPolicyHidden):
+		return metrics.Eviction{}, nil
+	case err != nil:
+		return metrics.Eviction{}, err
+	}
+	return metrics.Eviction{Policy: policy, Known: true, Unsafe: redis.EvictsClaims(policy)}, nil
 }
 
 func (s *stores) Close() error {

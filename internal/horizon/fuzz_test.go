@@ -124,6 +124,9 @@ func FuzzJSONPath(f *testing.F) {
 	f.Add("a", []byte(`{"a":1,"a":2}`))
 	f.Add("[0].id", []byte(`[{"id":"x"}]`))
 	f.Add("x", []byte(`{"x":"\u00e9\ud800"}`))
+	f.Add("x", []byte(`{"x":"\ud800\u0041"}`))
+	f.Add("x", []byte(`{"x":"\ud83d\ude00\\ud800"}`))
+	f.Add("x", []byte("{\"x\":\"A\xff\"}"))
 	f.Fuzz(func(t *testing.T, path string, body []byte) {
 		steps, err := parsePath(path)
 		if err != nil {

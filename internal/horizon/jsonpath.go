@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -153,7 +154,13 @@ func (w *walker) value(depth int) (string, bool, error) {
 	if depth == len(w.steps) {
 		switch {
 		case c == '"':
-			v, err := unquote(w.str())
+			q := w.str()
+			if !exactString(q) {
+				// encoding/json would read it with U+FFFD in place of the
+				// bad bytes, so distinct values would make one key.
+				return "", false, fmt.Errorf("%s is not valid UTF-8", formatPath(w.steps))
+			}
+			v, err := unquote(q)
 			return v, v != "", err
 		case c == '-' || '0' <= c && c <= '9':
 			start := w.i
@@ -316,6 +323,56 @@ func unquote(q []byte) (string, error) {
 	var s string
 	err := json.Unmarshal(q, &s)
 	return s, err
+}
+
+// exactString reports whether quoted JSON string q decodes without a
+// replacement: its bytes are valid UTF-8 and every \u escape of a surrogate
+// is one half of a pair (high, then low). q is part of a valid JSON body, so
+// each \u is followed by four hex digits.
+func exactString(q []byte) bool {
+	inner := q[1 : len(q)-1]
+	if !utf8.Valid(inner) {
+		return false
+	}
+	for i := 0; i < len(inner); i++ {
+		if inner[i] != '\\' {
+			continue
+		}
+		i++ // the escaped byte
+		if inner[i] != 'u' {
+			continue
+		}
+		r := hex4(inner[i+1 : i+5])
+		i += 4
+		if !utf16.IsSurrogate(r) {
+			continue
+		}
+		if r >= 0xdc00 || i+6 >= len(inner) || inner[i+1] != '\\' || inner[i+2] != 'u' {
+			return false // a low half first, or a high half alone
+		}
+		if low := hex4(inner[i+3 : i+7]); low < 0xdc00 || low > 0xdfff {
+			return false
+		}
+		i += 6
+	}
+	return true
+}
+
+// hex4 reads four hex digits.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // keyIs reports whether quoted JSON string q is key, without allocating for

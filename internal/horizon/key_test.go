@@ -476,6 +476,53 @@ func TestDeriveKey(t *testing.T) {
 			body:    `{"id":"evt_1"}`,
 			wantErr: horizon.ErrNoKeyRule, wantMsg: "no key rule: provider nokey derives no key from a delivery; send event_id",
 		},
+		// A key is the body's bytes as sent: invalid UTF-8 is not replaced
+		// by U+FFFD (which made "A\xff" and "A\xfe" one key), it is refused.
+		{
+			desc: "json value with an invalid UTF-8 byte", provider: "byid",
+			body:    "{\"id\":\"A\xff\"}",
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule json:id: id is not valid UTF-8",
+		},
+		{
+			desc: "json value with another invalid UTF-8 byte", provider: "byid",
+			body:    "{\"id\":\"A\xfe\"}",
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule json:id: id is not valid UTF-8",
+		},
+		{
+			desc: "json value with an escaped lone surrogate", provider: "byid",
+			body:    `{"id":"A\ud800"}`,
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule json:id: id is not valid UTF-8",
+		},
+		{
+			desc: "json value with an escaped low surrogate first", provider: "byid",
+			body:    `{"id":"A\udc00\ud800"}`,
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule json:id: id is not valid UTF-8",
+		},
+		{
+			desc: "json value with a high surrogate before another escape", provider: "byid",
+			body:    `{"id":"A\ud800\u0041"}`,
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule json:id: id is not valid UTF-8",
+		},
+		{
+			desc: "json value with an escaped backslash before u", provider: "byid",
+			body:    `{"id":"A\\ud800"}`,
+			wantKey: `A\ud800`, wantSrc: horizon.KeySourceBodyField,
+		},
+		{
+			desc: "json value with an escaped surrogate pair", provider: "byid",
+			body:    `{"id":"A\ud83d\ude00"}`,
+			wantKey: "A\U0001F600", wantSrc: horizon.KeySourceBodyField,
+		},
+		{
+			desc: "json value with U+FFFD as sent", provider: "byid",
+			body:    "{\"id\":\"A\\ufffd\uFFFD\"}",
+			wantKey: "A\uFFFD\uFFFD", wantSrc: horizon.KeySourceBodyField,
+		},
+		{
+			desc: "invalid UTF-8 elsewhere in the body is not the key's business", provider: "byid",
+			body:    "{\"id\":\"A\",\"note\":\"\xff\"}",
+			wantKey: "A", wantSrc: horizon.KeySourceBodyField,
+		},
 		{
 			desc: "group whose members' rules differ", provider: "mixed",
 			body:    `{"id":"evt_1"}`,

@@ -19,6 +19,7 @@ package metrics
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,6 +94,11 @@ type Metrics struct {
 	reviewOverdue   *prometheus.GaugeVec
 	tiersInfo       *prometheus.GaugeVec
 	sqliteDurable   *prometheus.GaugeVec
+	evictionPolicy  *prometheus.GaugeVec
+
+	evictionMu   sync.Mutex
+	evictionLast Eviction // the policy the sampler saw last
+	evictionSeen bool
 
 	janitorPasses      *prometheus.CounterVec
 	janitorClaims      prometheus.Counter
@@ -200,6 +206,11 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 			Name: "claimd_sqlite_durability",
 			Help: "Always 1 on the embedded tier; mode is --sqlite-durability: full (every commit fsynced) or relaxed (an OS crash or power loss may lose the last answered claims). Absent with PostgreSQL.",
 		}, []string{"mode"}),
+		evictionPolicy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "claimd_redis_eviction_policy_unsafe",
+			Help: "1 when the Redis fast tier's maxmemory-policy (the label) may evict claim keys (anything but noeviction, volatile-* included: claim keys expire), 0 for noeviction; " +
+				"no series without Redis or while the policy cannot be read (CONFIG GET refused). Sampled in the background.",
+		}, []string{"policy"}),
 
 		janitorPasses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "claimd_janitor_passes_total",
@@ -226,7 +237,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.claims, m.claimDuration, m.transitions, m.invalidTransitions, m.staleTokens, m.takeovers,
 		m.falseNegatives, m.tierErrors, m.payloadMismatches, m.keyFallbacks,
-		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo, m.sqliteDurable,
+		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo, m.sqliteDurable, m.evictionPolicy,
 		m.janitorPasses, m.janitorClaims, m.janitorPartitions, m.janitorAuditRows, m.janitorLastSuccess,
 		m.grpc.server,
 	} {

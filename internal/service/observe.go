@@ -156,13 +156,20 @@ func (r *Request) KeySourceLabel() string {
 func (s *Service) finish(ctx context.Context, r *Request, start time.Time, err error) error {
 	r.Latency = time.Since(start)
 	if err != nil {
-		var te *tiers.TransitionError
-		if errors.As(err, &te) {
+		var (
+			te *tiers.TransitionError
+			rm *tiers.ResultMismatchError
+		)
+		switch {
+		case errors.As(err, &te):
 			r.From, r.State = te.Current, te.Current
+		case errors.As(err, &rm):
+			r.State = rm.Current
 		}
+		r.errMessage = err.Error() // the detail, which the caller's message leaves out
 		err = toStatus(err)
 		st := status.Convert(err)
-		r.Code, r.ErrReason, r.errMessage = st.Code(), errorReason(st), st.Message()
+		r.Code, r.ErrReason = st.Code(), errorReason(st)
 	}
 	s.log(ctx, r)
 	annotateSpan(ctx, r)

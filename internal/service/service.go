@@ -65,10 +65,12 @@ func New(cfg Config) *Service {
 	return &Service{cfg: cfg}
 }
 
-// Register registers both services on r.
+// Register registers both services on r. Their requests are decoded by the
+// service itself (decode.go), so that a request protobuf refuses is answered
+// INVALID_ARGUMENT rather than grpc-go's INTERNAL.
 func (s *Service) Register(r grpc.ServiceRegistrar) {
-	pb.RegisterClaimServiceServer(r, s)
-	pb.RegisterProviderServiceServer(r, s)
+	r.RegisterService(s.strictDecoding(&pb.ClaimService_ServiceDesc), s)
+	r.RegisterService(s.strictDecoding(&pb.ProviderService_ServiceDesc), s)
 }
 
 func (s *Service) bounded(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
@@ -150,7 +152,7 @@ func (s *Service) validateClaim(req *pb.ClaimRequest, principal string) (claim, 
 		c.add("key", "exactly one of event_id or delivery is required")
 	}
 	if scope := req.GetScope(); scope != "" && c.text("scope", scope, 1, MaxKeyBytes) && key != "" {
-		key += ":" + scope
+		key += ScopeSeparator + scope
 		if len(key) > MaxKeyBytes {
 			c.add("scope", "key with scope is %d bytes, exceeds the maximum of %d", len(key), MaxKeyBytes)
 		}
@@ -236,7 +238,7 @@ func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 func (s *Service) recordRef(c *checker, ns, provider, key string) (tiers.Key, *horizon.Provider, error) {
 	c.namespace(ns)
 	c.provider(provider)
-	c.key("key", key)
+	c.recordKey("key", key)
 	if err := c.err(); err != nil {
 		return tiers.Key{}, nil, err
 	}
@@ -251,12 +253,12 @@ func (s *Service) recordRef(c *checker, ns, provider, key string) (tiers.Key, *h
 func (s *Service) Transition(ctx context.Context, req *pb.TransitionRequest) (*pb.TransitionResponse, error) {
 	start := time.Now()
 	r := &Request{Method: "Transition", Namespace: req.GetNamespace(), Provider: req.GetProvider(), Key: req.GetKey(),
-		Token: req.GetFencingToken(), To: tiers.State(req.GetTo())}
+		Token: req.GetFencingToken()}
 	p, err := s.validateTransition(req)
 	if err != nil {
 		return nil, s.finish(ctx, r, start, err)
 	}
-	r.Provider, r.Known = p.Key.Provider, true
+	r.Provider, r.Known, r.To = p.Key.Provider, true, p.To
 	sctx, cancel := s.bounded(ctx, 0)
 	defer cancel()
 	rec, changed, err := s.cfg.Store.Transition(sctx, p)
@@ -279,10 +281,7 @@ func (s *Service) validateTransition(req *pb.TransitionRequest) (tiers.Transitio
 	}
 	c.token(req.GetFencingToken())
 	c.secret(req.GetLeaseSecret())
-	to := tiers.State(req.GetTo())
-	if to == tiers.StateUnspecified || to > tiers.StateFailed {
-		c.add("to", "%v is not a target state", req.GetTo())
-	}
+	to := c.state("to", req.GetTo())
 	if n := len(req.GetResult()); n > MaxResultBytes {
 		c.add("result", "%d bytes exceeds the maximum of %d (64 KiB)", n, MaxResultBytes)
 	} else if n > 0 && !to.Terminal() {

@@ -119,7 +119,9 @@ func checkToken(cur Record, token uint64, secretHash []byte) error {
 }
 
 // ApplyTransition applies p to cur. changed is false for a repeat of a
-// transition that already happened (same token, same target state).
+// transition that already happened (same token, same target state, and for a
+// terminal target the same result); a terminal target repeated with another
+// result is a *ResultMismatchError.
 func ApplyTransition(cur Record, p TransitionParams) (next Record, changed bool, err error) {
 	if err := checkToken(cur, p.Token, p.SecretHash); err != nil {
 		return cur, false, err
@@ -128,6 +130,9 @@ func ApplyTransition(cur Record, p TransitionParams) (next Record, changed bool,
 		return cur, false, fmt.Errorf("%w: token %d was released", ErrStaleToken, p.Token)
 	}
 	if cur.State == p.To {
+		if p.To.Terminal() && !bytes.Equal(cur.Result, p.Result) {
+			return cur, false, &ResultMismatchError{Current: cur.State}
+		}
 		return cur, false, nil
 	}
 	if !CanTransition(cur.State, p.To) {

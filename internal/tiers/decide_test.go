@@ -117,13 +117,26 @@ func TestApplyTransition(t *testing.T) {
 	states := []State{StateReceived, StateValidated, StateProcessing, StateSettled, StateFailed}
 	for _, from := range states {
 		for _, to := range states {
-			cur := held(func(r *Record) { r.State = from })
+			cur := held(func(r *Record) {
+				r.State = from
+				if from.Terminal() {
+					r.Result = []byte("r")
+				}
+			})
 			next, changed, err := ApplyTransition(*cur, TransitionParams{Key: cur.Key, Now: t0.Add(time.Second), Token: 1, SecretHash: secretA, To: to, Result: []byte("r")})
 			var te *TransitionError
 			switch {
 			case from == to:
 				if err != nil || changed || next.Version != cur.Version {
 					t.Errorf("repeat %v→%v = changed %v, %v; want a no-op success", from, to, changed, err)
+				}
+				if !to.Terminal() {
+					break
+				}
+				_, _, err := ApplyTransition(*cur, TransitionParams{Key: cur.Key, Now: t0.Add(time.Second), Token: 1, To: to, Result: []byte("other")})
+				var rm *ResultMismatchError
+				if !errors.As(err, &rm) || rm.Current != from {
+					t.Errorf("repeat %v→%v with another result error = %v, want ResultMismatchError with current %v", from, to, err, from)
 				}
 			case CanTransition(from, to):
 				if err != nil || !changed || next.State != to || next.Version != cur.Version+1 {

@@ -39,6 +39,18 @@ func (e *TransitionError) Error() string {
 	return fmt.Sprintf("transition %s→%s not allowed", e.Current, e.To)
 }
 
+// ResultMismatchError reports a terminal transition (SETTLED or FAILED)
+// repeated, with the current token, carrying a result other than the stored
+// one. Nothing is written: the first result stands, and the caller must not
+// believe that its own was kept.
+type ResultMismatchError struct {
+	Current State
+}
+
+func (e *ResultMismatchError) Error() string {
+	return fmt.Sprintf("already %s with a different result; the stored result stands", e.Current)
+}
+
 // Unavailable wraps err as ErrUnavailable, keeping its text.
 func Unavailable(tier string, err error) error {
 	return fmt.Errorf("%s: %w: %w", tier, ErrUnavailable, err)

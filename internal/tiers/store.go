@@ -97,11 +97,13 @@ type Store interface {
 	// Transition applies p.To when p.Token is the current token, p.SecretHash
 	// its owner's, and the transition is allowed from the current state.
 	// Repeating a transition that already happened, with the same token and
-	// secret, returns changed=false and writes nothing. Errors: ErrNotFound,
-	// ErrStaleToken (another holder took over, or the key was released),
-	// ErrNotOwner (the current token with another secret hash),
-	// *TransitionError (not allowed from the current state). The token is
-	// checked first, then the secret, then the state.
+	// secret (and, to SETTLED or FAILED, the same result), returns
+	// changed=false and writes nothing. Errors: ErrNotFound, ErrStaleToken
+	// (another holder took over, or the key was released), ErrNotOwner (the
+	// current token with another secret hash), *TransitionError (not allowed
+	// from the current state), *ResultMismatchError (a terminal state
+	// repeated with another result; nothing written). The token is checked
+	// first, then the secret, then the state.
 	Transition(ctx context.Context, p TransitionParams) (rec Record, changed bool, err error)
 
 	// Renew sets the lease of the current, unreleased holder to Now+Lease.
@@ -152,6 +154,14 @@ const (
 	// FastTakeover: the record may change hands (lease over, released,
 	// window over); only the durable tier may decide.
 	FastTakeover
+	// FastAskDurable: a claim with an AttemptID met a live pending marker
+	// it did not place. The fast tier cannot tell whether that attempt's
+	// own claim committed earlier (its reply lost, its repair failed, the
+	// durable tier down since), and must not answer the owner IN_PROGRESS
+	// by someone else's marker: the durable tier decides (the same
+	// ACQUIRED for the same attempt, else what Decide says). No marker was
+	// placed; the caller Puts the durable answer, replacing the marker.
+	FastAskDurable
 )
 
 // ReserveParams is a claim as the fast tier sees it.
@@ -167,7 +177,7 @@ type ReserveParams struct {
 // FastResult is the fast tier's answer. For FastDecided, Outcome, Reason and
 // Record say what to answer; a pending marker of another claim in flight is
 // reported as IN_PROGRESS with a zero Token and LeaseExpiresAt at the
-// marker's end.
+// marker's end (FastAskDurable instead when the claim has an AttemptID).
 type FastResult struct {
 	Verdict FastVerdict
 	Outcome Outcome

@@ -410,8 +410,11 @@ type ClaimRequest struct {
 	//	*ClaimRequest_Delivery
 	Key isClaimRequest_Key `protobuf_oneof:"key"`
 	// scope optionally qualifies the unit of work (e.g. a transfer status); it
-	// becomes part of the canonical key as "<key>:<scope>". Same rules as
-	// event_id; the whole key is at most 255 bytes.
+	// becomes part of the canonical key as <key> U+001F <scope>: the key, the
+	// unit separator (one byte, 0x1F), the scope. Same rules as event_id, so
+	// neither part holds a control character and no two (key, scope) pairs,
+	// scoped or not, share a canonical key; the whole key is at most 255
+	// bytes. A key without a scope is the key as sent.
 	Scope string `protobuf:"bytes,5,opt,name=scope,proto3" json:"scope,omitempty"`
 	// payload_sha256 is the SHA-256 of the payload (exactly 32 bytes);
 	// optional. Computed from delivery.body when a delivery is sent (and then

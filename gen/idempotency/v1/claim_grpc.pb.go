@@ -53,8 +53,10 @@ type ClaimServiceClient interface {
 	Claim(ctx context.Context, in *ClaimRequest, opts ...grpc.CallOption) (*ClaimResponse, error)
 	// Transition moves the event forward, fenced by token and lease secret.
 	// Repeating a transition that already happened with the same token and
-	// secret succeeds and changes nothing. Errors: FAILED_PRECONDITION with
-	// ErrorInfo reason INVALID_TRANSITION or STALE_TOKEN, PERMISSION_DENIED/
+	// secret (and, to SETTLED or FAILED, the same result) succeeds and changes
+	// nothing. Errors: FAILED_PRECONDITION with ErrorInfo reason
+	// INVALID_TRANSITION, STALE_TOKEN or RESULT_MISMATCH (SETTLED or FAILED
+	// again with another result: the stored one stands), PERMISSION_DENIED/
 	// NOT_OWNER (the current token with a secret that is not its owner's),
 	// NOT_FOUND.
 	Transition(ctx context.Context, in *TransitionRequest, opts ...grpc.CallOption) (*TransitionResponse, error)
@@ -158,8 +160,10 @@ type ClaimServiceServer interface {
 	Claim(context.Context, *ClaimRequest) (*ClaimResponse, error)
 	// Transition moves the event forward, fenced by token and lease secret.
 	// Repeating a transition that already happened with the same token and
-	// secret succeeds and changes nothing. Errors: FAILED_PRECONDITION with
-	// ErrorInfo reason INVALID_TRANSITION or STALE_TOKEN, PERMISSION_DENIED/
+	// secret (and, to SETTLED or FAILED, the same result) succeeds and changes
+	// nothing. Errors: FAILED_PRECONDITION with ErrorInfo reason
+	// INVALID_TRANSITION, STALE_TOKEN or RESULT_MISMATCH (SETTLED or FAILED
+	// again with another result: the stored one stands), PERMISSION_DENIED/
 	// NOT_OWNER (the current token with a secret that is not its owner's),
 	// NOT_FOUND.
 	Transition(context.Context, *TransitionRequest) (*TransitionResponse, error)

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -85,6 +86,12 @@ func transitionTo(to tiers.State, result []byte, lease time.Duration) fencedCall
 	}
 }
 
+// transitionToSettledAgain repeats the SETTLED of setup settled, with the
+// result it stored.
+func transitionToSettledAgain(e *env, k string, cur *tiers.Record, token uint64, hash []byte) (got, want fencedAnswer) {
+	return transitionTo(tiers.StateSettled, []byte("result-of-"+k), 0)(e, k, cur, token, hash)
+}
+
 func renewFor(lease time.Duration) fencedCall {
 	return func(e *env, k string, cur *tiers.Record, token uint64, hash []byte) (got, want fencedAnswer) {
 		p := tiers.RenewParams{Key: key(k), Now: e.clk.Now(), Token: token, SecretHash: hash, Lease: lease}
@@ -119,7 +126,7 @@ func TestFencedStatementsMatchApply(t *testing.T) {
 		setup   func(e *env, k string)
 		token   func(cur uint64) uint64
 		call    fencedCall
-		wantErr error // nil, tiers.ErrNotFound, tiers.ErrStaleToken, tiers.ErrNotOwner, or a *tiers.TransitionError
+		wantErr error // nil, tiers.ErrNotFound, tiers.ErrStaleToken, tiers.ErrNotOwner, a *tiers.TransitionError or a *tiers.ResultMismatchError
 		hash    []byte
 	}{
 		{"transition: unknown key", absent, current, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrNotFound, owners},
@@ -129,7 +136,8 @@ func TestFencedStatementsMatchApply(t *testing.T) {
 		{"transition: SETTLED without a result", processing, current, transitionTo(tiers.StateSettled, nil, 0), nil, owners},
 		{"transition: terminal ignores a lease", processing, current, transitionTo(tiers.StateFailed, []byte("no"), 5*time.Minute), nil, owners},
 		{"transition: repeat is a no-op", processing, current, transitionTo(tiers.StateProcessing, nil, 0), nil, owners},
-		{"transition: repeat of SETTLED keeps the first result", settled, current, transitionTo(tiers.StateSettled, []byte("second"), 0), nil, owners},
+		{"transition: repeat of SETTLED with its result is a no-op", settled, current, transitionToSettledAgain, nil, owners},
+		{"transition: repeat of SETTLED with another result refused", settled, current, transitionTo(tiers.StateSettled, []byte("second"), 0), &tiers.ResultMismatchError{Current: tiers.StateSettled}, owners},
 		{"transition: RECEIVED→SETTLED refused", claimed, current, transitionTo(tiers.StateSettled, nil, 0), &tiers.TransitionError{Current: tiers.StateReceived, To: tiers.StateSettled, Op: "transition"}, owners},
 		{"transition: SETTLED→FAILED refused", settled, current, transitionTo(tiers.StateFailed, nil, 0), &tiers.TransitionError{Current: tiers.StateSettled, To: tiers.StateFailed, Op: "transition"}, owners},
 		{"transition: back to RECEIVED refused", validated, current, transitionTo(tiers.StateReceived, nil, 0), &tiers.TransitionError{Current: tiers.StateValidated, To: tiers.StateReceived, Op: "transition"}, owners},
@@ -219,14 +227,22 @@ func TestFencedStatementsMatchApply(t *testing.T) {
 }
 
 // checkErr compares err with want: both nil, the same sentinel, or equal
-// *tiers.TransitionErrors.
+// *tiers.TransitionErrors or *tiers.ResultMismatchErrors.
 func checkErr(t *testing.T, call string, err, want error) {
 	t.Helper()
-	var wantTE *tiers.TransitionError
+	var (
+		wantTE *tiers.TransitionError
+		wantRM *tiers.ResultMismatchError
+	)
 	switch {
 	case want == nil:
 		if err != nil {
 			t.Fatalf("%s error = %v, want nil", call, err)
+		}
+	case errors.As(want, &wantRM):
+		var rm *tiers.ResultMismatchError
+		if !errors.As(err, &rm) || *rm != *wantRM {
+			t.Fatalf("%s error = %v, want %v", call, err, wantRM)
 		}
 	case errors.As(want, &wantTE):
 		var te *tiers.TransitionError
@@ -299,4 +315,38 @@ func TestRowsFromBeforeLeaseSecrets(t *testing.T) {
 		t.Fatalf("Claim(after the lease) = %v/%v salt %x hash %x, want LEASE_EXPIRED with the claimant's", res.Outcome, res.Reason, res.Record.Salt, res.Record.SecretHash)
 	}
 	e.transition(k, res.Record.Token, tiers.StateProcessing)
+}
+
+// TestMissesWriteNoAuditRows: refused and missing-key calls write nothing,
+// no audit row either (a flood of Transitions on unknown keys must not grow
+// a log kept for months).
+func TestMissesWriteNoAuditRows(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx()
+	settled(e, "evt_held")
+	count := func() int {
+		var n int
+		if err := e.db.QueryRow(ctx, `SELECT count(*) FROM audit_log`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := count()
+	now := e.clk.Now()
+	for i := range 50 {
+		k := key(fmt.Sprintf("evt_missing_%d", i))
+		e.store.Transition(ctx, tiers.TransitionParams{Key: k, Now: now, Token: 1, SecretHash: owners, To: tiers.StateProcessing})
+		e.store.Renew(ctx, tiers.RenewParams{Key: k, Now: now, Token: 1, SecretHash: owners, Lease: lease})
+		e.store.Release(ctx, tiers.ReleaseParams{Key: k, Now: now, Token: 1, SecretHash: owners})
+	}
+	held := key("evt_held")
+	e.store.Transition(ctx, tiers.TransitionParams{Key: held, Now: now, Token: 2, SecretHash: owners, To: tiers.StateSettled})                      // stale token
+	e.store.Transition(ctx, tiers.TransitionParams{Key: held, Now: now, Token: 1, SecretHash: noSecret, To: tiers.StateSettled})                    // not the owner
+	e.store.Transition(ctx, tiers.TransitionParams{Key: held, Now: now, Token: 1, SecretHash: owners, To: tiers.StateProcessing})                   // invalid transition
+	e.store.Transition(ctx, tiers.TransitionParams{Key: held, Now: now, Token: 1, SecretHash: owners, To: tiers.StateSettled, Result: []byte("x")}) // result mismatch
+	e.store.Renew(ctx, tiers.RenewParams{Key: held, Now: now, Token: 1, SecretHash: owners, Lease: lease})                                          // terminal
+	e.store.Release(ctx, tiers.ReleaseParams{Key: held, Now: now, Token: 1, SecretHash: owners})                                                    // terminal
+	if after := count(); after != before {
+		t.Fatalf("audit rows after 150 missing-key and 5 refused calls = %d, want %d (unchanged)", after, before)
+	}
 }

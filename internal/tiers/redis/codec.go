@@ -70,8 +70,11 @@ func decodeReserve(k tiers.Key, v []any) (tiers.FastResult, error) {
 	if !ok {
 		return tiers.FastResult{}, fmt.Errorf("verdict %v (%T), want an integer", v[0], v[0])
 	}
-	if verdict == verdictReserved {
+	switch verdict {
+	case verdictReserved:
 		return tiers.FastResult{Verdict: tiers.FastReserved, Record: tiers.Record{Key: k}}, nil
+	case verdictAskDurable:
+		return tiers.FastResult{Verdict: tiers.FastAskDurable, Record: tiers.Record{Key: k}}, nil
 	}
 	if len(v) != 1+nFields {
 		return tiers.FastResult{}, fmt.Errorf("reply of %d values, want %d", len(v), 1+nFields)

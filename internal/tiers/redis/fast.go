@@ -32,6 +32,7 @@ const (
 	verdictDuplicate
 	verdictAgain
 	verdictBusy
+	verdictAskDurable
 )
 
 // key returns the Redis key of k: prefix{namespace:provider:key}. Namespaces

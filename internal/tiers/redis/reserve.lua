@@ -23,6 +23,10 @@
 --                (the record's salt and secret_hash come back with it, so
 --                the service can give the owner the same lease secret)
 --   7 BUSY       another holder's lease is live: IN_PROGRESS
+--   8 ASK        a claim with an attempt_id met another claim's live marker:
+--                only the durable tier knows whether that attempt already
+--                holds the key (its own claim committed, its reply lost), so
+--                it decides; no marker is placed. Returns {ASK} alone.
 --
 -- Invariants. The checks on a record run in the order of tiers.Decide, so the
 -- fast tier never answers what the durable tier would not. Time comes from
@@ -42,7 +46,7 @@ local FIELDS = {
   'first_seen', 'lease', 'window', 'updated', -- unix microseconds
   'salt', 'secret_hash', -- the owner's; last, so the positions above stay put
 }
-local RESERVED, PENDING, TAKEOVER, MISMATCH, DUPLICATE, AGAIN, BUSY = 1, 2, 3, 4, 5, 6, 7
+local RESERVED, PENDING, TAKEOVER, MISMATCH, DUPLICATE, AGAIN, BUSY, ASK = 1, 2, 3, 4, 5, 6, 7, 8
 
 local key = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -68,6 +72,9 @@ if not v[3] then
   -- No record: absent, or a pending marker.
   if not v[1] or v[1] == nonce or (tonumber(v[2]) or 0) <= now then
     return reserve()
+  end
+  if attempt_id ~= '' then
+    return {ASK}
   end
   return answer(PENDING)
 end

@@ -81,6 +81,25 @@ var fastCases = []struct {
 	{"record fields round-trip", testFastRoundTrip},
 	{"records that may change hands go to the durable tier", testFastTakeover},
 	{"payload mismatch and attempt_id", testFastMismatchAttempt},
+	{"an attempt_id meeting another claim's marker asks the durable tier", testFastAskDurable},
+}
+
+func testFastAskDurable(t *testing.T, fe *fastEnv) {
+	fe.reserve("k", "n1")
+	withAttempt := func(r *tiers.ReserveParams) { r.AttemptID = "att-1" }
+	fe.want("k", fe.reserve("k", "n2", withAttempt), tiers.FastAskDurable, tiers.OutcomeUnspecified)
+	// Without an attempt_id the marker still answers IN_PROGRESS.
+	fe.want("k", fe.reserve("k", "n3"), tiers.FastDecided, tiers.OutcomeInProgress)
+	// Our own marker is ours, attempt_id or not.
+	fe.want("k", fe.reserve("k", "n1", withAttempt), tiers.FastReserved, tiers.OutcomeUnspecified)
+	// Asking placed no marker: once n1's is gone, the key is free.
+	if err := fe.f.Abort(fe.e.ctx(), fe.e.key("k"), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	fe.want("k", fe.reserve("k", "n4"), tiers.FastReserved, tiers.OutcomeUnspecified)
+	// A record, not a marker, decides as before.
+	fe.put(fe.record("r"))
+	fe.want("r", fe.reserve("r", "n5", withAttempt), tiers.FastDecided, tiers.OutcomeInProgress)
 }
 
 func testFastReserve(t *testing.T, fe *fastEnv) {
@@ -152,7 +171,7 @@ func testFastVersions(t *testing.T, fe *fastEnv) {
 }
 
 func testFastRoundTrip(t *testing.T, fe *fastEnv) {
-	p := fe.e.params("k:scope")
+	p := fe.e.params("k\x1fscope")
 	p.PayloadHash = sha("payload")
 	p.AttemptID = "att"
 	rec := tiers.NewRecord(p)
@@ -160,8 +179,8 @@ func testFastRoundTrip(t *testing.T, fe *fastEnv) {
 	rec.Result = []byte{0, 1, 2, 255}
 	rec.UpdatedAt = rec.UpdatedAt.Add(time.Minute)
 	fe.put(rec)
-	res := fe.reserve("k:scope", "n1")
-	fe.want("k:scope", res, tiers.FastDecided, tiers.OutcomeDuplicate)
+	res := fe.reserve("k\x1fscope", "n1")
+	fe.want("k\x1fscope", res, tiers.FastDecided, tiers.OutcomeDuplicate)
 	if diff := cmp.Diff(rec, res.Record); diff != "" {
 		t.Fatalf("record round trip (-put +reserved):\n%s", diff)
 	}

@@ -193,3 +193,14 @@ func wantTransitionError(t *testing.T, call string, err error, current tiers.Sta
 		t.Fatalf("%s error current state = %v, want %v", call, te.Current, current)
 	}
 }
+
+func wantResultMismatch(t *testing.T, call string, err error, current tiers.State) {
+	t.Helper()
+	var rm *tiers.ResultMismatchError
+	if !errors.As(err, &rm) {
+		t.Fatalf("%s error = %v, want *tiers.ResultMismatchError", call, err)
+	}
+	if rm.Current != current {
+		t.Fatalf("%s error current state = %v, want %v", call, rm.Current, current)
+	}
+}

@@ -34,7 +34,7 @@ var storeCases = []struct {
 	{"lease is never taken over before it ends", testLeaseNotBeforeEnd},
 	{"lease takeover fences the old holder", testLeaseTakeover},
 	{"expired lease without takeover keeps the token valid", testExpiredLeaseTokenValid},
-	{"repeat transition is a no-op success", testRepeatTransition},
+	{"repeat transition is a no-op success, with another result an error", testRepeatTransition},
 	{"every transition is checked against the state machine", testTransitionMatrix},
 	{"unknown key is not found", testNotFound},
 	{"renew extends the lease and is fenced", testRenew},
@@ -227,9 +227,30 @@ func testRepeatTransition(t *testing.T, e *env) {
 	if _, _, err := e.transition("evt_r", tok, tiers.StateSettled, []byte("first")); err != nil {
 		t.Fatal(err)
 	}
-	rec, changed, err := e.transition("evt_r", tok, tiers.StateSettled, []byte("second"))
+	rec, changed, err := e.transition("evt_r", tok, tiers.StateSettled, []byte("first"))
 	if err != nil || changed || string(rec.Result) != "first" {
-		t.Fatalf("repeat Transition(→SETTLED) = result %q changed %v, %v; want first false nil", rec.Result, changed, err)
+		t.Fatalf("repeat Transition(→SETTLED, same result) = result %q changed %v, %v; want first false nil", rec.Result, changed, err)
+	}
+	// The same target with another result is not a repeat: the caller must
+	// learn that its result was not stored.
+	_, _, err = e.transition("evt_r", tok, tiers.StateSettled, []byte("second"))
+	wantResultMismatch(t, "repeat Transition(→SETTLED, other result)", err, tiers.StateSettled)
+	if rec, err := e.store.Get(e.ctx(), e.key("evt_r")); err != nil || string(rec.Result) != "first" {
+		t.Fatalf("after a refused result: Get = result %q, %v; want first", rec.Result, err)
+	}
+	dup := e.mustOutcome(e.params("evt_r"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
+	if string(dup.Record.Result) != "first" {
+		t.Fatalf("Claim(after a refused result) result = %q, want first", dup.Record.Result)
+	}
+
+	f := e.mustOutcome(e.params("evt_rf"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	if _, _, err := e.transition("evt_rf", ownerOf(f.Record), tiers.StateFailed, []byte("declined")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = e.transition("evt_rf", ownerOf(f.Record), tiers.StateFailed, nil)
+	wantResultMismatch(t, "repeat Transition(→FAILED, no result)", err, tiers.StateFailed)
+	if _, changed, err := e.transition("evt_rf", ownerOf(f.Record), tiers.StateFailed, []byte("declined")); err != nil || changed {
+		t.Fatalf("repeat Transition(→FAILED, same result) = changed %v, %v; want false nil", changed, err)
 	}
 }
 

@@ -94,8 +94,11 @@ export type ClaimRequest = Message<"idempotency.v1.ClaimRequest"> & {
 
   /**
    * scope optionally qualifies the unit of work (e.g. a transfer status); it
-   * becomes part of the canonical key as "<key>:<scope>". Same rules as
-   * event_id; the whole key is at most 255 bytes.
+   * becomes part of the canonical key as <key> U+001F <scope>: the key, the
+   * unit separator (one byte, 0x1F), the scope. Same rules as event_id, so
+   * neither part holds a control character and no two (key, scope) pairs,
+   * scoped or not, share a canonical key; the whole key is at most 255
+   * bytes. A key without a scope is the key as sent.
    *
    * @generated from field: string scope = 5;
    */
@@ -998,8 +1001,10 @@ export const ClaimService: GenService<{
   /**
    * Transition moves the event forward, fenced by token and lease secret.
    * Repeating a transition that already happened with the same token and
-   * secret succeeds and changes nothing. Errors: FAILED_PRECONDITION with
-   * ErrorInfo reason INVALID_TRANSITION or STALE_TOKEN, PERMISSION_DENIED/
+   * secret (and, to SETTLED or FAILED, the same result) succeeds and changes
+   * nothing. Errors: FAILED_PRECONDITION with ErrorInfo reason
+   * INVALID_TRANSITION, STALE_TOKEN or RESULT_MISMATCH (SETTLED or FAILED
+   * again with another result: the stored one stands), PERMISSION_DENIED/
    * NOT_OWNER (the current token with a secret that is not its owner's),
    * NOT_FOUND.
    *

@@ -107,8 +107,10 @@ class ClaimServiceServicer:
     def Transition(self, request, context):
         """Transition moves the event forward, fenced by token and lease secret.
         Repeating a transition that already happened with the same token and
-        secret succeeds and changes nothing. Errors: FAILED_PRECONDITION with
-        ErrorInfo reason INVALID_TRANSITION or STALE_TOKEN, PERMISSION_DENIED/
+        secret (and, to SETTLED or FAILED, the same result) succeeds and changes
+        nothing. Errors: FAILED_PRECONDITION with ErrorInfo reason
+        INVALID_TRANSITION, STALE_TOKEN or RESULT_MISMATCH (SETTLED or FAILED
+        again with another result: the stored one stands), PERMISSION_DENIED/
         NOT_OWNER (the current token with a secret that is not its owner's),
         NOT_FOUND.
         """
