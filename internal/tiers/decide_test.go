@@ -133,7 +133,7 @@ func TestApplyTransition(t *testing.T) {
 				if !to.Terminal() {
 					break
 				}
-				_, _, err := ApplyTransition(*cur, TransitionParams{Key: cur.Key, Now: t0.Add(time.Second), Token: 1, To: to, Result: []byte("other")})
+				_, _, err := ApplyTransition(*cur, TransitionParams{Key: cur.Key, Now: t0.Add(time.Second), Token: 1, SecretHash: secretA, To: to, Result: []byte("other")})
 				var rm *ResultMismatchError
 				if !errors.As(err, &rm) || rm.Current != from {
 					t.Errorf("repeat %v→%v with another result error = %v, want ResultMismatchError with current %v", from, to, err, from)

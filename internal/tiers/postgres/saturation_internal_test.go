@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,13 @@ const satLease, satTTL = time.Minute, 84 * time.Hour
 
 // checkNoPartialState compares every record of namespace ns with its audit
 // rows, and the server's sessions and s's pool with an idle state.
+// satSalt and satHash are the ownership fields of every claim here: the
+// fenced writes present the hash the claim stored.
+var (
+	satSalt = bytes.Repeat([]byte{0x5a}, tiers.SaltBytes)
+	satHash = bytes.Repeat([]byte{0xa5}, tiers.SecretHashBytes)
+)
+
 func checkNoPartialState(t *testing.T, s *Store, ns string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -137,7 +145,7 @@ func TestCancelledAtEveryStepLeavesNoPartialState(t *testing.T) {
 					att := "att-" + k.Key
 					var got tiers.ClaimResult
 					cutCall(t, d, "Claim", func(ctx context.Context) (err error) {
-						got, err = s.Claim(ctx, tiers.ClaimParams{Key: k, Now: clk.Now(), Lease: satLease, TTL: satTTL, Holder: "pod-a", AttemptID: att})
+						got, err = s.Claim(ctx, tiers.ClaimParams{Key: k, Now: clk.Now(), Lease: satLease, TTL: satTTL, Holder: "pod-a", AttemptID: att, Salt: satSalt, SecretHash: satHash})
 						return err
 					})
 					if got.Outcome != tiers.OutcomeAcquired || got.Reason != tiers.ReasonNew || got.Record.Token != 1 {
@@ -145,18 +153,18 @@ func TestCancelledAtEveryStepLeavesNoPartialState(t *testing.T) {
 					}
 					transition := func(to tiers.State, result []byte) {
 						cutCall(t, d, "Transition →"+to.String(), func(ctx context.Context) error {
-							_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: k, Now: clk.Now(), Token: 1, To: to, Result: result})
+							_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: k, Now: clk.Now(), Token: 1, SecretHash: satHash, To: to, Result: result})
 							return err
 						})
 					}
 					transition(tiers.StateProcessing, nil)
 					cutCall(t, d, "Renew", func(ctx context.Context) error {
-						_, err := s.Renew(ctx, tiers.RenewParams{Key: k, Now: clk.Now(), Token: 1, Lease: satLease})
+						_, err := s.Renew(ctx, tiers.RenewParams{Key: k, Now: clk.Now(), Token: 1, SecretHash: satHash, Lease: satLease})
 						return err
 					})
 					if release {
 						cutCall(t, d, "Release", func(ctx context.Context) error {
-							_, err := s.Release(ctx, tiers.ReleaseParams{Key: k, Now: clk.Now(), Token: 1})
+							_, err := s.Release(ctx, tiers.ReleaseParams{Key: k, Now: clk.Now(), Token: 1, SecretHash: satHash})
 							return err
 						})
 					} else {
@@ -192,14 +200,14 @@ func TestPoolExhaustedLeavesNoPartialState(t *testing.T) {
 	const ns = "pool"
 	key := func(k string) tiers.Key { return tiers.Key{Namespace: ns, Provider: "stripe", Key: k} }
 	claimParams := func(k string) tiers.ClaimParams {
-		return tiers.ClaimParams{Key: key(k), Now: clk.Now(), Lease: satLease, TTL: satTTL, Holder: "pod-a", AttemptID: "att-" + k}
+		return tiers.ClaimParams{Key: key(k), Now: clk.Now(), Lease: satLease, TTL: satTTL, Holder: "pod-a", AttemptID: "att-" + k, Salt: satSalt, SecretHash: satHash}
 	}
 	ctx := context.Background()
 	for _, k := range []string{"evt_settle", "evt_renew", "evt_release"} {
 		if _, err := s.Claim(ctx, claimParams(k)); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key(k), Now: clk.Now(), Token: 1, To: tiers.StateProcessing}); err != nil {
+		if _, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key(k), Now: clk.Now(), Token: 1, SecretHash: satHash, To: tiers.StateProcessing}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -216,15 +224,15 @@ func TestPoolExhaustedLeavesNoPartialState(t *testing.T) {
 	const deadline = 200 * time.Millisecond
 	calls := map[string]func(ctx context.Context) error{
 		"Transition": func(ctx context.Context) error {
-			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_settle"), Now: clk.Now(), Token: 1, To: tiers.StateSettled, Result: []byte("receipt")})
+			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_settle"), Now: clk.Now(), Token: 1, SecretHash: satHash, To: tiers.StateSettled, Result: []byte("receipt")})
 			return err
 		},
 		"Renew": func(ctx context.Context) error {
-			_, err := s.Renew(ctx, tiers.RenewParams{Key: key("evt_renew"), Now: clk.Now(), Token: 1, Lease: satLease})
+			_, err := s.Renew(ctx, tiers.RenewParams{Key: key("evt_renew"), Now: clk.Now(), Token: 1, SecretHash: satHash, Lease: satLease})
 			return err
 		},
 		"Release": func(ctx context.Context) error {
-			_, err := s.Release(ctx, tiers.ReleaseParams{Key: key("evt_release"), Now: clk.Now(), Token: 1})
+			_, err := s.Release(ctx, tiers.ReleaseParams{Key: key("evt_release"), Now: clk.Now(), Token: 1, SecretHash: satHash})
 			return err
 		},
 	}

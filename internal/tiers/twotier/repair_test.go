@@ -1,6 +1,7 @@
 package twotier_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -123,6 +124,7 @@ func (w *repairWorld) params(k, holder, attempt string) tiers.ClaimParams {
 	return tiers.ClaimParams{
 		Key: tiers.Key{Namespace: w.ns, Provider: "stripe", Key: k}, Now: w.clk.Now(),
 		Lease: time.Minute, TTL: 84 * time.Hour, Holder: holder, AttemptID: attempt,
+		Salt: bytes.Repeat([]byte{1}, tiers.SaltBytes), SecretHash: ownerHash,
 	}
 }
 
@@ -153,7 +155,7 @@ func (w *repairWorld) wantOwnerAgain(k string, first tiers.ClaimResult) {
 }
 
 func (w *repairWorld) transition(ctx context.Context, k string, token uint64, to tiers.State, result []byte) (bool, error) {
-	_, changed, err := w.store.Transition(ctx, tiers.TransitionParams{Key: w.params(k, "", "").Key, Now: w.clk.Now(), Token: token, To: to, Result: result})
+	_, changed, err := w.store.Transition(ctx, tiers.TransitionParams{Key: w.params(k, "", "").Key, Now: w.clk.Now(), Token: token, SecretHash: ownerHash, To: to, Result: result})
 	return changed, err
 }
 
@@ -302,12 +304,12 @@ func TestCancelledAtEveryStepConverges(t *testing.T) {
 				}
 				transition(tiers.StateProcessing, nil)
 				w.cut(d, "Renew", func(ctx context.Context) error {
-					_, err := w.store.Renew(ctx, tiers.RenewParams{Key: key, Now: w.clk.Now(), Token: 1, Lease: time.Minute})
+					_, err := w.store.Renew(ctx, tiers.RenewParams{Key: key, Now: w.clk.Now(), Token: 1, SecretHash: ownerHash, Lease: time.Minute})
 					return err
 				})
 				if release {
 					w.cut(d, "Release", func(ctx context.Context) error {
-						_, err := w.store.Release(ctx, tiers.ReleaseParams{Key: key, Now: w.clk.Now(), Token: 1})
+						_, err := w.store.Release(ctx, tiers.ReleaseParams{Key: key, Now: w.clk.Now(), Token: 1, SecretHash: ownerHash})
 						return err
 					})
 				} else {
