@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claimd/claimd/internal/auth"
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/janitor"
@@ -45,7 +46,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	// The embedded tier migrates when it opens.
-	st, err := openStores(ctx, &c, nil)
+	log, err := c.logger(stderr)
+	if err != nil {
+		return err
+	}
+	st, err := openStores(ctx, &c, nil, log)
 	if err != nil {
 		return err
 	}
@@ -79,6 +84,41 @@ func runProviders(args []string, stdout, stderr io.Writer) error {
 	return reg.Table(stdout, clock.Real{}.Now(), c.ReviewAge)
 }
 
+// runToken prints a fresh bearer token on the first line (so a script can
+// take it with head -1) and the auth file lines that list its hash. claimd
+// never sees the token again: the file keeps only the hash.
+func runToken(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "new" {
+		fmt.Fprintln(stderr, "usage: claimd token new [--principal NAME]")
+		return fmt.Errorf("%w: token: want the subcommand new", errUsage)
+	}
+	var principal string
+	fs := newFlagSet("token new", stderr)
+	fs.StringVar(&principal, "principal", "", "the principal the token is for: the printed lines then name it")
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	if principal != "" {
+		if err := auth.CheckPrincipalName(principal); err != nil {
+			return fmt.Errorf("%w: --principal: %v", errUsage, err)
+		}
+	}
+	tok := auth.NewToken()
+	fmt.Fprintln(stdout, tok)
+	fmt.Fprintln(stdout, "# The line above is the token: hand it to the caller now; it is not stored anywhere.")
+	line := fmt.Sprintf("tokens: [%q]", auth.HashToken(tok))
+	if principal == "" {
+		fmt.Fprintln(stdout, "# Add its hash to a principal of the auth file (--auth-file), then reload (SIGHUP):")
+		fmt.Fprintln(stdout, "    "+line)
+		return nil
+	}
+	fmt.Fprintln(stdout, "# Add its hash to the auth file (--auth-file), then reload (SIGHUP); a principal may list several tokens:")
+	fmt.Fprintln(stdout, "principals:")
+	fmt.Fprintln(stdout, "  "+principal+":")
+	fmt.Fprintln(stdout, "    "+line)
+	return nil
+}
+
 func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
 		c      commonConfig
@@ -99,7 +139,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	st, err := openStores(ctx, &c, nil)
+	st, err := openStores(ctx, &c, nil, log)
 	if err != nil {
 		return err
 	}

@@ -11,28 +11,41 @@ import (
 
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/janitor"
+	"github.com/claimd/claimd/internal/tiers/redis"
+	"github.com/claimd/claimd/internal/tiers/sqlite"
+	"github.com/claimd/claimd/internal/tlsconfig"
 )
 
 // commonConfig is what every command that touches the tiers or the registry
 // needs. Zero values are never used: defaults come from the flags.
 type commonConfig struct {
-	DataDir     string
-	RedisURL    string
-	PostgresURL string
-	Providers   string
-	ReviewAge   time.Duration
-	LogLevel    string
-	LogFormat   string
+	DataDir          string
+	SQLiteDurability string
+	RedisURL         string
+	PostgresURL      string
+	// RedisCA, RedisCert and RedisKey are the TLS files of a rediss://
+	// fast tier (PostgreSQL takes its own in the URL: sslrootcert,
+	// sslcert, sslkey).
+	RedisCA, RedisCert, RedisKey string
+	Providers                    string
+	ReviewAge                    time.Duration
+	LogLevel                     string
+	LogFormat                    string
 }
 
 // bindCommon registers the common flags on fs. URLs default to their
 // environment variables so that secrets need not appear in a process list.
 func bindCommon(fs *flag.FlagSet, c *commonConfig) {
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory of the embedded tiers (used when no --postgres-url)")
+	fs.StringVar(&c.SQLiteDurability, "sqlite-durability", sqlite.DurabilityFull.String(),
+		"embedded tier: full fsyncs every commit; relaxed (synchronous=NORMAL) may lose the last answered claims on an OS crash or power loss")
 	fs.StringVar(&c.RedisURL, "redis-url", os.Getenv("CLAIMD_REDIS_URL"), "Redis fast tier URL (env CLAIMD_REDIS_URL); needs --postgres-url. One server: redis://host:6379/0; "+
 		"Redis Cluster: redis://node1:6379?addr=node2:6379&addr=node3:6379 (or ?cluster=true with one seed); "+
 		"Sentinel: redis://sentinel1:26379?addr=sentinel2:26379&master_name=NAME")
-	fs.StringVar(&c.PostgresURL, "postgres-url", os.Getenv("CLAIMD_POSTGRES_URL"), "PostgreSQL durable tier URL (env CLAIMD_POSTGRES_URL)")
+	fs.StringVar(&c.PostgresURL, "postgres-url", os.Getenv("CLAIMD_POSTGRES_URL"), "PostgreSQL durable tier URL (env CLAIMD_POSTGRES_URL); for TLS add ?sslmode=verify-full&sslrootcert=/path/ca.pem")
+	fs.StringVar(&c.RedisCA, "redis-ca", "", "PEM CA bundle that verifies a rediss:// server (default: the system roots)")
+	fs.StringVar(&c.RedisCert, "redis-cert", "", "PEM client certificate for a rediss:// server that requires one (Redis's tls-auth-clients); re-read when it changes")
+	fs.StringVar(&c.RedisKey, "redis-key", "", "PEM private key of --redis-cert")
 	fs.StringVar(&c.Providers, "providers", "", "providers file replacing the embedded registry")
 	fs.DurationVar(&c.ReviewAge, "horizon-review-age", 180*24*time.Hour, "reviewed_on older than this is overdue (warning and metric)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -60,7 +73,39 @@ func (c *commonConfig) validate() error {
 	if c.RedisURL != "" && c.PostgresURL == "" {
 		return fmt.Errorf("%w: --redis-url needs --postgres-url: Redis is a cache, PostgreSQL the source of truth", errUsage)
 	}
+	if c.redisTLS() && !strings.HasPrefix(c.RedisURL, "rediss://") {
+		return fmt.Errorf("%w: --redis-ca, --redis-cert and --redis-key need a rediss:// --redis-url", errUsage)
+	}
+	d, err := sqlite.ParseDurability(c.SQLiteDurability)
+	if err != nil {
+		return fmt.Errorf("%w: --sqlite-durability: %v", errUsage, err)
+	}
+	if d != sqlite.DurabilityFull && c.PostgresURL != "" {
+		return fmt.Errorf("%w: --sqlite-durability=%s applies to the embedded tier only; PostgreSQL's durability is its own fsync and synchronous_commit", errUsage, d)
+	}
 	return nil
+}
+
+func (c *commonConfig) redisTLS() bool {
+	return c.RedisCA != "" || c.RedisCert != "" || c.RedisKey != ""
+}
+
+// redisConfig is the fast tier's configuration: the URL and, for rediss://,
+// the TLS files of the flags (go-redis's URL has no parameter for them).
+func (c *commonConfig) redisConfig(log *slog.Logger) (redis.Config, error) {
+	cfg := redis.Config{URL: c.RedisURL}
+	if !c.redisTLS() {
+		return cfg, nil
+	}
+	r, err := tlsconfig.New(tlsconfig.Config{
+		Files:  tlsconfig.Files{CA: c.RedisCA, Cert: c.RedisCert, Key: c.RedisKey},
+		Logger: log,
+	})
+	if err != nil {
+		return cfg, fmt.Errorf("--redis-ca, --redis-cert, --redis-key: %w", err)
+	}
+	cfg.TLS = r.ClientConfig()
+	return cfg, nil
 }
 
 func (c *commonConfig) logger(w io.Writer) (*slog.Logger, error) {

@@ -42,6 +42,8 @@ Usage:
   claimd providers [flags]      print the provider registry as derived (ttl = horizon + margin)
   claimd providers --check FILE validate a providers file; non-zero exit on errors
   claimd prune [--dry-run]      run one retention pass and report counts
+  claimd token new [--principal NAME]
+                                print a fresh bearer token and the auth file line listing its hash
   claimd version                print the version
 
 Tiers: with no flags, embedded tiers under --data-dir (no servers needed).
@@ -63,6 +65,8 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runProviders(args, stdout, stderr)
 	case "prune":
 		return runPrune(ctx, args, stdout, stderr)
+	case "token":
+		return runToken(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, versionString())
 		return nil

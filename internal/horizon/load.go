@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -53,6 +54,8 @@ func (e *ValidationError) Error() string {
 // retry_horizon <= 0; margin <= 0; ttl (= retry_horizon + margin) <=
 // retry_horizon; lease <= 0 or lease > ttl; max_lease < lease or max_lease >
 // ttl; a key rule does not parse (or reads a signature or timestamp header);
+// families is not a list of distinct one-line names, or is given without a
+// key rule;
 // source is not an http(s) URL; reviewed_on is not a date (YYYY-MM-DD); a
 // name does not match [a-z0-9][a-z0-9_.-]{0,62}; a group is empty, shadows a
 // provider, or lists a member that is not a provider of the file.
@@ -279,8 +282,11 @@ func (l *loader) version(n *yaml.Node) int {
 
 var providerFields = map[string]bool{
 	"retry_horizon": true, "margin": true, "lease": true, "max_lease": true,
-	"key": true, "source": true, "reviewed_on": true,
+	"key": true, "families": true, "source": true, "reviewed_on": true,
 }
+
+// maxFamilyLen bounds a family's name: it is a label in a table, not prose.
+const maxFamilyLen = 80
 
 // providers returns the valid providers of n, and the names of all the
 // providers it defines, valid or not (so that a group naming a broken
@@ -309,7 +315,7 @@ func (l *loader) providers(n *yaml.Node) ([]*Provider, map[string]bool) {
 // broken (the errors are recorded).
 func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 	if n.Kind != yaml.MappingNode {
-		l.errorf(n, name, "must be a mapping of retry_horizon, margin, lease, max_lease, key, source, reviewed_on")
+		l.errorf(n, name, "must be a mapping of retry_horizon, margin, lease, max_lease, key, families, source, reviewed_on")
 		return nil
 	}
 	before := len(l.errs)
@@ -373,6 +379,15 @@ func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 		}
 		p.KeyRule, p.Rule = v.Value, r
 	}
+	if v := vals["families"]; v != nil {
+		p.Families = l.families(v, name, vals["key"] != nil)
+		if p.Rule != nil && p.Families != nil {
+			if n := len(p.Rule.Alternatives()); n > 1 && n != len(p.Families) {
+				l.errorf(v, name, "families lists %d entries for the %d alternatives of the key rule: name what each alternative covers, in order",
+					len(p.Families), n)
+			}
+		}
+	}
 	if v := vals["source"]; v != nil && l.scalar(v, name, "source") {
 		u, err := url.Parse(v.Value)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
@@ -391,6 +406,38 @@ func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 		return nil
 	}
 	return p
+}
+
+// families returns the list of webhook families n names, recording an error
+// for anything but a list of distinct, short, one-line names. A list without
+// a key rule to cover them is refused: it would claim a coverage that does
+// not exist. For a rule of alternatives the caller checks that there is one
+// entry per alternative, so that `claimd providers` pairs each alternative
+// with what it covers.
+func (l *loader) families(n *yaml.Node, subject string, hasKey bool) []string {
+	if !hasKey {
+		l.errorf(n, subject, "families names what the key rule covers, but there is no key rule")
+	}
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		l.errorf(n, subject, "families must be a list of at least one webhook family, as in [payments, disputes]")
+		return nil
+	}
+	var out []string
+	seen := make(map[string]bool, len(n.Content))
+	for _, f := range n.Content {
+		switch {
+		case f.Kind != yaml.ScalarNode || f.Value == "":
+			l.errorf(f, subject, "a family must be a non-empty name")
+		case len(f.Value) > maxFamilyLen || strings.ContainsAny(f.Value, "\n\r\t"):
+			l.errorf(f, subject, "family %q must be one line of at most %d bytes", clipRule(f.Value), maxFamilyLen)
+		case seen[f.Value]:
+			l.errorf(f, subject, "family %q is listed twice", f.Value)
+		default:
+			seen[f.Value] = true
+			out = append(out, f.Value)
+		}
+	}
+	return out
 }
 
 // scalar reports whether n is a non-empty scalar, recording an error if not.

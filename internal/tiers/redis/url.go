@@ -124,7 +124,9 @@ func newClient(cfg Config) (goredis.UniversalClient, Deployment, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		applyFailover(opts, cfg)
+		if err := applyFailover(opts, cfg); err != nil {
+			return nil, 0, err
+		}
 		return goredis.NewFailoverClient(opts), d, nil
 	case Cluster:
 		q := u.Query()
@@ -135,42 +137,56 @@ func newClient(cfg Config) (goredis.UniversalClient, Deployment, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		applyCluster(opts, cfg)
+		if err := applyCluster(opts, cfg); err != nil {
+			return nil, 0, err
+		}
 		return goredis.NewClusterClient(opts), d, nil
 	}
 	opts, err := goredis.ParseURL(cfg.URL)
 	if err != nil {
 		return nil, 0, err
 	}
+	if err := applyTLS(opts, cfg.TLS); err != nil {
+		return nil, 0, err
+	}
 	applyConfig(opts, cfg)
 	return goredis.NewClient(opts), d, nil
 }
 
-// applyCluster is applyConfig for a cluster client: the same knobs apply to
-// the client of each node. MaxRedirects (MOVED and ASK replies followed per
-// command, default 3) is left to go-redis: a slot moves at most once per
-// command in practice, and a reshard needs at most a MOVED and an ASK.
-func applyCluster(o *goredis.ClusterOptions, cfg Config) {
+// applyCluster is applyTLS and applyConfig for a cluster client: the same
+// settings apply to the client of each node. MaxRedirects (MOVED and ASK
+// replies followed per command, default 3) is left to go-redis: a reshard
+// needs at most a MOVED and an ASK per command.
+func applyCluster(o *goredis.ClusterOptions, cfg Config) error {
 	t := &goredis.Options{
 		PoolSize: o.PoolSize, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-		PoolTimeout: o.PoolTimeout, MaxRetries: o.MaxRetries, DialerRetries: o.DialerRetries,
+		PoolTimeout: o.PoolTimeout, MaxRetries: o.MaxRetries, DialerRetries: o.DialerRetries, TLSConfig: o.TLSConfig,
+	}
+	if err := applyTLS(t, cfg.TLS); err != nil {
+		return err
 	}
 	applyConfig(t, cfg)
 	o.PoolSize, o.DialTimeout, o.ReadTimeout, o.WriteTimeout = t.PoolSize, t.DialTimeout, t.ReadTimeout, t.WriteTimeout
 	o.PoolTimeout, o.MaxRetries, o.DialerRetries = t.PoolTimeout, t.MaxRetries, t.DialerRetries
-	o.ContextTimeoutEnabled = t.ContextTimeoutEnabled
+	o.ContextTimeoutEnabled, o.TLSConfig = t.ContextTimeoutEnabled, t.TLSConfig
+	return nil
 }
 
-// applyFailover is applyConfig for a Sentinel-backed client. A retry after a
+// applyFailover is applyTLS and applyConfig for a Sentinel-backed client
+// (TLS then covers the sentinels and the data nodes alike). A retry after a
 // failover is what MaxRetries is for: the dead primary's pooled connections
 // fail once, and the next attempt asks the sentinels for the new one.
-func applyFailover(o *goredis.FailoverOptions, cfg Config) {
+func applyFailover(o *goredis.FailoverOptions, cfg Config) error {
 	t := &goredis.Options{
 		PoolSize: o.PoolSize, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-		PoolTimeout: o.PoolTimeout, MaxRetries: o.MaxRetries, DialerRetries: o.DialerRetries,
+		PoolTimeout: o.PoolTimeout, MaxRetries: o.MaxRetries, DialerRetries: o.DialerRetries, TLSConfig: o.TLSConfig,
+	}
+	if err := applyTLS(t, cfg.TLS); err != nil {
+		return err
 	}
 	applyConfig(t, cfg)
 	o.PoolSize, o.DialTimeout, o.ReadTimeout, o.WriteTimeout = t.PoolSize, t.DialTimeout, t.ReadTimeout, t.WriteTimeout
 	o.PoolTimeout, o.MaxRetries, o.DialerRetries = t.PoolTimeout, t.MaxRetries, t.DialerRetries
-	o.ContextTimeoutEnabled = t.ContextTimeoutEnabled
+	o.ContextTimeoutEnabled, o.TLSConfig = t.ContextTimeoutEnabled, t.TLSConfig
+	return nil
 }
