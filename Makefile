@@ -60,11 +60,9 @@ build: ## build bin/claimd
 run: build ## start claimd with embedded tiers on 127.0.0.1:50051 (ARGS="--flag ..." to add flags)
 	./bin/claimd serve $(ARGS)
 
-test: $(HELM) ## every test: Go with -race (real Redis and PostgreSQL, installed when missing), the Helm chart, each benchmark once, the Python and TypeScript clients
+test: $(HELM) ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and PostgreSQL, installed when missing; helm lint/template of the chart), each benchmark once, the Python and TypeScript clients
 	./scripts/test-deps.sh
 	go test $(GO_TEST_FLAGS) ./...
-	@echo "== Helm chart: lint and render with each value set"
-	$(MAKE) --no-print-directory helm
 	@echo "== each Go benchmark once, so none can rot"
 	go test -run '^$$' -bench . -benchtime 1x -timeout 15m ./...
 	@echo "== Python client and example"
@@ -100,8 +98,8 @@ image: ## build the container image $(IMAGE) (docker when its daemon answers, el
 		echo "make image: needs docker (with a running daemon) or buildah (apt-get install buildah)" >&2; exit 1; \
 	fi
 
-helm: $(HELM) ## helm lint and helm template of deploy/helm/claimd with each value set in deploy/helm/values
-	./scripts/helm-check.sh
+helm: $(HELM) ## helm lint and helm template of deploy/helm/claimd with each value set, and the checks of the rendered manifests
+	go test -count=1 ./deploy/
 
 clean: ## remove build outputs
 	rm -rf bin

@@ -18,11 +18,13 @@ have_postgres() {
 	return 1
 }
 
-have_all() { command -v redis-server >/dev/null && have_postgres; }
+# redis-cli (Debian: redis-tools, a dependency of redis-server) creates the
+# test Redis Cluster.
+have_all() { command -v redis-server >/dev/null && command -v redis-cli >/dev/null && have_postgres; }
 
 have_all && exit 0
 
-packages=(redis-server postgresql)
+packages=(redis-server redis-tools postgresql)
 if [[ $EUID -ne 0 ]] || ! command -v apt-get >/dev/null; then
 	echo "test-deps: redis-server and PostgreSQL (initdb, postgres) are required by the tests." >&2
 	echo "test-deps: install them, e.g.: sudo apt-get install ${packages[*]}" >&2

@@ -1,0 +1,85 @@
+{{/* Names and labels shared by every object of the chart. */}}
+
+{{- define "claimd.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "claimd.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "claimd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "claimd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "claimd.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "claimd.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "claimd.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "claimd.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "claimd.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/*
+claimd.checks refuses value sets claimd itself would refuse at start, so
+the mistake shows at helm install rather than as a crash loop.
+*/}}
+{{- define "claimd.checks" -}}
+{{- if not .Values.postgres.existingSecret -}}
+{{- fail "postgres.existingSecret is required: claimd's durable tier is PostgreSQL (a Secret holding its URL)" -}}
+{{- end -}}
+{{- if and (not .Values.insecure) (not .Values.tls.existingSecret) -}}
+{{- fail "tls.existingSecret is required unless insecure=true: claimd refuses to serve a non-loopback address without TLS" -}}
+{{- end -}}
+{{- if and (not .Values.insecure) (not .Values.auth.existingSecret) (not .Values.tls.clientCA) -}}
+{{- fail "auth.existingSecret or tls.clientCA is required unless insecure=true: callers must authenticate" -}}
+{{- end -}}
+{{- if and (not .Values.insecure) (not .Values.tls.clientCA) -}}
+{{- fail "tls.clientCA is required unless insecure=true: claimd serves /metrics on a non-loopback address only to scrapers with a client certificate" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Environment of every claimd container: the tier URLs, from Secrets only. */}}
+{{- define "claimd.tierEnv" -}}
+- name: CLAIMD_POSTGRES_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.postgres.existingSecret }}
+      key: {{ .Values.postgres.key }}
+{{- if .Values.redis.existingSecret }}
+- name: CLAIMD_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.existingSecret }}
+      key: {{ .Values.redis.key }}
+{{- end }}
+{{- end -}}
+
+{{/* The restricted Pod Security Standard, for every container. */}}
+{{- define "claimd.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
