@@ -42,6 +42,8 @@ Usage:
   claimd providers [flags]      print the provider registry as derived (ttl = horizon + margin)
   claimd providers --check FILE validate a providers file; non-zero exit on errors
   claimd prune [--dry-run]      run one retention pass and report counts
+  claimd capacity --rate 2000/s [--provider stripe] [--result-bytes N]
+                                size Redis, PostgreSQL and CPU for an event rate
   claimd token new [--principal NAME]
                                 print a fresh bearer token and the auth file line listing its hash
   claimd version                print the version
@@ -67,6 +69,8 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runPrune(ctx, args, stdout, stderr)
 	case "token":
 		return runToken(args, stdout, stderr)
+	case "capacity":
+		return runCapacity(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, versionString())
 		return nil

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestCapacityCommand: claimd capacity sizes a rate with the provider's
+// window from the registry, and refuses what it cannot read.
+func TestCapacityCommand(t *testing.T) {
+	tests := []struct {
+		desc     string
+		args     []string
+		wantCode int
+		want     []string
+	}{
+		{"stripe at 1000/s", []string{"--rate", "1000/s", "--provider", "stripe"}, 0,
+			// 1000/s × 84h = 302.4M keys; × (84h + 1h grace) = 306M rows.
+			[]string{"live keys    302.4M", "claims rows  306.0M", "audit rows", "claimd", "PostgreSQL"}},
+		{"per minute", []string{"--rate", "60000/m", "--provider", "stripe"}, 0,
+			[]string{"live keys    302.4M"}},
+		{"a larger result costs more Redis memory", []string{"--rate", "1/s", "--result-bytes", "4096"}, 0,
+			[]string{"6502 bytes per record"}},
+		{"no rate", []string{"--provider", "stripe"}, 2, []string{"--rate is required"}},
+		{"bad unit", []string{"--rate", "5/d"}, 2, []string{`unit "d" is not s, m or h`}},
+		{"unknown provider", []string{"--rate", "5/s", "--provider", "nope"}, 2, []string{"not in the registry"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			out, code := run(t, append([]string{"capacity"}, tc.args...)...)
+			if code != tc.wantCode {
+				t.Fatalf("claimd capacity %v exit = %d, want %d\n%s", tc.args, code, tc.wantCode, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("claimd capacity %v output lacks %q:\n%s", tc.args, w, out)
+				}
+			}
+		})
+	}
+}

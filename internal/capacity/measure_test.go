@@ -1,0 +1,284 @@
+package capacity
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/claimd/claimd/internal/testenv"
+	"github.com/claimd/claimd/internal/tiers"
+	"github.com/claimd/claimd/internal/tiers/postgres"
+	"github.com/claimd/claimd/internal/tiers/redis"
+)
+
+var update = flag.Bool("update", false, "write the measured sizes to sizes.json")
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// Result sizes measured. Redis stores a small hash compactly (listpack)
+// until a value passes 64 bytes, then as a hash table, so the points around
+// that step matter; PostgreSQL moves values past about 2 KiB to TOAST.
+var (
+	redisResultSizes    = []int{0, 64, 256, 1024, 4096}
+	postgresResultSizes = []int{0, 256, 1024, 4096}
+)
+
+// Records per measurement step. Sizes are deltas between two steps of
+// this many records, so a table's or a server's fixed overhead cancels out.
+const perStep = 500
+
+// tolerance is how far a new measurement may stray from sizes.json before
+// the file is stale: allocator rounding moves a figure a little from run to
+// run, a schema or codec change moves it more.
+const tolerance = 0.2
+
+// TestMeasure measures what a record costs on a real Redis and PostgreSQL,
+// through claimd's own stores, and compares it with sizes.json (or, with
+// -update, writes it there). It also checks that the CPU figures in
+// sizes.json are those of bench/results.json.
+func TestMeasure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	got := Sizes{
+		MeasuredBy: "go test ./internal/capacity -run TestMeasure -update",
+		MeasuredOn: time.Now().UTC().Format(time.DateOnly),
+	}
+	got.Redis, got.RedisBytes = measureRedis(ctx, t)
+	got.Postgres, got.ClaimsBytes, got.AuditBytes, got.AuditRowsPerEvent = measurePostgres(ctx, t)
+	got.CPU = benchCPU(t)
+
+	if *update {
+		b, err := json.MarshalIndent(got, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile("sizes.json", append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote sizes.json: %s", b)
+		return
+	}
+	want, err := Measured()
+	if err != nil {
+		t.Fatal(err)
+	}
+	near := func(what string, w, g float64) {
+		if math.Abs(g-w) > tolerance*w {
+			t.Errorf("%s = %.0f measured, %.0f in sizes.json (more than %.0f%% apart): re-measure with go test ./internal/capacity -run TestMeasure -update",
+				what, g, w, tolerance*100)
+		}
+	}
+	for i, p := range want.RedisBytes {
+		near(fmt.Sprintf("Redis bytes per record with a %d-byte result", p.ResultBytes), p.Bytes, got.RedisBytes[i].Bytes)
+	}
+	for i, p := range want.ClaimsBytes {
+		near(fmt.Sprintf("claims bytes per record with a %d-byte result", p.ResultBytes), p.Bytes, got.ClaimsBytes[i].Bytes)
+	}
+	near("audit bytes per row", want.AuditBytes, got.AuditBytes)
+	if want.AuditRowsPerEvent != got.AuditRowsPerEvent {
+		t.Errorf("audit rows per event = %v measured, %v in sizes.json", got.AuditRowsPerEvent, want.AuditRowsPerEvent)
+	}
+	if want.CPU != got.CPU {
+		t.Errorf("sizes.json CPU = %+v, bench/results.json gives %+v: re-measure with -update after make bench", want.CPU, got.CPU)
+	}
+}
+
+// settled is the record of key after a claim, two transitions and a
+// settle with result: what the fast tier holds for most of a window.
+func settled(k tiers.Key, now time.Time, result []byte) tiers.Record {
+	rec := tiers.NewRecord(claimParams(k, now))
+	rec.State = tiers.StateSettled
+	rec.Version = 3
+	rec.Result = result
+	rec.UpdatedAt = now
+	return rec
+}
+
+func claimParams(k tiers.Key, now time.Time) tiers.ClaimParams {
+	payload := make([]byte, 32)
+	rand.Read(payload)
+	return tiers.ClaimParams{
+		Key: k, Now: now, Lease: time.Minute, TTL: 84 * time.Hour,
+		PayloadHash: payload, Holder: "billing-worker-7d9f8b6c5-x2x4q/1",
+		AttemptID: strings.Repeat("a", 43), // a base64url SHA-256 fingerprint
+		Salt:      bytes.Repeat([]byte{1}, tiers.SaltBytes), SecretHash: bytes.Repeat([]byte{2}, tiers.SecretHashBytes),
+	}
+}
+
+// eventKey is a key shaped like a real one: a Stripe event id.
+func eventKey(i int) tiers.Key {
+	return tiers.Key{Namespace: "billing", Provider: "stripe", Key: fmt.Sprintf("evt_3Q%022d", i)}
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b) // incompressible, like a real receipt's worst case
+	return b
+}
+
+// measureRedis puts perStep settled records, reads used_memory, puts as
+// many again and reads it again, for each result size.
+func measureRedis(ctx context.Context, t *testing.T) (string, []Point) {
+	srv := testenv.StartRedis(t)
+	st, err := redis.New(ctx, redis.Config{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	opts, _ := goredis.ParseURL(srv.URL())
+	raw := goredis.NewClient(opts)
+	defer raw.Close()
+	info := func(field string) string {
+		s, err := raw.Info(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(s, "\r\n") {
+			if v, ok := strings.CutPrefix(line, field+":"); ok {
+				return v
+			}
+		}
+		t.Fatalf("INFO has no %s", field)
+		return ""
+	}
+	used := func() float64 {
+		v, err := strconv.ParseFloat(info("used_memory"), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	now := time.Now()
+	var points []Point
+	n := 0
+	for _, size := range redisResultSizes {
+		put := func() {
+			for range perStep {
+				n++
+				if err := st.Put(ctx, settled(eventKey(n), now, randomBytes(size))); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		put()
+		before := used()
+		put()
+		points = append(points, Point{ResultBytes: size, Bytes: math.Round((used() - before) / perStep)})
+	}
+	return info("redis_version"), points
+}
+
+// measurePostgres runs perStep events (claim, PROCESSING, SETTLED with the
+// result) through the PostgreSQL store twice per result size, each size in
+// its own database, and reads pg_total_relation_size after a VACUUM: the
+// live rows with the space their updates left, which later rows reuse.
+func measurePostgres(ctx context.Context, t *testing.T) (version string, claims []Point, auditPerRow, auditRowsPerEvent float64) {
+	var auditBytes, auditRows float64
+	for _, size := range postgresResultSizes {
+		url := testenv.Postgres(t, postgres.Migrate)
+		st, err := postgres.New(ctx, postgres.Config{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if version == "" {
+			if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sizes := func() (claimsBytes, audit, rows float64) {
+			if _, err := conn.Exec(ctx, "VACUUM claims"); err != nil {
+				t.Fatal(err)
+			}
+			err := conn.QueryRow(ctx, `SELECT pg_total_relation_size('claims'),
+				(SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0) FROM pg_inherits WHERE inhparent = 'audit_log'::regclass),
+				(SELECT count(*) FROM audit_log)`).Scan(&claimsBytes, &audit, &rows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		now := time.Now()
+		n := 0
+		events := func() {
+			for range perStep {
+				n++
+				k := eventKey(n)
+				res, err := st.Claim(ctx, claimParams(k, now))
+				if err != nil || res.Outcome != tiers.OutcomeAcquired {
+					t.Fatalf("Claim(%s) = %v, %v", k.Key, res.Outcome, err)
+				}
+				for _, to := range []tiers.State{tiers.StateProcessing, tiers.StateSettled} {
+					p := tiers.TransitionParams{Key: k, Now: now, Token: res.Record.Token, SecretHash: bytes.Repeat([]byte{2}, tiers.SecretHashBytes), To: to}
+					if to.Terminal() {
+						p.Result = randomBytes(size)
+					}
+					if _, _, err := st.Transition(ctx, p); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		events()
+		c0, a0, r0 := sizes()
+		events()
+		c1, a1, r1 := sizes()
+		claims = append(claims, Point{ResultBytes: size, Bytes: math.Round((c1 - c0) / perStep)})
+		auditBytes += a1 - a0
+		auditRows += r1 - r0
+		auditRowsPerEvent = (r1 - r0) / perStep
+		conn.Close(ctx)
+		st.Close()
+	}
+	return version, claims, math.Round(auditBytes / auditRows), auditRowsPerEvent
+}
+
+// benchCPU reads the CPU per call of claimd (Redis+PostgreSQL, claimload)
+// from bench/results.json, the run BENCHMARKS.md reports.
+func benchCPU(t *testing.T) CPU {
+	raw, err := os.ReadFile("../../bench/results.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Finished string `json:"finished"`
+		Runs     []struct {
+			Target, Scenario, Client string
+			Requests                 float64
+			CPU                      map[string]float64 `json:"cpu_seconds"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	cost := func(scenario string) Cost {
+		for _, run := range r.Runs {
+			if run.Target == "claimd" && run.Scenario == scenario && run.Client == "claimload" && run.Requests > 0 {
+				us := func(proc string) float64 { return math.Round(run.CPU[proc] / run.Requests * 1e6) }
+				return Cost{Claimd: us("server"), Redis: us("redis"), Postgres: us("postgres")}
+			}
+		}
+		t.Fatalf("bench/results.json has no claimd %s run of claimload", scenario)
+		return Cost{}
+	}
+	return CPU{
+		Source:    "bench/results.json of " + r.Finished + " (BENCHMARKS.md): claimd Redis+PostgreSQL, claimload, CPU seconds over requests",
+		NewClaim:  cost("new"),
+		Duplicate: cost("dup"),
+	}
+}
