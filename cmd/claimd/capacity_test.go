@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -37,5 +38,39 @@ func TestCapacityCommand(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReadmeSizingTable: the README's sizing table is what claimd capacity
+// prints today, so a re-measured sizes.json cannot leave it behind.
+func TestReadmeSizingTable(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(readme), "\n### Sizing\n")
+	if !ok {
+		t.Fatal("README.md has no Sizing section")
+	}
+	rows := 0
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != 10 || !strings.ContainsAny(cells[0], "0123456789") {
+			continue
+		}
+		rows++
+		rate := strings.ReplaceAll(cells[0], ",", "")
+		out, code := run(t, "capacity", "--rate", rate+"/s", "--provider", "stripe")
+		if code != 0 {
+			t.Fatalf("claimd capacity --rate %s/s exit %d\n%s", rate, code, out)
+		}
+		for _, cell := range cells[1:] {
+			if !strings.Contains(out, cell) {
+				t.Errorf("README sizing row %s/s has %q; claimd capacity prints:\n%s", rate, cell, out)
+			}
+		}
+	}
+	if rows != 3 {
+		t.Fatalf("README sizing table rows = %d, want 3 (100, 1,000, 10,000 events/s)", rows)
 	}
 }
