@@ -12,15 +12,17 @@ import (
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/janitor"
 	"github.com/claimd/claimd/internal/tiers/redis"
+	"github.com/claimd/claimd/internal/tiers/sqlite"
 	"github.com/claimd/claimd/internal/tlsconfig"
 )
 
 // commonConfig is what every command that touches the tiers or the registry
 // needs. Zero values are never used: defaults come from the flags.
 type commonConfig struct {
-	DataDir     string
-	RedisURL    string
-	PostgresURL string
+	DataDir          string
+	SQLiteDurability string
+	RedisURL         string
+	PostgresURL      string
 	// RedisCA, RedisCert and RedisKey are the TLS files of a rediss://
 	// fast tier (PostgreSQL takes its own in the URL: sslrootcert,
 	// sslcert, sslkey).
@@ -35,6 +37,8 @@ type commonConfig struct {
 // environment variables so that secrets need not appear in a process list.
 func bindCommon(fs *flag.FlagSet, c *commonConfig) {
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory of the embedded tiers (used when no --postgres-url)")
+	fs.StringVar(&c.SQLiteDurability, "sqlite-durability", sqlite.DurabilityFull.String(),
+		"embedded tier: full fsyncs every commit; relaxed (synchronous=NORMAL) may lose the last answered claims on an OS crash or power loss")
 	fs.StringVar(&c.RedisURL, "redis-url", os.Getenv("CLAIMD_REDIS_URL"), "Redis fast tier URL (env CLAIMD_REDIS_URL); needs --postgres-url")
 	fs.StringVar(&c.PostgresURL, "postgres-url", os.Getenv("CLAIMD_POSTGRES_URL"), "PostgreSQL durable tier URL (env CLAIMD_POSTGRES_URL); for TLS add ?sslmode=verify-full&sslrootcert=/path/ca.pem")
 	fs.StringVar(&c.RedisCA, "redis-ca", "", "PEM CA bundle that verifies a rediss:// server (default: the system roots)")
@@ -69,6 +73,13 @@ func (c *commonConfig) validate() error {
 	}
 	if c.redisTLS() && !strings.HasPrefix(c.RedisURL, "rediss://") {
 		return fmt.Errorf("%w: --redis-ca, --redis-cert and --redis-key need a rediss:// --redis-url", errUsage)
+	}
+	d, err := sqlite.ParseDurability(c.SQLiteDurability)
+	if err != nil {
+		return fmt.Errorf("%w: --sqlite-durability: %v", errUsage, err)
+	}
+	if d != sqlite.DurabilityFull && c.PostgresURL != "" {
+		return fmt.Errorf("%w: --sqlite-durability=%s applies to the embedded tier only; PostgreSQL's durability is its own fsync and synchronous_commit", errUsage, d)
 	}
 	return nil
 }

@@ -191,7 +191,7 @@ func TestServeClaimRestartPersists(t *testing.T) {
 		t.Fatalf("Claim = %v, %v", c, err)
 	}
 	for _, to := range []pb.EventState{pb.EventState_EVENT_STATE_PROCESSING, pb.EventState_EVENT_STATE_SETTLED} {
-		if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: c.Key, FencingToken: c.FencingToken, To: to}); err != nil {
+		if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: c.Key, FencingToken: c.FencingToken, LeaseSecret: c.LeaseSecret, To: to}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -212,6 +212,11 @@ func TestServeClaimRestartPersists(t *testing.T) {
 	ip, err := claims2.Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe", Key: &pb.ClaimRequest_EventId{EventId: "evt_open"}})
 	if err != nil || ip.Outcome != pb.Outcome_OUTCOME_IN_PROGRESS || ip.FencingToken != 0 || ip.Attempt != open.Attempt {
 		t.Fatalf("Claim(evt_open) after restart = %v, %v; want IN_PROGRESS of the same attempt, without the holder's token", ip, err)
+	}
+	// The holder's token and lease secret outlive the restart.
+	if _, err := claims2.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: open.Key,
+		FencingToken: open.FencingToken, LeaseSecret: open.LeaseSecret, To: pb.EventState_EVENT_STATE_PROCESSING}); err != nil {
+		t.Fatalf("Transition(evt_open) by its holder after restart error = %v", err)
 	}
 	p2.stop(t)
 }

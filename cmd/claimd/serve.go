@@ -169,6 +169,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 	met.SetTiers(st.fastKind, st.durableKind)
+	st.announceDurability(met, log)
 
 	opts := append(met.ServerOptions(), tracing.ServerOptions()...)
 	opts = append(opts, keepaliveOptions()...)
@@ -249,7 +250,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		go func() { errc <- httpSrv.Serve(httpLis) }()
 	}
 	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tls", c.tlsMode(), "auth_file", cmp.Or(c.AuthFile, "off"), "tiers", st.mode,
-		"tracing", cmp.Or(tracing.Exporter(), "off"), "janitor_interval", c.JanitorInterval.String(), "version", versionString())
+		"durability", st.durability, "tracing", cmp.Or(tracing.Exporter(), "off"), "janitor_interval", c.JanitorInterval.String(), "version", versionString())
 
 	readyCtx, stopReady := context.WithCancel(ctx)
 	defer stopReady()

@@ -24,6 +24,10 @@ type stores struct {
 	store   tiers.Store
 	durable tiers.Durable
 	mode    string // for the start-up log line
+	// durability is what an answered write survives, for the start-up log
+	// line: the embedded tier's full or relaxed, or postgres (PostgreSQL's
+	// own fsync and synchronous_commit settings decide).
+	durability string
 
 	fastKind, durableKind string          // claimd_tiers_info
 	sources               metrics.Sources // background gauges
@@ -43,7 +47,7 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 			return nil, fmt.Errorf("postgres: %w", err)
 		}
 		st := &stores{
-			store: pg, durable: pg, mode: "postgres",
+			store: pg, durable: pg, mode: "postgres", durability: "postgres",
 			fastKind: "none", durableKind: "postgres",
 			sources: metrics.Sources{DurableStats: pg.Stats},
 			target:  janitor.Postgres(pg),
@@ -69,14 +73,19 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 		return nil, fmt.Errorf("--data-dir: %w", err)
 	}
 	path := filepath.Join(c.DataDir, "claimd.db")
-	lite, err := sqlite.New(ctx, sqlite.Config{Path: path})
+	durability, err := sqlite.ParseDurability(c.SQLiteDurability) // validate accepted it
+	if err != nil {
+		return nil, err
+	}
+	lite, err := sqlite.New(ctx, sqlite.Config{Path: path, Durability: durability})
 	if err != nil {
 		return nil, fmt.Errorf("sqlite %s: %w", path, err)
 	}
 	fast := memory.New(memory.Config{})
 	return &stores{
 		store: twotier.New(fast, lite, twotier.Config{Observer: obs}), durable: lite, mode: "embedded (" + path + ")",
-		fastKind: "memory", durableKind: "sqlite",
+		durability: durability.String(),
+		fastKind:   "memory", durableKind: "sqlite",
 		sources: metrics.Sources{
 			FastLiveKeys: func(context.Context) (int64, error) { return int64(fast.Len()), nil },
 			DurableStats: func(ctx context.Context) (int64, int, error) {
@@ -87,6 +96,22 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 		target:  janitor.SQLite(lite),
 		sweeper: fast,
 	}, nil
+}
+
+// announceDurability shows the embedded tier's durability in /metrics and,
+// when it is relaxed, warns at every start what an operator chose to risk.
+func (s *stores) announceDurability(met *metrics.Metrics, log *slog.Logger) {
+	if s.durableKind != "sqlite" {
+		return
+	}
+	met.SetSQLiteDurability(s.durability)
+	if s.durability == sqlite.DurabilityRelaxed.String() {
+		log.Warn("sqlite durability relaxed: commits are answered before they are fsynced (synchronous=NORMAL); "+
+			"an OS crash or power loss may lose the last claims and transitions already answered, "+
+			"and a provider's retry of a forgotten ACQUIRED or SETTLED runs its side effect again. "+
+			"A killed claimd loses nothing. Drop --sqlite-durability=relaxed to fsync every commit",
+			"sqlite_durability", s.durability)
+	}
 }
 
 func (s *stores) Close() error {

@@ -92,6 +92,7 @@ type Metrics struct {
 	providerTTL     *prometheus.GaugeVec
 	reviewOverdue   *prometheus.GaugeVec
 	tiersInfo       *prometheus.GaugeVec
+	sqliteDurable   *prometheus.GaugeVec
 
 	janitorPasses      *prometheus.CounterVec
 	janitorClaims      prometheus.Counter
@@ -195,6 +196,10 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 			Name: "claimd_tiers_info",
 			Help: "Always 1; the labels name the tiers this replica runs: fast (redis, memory, none) and durable (postgres, sqlite).",
 		}, []string{"fast", "durable"}),
+		sqliteDurable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "claimd_sqlite_durability",
+			Help: "Always 1 on the embedded tier; mode is --sqlite-durability: full (every commit fsynced) or relaxed (an OS crash or power loss may lose the last answered claims). Absent with PostgreSQL.",
+		}, []string{"mode"}),
 
 		janitorPasses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "claimd_janitor_passes_total",
@@ -221,7 +226,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.claims, m.claimDuration, m.transitions, m.invalidTransitions, m.staleTokens, m.takeovers,
 		m.falseNegatives, m.tierErrors, m.payloadMismatches, m.keyFallbacks,
-		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo,
+		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo, m.sqliteDurable,
 		m.janitorPasses, m.janitorClaims, m.janitorPartitions, m.janitorAuditRows, m.janitorLastSuccess,
 		m.grpc.server,
 	} {
@@ -267,6 +272,14 @@ func (m *Metrics) initSeries() {
 func (m *Metrics) SetTiers(fast, durable string) {
 	m.tiersInfo.Reset()
 	m.tiersInfo.WithLabelValues(fast, durable).Set(1)
+}
+
+// SetSQLiteDurability records the embedded tier's --sqlite-durability
+// (claimd_sqlite_durability), so that an alert can find a replica running
+// relaxed.
+func (m *Metrics) SetSQLiteDurability(mode string) {
+	m.sqliteDurable.Reset()
+	m.sqliteDurable.WithLabelValues(mode).Set(1)
 }
 
 // Record implements service.Recorder.

@@ -23,6 +23,7 @@ const ErrorDomain = "claimd.dev"
 const (
 	ReasonInvalidTransition  = "INVALID_TRANSITION"
 	ReasonStaleToken         = "STALE_TOKEN"
+	ReasonNotOwner           = "NOT_OWNER"
 	ReasonRecordNotFound     = "RECORD_NOT_FOUND"
 	ReasonProviderNotFound   = "PROVIDER_NOT_FOUND"
 	ReasonDurableUnavailable = "DURABLE_TIER_UNAVAILABLE"
@@ -86,6 +87,10 @@ func toStatus(err error) error {
 		return withDetails(codes.FailedPrecondition, te.Error()+" (current state "+stateName(te.Current)+")", info(ReasonInvalidTransition, md))
 	case errors.Is(err, tiers.ErrStaleToken):
 		return withDetails(codes.FailedPrecondition, err.Error(), info(ReasonStaleToken, nil))
+	case errors.Is(err, tiers.ErrNotOwner):
+		// The current token without its secret: the caller never acquired
+		// the key (it may have read the token with Get). Nothing was written.
+		return withDetails(codes.PermissionDenied, err.Error(), info(ReasonNotOwner, nil))
 	case errors.Is(err, tiers.ErrNotFound):
 		return withDetails(codes.NotFound, err.Error(), info(ReasonRecordNotFound, nil))
 	case errors.Is(err, tiers.ErrUnavailable):

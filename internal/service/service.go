@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/auth"
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/tiers"
@@ -97,6 +98,7 @@ func (s *Service) lookup(field, name string) (*horizon.Provider, error) {
 // claim is a validated ClaimRequest.
 type claim struct {
 	params tiers.ClaimParams
+	owner  ownership
 	src    horizon.KeySource
 	wait   time.Duration
 	// fallback: the key was derived from a raw delivery in which the
@@ -104,7 +106,8 @@ type claim struct {
 	fallback bool
 }
 
-func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
+// validateClaim validates req, sent by principal.
+func (s *Service) validateClaim(req *pb.ClaimRequest, principal string) (claim, error) {
 	c := &checker{msg: "ClaimRequest"}
 	c.namespace(req.GetNamespace())
 	c.provider(req.GetProvider())
@@ -168,6 +171,7 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 	if len(hash) == 0 {
 		hash = nil
 	}
+	own := newOwnership(principal, req.GetHolder(), req.GetAttemptId())
 	return claim{
 		params: tiers.ClaimParams{
 			Key:         tiers.Key{Namespace: req.GetNamespace(), Provider: prov.Name, Key: key},
@@ -176,8 +180,11 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 			TTL:         prov.TTL,
 			PayloadHash: hash,
 			Holder:      req.GetHolder(),
-			AttemptID:   req.GetAttemptId(),
+			AttemptID:   own.attemptID,
+			Salt:        own.salt,
+			SecretHash:  own.hash,
 		},
+		owner:    own,
 		src:      src,
 		wait:     wait,
 		fallback: fallback,
@@ -188,7 +195,7 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
 	start := time.Now()
 	r := &Request{Method: "Claim", Namespace: req.GetNamespace(), Provider: req.GetProvider(), Key: req.GetEventId()}
-	cl, err := s.validateClaim(req)
+	cl, err := s.validateClaim(req, auth.FromContext(ctx).Name)
 	if err != nil {
 		return nil, s.finish(ctx, r, start, err)
 	}
@@ -203,10 +210,19 @@ func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 	if err != nil {
 		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
 	}
-	resp := pbClaimResponse(res, cl.params.Key.Key, cl.src, cl.params.TTL)
+	var secret []byte
+	if res.Outcome == tiers.OutcomeAcquired {
+		// A fresh acquisition stored this call's salt; a repeated attempt
+		// answers the salt stored by its first call. Either way the same
+		// material derives the owner's secret.
+		if secret, err = cl.owner.secretOf(res.Record); err != nil {
+			return nil, s.finish(ctx, r, start, err)
+		}
+	}
+	resp := pbClaimResponse(res, cl.params.Key.Key, cl.src, cl.params.TTL, secret)
 	r.Outcome, r.Reason, r.ServedBy = res.Outcome, res.Reason, res.ServedBy
 	r.State = res.Record.State
-	r.Token = resp.FencingToken // logged and traced as answered: to its owner only
+	r.Token = resp.FencingToken // logged and traced as answered; never the secret
 	if res.Outcome == tiers.OutcomeAcquired && res.Reason != tiers.ReasonLeaseExpired {
 		// NEW, RELEASED and WINDOW_EXPIRED (re)start the record at RECEIVED;
 		// a takeover keeps the state the vanished holder reached.
@@ -262,6 +278,7 @@ func (s *Service) validateTransition(req *pb.TransitionRequest) (tiers.Transitio
 		return tiers.TransitionParams{}, err
 	}
 	c.token(req.GetFencingToken())
+	c.secret(req.GetLeaseSecret())
 	to := tiers.State(req.GetTo())
 	if to == tiers.StateUnspecified || to > tiers.StateFailed {
 		c.add("to", "%v is not a target state", req.GetTo())
@@ -278,7 +295,8 @@ func (s *Service) validateTransition(req *pb.TransitionRequest) (tiers.Transitio
 	if err := c.err(); err != nil {
 		return tiers.TransitionParams{}, err
 	}
-	return tiers.TransitionParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(), To: to, Result: req.GetResult(), Lease: lease}, nil
+	return tiers.TransitionParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(), SecretHash: secretHash(req.GetLeaseSecret()),
+		To: to, Result: req.GetResult(), Lease: lease}, nil
 }
 
 // Renew implements ClaimService.Renew.
@@ -291,6 +309,7 @@ func (s *Service) Renew(ctx context.Context, req *pb.RenewRequest) (*pb.RenewRes
 		return nil, s.finish(ctx, r, start, err)
 	}
 	c.token(req.GetFencingToken())
+	c.secret(req.GetLeaseSecret())
 	lease := c.duration("lease", req.GetLease(), prov.MaxLease, "max_lease")
 	if lease == 0 {
 		lease = prov.Lease
@@ -301,7 +320,8 @@ func (s *Service) Renew(ctx context.Context, req *pb.RenewRequest) (*pb.RenewRes
 	r.Provider, r.Known = k.Provider, true
 	sctx, cancel := s.bounded(ctx, 0)
 	defer cancel()
-	rec, err := s.cfg.Store.Renew(sctx, tiers.RenewParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(), Lease: lease})
+	rec, err := s.cfg.Store.Renew(sctx, tiers.RenewParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(),
+		SecretHash: secretHash(req.GetLeaseSecret()), Lease: lease})
 	if err != nil {
 		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
 	}
@@ -318,6 +338,7 @@ func (s *Service) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.Rele
 	k, _, err := s.recordRef(c, req.GetNamespace(), req.GetProvider(), req.GetKey())
 	if err == nil {
 		c.token(req.GetFencingToken())
+		c.secret(req.GetLeaseSecret())
 		err = c.err()
 	}
 	if err != nil {
@@ -326,7 +347,8 @@ func (s *Service) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.Rele
 	r.Provider, r.Known = k.Provider, true
 	sctx, cancel := s.bounded(ctx, 0)
 	defer cancel()
-	rec, err := s.cfg.Store.Release(sctx, tiers.ReleaseParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken()})
+	rec, err := s.cfg.Store.Release(sctx, tiers.ReleaseParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(),
+		SecretHash: secretHash(req.GetLeaseSecret())})
 	if err != nil {
 		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
 	}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -151,6 +152,9 @@ func TestClaimValidation(t *testing.T) {
 	}
 }
 
+// secret16 is a lease secret of the right size that nobody was given.
+var secret16 = []byte("0123456789abcdef")
+
 func TestFollowUpValidation(t *testing.T) {
 	ref := func() (string, string, string) { return "billing", "stripe", "evt_1" }
 	ns, prov, key := ref()
@@ -161,37 +165,53 @@ func TestFollowUpValidation(t *testing.T) {
 		field string
 	}{
 		{"transition token missing", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, To: pb.EventState_EVENT_STATE_PROCESSING})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, LeaseSecret: secret16, To: pb.EventState_EVENT_STATE_PROCESSING})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.fencing_token"},
 		{"transition target missing", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.to"},
 		{"transition result too large", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState_EVENT_STATE_SETTLED, Result: make([]byte, MaxResultBytes+1)})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState_EVENT_STATE_SETTLED, Result: make([]byte, MaxResultBytes+1)})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.result"},
 		{"transition result on a non-terminal target", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState_EVENT_STATE_PROCESSING, Result: []byte("x")})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState_EVENT_STATE_PROCESSING, Result: []byte("x")})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.result"},
 		{"transition extend_lease over max", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState_EVENT_STATE_PROCESSING, ExtendLease: dur(100 * time.Hour)})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState_EVENT_STATE_PROCESSING, ExtendLease: dur(100 * time.Hour)})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.extend_lease"},
 		{"transition key missing", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, FencingToken: 1, To: pb.EventState_EVENT_STATE_PROCESSING})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState_EVENT_STATE_PROCESSING})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.key"},
 		{"renew lease over max", func(s *Service) error {
-			_, err := s.Renew(context.Background(), &pb.RenewRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, Lease: dur(100 * time.Hour)})
+			_, err := s.Renew(context.Background(), &pb.RenewRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, Lease: dur(100 * time.Hour)})
 			return err
 		}, codes.InvalidArgument, "RenewRequest.lease"},
 		{"release token missing", func(s *Service) error {
-			_, err := s.Release(context.Background(), &pb.ReleaseRequest{Namespace: ns, Provider: prov, Key: key})
+			_, err := s.Release(context.Background(), &pb.ReleaseRequest{Namespace: ns, Provider: prov, Key: key, LeaseSecret: secret16})
 			return err
 		}, codes.InvalidArgument, "ReleaseRequest.fencing_token"},
+		{"transition lease_secret missing", func(s *Service) error {
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState_EVENT_STATE_PROCESSING})
+			return err
+		}, codes.InvalidArgument, "TransitionRequest.lease_secret"},
+		{"transition lease_secret too short", func(s *Service) error {
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16[:15], To: pb.EventState_EVENT_STATE_PROCESSING})
+			return err
+		}, codes.InvalidArgument, "TransitionRequest.lease_secret"},
+		{"renew lease_secret too long", func(s *Service) error {
+			_, err := s.Renew(context.Background(), &pb.RenewRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: make([]byte, 17)})
+			return err
+		}, codes.InvalidArgument, "RenewRequest.lease_secret"},
+		{"release lease_secret missing", func(s *Service) error {
+			_, err := s.Release(context.Background(), &pb.ReleaseRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1})
+			return err
+		}, codes.InvalidArgument, "ReleaseRequest.lease_secret"},
 		{"get namespace bad", func(s *Service) error {
 			_, err := s.Get(context.Background(), &pb.GetRequest{Namespace: "A", Provider: prov, Key: key})
 			return err
@@ -235,6 +255,7 @@ func TestErrorMapping(t *testing.T) {
 	}{
 		{"durable tier down fails closed", tiers.Unavailable("postgres", errors.New("connection refused")), codes.Unavailable, ReasonDurableUnavailable},
 		{"stale token", tiers.ErrStaleToken, codes.FailedPrecondition, ReasonStaleToken},
+		{"not the owner", fmt.Errorf("sqlite: %w", tiers.ErrNotOwner), codes.PermissionDenied, ReasonNotOwner},
 		{"wrapped stale token", errors.Join(errors.New("ctx"), tiers.ErrStaleToken), codes.FailedPrecondition, ReasonStaleToken},
 		{"invalid transition", &tiers.TransitionError{Current: tiers.StateSettled, To: tiers.StateProcessing, Op: "transition"}, codes.FailedPrecondition, ReasonInvalidTransition},
 		{"not found", tiers.ErrNotFound, codes.NotFound, ReasonRecordNotFound},
@@ -333,8 +354,12 @@ func TestEndToEndOverGRPC(t *testing.T) {
 		t.Fatalf("Claim(while in progress) = %v, %v; want IN_PROGRESS held by pod-a, without its token", dup, err)
 	}
 
+	if len(first.LeaseSecret) != LeaseSecretBytes || len(dup.LeaseSecret) != 0 {
+		t.Fatalf("lease_secret of ACQUIRED/IN_PROGRESS = %d/%d bytes, want %d/0", len(first.LeaseSecret), len(dup.LeaseSecret), LeaseSecretBytes)
+	}
 	tr := func(token uint64, to pb.EventState, result []byte) (*pb.TransitionResponse, error) {
-		return claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_1", FencingToken: token, To: to, Result: result})
+		return claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_1", FencingToken: token,
+			LeaseSecret: first.LeaseSecret, To: to, Result: result})
 	}
 	if _, err := tr(1, pb.EventState_EVENT_STATE_PROCESSING, nil); err != nil {
 		t.Fatal(err)
@@ -369,7 +394,7 @@ func TestEndToEndOverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := claims.Release(ctx, &pb.ReleaseRequest{Namespace: "billing", Provider: "stripe", Key: "evt_2", FencingToken: c2.FencingToken}); err != nil {
+	if _, err := claims.Release(ctx, &pb.ReleaseRequest{Namespace: "billing", Provider: "stripe", Key: "evt_2", FencingToken: c2.FencingToken, LeaseSecret: c2.LeaseSecret}); err != nil {
 		t.Fatal(err)
 	}
 	c3, err := claims.Claim(ctx, k2)
@@ -425,10 +450,10 @@ func TestWaitOverGRPC(t *testing.T) {
 		}
 		done <- r
 	}()
-	if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_1", FencingToken: c.FencingToken, To: pb.EventState_EVENT_STATE_PROCESSING}); err != nil {
+	if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_1", FencingToken: c.FencingToken, LeaseSecret: c.LeaseSecret, To: pb.EventState_EVENT_STATE_PROCESSING}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_1", FencingToken: c.FencingToken, To: pb.EventState_EVENT_STATE_SETTLED, Result: []byte("ok")}); err != nil {
+	if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_1", FencingToken: c.FencingToken, LeaseSecret: c.LeaseSecret, To: pb.EventState_EVENT_STATE_SETTLED, Result: []byte("ok")}); err != nil {
 		t.Fatal(err)
 	}
 	r := <-done

@@ -95,6 +95,17 @@ func (c *checker) token(t uint64) {
 	}
 }
 
+// secret checks a presented lease secret's size only: whether it is the
+// owner's is the store's decision, made with the token.
+func (c *checker) secret(s []byte) {
+	switch {
+	case len(s) == 0:
+		c.add("lease_secret", "required (the lease_secret Claim returned with the token, %d bytes)", LeaseSecretBytes)
+	case len(s) != LeaseSecretBytes:
+		c.add("lease_secret", "%d bytes, want %d", len(s), LeaseSecretBytes)
+	}
+}
+
 // duration checks an optional duration in (0, max]. It returns 0 when d is
 // unset or invalid (a violation is then recorded for an invalid one).
 func (c *checker) duration(field string, d *durationpb.Duration, max time.Duration, maxName string) time.Duration {

@@ -13,6 +13,10 @@ var (
 	// ErrStaleToken: the presented fencing token is not the current owner's
 	// (a newer holder took over, or the key was released).
 	ErrStaleToken = errors.New("stale fencing token")
+	// ErrNotOwner: the fencing token is the current one but the lease secret
+	// presented with it is not its owner's (a caller that learned the token,
+	// say from Get, without having acquired the key).
+	ErrNotOwner = errors.New("lease secret does not match the owner's")
 	// ErrUnavailable: the tier could not be reached or did not answer in
 	// time. For a write, the write may or may not have happened; callers must
 	// stay correct either way (a retried Claim is never a false DUPLICATE:

@@ -18,6 +18,7 @@ const ErrorDomain = "claimd.dev"
 const (
 	ErrorReasonInvalidTransition  = "INVALID_TRANSITION"
 	ErrorReasonStaleToken         = "STALE_TOKEN"
+	ErrorReasonNotOwner           = "NOT_OWNER"
 	ErrorReasonRecordNotFound     = "RECORD_NOT_FOUND"
 	ErrorReasonProviderNotFound   = "PROVIDER_NOT_FOUND"
 	ErrorReasonDurableUnavailable = "DURABLE_TIER_UNAVAILABLE"
@@ -43,6 +44,10 @@ var (
 	// ErrStaleToken: a newer holder took the key over (or the token was
 	// released); the caller no longer owns it and must not settle it.
 	ErrStaleToken = errors.New("claimd: stale fencing token")
+	// ErrNotOwner: the fencing token is the current one but the lease secret
+	// is not its owner's (PERMISSION_DENIED). Only the Lease of an ACQUIRED
+	// Claim writes a record; a token read with Get does not.
+	ErrNotOwner = errors.New("claimd: not the owner of the lease")
 	// ErrInvalidTransition: the state machine does not allow the move, e.g.
 	// the record is already SETTLED or FAILED.
 	ErrInvalidTransition = errors.New("claimd: invalid transition")
@@ -63,7 +68,8 @@ var (
 	ErrUnauthenticated = errors.New("claimd: unauthenticated")
 	// ErrPermissionDenied: the caller's principal may not use the namespace
 	// or call the method (Error.Reason says which, Metadata["principal"]
-	// who). Nothing was written.
+	// who). Nothing was written. It matches every PERMISSION_DENIED, so an
+	// error matching ErrNotOwner matches it too: test ErrNotOwner first.
 	ErrPermissionDenied = errors.New("claimd: permission denied")
 	// ErrResourceExhausted: the caller's principal is over its rate limit,
 	// still after the retries the policy allowed; Error.RetryDelay says when
@@ -116,6 +122,8 @@ func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrStaleToken:
 		return e.Reason == ErrorReasonStaleToken
+	case ErrNotOwner:
+		return e.Reason == ErrorReasonNotOwner
 	case ErrInvalidTransition:
 		return e.Reason == ErrorReasonInvalidTransition
 	case ErrNotFound:

@@ -230,7 +230,7 @@ func TestGuardTakeoverAfterLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Ref: dead.Ref(), To: claimd.StateProcessing}); err != nil {
+	if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Lease: dead.Lease(), To: claimd.StateProcessing}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -243,7 +243,7 @@ func TestGuardTakeoverAfterLease(t *testing.T) {
 	if !taker.TakenOver() || taker.GetState() != claimd.StateProcessing || taker.GetFencingToken() != 2 {
 		t.Errorf("taker's claim = %v state %v token %d, want LEASE_EXPIRED from PROCESSING with token 2", taker.GetReason(), taker.GetState(), taker.GetFencingToken())
 	}
-	if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Ref: dead.Ref(), To: claimd.StateSettled}); !errors.Is(err, claimd.ErrStaleToken) {
+	if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Lease: dead.Lease(), To: claimd.StateSettled}); !errors.Is(err, claimd.ErrStaleToken) {
 		t.Errorf("dead holder's late settle = %v, want ErrStaleToken", err)
 	}
 }
@@ -263,7 +263,7 @@ func TestGuardFailureAfterTakeoverKeepsEvidence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Ref: dead.Ref(), To: claimd.StateProcessing}); err != nil {
+	if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Lease: dead.Lease(), To: claimd.StateProcessing}); err != nil {
 		t.Fatal(err)
 	}
 	var fx effects

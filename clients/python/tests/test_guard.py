@@ -21,6 +21,7 @@ from claimd import (
     EventState,
     Guard,
     GuardResult,
+    Lease,
     Outcome,
     PayloadMismatch,
     PermanentError,
@@ -195,8 +196,8 @@ def test_a_handler_that_dies_is_taken_over_after_its_lease(
     assert seen == [(Reason.LEASE_EXPIRED, EventState.PROCESSING, 2)], (
         f"taker saw (reason, state, token) = {seen}, want LEASE_EXPIRED with the state the dead holder reached"
     )
-    with pytest.raises(StaleToken):
-        client.transition(ns, "stripe", evt, 1, EventState.SETTLED)
+    with pytest.raises(StaleToken):  # the dead holder's token, whatever its secret
+        client.transition(Lease(ns, "stripe", evt, 1, bytes(16)), EventState.SETTLED)
 
 
 def test_the_heartbeat_keeps_the_lease_past_its_length(client: Client, ns: str, evt: str) -> None:
@@ -231,7 +232,7 @@ def test_a_takeover_cancels_the_handler_and_it_does_not_settle(client: Client, n
         c = g.claim
         # Someone else ends up owning the key: here, the key is released
         # behind the guard's back and claimed again.
-        client.release(ns, "stripe", c.key, c.fencing_token)
+        client.release(c)
         taker = client.claim(ns, "stripe", event_id=evt)
         assert (taker.outcome, taker.fencing_token) == (Outcome.ACQUIRED, 2)
         assert g.cancelled.wait(BOUND), "the heartbeat must notice the takeover"

@@ -16,6 +16,7 @@ import {
   ClaimService,
   type ClaimResponse,
   type EventState,
+  Outcome,
   GetRequestSchema,
   type Record as ClaimRecord,
   ReleaseRequestSchema,
@@ -141,13 +142,40 @@ export interface RecordRef {
   key: string;
 }
 
-/** FencedRef is a RecordRef with the fencing token of its holder. */
-export interface FencedRef extends RecordRef {
+/**
+ * Lease is the owner's handle on a claimed record, and what transition, renew
+ * and release present: the record's name, its fencing token and the lease
+ * secret that only the ACQUIRED answer carried. The token is a sequence
+ * number anyone may read (get shows it); the secret proves ownership, so keep
+ * a Lease as private as a password while the claim runs. Make it with
+ * leaseOf(request, claim).
+ */
+export interface Lease extends RecordRef {
   fencingToken: bigint | number;
+  /** leaseSecret is the ClaimResponse's leaseSecret (16 bytes). */
+  leaseSecret: Uint8Array;
 }
 
-/** TransitionInput moves a record to `to`, fenced by token. */
-export interface TransitionInput extends FencedRef {
+/**
+ * leaseOf is the Lease of an ACQUIRED claim, made for the request's namespace
+ * and provider. It throws a TypeError for any other answer: only ACQUIRED
+ * owns anything (and carries a secret).
+ */
+export function leaseOf(request: { namespace: string; provider: string }, claim: ClaimResponse): Lease {
+  if (claim.outcome !== Outcome.ACQUIRED || claim.leaseSecret.length === 0) {
+    throw new TypeError(`leaseOf: the claim of ${JSON.stringify(claim.key)} was not ACQUIRED (outcome ${Outcome[claim.outcome]})`);
+  }
+  return {
+    namespace: request.namespace,
+    provider: request.provider,
+    key: claim.key,
+    fencingToken: claim.fencingToken,
+    leaseSecret: claim.leaseSecret,
+  };
+}
+
+/** TransitionInput moves a record to `to`, as the owner of its lease. */
+export interface TransitionInput extends Lease {
   to: EventState;
   /** result is stored with SETTLED or FAILED (≤ 64 KiB); strings as UTF-8. */
   result?: Uint8Array | string;
@@ -156,7 +184,7 @@ export interface TransitionInput extends FencedRef {
 }
 
 /** RenewInput extends the holder's lease. */
-export interface RenewInput extends FencedRef {
+export interface RenewInput extends Lease {
   /** leaseMs sets the lease to now + leaseMs; default the provider's lease. */
   leaseMs?: number;
 }
@@ -169,13 +197,13 @@ export interface RenewInput extends FencedRef {
 export interface ClaimdClient {
   /** claim asks whether the delivery is the first and whether we may act on it. */
   claim(req: ClaimInput, opts?: CallOptions): Promise<ClaimResponse>;
-  /** transition moves the event forward; a repeat with the same token is a no-op. */
+  /** transition moves the event forward; a repeat with the same lease is a no-op. */
   transition(req: TransitionInput, opts?: CallOptions): Promise<TransitionResponse>;
   /** renew extends the live holder's lease (the guard's heartbeat). */
   renew(req: RenewInput, opts?: CallOptions): Promise<ClaimRecord>;
   /** release gives the key back: the side effect did not happen. */
-  release(req: FencedRef, opts?: CallOptions): Promise<ClaimRecord>;
-  /** get reads a record from the durable tier. */
+  release(req: Lease, opts?: CallOptions): Promise<ClaimRecord>;
+  /** get reads a record from the durable tier: its token, never a lease secret. */
   get(req: RecordRef, opts?: CallOptions): Promise<ClaimRecord>;
   /** getProvider returns a provider or group as the server derived it. */
   getProvider(name: string, opts?: CallOptions): Promise<Provider>;
@@ -341,8 +369,7 @@ class Claimd implements ClaimdClient {
 
   async transition(req: TransitionInput, opts?: CallOptions): Promise<TransitionResponse> {
     const msg = create(TransitionRequestSchema, {
-      ...ref(req),
-      fencingToken: BigInt(req.fencingToken),
+      ...fenced(req),
       to: req.to,
       result: req.result === undefined ? new Uint8Array() : bytes(req.result),
       extendLease: duration(req.extendLeaseMs),
@@ -351,12 +378,12 @@ class Claimd implements ClaimdClient {
   }
 
   async renew(req: RenewInput, opts?: CallOptions): Promise<ClaimRecord> {
-    const msg = create(RenewRequestSchema, { ...ref(req), fencingToken: BigInt(req.fencingToken), lease: duration(req.leaseMs) });
+    const msg = create(RenewRequestSchema, { ...fenced(req), lease: duration(req.leaseMs) });
     return required((await this.call(opts, (o) => this.claims.renew(msg, o))).record);
   }
 
-  async release(req: FencedRef, opts?: CallOptions): Promise<ClaimRecord> {
-    const msg = create(ReleaseRequestSchema, { ...ref(req), fencingToken: BigInt(req.fencingToken) });
+  async release(req: Lease, opts?: CallOptions): Promise<ClaimRecord> {
+    const msg = create(ReleaseRequestSchema, fenced(req));
     return required((await this.call(opts, (o) => this.claims.release(msg, o))).record);
   }
 
@@ -385,6 +412,11 @@ function clip(s: string, max = 64): string {
 
 function ref(r: RecordRef): RecordRef {
   return { namespace: r.namespace, provider: r.provider, key: r.key };
+}
+
+/** fenced is the part of a request that proves ownership: name, token and secret. */
+function fenced(l: Lease): RecordRef & { fencingToken: bigint; leaseSecret: Uint8Array } {
+  return { ...ref(l), fencingToken: BigInt(l.fencingToken), leaseSecret: l.leaseSecret };
 }
 
 function required<T>(v: T | undefined): T {

@@ -13,6 +13,7 @@ export const ERROR_DOMAIN = "claimd.dev";
 export const ErrorReason = {
   INVALID_TRANSITION: "INVALID_TRANSITION",
   STALE_TOKEN: "STALE_TOKEN",
+  NOT_OWNER: "NOT_OWNER",
   RECORD_NOT_FOUND: "RECORD_NOT_FOUND",
   PROVIDER_NOT_FOUND: "PROVIDER_NOT_FOUND",
   DURABLE_TIER_UNAVAILABLE: "DURABLE_TIER_UNAVAILABLE",
@@ -79,6 +80,13 @@ export class ClaimdError extends Error {
 /** StaleTokenError: a newer holder exists, or the token was released. */
 export class StaleTokenError extends ClaimdError {}
 
+/**
+ * NotOwnerError: the fencing token is the current one but the lease secret is
+ * not its owner's (PERMISSION_DENIED). Only the lease of an ACQUIRED claim
+ * writes a record; a token read with get does not.
+ */
+export class NotOwnerError extends ClaimdError {}
+
 /** InvalidTransitionError: the record's state does not allow the operation. */
 export class InvalidTransitionError extends ClaimdError {
   /** currentState is the record's state as the server reported it. */
@@ -126,6 +134,7 @@ const byCode: Partial<Record<Code, typeof ClaimdError>> = {
 
 const byReason: Record<string, typeof ClaimdError> = {
   [ErrorReason.STALE_TOKEN]: StaleTokenError,
+  [ErrorReason.NOT_OWNER]: NotOwnerError,
   [ErrorReason.INVALID_TRANSITION]: InvalidTransitionError,
   [ErrorReason.RECORD_NOT_FOUND]: RecordNotFoundError,
   [ErrorReason.PROVIDER_NOT_FOUND]: ProviderNotFoundError,

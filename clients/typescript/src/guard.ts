@@ -1,7 +1,7 @@
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 
-import { bytes, type ClaimdClient, type ClaimInput, type FencedRef } from "./client.js";
-import { ClaimdError, ResourceExhaustedError, StaleTokenError, toClaimdError } from "./errors.js";
+import { bytes, type ClaimdClient, type ClaimInput, type Lease, leaseOf } from "./client.js";
+import { ClaimdError, NotOwnerError, ResourceExhaustedError, StaleTokenError, toClaimdError } from "./errors.js";
 import { type ClaimResponse, EventState, Outcome } from "./gen/idempotency/v1/claim_pb.js";
 
 /**
@@ -152,21 +152,21 @@ async function runAcquired(
   opts: GuardOptions,
   log: GuardLogger,
 ): Promise<GuardResult> {
-  const ref: FencedRef = { namespace: request.namespace, provider: request.provider, key: claim.key, fencingToken: claim.fencingToken };
+  const ref = leaseOf(request, claim);
   try {
     // A repeat is a no-op on the server, so a LEASE_EXPIRED takeover of a
     // record already in PROCESSING passes through.
     await client.transition({ ...ref, to: EventState.PROCESSING });
   } catch (e) {
     const err = toClaimdError(e);
-    if (err instanceof StaleTokenError) {
+    if (notOurs(err)) {
       return { ...lost(err, claim, log, request), ran: false }; // released and re-claimed under us
     }
     await releaseQuietly(client, ref, log);
     return failed(err, claim, false);
   }
 
-  const leaseMs = await leaseOf(client, request, claim);
+  const leaseMs = await leaseMsOf(client, request, claim);
   const hb = new Heartbeat(client, ref, request.leaseMs, opts.renewEveryMs ?? Math.max(10, Math.floor(leaseMs / 3)), log);
   hb.start();
   let returned: unknown;
@@ -197,7 +197,7 @@ async function runAcquired(
       await client.transition({ ...ref, to: EventState.FAILED, result: why });
     } catch (e) {
       const err = toClaimdError(e);
-      if (err instanceof StaleTokenError) {
+      if (notOurs(err)) {
         return lost(err, claim, log, request);
       }
       await releaseQuietly(client, ref, log);
@@ -219,7 +219,7 @@ async function runAcquired(
  */
 async function settle(
   client: ClaimdClient,
-  ref: FencedRef,
+  ref: Lease,
   claim: ClaimResponse,
   returned: unknown,
   log: GuardLogger,
@@ -245,9 +245,18 @@ async function settle(
     await client.transition({ ...ref, to: EventState.SETTLED, result: stored });
   } catch (e) {
     const err = toClaimdError(e);
-    return err instanceof StaleTokenError ? lost(err, claim, log, request) : failed(err, claim, true);
+    return notOurs(err) ? lost(err, claim, log, request) : failed(err, claim, true);
   }
   return { outcome: claim.outcome, claim, ran: true, status: 200, body, ...(notStored ? { error: notStored } : {}) };
+}
+
+/**
+ * notOurs reports whether err says the claim is no longer ours: a newer
+ * holder took over (or the key was released), or the lease secret is not the
+ * owner's. Either way the guard must not settle or release it.
+ */
+function notOurs(err: ClaimdError): boolean {
+  return err instanceof StaleTokenError || err instanceof NotOwnerError;
 }
 
 /**
@@ -280,7 +289,7 @@ function lost(err: ClaimdError, claim: ClaimResponse, log: GuardLogger, request:
   return { outcome: claim.outcome, claim, ran: true, status: 409, body: text("ownership lost; retry later"), retryAfter: 1, error: err };
 }
 
-async function releaseQuietly(client: ClaimdClient, ref: FencedRef, log: GuardLogger): Promise<void> {
+async function releaseQuietly(client: ClaimdClient, ref: Lease, log: GuardLogger): Promise<void> {
   try {
     await client.release(ref);
   } catch (e) {
@@ -304,7 +313,7 @@ class Heartbeat {
 
   constructor(
     private readonly client: ClaimdClient,
-    private readonly ref: FencedRef,
+    private readonly ref: Lease,
     private readonly leaseMs: number | undefined,
     private readonly everyMs: number,
     private readonly log: GuardLogger,
@@ -353,11 +362,11 @@ class Heartbeat {
 }
 
 /**
- * leaseOf is the lease to heartbeat against: the one requested, else the
+ * leaseMsOf is the lease to heartbeat against: the one requested, else the
  * provider's (asked once per client and provider), never more than what the
  * claim shows left, so a client clock behind the server's cannot stretch it.
  */
-async function leaseOf(client: ClaimdClient, request: ClaimInput, claim: ClaimResponse): Promise<number> {
+async function leaseMsOf(client: ClaimdClient, request: ClaimInput, claim: ClaimResponse): Promise<number> {
   const left = claim.leaseExpiresAt ? millis(claim.leaseExpiresAt) - Date.now() : Infinity;
   let known = request.leaseMs;
   if (known === undefined) {

@@ -9,6 +9,7 @@ import {
   createClient,
   EventState,
   guard,
+  leaseOf,
   MAX_RESULT_BYTES,
   Outcome,
   PermanentError,
@@ -347,7 +348,7 @@ describe("guard", () => {
       req(id, { leaseMs: 1000 }),
       async (c, signal) => {
         // Another actor frees the key and a new holder takes it (token 2).
-        await client.release({ namespace: NS, provider: "stripe", key: c.key, fencingToken: c.fencingToken });
+        await client.release(leaseOf({ namespace: NS, provider: "stripe" }, c));
         const b = await client.claim(req(id));
         assert.equal(b.reason, Reason.RELEASED);
         await within(

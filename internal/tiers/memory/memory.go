@@ -317,6 +317,8 @@ func (s *Store) Close() error {
 // clone copies rec's byte slices so that neither the caller nor the cache
 // can change the other's copy.
 func clone(rec tiers.Record) tiers.Record {
+	rec.Salt = cloneBytes(rec.Salt)
+	rec.SecretHash = cloneBytes(rec.SecretHash)
 	rec.PayloadHash = cloneBytes(rec.PayloadHash)
 	rec.Result = cloneBytes(rec.Result)
 	return rec

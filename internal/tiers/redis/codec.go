@@ -32,6 +32,8 @@ const (
 	fLease
 	fWindow
 	fUpdated
+	fSalt
+	fSecretHash
 	nFields
 )
 
@@ -128,6 +130,8 @@ func decodeRecord(k tiers.Key, f []any) (tiers.Record, error) {
 	rec.FirstSeenAt, rec.LeaseExpiresAt = fromMicros(n[3]), fromMicros(n[4])
 	rec.WindowExpiresAt, rec.UpdatedAt = fromMicros(n[5]), fromMicros(n[6])
 	rec.Released = str(f[fReleased]) == "1"
+	rec.Salt = bytesOrNil(f[fSalt])
+	rec.SecretHash = bytesOrNil(f[fSecretHash])
 	rec.PayloadHash = bytesOrNil(f[fPayload])
 	rec.Result = bytesOrNil(f[fResult])
 	return rec, nil
@@ -137,6 +141,7 @@ func decodeRecord(k tiers.Key, f []any) (tiers.Record, error) {
 var fieldNames = [nFields]string{
 	"pending", "pending_until", "state", "token", "version", "attempt", "reason", "released",
 	"holder", "attempt_id", "payload", "result", "first_seen", "lease", "window", "updated",
+	"salt", "secret_hash",
 }
 
 func parseInt(f []any, pos int) (int64, error) {

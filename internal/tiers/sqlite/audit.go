@@ -23,6 +23,7 @@ const (
 	outcomeUnchanged         = "UNCHANGED" // a repeat that changed nothing
 	outcomeNotFound          = "NOT_FOUND"
 	outcomeStaleToken        = "STALE_TOKEN"
+	outcomeNotOwner          = "NOT_OWNER"
 	outcomeInvalidTransition = "INVALID_TRANSITION"
 	outcomeError             = "ERROR"
 )
@@ -31,9 +32,11 @@ const (
 // record that decided it (the claimant's on ACQUIRED, the holder's
 // otherwise) and holder is the claimant; for the other operations token is the
 // presented one and holder is the record's holder when that token is the
-// record's token. to is the state after a claim, renew or release, and the
-// requested state of a transition. Refusals are recorded too: a stale token
-// presented by a vanished holder is exactly what an investigation looks for.
+// record's token and the secret its owner's. to is the state after a claim,
+// renew or release, and the requested state of a transition. Refusals are
+// recorded too: a stale token presented by a vanished holder, or a current
+// token presented without its secret (NOT_OWNER), is exactly what an
+// investigation looks for. No secret, hash or salt is ever audited.
 type auditRow struct {
 	at       time.Time
 	key      tiers.Key
@@ -54,11 +57,12 @@ func (a *auditRow) args() []any {
 		a.from, a.to, int64(a.token), a.holder}
 }
 
-// holderOf is the holder to record for an operation presenting token: the
-// record's holder when token is its token (the caller is, or was until it
-// released, that holder), nobody we know otherwise.
-func holderOf(cur *tiers.Record, token uint64) string {
-	if token == cur.Token {
+// holderOf is the holder to record for an operation presenting token that
+// ended with err: the record's holder when token is its token and the secret
+// was its owner's (the caller is, or was until it released, that holder),
+// nobody we know otherwise.
+func holderOf(cur *tiers.Record, token uint64, err error) string {
+	if token == cur.Token && !errors.Is(err, tiers.ErrNotOwner) {
 		return cur.Holder
 	}
 	return ""
@@ -77,6 +81,8 @@ func outcomeOf(err error, changed bool) string {
 		return outcomeNotFound
 	case errors.Is(err, tiers.ErrStaleToken):
 		return outcomeStaleToken
+	case errors.Is(err, tiers.ErrNotOwner):
+		return outcomeNotOwner
 	case errors.As(err, &te):
 		return outcomeInvalidTransition
 	}

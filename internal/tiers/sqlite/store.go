@@ -53,9 +53,15 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 
 // Transition applies p with tiers.ApplyTransition. A refused or repeated
 // transition writes its audit row and nothing else.
-func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (rec tiers.Record, changed bool, err error) {
-	var opErr error
-	err = s.write(ctx, "transition", func(t *txn) error {
+func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers.Record, bool, error) {
+	// The closure's results are its own variables: it runs on the
+	// committer, and may still run after a caller that left has returned.
+	var (
+		rec     tiers.Record
+		changed bool
+		opErr   error
+	)
+	err := s.write(ctx, "transition", func(t *txn) error {
 		a := auditRow{at: p.Now, key: p.Key, op: opTransition, to: p.To.String(), token: p.Token}
 		cur, err := t.read(p.Key)
 		if err != nil {
@@ -65,8 +71,8 @@ func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (rec t
 			opErr = notFound(p.Key)
 		} else {
 			a.from = cur.State.String()
-			a.holder = holderOf(cur, p.Token)
 			rec, changed, opErr = tiers.ApplyTransition(*cur, p)
+			a.holder = holderOf(cur, p.Token, opErr)
 			if changed {
 				rec = canonical(rec)
 				if err := t.put(&rec); err != nil {
@@ -103,8 +109,8 @@ func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, e
 		} else {
 			a.from = cur.State.String()
 			a.to = a.from
-			a.holder = holderOf(cur, p.Token)
 			rec, opErr = tiers.ApplyRenew(*cur, p)
+			a.holder = holderOf(cur, p.Token, opErr)
 			if opErr == nil {
 				rec = canonical(rec)
 				if err := t.put(&rec); err != nil {
@@ -142,8 +148,8 @@ func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Recor
 		} else {
 			a.from = cur.State.String()
 			a.to = a.from
-			a.holder = holderOf(cur, p.Token)
 			rec, changed, opErr = tiers.ApplyRelease(*cur, p)
+			a.holder = holderOf(cur, p.Token, opErr)
 			if changed {
 				rec = canonical(rec)
 				if err := t.put(&rec); err != nil {
@@ -200,14 +206,17 @@ func (s *Store) deleteBatch(ctx context.Context, op, query string, before time.T
 	}
 	var n int64
 	err := s.write(ctx, op, func(t *txn) error {
-		res, err := t.tx.ExecContext(ctx, query, ceilMicros(before), limit)
+		res, err := t.tx.ExecContext(t.ctx, query, ceilMicros(before), limit)
 		if err != nil {
 			return err
 		}
 		n, err = res.RowsAffected()
 		return err
 	})
-	return int(n), err
+	if err != nil {
+		return 0, err // n is the committer's until the write is answered
+	}
+	return int(n), nil
 }
 
 // ceilMicros is t in unix microseconds rounded up, so that a stored time

@@ -1,6 +1,7 @@
 package tierstest
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -198,6 +199,11 @@ func testFastMismatchAttempt(t *testing.T, fe *fastEnv) {
 	fe.want("k", res, tiers.FastDecided, tiers.OutcomeAcquired)
 	if res.Reason != tiers.ReasonNew || res.Record.Token != 1 {
 		t.Fatalf("Reserve(same attempt) reason/token = %v/%d, want NEW/1", res.Reason, res.Record.Token)
+	}
+	// The owner's salt and secret hash come back, so the service can give
+	// the retrying owner the same lease secret.
+	if !bytes.Equal(res.Record.Salt, p.Salt) || !bytes.Equal(res.Record.SecretHash, p.SecretHash) {
+		t.Fatalf("Reserve(same attempt) salt/secret hash = %x/%x, want the owner's %x/%x", res.Record.Salt, res.Record.SecretHash, p.Salt, p.SecretHash)
 	}
 	fe.want("k", fe.reserve("k", "n", func(r *tiers.ReserveParams) { r.AttemptID = "att-2" }), tiers.FastDecided, tiers.OutcomeInProgress)
 }

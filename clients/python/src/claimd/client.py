@@ -19,7 +19,7 @@ from claimd._gen.idempotency.v1 import claim_pb2_grpc as pb_grpc
 from claimd.errors import Unavailable
 from claimd.retry import RetryPolicy, call_with_retry
 from claimd.security import TLSConfig, TokenProvider, channel_credentials
-from claimd.types import Claim, Delivery, EventState, Record, Transitioned
+from claimd.types import Claim, Delivery, EventState, Lease, Record, Transitioned
 
 if TYPE_CHECKING:
     from claimd.guard import Guard, GuardResult
@@ -46,6 +46,10 @@ def _duration(v: Seconds | None) -> duration_pb2.Duration | None:
     d = duration_pb2.Duration()
     d.FromTimedelta(timedelta(seconds=_seconds(v)))
     return d
+
+
+def _lease(held: Claim | Lease) -> Lease:
+    return held.lease if isinstance(held, Claim) else held
 
 
 def default_holder() -> str:
@@ -198,23 +202,24 @@ class Client:
 
     def transition(
         self,
-        namespace: str,
-        provider: str,
-        key: str,
-        fencing_token: int,
+        claim: Claim | Lease,
         to: EventState,
         *,
         result: bytes = b"",
         extend_lease: Seconds | None = None,
     ) -> Transitioned:
-        """transition moves the event to state to, fenced by fencing_token.
-        result is stored with SETTLED or FAILED and returned to duplicates.
-        Raises StaleToken, InvalidTransition or NotFound."""
+        """transition moves the event to state to, as the owner of claim (an
+        ACQUIRED Claim or its Lease: the token and lease secret). result is
+        stored with SETTLED or FAILED and returned to duplicates. Raises
+        StaleToken, NotOwner, InvalidTransition or NotFound; ValueError for a
+        claim that was not ACQUIRED."""
+        lease = _lease(claim)
         req = pb.TransitionRequest(
-            namespace=namespace,
-            provider=provider,
-            key=key,
-            fencing_token=fencing_token,
+            namespace=lease.namespace,
+            provider=lease.provider,
+            key=lease.key,
+            fencing_token=lease.fencing_token,
+            lease_secret=lease.lease_secret,
             to=pb.EventState.Name(to),
             result=result,
             extend_lease=_duration(extend_lease),
@@ -222,36 +227,39 @@ class Client:
         resp: pb.TransitionResponse = self._call(self._stub.Transition, req)
         return Transitioned(record=Record.from_pb(resp.record), changed=resp.changed)
 
-    def renew(
-        self,
-        namespace: str,
-        provider: str,
-        key: str,
-        fencing_token: int,
-        *,
-        lease: Seconds | None = None,
-    ) -> Record:
-        """renew extends the holder's lease to now + lease (default: the
-        provider's). Raises StaleToken once another holder took over."""
+    def renew(self, claim: Claim | Lease, *, lease: Seconds | None = None) -> Record:
+        """renew extends the lease of claim's owner to now + lease (default:
+        the provider's). Raises StaleToken once another holder took over."""
+        held = _lease(claim)
         req = pb.RenewRequest(
-            namespace=namespace,
-            provider=provider,
-            key=key,
-            fencing_token=fencing_token,
+            namespace=held.namespace,
+            provider=held.provider,
+            key=held.key,
+            fencing_token=held.fencing_token,
+            lease_secret=held.lease_secret,
             lease=_duration(lease),
         )
         resp: pb.RenewResponse = self._call(self._stub.Renew, req)
         return Record.from_pb(resp.record)
 
-    def release(self, namespace: str, provider: str, key: str, fencing_token: int) -> Record:
-        """release gives the key back: the side effect did not happen, and the
-        next delivery acquires it with reason RELEASED."""
-        req = pb.ReleaseRequest(namespace=namespace, provider=provider, key=key, fencing_token=fencing_token)
+    def release(self, claim: Claim | Lease) -> Record:
+        """release gives the key of claim back: the side effect did not
+        happen, and the next delivery acquires it with reason RELEASED."""
+        lease = _lease(claim)
+        req = pb.ReleaseRequest(
+            namespace=lease.namespace,
+            provider=lease.provider,
+            key=lease.key,
+            fencing_token=lease.fencing_token,
+            lease_secret=lease.lease_secret,
+        )
         resp: pb.ReleaseResponse = self._call(self._stub.Release, req)
         return Record.from_pb(resp.record)
 
     def get(self, namespace: str, provider: str, key: str) -> Record:
-        """get reads a record from the durable tier. Raises NotFound."""
+        """get reads a record from the durable tier. Raises NotFound. The
+        record shows the fencing token but never the lease secret: reading a
+        record does not let anyone write it."""
         req = pb.GetRequest(namespace=namespace, provider=provider, key=key)
         resp: pb.GetResponse = self._call(self._stub.Get, req)
         return Record.from_pb(resp.record)

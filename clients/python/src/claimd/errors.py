@@ -54,6 +54,12 @@ class StaleToken(ClaimdError):
     released); the caller no longer owns the delivery and must not settle it."""
 
 
+class NotOwner(ClaimdError):
+    """NotOwner: the fencing token is the current one but the lease secret is
+    not its owner's (PERMISSION_DENIED). Only the lease of an ACQUIRED claim
+    writes a record; a token read with get does not."""
+
+
 class InvalidTransition(ClaimdError):
     """InvalidTransition: the state machine forbids the move (for example,
     the record is already terminal). metadata["current_state"] names where
@@ -159,6 +165,8 @@ def from_rpc_error(err: grpc.RpcError) -> ClaimdError:
     cls: type[ClaimdError] = ClaimdError
     if reason == "STALE_TOKEN":
         cls = StaleToken
+    elif reason == "NOT_OWNER":
+        cls = NotOwner
     elif reason == "INVALID_TRANSITION":
         cls = InvalidTransition
     elif code == grpc.StatusCode.NOT_FOUND:

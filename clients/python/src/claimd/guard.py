@@ -47,6 +47,7 @@ from claimd.errors import (
     ClaimdError,
     InvalidTransition,
     NotFound,
+    NotOwner,
     PayloadMismatch,
     PermanentError,
     ResourceExhausted,
@@ -163,8 +164,8 @@ class _Heartbeat:
         g, c = self._guard, self._guard.claim
         while not self._stop.wait(self._interval):
             try:
-                rec = g.client.renew(c.namespace, c.provider, c.key, c.fencing_token, lease=g.lease)
-            except (StaleToken, NotFound) as err:
+                rec = g.client.renew(c, lease=g.lease)
+            except (StaleToken, NotOwner, NotFound) as err:
                 g._lose(err)
                 return
             except InvalidTransition:
@@ -307,10 +308,8 @@ class Guard:
         # A repeat of PROCESSING is a no-op on the server, so a LEASE_EXPIRED
         # taker whose predecessor got that far passes through.
         try:
-            moved = self.client.transition(
-                claim.namespace, claim.provider, claim.key, claim.fencing_token, EventState.PROCESSING
-            )
-        except StaleToken as err:
+            moved = self.client.transition(claim, EventState.PROCESSING)
+        except (StaleToken, NotOwner) as err:
             self._result = self._answer_lost(err)
             return
         except ClaimdError as err:
@@ -373,8 +372,8 @@ class Guard:
             error = error or ValueError(f"result is {len(body)} bytes, over {MAX_RESULT_BYTES}; not stored")
             stored = b""
         try:
-            self.client.transition(claim.namespace, claim.provider, claim.key, claim.fencing_token, to, result=stored)
-        except StaleToken as err:
+            self.client.transition(claim, to, result=stored)
+        except (StaleToken, NotOwner) as err:
             self._result = self._answer_lost(err)
             return
         except Exception as err:
@@ -465,7 +464,7 @@ class Guard:
         # (after the handler raised, before settle() or fail() began).
         c = self.claim
         try:
-            self.client.release(c.namespace, c.provider, c.key, c.fencing_token)
+            self.client.release(c)
         except ClaimdError as err:
             # The lease runs out on its own; the next delivery then takes over.
             log.warning("claimd: release %s/%s/%s failed: %s", c.namespace, c.provider, c.key, err)
