@@ -160,7 +160,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // the cutoffs that decided it.
 func printPass(w io.Writer, st *stores, rep janitor.Report) {
 	if rep.Skipped {
-		fmt.Fprintf(w, "skipped: another replica's janitor holds the lock (PostgreSQL advisory lock %d); nothing done\n", postgres.JanitorLockKey())
+		fmt.Fprintf(w, "skipped: another replica's janitor holds the lock (PostgreSQL advisory lock %d); nothing done\n", postgres.JanitorLockKey(""))
 		return
 	}
 	verb := "deleted"
