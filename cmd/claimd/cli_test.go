@@ -271,6 +271,14 @@ func TestConfigFileErrors(t *testing.T) {
 	if r := runEnv(t, nil, "serve", "--config", filepath.Join(t.TempDir(), "missing.yaml")); r.code != 2 || !strings.Contains(r.stderr, "--config") {
 		t.Errorf("claimd serve --config (missing file) = exit %d, %q", r.code, r.stderr)
 	}
+	for _, empty := range []string{"", "# nothing yet\n", "---\n"} {
+		if r := runEnv(t, nil, "providers", "--config", writeFile(t, "empty.yaml", empty)); r.code != 0 {
+			t.Errorf("claimd providers --config (%q) = exit %d, %q; an empty file sets nothing", empty, r.code, r.stderr)
+		}
+	}
+	if r := runEnv(t, nil, "providers", "--config", writeFile(t, "list.yaml", "- listen\n")); r.code != 2 || !strings.Contains(r.stderr, ":1: want a mapping of flag names to values") {
+		t.Errorf("claimd providers --config (a list) = exit %d, %q", r.code, r.stderr)
+	}
 }
 
 // TestProvidersDump: the dump is the built-in registry, and loads back

@@ -135,7 +135,13 @@ func applyConfig(fs *flag.FlagSet, path string, set map[string]bool) error {
 	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: %s:%d: a second YAML document: a config file holds one", errUsage, path, next.Line)
 	}
+	if len(doc.Content) == 0 {
+		return nil
+	}
 	root := doc.Content[0]
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return nil // an empty document sets nothing
+	}
 	if root.Kind != yaml.MappingNode {
 		return fmt.Errorf("%w: %s:%d: want a mapping of flag names to values, as in listen: 127.0.0.1:50051", errUsage, path, root.Line)
 	}
