@@ -127,9 +127,10 @@ func WithCallTimeout(d time.Duration) Option {
 }
 
 // WithKeepalive sets the HTTP/2 ping interval and the time to wait for its
-// ack. claimd runs gRPC's default server enforcement, which answers pings
-// more often than every 5 minutes with a GOAWAY, so lower values only make
-// sense against a server configured to permit them. Default 5m and 20s.
+// ack. claimd permits pings every 10s, with or without calls in flight, and
+// answers more frequent ones with a GOAWAY (too_many_pings), so intervals
+// below 10s only cost reconnects. Default 5m and 20s; behind a load balancer
+// that drops idle connections sooner, ping more often.
 func WithKeepalive(interval, timeout time.Duration) Option {
 	return func(o *options) {
 		if interval > 0 {

@@ -53,9 +53,9 @@ export interface ClientOptions {
     /**
      * intervalMs between PINGs while a call waits without data, and the idle
      * time after which a connection is checked with one PING before reuse.
-     * Default 30000. Keep it long: claimd enforces grpc-go's default policy,
-     * under which a third PING within 5 minutes with no response data in
-     * between gets GOAWAY ENHANCE_YOUR_CALM and fails the calls in flight.
+     * Default 30000. Keep it at 10000 or more: claimd permits a PING every
+     * 10 s and answers more frequent ones with GOAWAY ENHANCE_YOUR_CALM,
+     * which fails the calls in flight.
      * Calls are bounded (timeoutMs, plus waitMs), so at 30 s a call sends
      * one PING at most.
      */

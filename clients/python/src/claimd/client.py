@@ -30,10 +30,10 @@ Seconds = float | timedelta
 """Seconds is a duration: a number of seconds or a timedelta."""
 
 DEFAULT_KEEPALIVE = 300.0
-"""DEFAULT_KEEPALIVE is the keepalive ping interval in seconds. grpc-go
-servers (claimd sets no keepalive policy) answer pings more frequent than
-every 5 minutes with GOAWAY too_many_pings, so the client never pings
-faster."""
+"""DEFAULT_KEEPALIVE is the keepalive ping interval in seconds. claimd
+permits pings every 10 seconds, with or without calls in flight, and answers
+more frequent ones with GOAWAY too_many_pings; lower this (not below 10)
+behind a load balancer that drops idle connections sooner."""
 
 
 def _seconds(v: Seconds) -> float:
