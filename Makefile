@@ -19,11 +19,12 @@ GRPCURL_VERSION            := v1.9.4
 GHZ_VERSION                := v0.120.0
 HELM_VERSION               := v3.22.0
 
-IMAGE   ?= claimd:dev
-VERSION ?= dev
+IMAGE ?= claimd:dev
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 ARGS ?=
+# VERSION is what `claimd version` prints (and the traces' service.version).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 # tool installs `go install`s a module at a version and leaves a stamp, so a
 # version bump here reinstalls it.
@@ -49,13 +50,16 @@ GRPCURL   := $(TOOLS_DIR)/stamps/grpcurl@$(GRPCURL_VERSION)
 GHZ       := $(TOOLS_DIR)/stamps/ghz@$(GHZ_VERSION)
 HELM      := $(TOOLS_DIR)/stamps/helm@$(HELM_VERSION)
 
-.PHONY: help build run test generate checkgenerate lint tools bench image helm clean
+# path_hint tells how to run the installed tools by name.
+path_hint = echo "installed in $(TOOLS_BIN); to run by name: export PATH=\"$(TOOLS_BIN):\$$PATH\""
+
+.PHONY: help build run test generate checkgenerate lint tools buf protoc-gen-go protoc-gen-go-grpc grpcurl ghz helm-tool bench image helm clean
 
 help: ## show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-19s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## build bin/claimd
-	go build -o bin/claimd ./cmd/claimd
+build: ## build bin/claimd, its version from git describe (VERSION=... to set it)
+	go build -ldflags "-X main.version=$(VERSION)" -o bin/claimd ./cmd/claimd
 
 run: build ## start claimd with embedded tiers on 127.0.0.1:50051 (ARGS="--flag ..." to add flags)
 	./bin/claimd serve $(ARGS)
@@ -87,7 +91,26 @@ lint: $(BUF) ## buf lint + buf format + go vet + gofmt
 bench: $(GHZ) ## load scenarios (ghz and cmd/claimload) against claimd and its baselines in one run -> BENCHMARKS.md; BENCH_DURATION=2s for a smoke run
 	./scripts/bench.sh
 
-tools: $(GEN_TOOLS) $(GRPCURL) $(GHZ) $(HELM) ## install the pinned tools (buf, protoc plugins, grpcurl, ghz, helm)
+tools: $(GEN_TOOLS) $(GRPCURL) $(GHZ) $(HELM) ## install every pinned tool (buf, protoc plugins, grpcurl, ghz, helm); or one: make grpcurl
+	@$(path_hint)
+
+buf: $(BUF) ## install the pinned buf only
+	@$(path_hint)
+
+protoc-gen-go: $(TOOLS_DIR)/stamps/protoc-gen-go@$(PROTOC_GEN_GO_VERSION) ## install the pinned protoc-gen-go only
+	@$(path_hint)
+
+protoc-gen-go-grpc: $(TOOLS_DIR)/stamps/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION) ## install the pinned protoc-gen-go-grpc only
+	@$(path_hint)
+
+grpcurl: $(GRPCURL) ## install the pinned grpcurl only
+	@$(path_hint)
+
+ghz: $(GHZ) ## install the pinned ghz only
+	@$(path_hint)
+
+helm-tool: $(HELM) ## install the pinned helm only (a few minutes: it builds from source)
+	@$(path_hint)
 
 image: ## build the container image $(IMAGE) (docker when its daemon answers, else buildah)
 	@if command -v docker >/dev/null && docker info >/dev/null 2>&1; then \

@@ -30,7 +30,7 @@ func TestBackendTLS(t *testing.T) {
 	flags := func(args ...string) *commonConfig {
 		t.Helper()
 		var c commonConfig
-		fs := newFlagSet("serve", io.Discard)
+		fs := newFlagSet("serve")
 		bindCommon(fs, &c)
 		if err := parse(fs, args); err != nil {
 			t.Fatal(err)

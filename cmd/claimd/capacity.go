@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -11,52 +13,59 @@ import (
 	"github.com/claimd/claimd/internal/janitor"
 )
 
+// capacityConfig is what claimd capacity reads.
+type capacityConfig struct {
+	commonConfig
+	Rate     string
+	Provider string
+	In       capacity.Input
+}
+
+func bindCapacity(fs *flag.FlagSet, c *capacityConfig) {
+	bindRegistry(fs, &c.commonConfig)
+	fs.StringVar(&c.Rate, "rate", "", "new events per second, e.g. 2000/s (also /m, /h); required")
+	fs.StringVar(&c.Provider, "provider", "stripe", "provider or group whose window (ttl) the records keep")
+	fs.IntVar(&c.In.ResultBytes, "result-bytes", 256, "bytes of result stored per settled event")
+	fs.Float64Var(&c.In.Duplicates, "duplicates", 0.1, "extra deliveries per event (provider retries), e.g. 0.1")
+	fs.DurationVar(&c.In.Grace, "grace", janitor.DefaultGrace, "claims kept past their window (as claimd serve --grace)")
+	fs.DurationVar(&c.In.Retention, "retention", janitor.DefaultRetention, "audit rows kept (as claimd serve --retention)")
+}
+
 // runCapacity prints the steady-state size of a deployment for an event
 // rate, from sizes measured on real servers (internal/capacity).
-func runCapacity(args []string, stdout, stderr io.Writer) error {
-	var (
-		c        commonConfig
-		r        retentionConfig
-		rate     string
-		provider string
-		in       capacity.Input
-	)
-	fs := newFlagSet("capacity", stderr)
-	bindCommon(fs, &c)
-	fs.StringVar(&rate, "rate", "", "new events per second, e.g. 2000/s (also /m, /h); required")
-	fs.StringVar(&provider, "provider", "stripe", "provider or group whose window (ttl) the records keep")
-	fs.IntVar(&in.ResultBytes, "result-bytes", 256, "bytes of result stored per settled event")
-	fs.Float64Var(&in.Duplicates, "duplicates", 0.1, "extra deliveries per event (provider retries), e.g. 0.1")
-	fs.DurationVar(&r.Grace, "grace", janitor.DefaultGrace, "claims kept past their window (as claimd serve --grace)")
-	fs.DurationVar(&r.Retention, "retention", janitor.DefaultRetention, "audit rows kept (as claimd serve --retention)")
+func runCapacity(_ context.Context, args []string, stdout, _ io.Writer) error {
+	var c capacityConfig
+	fs := newFlagSet("capacity")
+	bindCapacity(fs, &c)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	perSecond, err := parseRate(rate)
+	perSecond, err := parseRate(c.Rate)
 	if err != nil {
 		return err
 	}
+	in := c.In
 	switch {
 	case in.ResultBytes < 0:
 		return fmt.Errorf("%w: --result-bytes %d is negative", errUsage, in.ResultBytes)
 	case in.Duplicates < 0:
 		return fmt.Errorf("%w: --duplicates %v is negative", errUsage, in.Duplicates)
-	case r.Grace < 0 || r.Retention <= 0:
+	case in.Grace < 0 || in.Retention <= 0:
 		return fmt.Errorf("%w: --grace must not be negative and --retention must be positive", errUsage)
 	}
 	reg, err := c.registry()
 	if err != nil {
 		return err
 	}
-	p, ok := reg.Lookup(provider)
+	p, ok := reg.Lookup(c.Provider)
 	if !ok {
-		return fmt.Errorf("%w: --provider %.64q is not in the registry (claimd providers lists it)", errUsage, provider)
+		return fmt.Errorf("%w: --provider %.64q is not in the registry (claimd providers lists it)", errUsage, c.Provider)
 	}
 	sizes, err := capacity.Measured()
 	if err != nil {
 		return err
 	}
-	in.Rate, in.TTL, in.Grace, in.Retention = perSecond, p.TTL, r.Grace, r.Retention
+	in.Rate, in.TTL = perSecond, p.TTL
 	return sizes.Estimate(in).Write(stdout, sizes)
 }
 

@@ -58,9 +58,10 @@ func limitOptions(maxRequest int) []grpc.ServerOption {
 	}
 }
 
-// keepaliveOptions let clients ping every 10s (grpc-go's default policy
-// refuses pings more often than every 5 minutes with GOAWAY too_many_pings,
-// which cuts off clients that keep connections alive through load balancers),
+// keepaliveOptions let clients ping every 10s, even without a call in flight
+// (grpc-go's default policy would answer pings more often than every 5
+// minutes with GOAWAY too_many_pings, cutting off clients that keep
+// connections alive through load balancers),
 // have the server ping idle connections so dead peers are noticed, and
 // close connections that carry no call for maxConnectionIdle.
 func keepaliveOptions() []grpc.ServerOption {

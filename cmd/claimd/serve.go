@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -55,7 +56,16 @@ type serveConfig struct {
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	var c serveConfig
-	fs := newFlagSet("serve", stderr)
+	fs := newFlagSet("serve")
+	bindServe(fs, &c)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return serve(ctx, &c, stderr)
+}
+
+// bindServe registers serve's flags.
+func bindServe(fs *flag.FlagSet, c *serveConfig) {
 	bindCommon(fs, &c.commonConfig)
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:50051", "gRPC listen address (loopback by default)")
 	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:9090", "HTTP listen address for /metrics, /healthz, /readyz")
@@ -69,9 +79,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.BoolVar(&c.RequireNoEviction, "require-noeviction", false, "refuse to start unless the Redis fast tier's maxmemory-policy is noeviction (read with CONFIG GET; a Redis that refuses it, or does not answer, fails the check); no effect without --redis-url")
 	bindRetention(fs, &c.retentionConfig)
 	bindSecurity(fs, &c.securityConfig)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
+}
+
+// serve checks the flags that go together and serves until ctx is done.
+func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if err := c.validate(); err != nil {
 		return err
 	}

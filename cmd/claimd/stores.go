@@ -44,7 +44,7 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 		return nil, err
 	}
 	if c.PostgresURL != "" {
-		pg, err := postgres.New(ctx, postgres.Config{URL: c.PostgresURL, Migrate: true})
+		pg, err := postgres.New(ctx, postgres.Config{URL: c.PostgresURL, Schema: c.PostgresSchema, Migrate: true})
 		if err != nil {
 			return nil, fmt.Errorf("postgres: %w", err)
 		}

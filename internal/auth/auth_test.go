@@ -159,24 +159,25 @@ func TestUnauthenticated(t *testing.T) {
 	}
 }
 
-// rpcs calls each ClaimService method in namespace ns on key with token;
-// it covers every method of the generated descriptor (TestRPCTableComplete).
-func rpcs(c pb.ClaimServiceClient, ns, key string, token uint64) map[string]func(context.Context) error {
+// rpcs calls each ClaimService method in namespace ns on key; the fenced
+// writes present token and secret (the owner's, from its ACQUIRED answer).
+// It covers every method of the generated descriptor (TestRPCTableComplete).
+func rpcs(c pb.ClaimServiceClient, ns, key string, token uint64, secret []byte) map[string]func(context.Context) error {
 	return map[string]func(context.Context) error{
 		"Claim": func(ctx context.Context) error {
 			_, err := c.Claim(ctx, claimReq(ns, key))
 			return err
 		},
 		"Transition": func(ctx context.Context) error {
-			_, err := c.Transition(ctx, &pb.TransitionRequest{Namespace: ns, Provider: "stripe", Key: key, FencingToken: token, To: pb.EventState_EVENT_STATE_PROCESSING})
+			_, err := c.Transition(ctx, &pb.TransitionRequest{Namespace: ns, Provider: "stripe", Key: key, FencingToken: token, LeaseSecret: secret, To: pb.EventState_EVENT_STATE_PROCESSING})
 			return err
 		},
 		"Renew": func(ctx context.Context) error {
-			_, err := c.Renew(ctx, &pb.RenewRequest{Namespace: ns, Provider: "stripe", Key: key, FencingToken: token, Lease: durationpb.New(120e9)})
+			_, err := c.Renew(ctx, &pb.RenewRequest{Namespace: ns, Provider: "stripe", Key: key, FencingToken: token, LeaseSecret: secret, Lease: durationpb.New(120e9)})
 			return err
 		},
 		"Release": func(ctx context.Context) error {
-			_, err := c.Release(ctx, &pb.ReleaseRequest{Namespace: ns, Provider: "stripe", Key: key, FencingToken: token})
+			_, err := c.Release(ctx, &pb.ReleaseRequest{Namespace: ns, Provider: "stripe", Key: key, FencingToken: token, LeaseSecret: secret})
 			return err
 		},
 		"Get": func(ctx context.Context) error {
@@ -187,7 +188,7 @@ func rpcs(c pb.ClaimServiceClient, ns, key string, token uint64) map[string]func
 }
 
 func TestRPCTableComplete(t *testing.T) {
-	calls := rpcs(nil, "", "", 0)
+	calls := rpcs(nil, "", "", 0, nil)
 	for _, m := range pb.ClaimService_ServiceDesc.Methods {
 		if calls[m.MethodName] == nil {
 			t.Errorf("ClaimService.%s has no case in rpcs(): the namespace and role tests would not cover it", m.MethodName)
@@ -214,7 +215,7 @@ func TestEveryRPCOutsideNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, who := range []struct{ name, token string }{{"billing-hooks", hooksToken}, {"billing-reader", readerToken}} {
-		for method, call := range rpcs(c, "payments", "evt_held", held.GetFencingToken()) {
+		for method, call := range rpcs(c, "payments", "evt_held", held.GetFencingToken(), held.GetLeaseSecret()) {
 			t.Run(who.name+"/"+method, func(t *testing.T) {
 				denied, writes := e.denied(t, auth.ReasonNamespaceDenied), e.store.writes.Load()
 				if method != "Get" && who.name == "billing-reader" {
@@ -300,7 +301,7 @@ func TestEveryRPCOutsideRole(t *testing.T) {
 	spiffeClaims := e.claims(t, spiffeCert)
 	spiffeProviders := pb.NewProviderServiceClient(e.conn(t, spiffeCert))
 	claimRole := map[string]bool{"Claim": true, "Transition": true, "Renew": true, "Release": true}
-	for method, call := range rpcs(c, "billing", "evt_role", held.GetFencingToken()) {
+	for method, call := range rpcs(c, "billing", "evt_role", held.GetFencingToken(), held.GetLeaseSecret()) {
 		// billing-reader (read) may Get only.
 		writes := e.store.writes.Load()
 		err := call(as(readerToken))
@@ -334,7 +335,7 @@ func TestEveryRPCOutsideRole(t *testing.T) {
 	if err != nil || got.GetRecord().GetState() != pb.EventState_EVENT_STATE_RECEIVED {
 		t.Errorf("Get(evt_role) as ops = %v, %v, want state RECEIVED (refused writes changed nothing)", got, err)
 	}
-	admin := rpcs(c, "billing", "evt_role", held.GetFencingToken())
+	admin := rpcs(c, "billing", "evt_role", held.GetFencingToken(), held.GetLeaseSecret())
 	for _, method := range []string{"Transition", "Renew", "Release", "Get", "Claim"} {
 		if err := admin[method](as(opsToken)); err != nil {
 			t.Errorf("%s as ops (admin) error = %v, want nil", method, err)

@@ -6,7 +6,8 @@
 //
 // The registry is read from a versioned YAML file, providers.yaml, embedded
 // in the binary as the default (see Default) and replaceable as a whole by a
-// file of the operator's (LoadFile). Loading validates the file and refuses
+// file of the operator's (LoadFile), or extended by one that says
+// `extends: builtin` (see Load). Loading validates the file and refuses
 // it, naming the line and the rule broken, when any window could be too short
 // or any rule could read a value that changes between retries.
 //

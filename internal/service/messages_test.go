@@ -60,7 +60,7 @@ func (s failingFollowUps) Transition(context.Context, tiers.TransitionParams) (t
 // (no backend names, no doubled keys, no addresses, no other holder's
 // token); the log line keeps the detail for whoever is on call.
 func TestErrorMessagesAreClean(t *testing.T) {
-	tr := &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_K", FencingToken: 1, To: pb.EventState_EVENT_STATE_PROCESSING}
+	tr := &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_K", FencingToken: 1, LeaseSecret: make([]byte, LeaseSecretBytes), To: pb.EventState_EVENT_STATE_PROCESSING}
 	tests := []struct {
 		desc      string
 		store     func(t *testing.T) tiers.Store

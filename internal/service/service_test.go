@@ -192,15 +192,15 @@ func TestFollowUpValidation(t *testing.T) {
 		// The wire value is an int32: 259 and 260 must not wrap to
 		// PROCESSING and SETTLED when narrowed to a tiers.State.
 		{"transition target 259 out of range", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState(259)})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState(259)})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.to"},
 		{"transition target 260 out of range, with a result", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState(260), Result: []byte("x")})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState(260), Result: []byte("x")})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.to"},
 		{"transition target negative", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState(-253)})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState(-253)})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.to"},
 		{"transition result too large", func(s *Service) error {
@@ -550,7 +550,7 @@ func TestScopedKeysNeverCollide(t *testing.T) {
 	}
 	// The canonical key of a scoped claim is what the follow-up calls take.
 	scoped := claim("tr_7", "settled")
-	if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: scoped.Key, FencingToken: scoped.FencingToken, To: pb.EventState_EVENT_STATE_PROCESSING}); err != nil {
+	if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: scoped.Key, FencingToken: scoped.FencingToken, LeaseSecret: scoped.LeaseSecret, To: pb.EventState_EVENT_STATE_PROCESSING}); err != nil {
 		t.Fatalf("Transition(key %q) error = %v", scoped.Key, err)
 	}
 	got, err := claims.Get(ctx, &pb.GetRequest{Namespace: "billing", Provider: "stripe", Key: scoped.Key})

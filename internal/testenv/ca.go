@@ -56,6 +56,11 @@ func NewCA(t testing.TB, name string) *CA {
 	return ca
 }
 
+// CreateCA is NewCA outside a test, for generators that make certificates
+// for other languages' test suites (cmd/testca): the CA's files go in dir,
+// which must exist.
+func CreateCA(dir, name string) (*CA, error) { return newCA(dir, name) }
+
 func newCA(dir, name string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -109,6 +114,10 @@ func (ca *CA) Issue(t testing.TB, names ...string) *Leaf {
 	}
 	return l
 }
+
+// IssueLeaf is Issue outside a test: it returns the error Issue would fail
+// the test with.
+func (ca *CA) IssueLeaf(names ...string) (*Leaf, error) { return ca.issue(names...) }
 
 func (ca *CA) issue(names ...string) (*Leaf, error) {
 	if len(names) == 0 {

@@ -97,8 +97,9 @@ func (b *bench) startServers() error {
 			return err
 		}
 	}
-	// pgbench inserts into claimd's own claims table.
-	out, err := exec.CommandContext(b.ctx, b.bin("claimd"), "migrate", "--postgres-url", b.pgURL("pgbench")).CombinedOutput()
+	// pgbench inserts into claimd's own claims table, made in public where
+	// its unqualified statements find it.
+	out, err := exec.CommandContext(b.ctx, b.bin("claimd"), "migrate", "--postgres-url", b.pgURL("pgbench"), "--postgres-schema", "public").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("claimd migrate (pgbench database): %w\n%s", err, out)
 	}

@@ -27,6 +27,12 @@
 // Every call retries UNAVAILABLE under a bounded RetryPolicy, and a retried
 // Claim keeps its attempt_id so that claimd answers the same ACQUIRED.
 // Errors are *Error values that match ErrStaleToken, ErrNotOwner,
-// ErrInvalidTransition, ErrNotFound, ErrProviderNotFound, ErrInvalidArgument
-// and ErrUnavailable with errors.Is.
+// ErrInvalidTransition, ErrNotFound, ErrProviderNotFound, ErrInvalidArgument,
+// ErrUnavailable, ErrUnauthenticated, ErrPermissionDenied and
+// ErrResourceExhausted with errors.Is.
+//
+// A claimd that requires TLS and credentials is dialed with WithTLSFiles
+// (or WithTLS) and WithToken (or WithTokenSource); plaintext is the default
+// for loopback targets only, and a token never leaves the machine in
+// plaintext.
 package claimd

@@ -57,10 +57,13 @@ const (
 	// run (422). Alert on it.
 	PayloadMismatch
 	// Unavailable: claimd could not be asked (or could not start the
-	// work); fn did not run (503).
+	// work), or this receiver is over its rate limit (RESOURCE_EXHAUSTED,
+	// RetryAfter from claimd's RetryInfo); fn did not run (503).
 	Unavailable
-	// Rejected: claimd refused the request (bad field, unknown provider);
-	// fn did not run (400 or 500).
+	// Rejected: claimd refused the request: a bad field (400), an unknown
+	// provider, missing or unknown credentials (UNAUTHENTICATED) or a
+	// namespace or role the credentials do not grant (PERMISSION_DENIED)
+	// (500, so that the provider retries once it is fixed); fn did not run.
 	Rejected
 	// Settled: fn succeeded and the event is SETTLED (200, fn's result).
 	Settled
@@ -293,9 +296,25 @@ func (c *Client) failedCall(err error, cl Claim) Outcome {
 			Status: http.StatusServiceUnavailable, Body: []byte("claimd unavailable; retry later\n"),
 			RetryAfter: UnavailableRetryAfter, Disposition: Unavailable, Claim: cl, Err: err,
 		}
+	case errors.Is(err, ErrResourceExhausted):
+		// This receiver's principal is over its rate limit: come back when
+		// claimd says a call is admitted again.
+		var e *Error
+		wait := UnavailableRetryAfter
+		if errors.As(err, &e) && e.RetryDelay > 0 {
+			wait = e.RetryDelay
+		}
+		return Outcome{
+			Status: http.StatusServiceUnavailable, Body: []byte("claimd rate limit reached; retry later\n"),
+			RetryAfter: wait, Disposition: Unavailable, Claim: cl, Err: err,
+		}
 	case errors.Is(err, ErrInvalidArgument):
 		return Outcome{Status: http.StatusBadRequest, Body: []byte("delivery rejected by claimd\n"), Disposition: Rejected, Claim: cl, Err: err}
 	}
+	// UNAUTHENTICATED and PERMISSION_DENIED land here too: this receiver's
+	// credentials or grants are wrong, which only an operator fixes. The
+	// answer is a 500 and not a 4xx, so that the provider keeps the delivery
+	// and retries it once they are fixed: fn did not run.
 	c.opts.logger.Error("claimd: call failed", "err", err)
 	return Outcome{Status: http.StatusInternalServerError, Body: []byte("claimd refused the delivery\n"), Disposition: Rejected, Claim: cl, Err: err}
 }

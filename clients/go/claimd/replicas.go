@@ -2,6 +2,7 @@ package claimd
 
 import (
 	"context"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -44,8 +45,9 @@ const replicasScheme = "claimd-replicas"
 // with UNAVAILABLE is retried (RetryPolicy) on another. Every replica must
 // share the same Redis and PostgreSQL; the list is fixed for the Client's
 // life (use a dns:/// target with WithRoundRobin for a list that changes).
-// Dial's other rules apply: unless WithLazyConnect is given it waits until
-// at least one replica is ready.
+// Dial's other rules apply: plaintext only when every address is a
+// loopback one (else WithTLS, WithTLSFiles or WithInsecure), and unless
+// WithLazyConnect is given it waits until at least one replica is ready.
 func DialReplicas(ctx context.Context, addrs []string, opts ...Option) (*Client, error) {
 	invalid := func(msg string) error {
 		return &Error{Op: "Dial", Code: codes.InvalidArgument, Message: msg, st: status.New(codes.InvalidArgument, msg)}
@@ -62,6 +64,9 @@ func DialReplicas(ctx context.Context, addrs []string, opts ...Option) (*Client,
 	}
 	r := manual.NewBuilderWithScheme(replicasScheme)
 	r.InitialState(state)
-	opts = append(opts, WithRoundRobin(), WithDialOptions(grpc.WithResolvers(r)))
+	// Plaintext is decided as for Dial: allowed without WithInsecure only
+	// when every address is a loopback one.
+	list := "ipv4:" + strings.Join(addrs, ",")
+	opts = append(opts, WithRoundRobin(), WithDialOptions(grpc.WithResolvers(r)), func(o *options) { o.replicas = list })
 	return Dial(ctx, replicasScheme+":///replicas", opts...)
 }

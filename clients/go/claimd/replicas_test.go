@@ -147,9 +147,10 @@ func TestDialReplicasBalancesAndSurvivesAStop(t *testing.T) {
 }
 
 // TestDialReplicasRefusesNoAddress: an empty list is a caller's error, not
-// a connection that never becomes ready.
+// a connection that never becomes ready; and as for Dial, plaintext to a
+// replica that is not on loopback needs WithInsecure.
 func TestDialReplicasRefusesNoAddress(t *testing.T) {
-	for _, addrs := range [][]string{nil, {"127.0.0.1:1", ""}} {
+	for _, addrs := range [][]string{nil, {"127.0.0.1:1", ""}, {"127.0.0.1:1", "10.0.0.1:50051"}} {
 		_, err := claimd.DialReplicas(context.Background(), addrs)
 		if !errors.Is(err, claimd.ErrInvalidArgument) {
 			t.Fatalf("DialReplicas(%q) error = %v, want ErrInvalidArgument", addrs, err)

@@ -26,6 +26,15 @@ import {
 } from "./gen/idempotency/v1/claim_pb.js";
 import { type Provider, ProviderService } from "./gen/idempotency/v1/provider_pb.js";
 import { type ResolvedRetryPolicy, type RetryPolicy, resolveRetryPolicy, withRetry } from "./retry.js";
+import {
+  bearerInterceptor,
+  checkTlsOptions,
+  checkToken,
+  isLoopbackHost,
+  type TlsOptions,
+  tlsConnectOptions,
+  type TokenProvider,
+} from "./security.js";
 
 /**
  * ClientOptions configures createClient. Every field is optional; missing
@@ -44,9 +53,9 @@ export interface ClientOptions {
     /**
      * intervalMs between PINGs while a call waits without data, and the idle
      * time after which a connection is checked with one PING before reuse.
-     * Default 30000. Keep it long: claimd enforces grpc-go's default policy,
-     * under which a third PING within 5 minutes with no response data in
-     * between gets GOAWAY ENHANCE_YOUR_CALM and fails the calls in flight.
+     * Default 30000. Keep it at 10000 or more: claimd permits a PING every
+     * 10 s and answers more frequent ones with GOAWAY ENHANCE_YOUR_CALM,
+     * which fails the calls in flight.
      * Calls are bounded (timeoutMs, plus waitMs), so at 30 s a call sends
      * one PING at most.
      */
@@ -58,8 +67,27 @@ export interface ClientOptions {
   retry?: RetryPolicy;
   /** holder is the default ClaimRequest.holder. Default "<hostname>/<pid>". */
   holder?: string;
-  /** interceptors run around every attempt (auth headers, metrics, tests). */
+  /** interceptors run around every attempt (metrics, tests). They never see the token. */
   interceptors?: Interceptor[];
+  /**
+   * token is the bearer token ("claimd token new"), or a function returning
+   * it that is called before every attempt (rotation). It is sent as
+   * "authorization: Bearer <token>", only over TLS or to a loopback target,
+   * and appears in no error or inspected value.
+   */
+  token?: string | TokenProvider;
+  /**
+   * tls connects over TLS: true with node's default roots, or TlsOptions
+   * (CA, client certificate for mTLS, server name). A target
+   * "https://host:port" is TLS too.
+   */
+  tls?: TlsOptions | boolean;
+  /**
+   * insecure allows plaintext to a target that is not a loopback address.
+   * Without it such a target needs tls, and createClient throws. A token is
+   * never sent in plaintext off loopback: insecure with a token throws.
+   */
+  insecure?: boolean;
 }
 
 /** CallOptions adjusts one call. */
@@ -193,10 +221,44 @@ export interface ClaimdClient {
  * createClient returns a client of the claimd at target ("127.0.0.1:50051",
  * or a URL "http://host:port" / "https://host:port"). It connects lazily, on
  * the first call.
+ *
+ * Plaintext is the default only for a loopback target (127.0.0.1, [::1],
+ * localhost), and each connection checks that its peer is one; any other
+ * target needs `tls` (or an https URL), or `insecure` without a token, and
+ * createClient throws a TypeError that says which option to add.
  */
 export function createClient(target: string, opts: ClientOptions = {}): ClaimdClient {
-  const baseUrl = /^https?:\/\//.test(target) ? target : `http://${target}`;
+  const tlsOpts = opts.tls === true ? {} : opts.tls === false ? undefined : opts.tls;
+  let baseUrl = /^https?:\/\//.test(target) ? target : `http://${target}`;
+  if (tlsOpts !== undefined) {
+    if (baseUrl.startsWith("http:")) {
+      baseUrl = "https:" + baseUrl.slice("http:".length);
+    }
+    checkTlsOptions(tlsOpts);
+  }
   const url = new URL(baseUrl);
+  const secure = url.protocol === "https:";
+  if (secure && opts.insecure) {
+    throw new TypeError("createClient: give one of tls (or an https target) and insecure");
+  }
+  if (opts.token !== undefined && typeof opts.token !== "function") {
+    const problem = checkToken(opts.token);
+    if (problem !== undefined) {
+      throw new TypeError(`createClient: token: ${problem}`);
+    }
+  }
+  if (!secure && opts.token !== undefined && opts.insecure) {
+    throw new TypeError("createClient: insecure would send the bearer token in plaintext; use tls");
+  }
+  if (!secure && !opts.insecure && !isLoopbackHost(url.hostname)) {
+    const what = opts.token !== undefined ? "the bearer token" : "calls";
+    throw new TypeError(
+      `createClient: ${clip(url.host)} is not a loopback address, and ${what} must not cross the network in plaintext: ` +
+        "give tls: { caFile, certFile, keyFile } (or insecure: true for plaintext without a token)",
+    );
+  }
+  const token = opts.token;
+  const provider: TokenProvider | undefined = typeof token === "string" ? () => token : token;
   const session = new Http2SessionManager(
     url,
     {
@@ -204,12 +266,13 @@ export function createClient(target: string, opts: ClientOptions = {}): ClaimdCl
       pingTimeoutMs: opts.keepalive?.timeoutMs ?? 10_000,
       pingIdleConnection: false,
     },
-    { createConnection: () => dial(url, opts.connectTimeoutMs ?? 2_000) },
+    { createConnection: () => dial(url, opts.connectTimeoutMs ?? 2_000, tlsOpts, !opts.insecure) },
   );
   const transport = createGrpcTransport({
     baseUrl,
     sessionManager: session,
-    interceptors: opts.interceptors ?? [],
+    // The token is set innermost, after the caller's interceptors ran.
+    interceptors: [...(opts.interceptors ?? []), ...(provider ? [bearerInterceptor(provider)] : [])],
   });
   return new Claimd(
     baseUrl,
@@ -225,15 +288,27 @@ export function createClient(target: string, opts: ClientOptions = {}): ClaimdCl
 /**
  * dial opens the connection under a connect timeout. http2.connect has none
  * of its own, and without one a black-holed address would eat the whole
- * call deadline instead of failing fast as UNAVAILABLE (ETIMEDOUT).
+ * call deadline instead of failing fast as UNAVAILABLE (ETIMEDOUT). A
+ * plaintext connection that must stay on this machine (loopbackOnly) is
+ * dropped unless its peer is a loopback address: "localhost" could resolve
+ * elsewhere.
  */
-function dial(url: URL, timeoutMs: number): Duplex {
+function dial(url: URL, timeoutMs: number, tlsOpts: TlsOptions | undefined, loopbackOnly: boolean): Duplex {
   const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
   const tlsOn = url.protocol === "https:";
   const port = Number(url.port || (tlsOn ? 443 : 80));
+  const servername = tlsOpts?.serverName ?? (net.isIP(host) ? undefined : host);
   const socket = tlsOn
-    ? tls.connect({ host, port, servername: net.isIP(host) ? undefined : host, ALPNProtocols: ["h2"] })
+    ? tls.connect({ host, port, ...tlsConnectOptions(tlsOpts ?? {}), ...(servername ? { servername } : {}), ALPNProtocols: ["h2"] })
     : net.connect({ host, port });
+  if (!tlsOn && loopbackOnly) {
+    socket.once("connect", () => {
+      const peer = socket.remoteAddress ?? "";
+      if (!isLoopbackHost(peer)) {
+        socket.destroy(new Error(`claimd: ${clip(url.host)} resolved to ${peer}, not a loopback address: plaintext refused`));
+      }
+    });
+  }
   const timer = setTimeout(() => {
     const err = new Error(`connect to ${url.host}: timed out after ${timeoutMs}ms`) as NodeJS.ErrnoException;
     err.code = "ETIMEDOUT";
@@ -328,6 +403,11 @@ class Claimd implements ClaimdClient {
   close(): void {
     this.session.abort();
   }
+}
+
+/** clip keeps a caller-given string printable in an error. */
+function clip(s: string, max = 64): string {
+  return s.length <= max ? JSON.stringify(s) : `${JSON.stringify(s.slice(0, max))}… (${s.length} bytes)`;
 }
 
 function ref(r: RecordRef): RecordRef {

@@ -1,7 +1,7 @@
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 
 import { bytes, type ClaimdClient, type ClaimInput, type Lease, leaseOf } from "./client.js";
-import { ClaimdError, NotOwnerError, StaleTokenError, toClaimdError } from "./errors.js";
+import { ClaimdError, NotOwnerError, ResourceExhaustedError, StaleTokenError, toClaimdError } from "./errors.js";
 import { type ClaimResponse, EventState, Outcome } from "./gen/idempotency/v1/claim_pb.js";
 
 /**
@@ -99,6 +99,8 @@ const consoleLogger: GuardLogger = {
  *   IN_PROGRESS      → 409, Retry-After until the holder's lease ends.
  *   PAYLOAD_MISMATCH → 422, and a warning for alerting.
  *   claimd unreachable or too slow → 503, Retry-After 5; handler not called.
+ *   rate limited (RESOURCE_EXHAUSTED) → 503, Retry-After from claimd's RetryInfo.
+ *   UNAUTHENTICATED, PERMISSION_DENIED → 500 and a warning; handler not called.
  *
  * guard never throws for claimd's or the handler's failures: they are in the
  * result. It throws only for a programming error (a bad ClaimInput shape).
@@ -116,6 +118,10 @@ export async function guard(
   } catch (e) {
     if (!(e instanceof ClaimdError)) {
       throw e;
+    }
+    if (!e.unavailable && !(e instanceof ResourceExhaustedError)) {
+      // Refused credentials or grants, an unknown provider: an operator must see it.
+      log.warn("claimd: claim refused", { namespace: request.namespace, provider: request.provider, error: e.message });
     }
     return failed(e, undefined, false);
   }
@@ -254,12 +260,18 @@ function notOurs(err: ClaimdError): boolean {
 }
 
 /**
- * failed answers a claimd error: 503 when claimd did not answer (the
- * provider retries later), 500 when it refused (a bug or a misconfiguration
- * that must be seen).
+ * failed answers a claimd error: 503 when claimd did not answer or this
+ * principal is over its rate limit (Retry-After: claimd's RetryInfo delay),
+ * 500 when it refused (a bug or a misconfiguration that must be seen: an
+ * unknown provider, UNAUTHENTICATED, PERMISSION_DENIED). Both are 5xx: when
+ * the handler did not run, the provider must deliver again.
  */
 function failed(err: ClaimdError, claim: ClaimResponse | undefined, ran: boolean): GuardResult {
   const base = { outcome: claim?.outcome, ran, error: err, ...(claim ? { claim } : {}) };
+  if (err instanceof ResourceExhaustedError) {
+    const retryAfter = err.retryAfterMs !== undefined ? Math.max(1, Math.ceil(err.retryAfterMs / 1000)) : 5;
+    return { ...base, status: 503, body: text("claimd rate limit reached; retry later"), retryAfter };
+  }
   if (err.unavailable) {
     return { ...base, status: 503, body: text("claimd unavailable; retry later"), retryAfter: 5 };
   }

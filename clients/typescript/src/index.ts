@@ -25,12 +25,16 @@ export {
   ErrorReason,
   InvalidTransitionError,
   NotOwnerError,
+  PermissionDeniedError,
   ProviderNotFoundError,
   RecordNotFoundError,
+  ResourceExhaustedError,
   StaleTokenError,
   toClaimdError,
+  UnauthenticatedError,
   type ErrorInfo,
 } from "./errors.js";
+export { isLoopbackHost, type TlsOptions, type TokenProvider } from "./security.js";
 export { guard, MAX_RESULT_BYTES, permanent, PermanentError, type GuardHandler, type GuardLogger, type GuardOptions, type GuardResult } from "./guard.js";
 export { backoffMs, resolveRetryPolicy, type RetryPolicy } from "./retry.js";
 export {

@@ -49,12 +49,24 @@ func newEnv(t testing.TB) *env {
 		t.Fatalf("New() error = %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
-	db, err := pgxpool.New(ctx, url)
+	return &env{t: t, url: url, store: s, db: openDB(t, url, postgres.DefaultSchema), clk: clock.NewFake(time.Now())}
+}
+
+// openDB opens a pool on url whose connections see schema, as the Store's
+// do, for the queries a test runs itself.
+func openDB(t testing.TB, url, schema string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		t.Fatalf("pgxpool.New() error = %v", err)
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	db, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pgxpool.NewWithConfig() error = %v", err)
 	}
 	t.Cleanup(db.Close)
-	return &env{t: t, url: url, store: s, db: db, clk: clock.NewFake(time.Now())}
+	return db
 }
 
 // ctx bounds one call of a test.

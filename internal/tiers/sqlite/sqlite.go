@@ -31,6 +31,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/claimd/claimd/internal/tiers"
+	"github.com/claimd/claimd/internal/tiers/migrations"
 )
 
 // DefaultBusyTimeout is how long a write waits for another process's lock on
@@ -130,7 +131,13 @@ type Store struct {
 	r      *sql.DB    // read-only connections
 	rst    *sql.Stmt
 	closed atomic.Bool
+
+	migrated migrations.Result // what New's migration run did
 }
+
+// Migrated reports what the migration run of New applied (`claimd migrate`
+// on the embedded tier prints it).
+func (s *Store) Migrated() migrations.Result { return s.migrated }
 
 var _ tiers.Durable = (*Store)(nil)
 
@@ -185,7 +192,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		w.Close()
 		return nil, openError(ctx, cfg.Path, err)
 	}
-	if err := Migrate(ctx, w); err != nil {
+	migrated, err := migrate(ctx, w)
+	if err != nil {
 		w.Close()
 		return nil, openError(ctx, cfg.Path, err)
 	}
@@ -207,7 +215,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	r.SetMaxOpenConns(readConns)
 	r.SetMaxIdleConns(readConns)
-	s := &Store{w: w, r: r}
+	s := &Store{w: w, r: r, migrated: migrated}
 	if s.wst, err = prepare(ctx, w); err == nil {
 		s.rst, err = r.PrepareContext(ctx, selectRecord)
 	}

@@ -19,11 +19,15 @@ from claimd.errors import (
     NotOwner,
     PayloadMismatch,
     PermanentError,
+    PermissionDenied,
+    ResourceExhausted,
     StaleToken,
+    Unauthenticated,
     Unavailable,
 )
 from claimd.guard import Guard, GuardResult
 from claimd.retry import RetryPolicy
+from claimd.security import TLSConfig, TokenProvider
 from claimd.types import (
     MAX_RESULT_BYTES,
     Claim,
@@ -56,13 +60,18 @@ __all__ = [
     "Outcome",
     "PayloadMismatch",
     "PermanentError",
+    "PermissionDenied",
     "Reason",
     "Record",
+    "ResourceExhausted",
     "RetryPolicy",
     "Seconds",
     "StaleToken",
+    "TLSConfig",
     "Tier",
+    "TokenProvider",
     "Transitioned",
+    "Unauthenticated",
     "Unavailable",
     "default_holder",
 ]

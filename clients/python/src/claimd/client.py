@@ -18,6 +18,7 @@ from claimd._gen.idempotency.v1 import claim_pb2 as pb
 from claimd._gen.idempotency.v1 import claim_pb2_grpc as pb_grpc
 from claimd.errors import Unavailable
 from claimd.retry import RetryPolicy, call_with_retry
+from claimd.security import TLSConfig, TokenProvider, channel_credentials
 from claimd.types import Claim, Delivery, EventState, Lease, Record, Transitioned
 
 if TYPE_CHECKING:
@@ -29,10 +30,10 @@ Seconds = float | timedelta
 """Seconds is a duration: a number of seconds or a timedelta."""
 
 DEFAULT_KEEPALIVE = 300.0
-"""DEFAULT_KEEPALIVE is the keepalive ping interval in seconds. grpc-go
-servers (claimd sets no keepalive policy) answer pings more frequent than
-every 5 minutes with GOAWAY too_many_pings, so the client never pings
-faster."""
+"""DEFAULT_KEEPALIVE is the keepalive ping interval in seconds. claimd
+permits pings every 10 seconds, with or without calls in flight, and answers
+more frequent ones with GOAWAY too_many_pings; lower this (not below 10)
+behind a load balancer that drops idle connections sooner."""
 
 
 def _seconds(v: Seconds) -> float:
@@ -63,9 +64,20 @@ class Client:
     timeout bounds each attempt of a call (a Claim that waits gets its wait
     on top); retry says how calls that fail with UNAVAILABLE are retried.
     connect_timeout bounds one connection attempt. holder is recorded with
-    every claim for audit (default: host/pid). credentials select TLS (default
-    plaintext); interceptors wrap every call; options are extra gRPC channel
-    arguments, which override the client's own.
+    every claim for audit (default: host/pid). interceptors wrap every call;
+    options are extra gRPC channel arguments, which override the client's own.
+
+    Security: tls=TLSConfig(ca_file=..., cert_file=..., key_file=...,
+    server_name=...) connects over TLS (tls=True: TLS with the system roots),
+    with a client certificate for a claimd that requires mTLS. token is the
+    bearer token ("claimd token new"), a str or a callable asked before every
+    call attempt (rotation); it is sent as "authorization: Bearer <token>"
+    and appears in no repr, log line or error. Plaintext is the default only
+    for a loopback target (127.0.0.1, [::1], localhost, unix:), checked again
+    at each connection; any other target without tls raises ValueError unless
+    insecure=True, and a token is never sent in plaintext off loopback
+    (insecure=True with a token raises ValueError). credentials replaces tls
+    with channel credentials of your own.
 
     Use it as a context manager, or call close().
     """
@@ -79,12 +91,18 @@ class Client:
         connect_timeout: float = 5.0,
         keepalive: float = DEFAULT_KEEPALIVE,
         holder: str | None = None,
+        token: str | TokenProvider | None = None,
+        tls: TLSConfig | bool | None = None,
+        insecure: bool = False,
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"Client.timeout: {timeout} must be > 0")
+        creds, security_options = channel_credentials(
+            target, token=token, tls=tls, insecure=insecure, credentials=credentials
+        )
         self.target = target
         self.timeout = timeout
         self.retry = retry if retry is not None else RetryPolicy()
@@ -102,11 +120,12 @@ class Client:
             "grpc.initial_reconnect_backoff_ms": 200,
             "grpc.max_reconnect_backoff_ms": 5_000,
         }
+        opts.update(dict(security_options))
         opts.update(dict(options))
-        if credentials is None:
+        if creds is None:
             self._raw = grpc.insecure_channel(target, options=list(opts.items()))
         else:
-            self._raw = grpc.secure_channel(target, credentials, options=list(opts.items()))
+            self._raw = grpc.secure_channel(target, creds, options=list(opts.items()))
         channel: grpc.Channel = self._raw
         if interceptors:
             channel = grpc.intercept_channel(self._raw, *interceptors)

@@ -11,7 +11,9 @@ the result, 200), fail (FAILED for a PermanentError, 200: the provider must
 stop retrying) or release (any other exception, 500: the next delivery
 acquires with RELEASED). Every other outcome answers without running the
 block: DUPLICATE 200 with the stored result, IN_PROGRESS 409 with
-Retry-After, PAYLOAD_MISMATCH 422, claimd unreachable 503.
+Retry-After, PAYLOAD_MISMATCH 422, claimd unreachable 503, this principal
+over its rate limit 503 with claimd's Retry-After, credentials refused
+(UNAUTHENTICATED, PERMISSION_DENIED) 500: a 5xx, so the provider retries.
 
 A result is encoded by the rule every claimd guard (Go, Python, TypeScript)
 follows: bytes-like as they are, str as UTF-8, None as empty, anything else
@@ -48,6 +50,7 @@ from claimd.errors import (
     NotOwner,
     PayloadMismatch,
     PermanentError,
+    ResourceExhausted,
     StaleToken,
     Unavailable,
 )
@@ -100,6 +103,19 @@ def _seconds_until(t: datetime | None, minimum: int = 1) -> int:
     if t is None:
         return minimum
     return max(minimum, math.ceil((t - datetime.now(timezone.utc)).total_seconds()))
+
+
+def _refused(err: ClaimdError) -> tuple[int, bytes, int | None]:
+    """_refused is the answer to a claimd call that failed before the handler
+    ran: 503 with Retry-After when claimd could not answer or this principal
+    is over its rate limit (claimd's RetryInfo delay), 500 otherwise. Both
+    are 5xx: the side effect did not run, so the provider must retry."""
+    if isinstance(err, ResourceExhausted):
+        wait = math.ceil(err.retry_after) if err.retry_after else UNAVAILABLE_RETRY_AFTER
+        return 503, b"claimd rate limit reached", max(1, wait)
+    if isinstance(err, Unavailable):
+        return 503, b"claimd unavailable", UNAVAILABLE_RETRY_AFTER
+    return 500, b"claim failed", None
 
 
 def _encode(result: object) -> bytes:
@@ -259,10 +275,14 @@ class Guard:
                 holder=self._holder,
                 wait=self._wait,
             )
-        except Unavailable as err:
-            self._result = GuardResult(503, b"claimd unavailable", UNAVAILABLE_RETRY_AFTER, error=err)
+        except (Unavailable, ResourceExhausted) as err:
+            status, body, retry = _refused(err)
+            self._result = GuardResult(status, body, retry, error=err)
             return self
         except ClaimdError as err:
+            # UNAUTHENTICATED and PERMISSION_DENIED land here: this receiver's
+            # credentials or grants are wrong, which only an operator fixes.
+            # 500 and not 4xx, so that the provider keeps retrying meanwhile.
             log.error("claimd: claim %s/%s failed: %s", self.namespace, self.provider, err)
             self._result = GuardResult(500, b"claim failed", error=err)
             return self
@@ -294,16 +314,8 @@ class Guard:
             return
         except ClaimdError as err:
             self._release_quietly()
-            status = 503 if isinstance(err, Unavailable) else 500
-            retry = UNAVAILABLE_RETRY_AFTER if status == 503 else None
-            self._result = GuardResult(
-                status,
-                b"claimd unavailable" if status == 503 else b"claim failed",
-                retry,
-                outcome=claim.outcome,
-                error=err,
-                claim=claim,
-            )
+            status, body, retry = _refused(err)
+            self._result = GuardResult(status, body, retry, outcome=claim.outcome, error=err, claim=claim)
             return
         if moved.record.lease is not None:
             self._lease_seconds = moved.record.lease.total_seconds()
