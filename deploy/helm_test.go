@@ -351,7 +351,7 @@ func serveFlags(t *testing.T) map[string]bool {
 	}
 	out, _ := exec.Command(bin, "serve", "-h").CombinedOutput() // -h exits 2
 	flags := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^\s+--?([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
 		flags[m[1]] = true
 	}
 	if !flags["listen"] {
