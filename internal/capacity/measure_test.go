@@ -196,6 +196,9 @@ func measurePostgres(ctx context.Context, t *testing.T) (version string, claims 
 		if err != nil {
 			t.Fatal(err)
 		}
+		if _, err := conn.Exec(ctx, "SET search_path TO "+postgres.DefaultSchema); err != nil {
+			t.Fatal(err)
+		}
 		if version == "" {
 			if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
 				t.Fatal(err)

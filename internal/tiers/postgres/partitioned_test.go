@@ -30,6 +30,8 @@ func partitionClaims(t *testing.T, url string) {
 	}
 	defer conn.Close(ctx)
 	stmts := []string{
+		// The tables live in claimd's schema; new ones go there too.
+		`SET LOCAL search_path TO ` + postgres.DefaultSchema,
 		`ALTER TABLE claims RENAME TO claims_plain`,
 		`CREATE TABLE claims (LIKE claims_plain INCLUDING DEFAULTS INCLUDING CONSTRAINTS)
 			PARTITION BY HASH (namespace, provider, key)`,
