@@ -15,19 +15,22 @@
 
 ARG GO_VERSION=1.26.8
 
-FROM golang:${GO_VERSION}-bookworm AS build
+# Fully qualified: buildah and podman resolve no short names by default.
+FROM docker.io/library/golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 # Modules first, so a source change does not download them again.
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN VERSION=${VERSION} ./scripts/rootfs.sh /rootfs
+RUN VERSION=${VERSION} ./scripts/rootfs.sh /rootfs && mkdir -m 0700 /data
 
 FROM scratch
 COPY --from=build /rootfs /
-# COPY --from does not keep the build stage's owner: give /data to the user.
-COPY --from=build --chown=65532:65532 /rootfs/data /data
+# /data holds the embedded tiers (no --postgres-url). COPY gives files to
+# root; copied onto a path that does not exist yet, the directory itself
+# takes the --chown owner.
+COPY --from=build --chown=65532:65532 /data /data
 USER 65532:65532
 # gRPC, then HTTP (/metrics, /healthz, /readyz).
 EXPOSE 50051 9090

@@ -33,7 +33,8 @@ func TestImageRootfsServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	lastStage := string(dockerfile[strings.LastIndex(string(dockerfile), "\nFROM "):])
-	for _, want := range []string{"\nFROM scratch\n", "\nUSER 65532:65532\n", "\nENTRYPOINT [\"/claimd\"]\n", "COPY --from=build /rootfs /\n"} {
+	for _, want := range []string{"\nFROM scratch\n", "\nUSER 65532:65532\n", "\nENTRYPOINT [\"/claimd\"]\n",
+		"\nCOPY --from=build /rootfs /\n", "\nCOPY --from=build --chown=65532:65532 /data /data\n"} {
 		if !strings.Contains(lastStage, want) {
 			t.Fatalf("Dockerfile's last stage has no %q:\n%s", strings.TrimSpace(want), lastStage)
 		}
@@ -49,6 +50,17 @@ func TestImageRootfsServes(t *testing.T) {
 	script := exec.Command("../../scripts/rootfs.sh", root)
 	if out, err := script.CombinedOutput(); err != nil {
 		t.Fatalf("rootfs.sh: %v\n%s", err, out)
+	}
+
+	// /data as the Dockerfile makes it: the image's user owns it.
+	data := filepath.Join(root, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getuid() == 0 {
+		if err := os.Chown(data, imageUID, imageUID); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Nothing but claimd's own files.
