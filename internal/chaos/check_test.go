@@ -117,7 +117,7 @@ func TestCheck(t *testing.T) {
 		},
 		{
 			desc: "pending-marker IN_PROGRESS on a settled key is allowed",
-			ops: append(happy(), inProgress(claimOp(3, "a4", 12, 13), "")),
+			ops:  append(happy(), inProgress(claimOp(3, "a4", 12, 13), "")),
 		},
 		{
 			desc:   "two owners at once",

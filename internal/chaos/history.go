@@ -53,25 +53,25 @@ type Op struct {
 	Probe   bool // a final probe of the run, not load
 
 	// The request.
-	AttemptID string         // Claim: the delivery's attempt_id (also sent as holder)
-	Token     uint64         // Transition, Release: the fencing token presented
-	To        pb.EventState  // Transition: the target state
-	Result    string         // Transition to SETTLED: the result stored
-	Deadline  int64          // the call's deadline in nanoseconds (0: none)
-	Invoke    int64          // unix nanoseconds before the call
-	Complete  int64          // unix nanoseconds after it returned
-	Code      codes.Code     // codes.OK or the error's code
-	ErrReason string         // the google.rpc.ErrorInfo reason of an error, if any
-	Outcome   pb.Outcome     // Claim answered: the outcome
-	Reason    pb.Reason      // Claim answered ACQUIRED: why
-	AckToken  uint64         // Claim: fencing_token; Transition, Release: record.fencing_token
-	AckResult string         // Claim DUPLICATE: result; Transition: record.result
-	AckHolder string         // Claim: holder (empty for a pending marker's IN_PROGRESS)
-	AckState  pb.EventState  // the record's state in the answer
-	Changed   bool           // Transition: changed
-	ServedBy  pb.Tier        // Claim: served_by
-	Released  bool           // Release, Transition: record.released
-	Message   string         // the error message (clipped), for the report
+	AttemptID string        // Claim: the delivery's attempt_id (also sent as holder)
+	Token     uint64        // Transition, Release: the fencing token presented
+	To        pb.EventState // Transition: the target state
+	Result    string        // Transition to SETTLED: the result stored
+	Deadline  int64         // the call's deadline in nanoseconds (0: none)
+	Invoke    int64         // unix nanoseconds before the call
+	Complete  int64         // unix nanoseconds after it returned
+	Code      codes.Code    // codes.OK or the error's code
+	ErrReason string        // the google.rpc.ErrorInfo reason of an error, if any
+	Outcome   pb.Outcome    // Claim answered: the outcome
+	Reason    pb.Reason     // Claim answered ACQUIRED: why
+	AckToken  uint64        // Claim: fencing_token; Transition, Release: record.fencing_token
+	AckResult string        // Claim DUPLICATE: result; Transition: record.result
+	AckHolder string        // Claim: holder (empty for a pending marker's IN_PROGRESS)
+	AckState  pb.EventState // the record's state in the answer
+	Changed   bool          // Transition: changed
+	ServedBy  pb.Tier       // Claim: served_by
+	Released  bool          // Release, Transition: record.released
+	Message   string        // the error message (clipped), for the report
 }
 
 // Answered reports whether the call got an answer of the API (as opposed to
