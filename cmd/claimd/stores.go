@@ -55,7 +55,8 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer) (*st
 			pg.Close()
 			return nil, fmt.Errorf("redis: %w", err)
 		}
-		st.store, st.mode, st.fastKind = twotier.New(rd, pg, twotier.Config{Observer: obs}), "redis+postgres", "redis"
+		f, d := crashPoints(rd, pg) // no-ops unless built with -tags chaos
+		st.store, st.mode, st.fastKind = twotier.New(f, d, twotier.Config{Observer: obs}), "redis+postgres", "redis"
 		st.sources.FastLiveKeys = rd.LiveKeys
 		return st, nil
 	}
@@ -68,8 +69,9 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer) (*st
 		return nil, fmt.Errorf("sqlite %s: %w", path, err)
 	}
 	fast := memory.New(memory.Config{})
+	f, d := crashPoints(fast, lite) // no-ops unless built with -tags chaos
 	return &stores{
-		store: twotier.New(fast, lite, twotier.Config{Observer: obs}), durable: lite, mode: "embedded (" + path + ")",
+		store: twotier.New(f, d, twotier.Config{Observer: obs}), durable: lite, mode: "embedded (" + path + ")",
 		fastKind: "memory", durableKind: "sqlite",
 		sources: metrics.Sources{
 			FastLiveKeys: func(context.Context) (int64, error) { return int64(fast.Len()), nil },
