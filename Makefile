@@ -41,7 +41,7 @@ GEN_TOOLS := $(BUF) $(TOOLS_DIR)/stamps/protoc-gen-go@$(PROTOC_GEN_GO_VERSION) $
 GRPCURL   := $(TOOLS_DIR)/stamps/grpcurl@$(GRPCURL_VERSION)
 GHZ       := $(TOOLS_DIR)/stamps/ghz@$(GHZ_VERSION)
 
-.PHONY: help build run test generate checkgenerate lint tools bench clean
+.PHONY: help build run test generate checkgenerate lint tools bench chaos clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -78,6 +78,9 @@ lint: $(BUF) ## buf lint + buf format + go vet + gofmt
 
 bench: $(GHZ) ## load scenarios (ghz and cmd/claimload) against claimd and its baselines in one run -> BENCHMARKS.md; BENCH_DURATION=2s for a smoke run
 	./scripts/bench.sh
+
+chaos: ## fault injection (Redis flush/kill, PostgreSQL immediate stop, replica kill -9, lost replies, crash points) with history checks -> RELIABILITY.md; exits 1 on a violation; CHAOS_DURATION=5s for the short form
+	./scripts/chaos.sh
 
 tools: $(GEN_TOOLS) $(GRPCURL) $(GHZ) ## install the pinned tools (buf, protoc plugins, grpcurl, ghz)
 

@@ -76,7 +76,7 @@ var Checks = []struct{ Name, Asserts string }{
 	{CheckCode, "every failed call carried UNAVAILABLE, DEADLINE_EXCEEDED or CANCELED"},
 	{CheckOwnership, "no two callers ever held overlapping ownership of a key (ACQUIRED answer until the owner's Release or terminal Transition was sent), and no token was handed to two attempts"},
 	{CheckSettled, "no key was settled with two tokens or two results, and every DUPLICATE carried the settled result"},
-	{CheckAttempt, "a retry with the same attempt_id was recognised: one token per attempt, and no IN_PROGRESS to an attempt the durable tier had granted (after a grace for the call still in flight)"},
+	{CheckAttempt, "a retry with the same attempt_id was recognised: one token per attempt, and an attempt the durable tier granted was never told IN_PROGRESS from a pending marker or held by itself (nor held by another once the grant had surely committed)"},
 	{CheckFinal, "every acknowledged SETTLED answered DUPLICATE with the same result at the end, on every replica"},
 	{CheckConverge, "after the fault ended every key's callers finished (losers saw DUPLICATE) within the bound"},
 	{CheckAudit, "every ACQUIRED a caller was told is a grant in the durable audit log; a grant no caller saw belongs to a failed call of that attempt"},
@@ -146,7 +146,7 @@ func Check(in Input) Result {
 func checkCodes(ops []Op) []Violation {
 	var out []Violation
 	for _, o := range ops {
-		if !o.Answered() && !Retryable(o.Code) {
+		if !o.Answered() && !o.Cutoff && !Retryable(o.Code) {
 			out = append(out, Violation{CheckCode, o.Key, fmt.Sprintf("c%d %s on %s: %s", o.Client, o.requestString(), o.Replica, clip(o.Message))})
 		}
 	}
@@ -275,19 +275,32 @@ func checkAttempts(key string, ops []Op, grants []Grant, audited bool, grace tim
 	if !audited {
 		return out
 	}
+	// An IN_PROGRESS to a granted attempt that comes from a pending marker
+	// or names the attempt itself is the caller told IN_PROGRESS by itself,
+	// whenever it happened: with an attempt_id, the durable tier would have
+	// answered ACQUIRED (or UNAVAILABLE). One naming another holder is
+	// wrong only once the grant had surely committed.
 	for _, o := range ops {
 		if o.Kind != KindClaim || o.Code != codes.OK || o.Outcome != pb.Outcome_OUTCOME_IN_PROGRESS {
 			continue
 		}
 		at, ok := granted[o.AttemptID]
-		if ok && o.Invoke > at+int64(grace) {
-			src := "held by " + o.AckHolder
-			if o.AckHolder == "" {
-				src = "from a pending marker"
-			}
-			out = append(out, Violation{CheckAttempt, key, fmt.Sprintf("c%d's retry of its own granted attempt %s was told IN_PROGRESS (%s) on %s, %s after the grant",
-				o.Client, o.AttemptID, src, o.Replica, time.Duration(o.Invoke-at).Round(time.Millisecond))})
+		if !ok {
+			continue
 		}
+		var src string
+		switch {
+		case o.AckHolder == "":
+			src = "from a pending marker"
+		case o.AckHolder == o.AttemptID:
+			src = "held by itself"
+		case o.Invoke > at+int64(grace):
+			src = "held by " + o.AckHolder
+		default:
+			continue
+		}
+		out = append(out, Violation{CheckAttempt, key, fmt.Sprintf("c%d's retry of its own attempt %s, which the durable tier granted, was told IN_PROGRESS (%s) on %s, %s after the grant",
+			o.Client, o.AttemptID, src, o.Replica, time.Duration(o.Invoke-at).Round(time.Millisecond))})
 	}
 	return out
 }
@@ -401,7 +414,7 @@ func linearize(names []string, keys map[string][]Op, grants map[string][]Grant, 
 					res.illegal++
 					detail := fmt.Sprintf("%d calls cannot be ordered by the claim register model", len(ops))
 					if in.VizDir != "" {
-						path := filepath.Join(in.VizDir, fileName(k)+".html")
+						path := filepath.Join(in.VizDir, FileName(k)+".html")
 						if err := porcupine.VisualizePath(model, info, path); err == nil {
 							res.viz[k] = path
 							detail += "; see " + path
@@ -475,7 +488,8 @@ func porcupineOps(ops []Op, grants []Grant, audited bool) []porcupine.Operation 
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
-func fileName(key string) string { return unsafeName.ReplaceAllString(key, "_") }
+// FileName is key made safe as a file name.
+func FileName(key string) string { return unsafeName.ReplaceAllString(key, "_") }
 
 func sortedKeys(m map[string]bool) []string {
 	out := make([]string, 0, len(m))

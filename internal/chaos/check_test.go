@@ -153,6 +153,31 @@ func TestCheck(t *testing.T) {
 			want:   []string{CheckAttempt},
 		},
 		{
+			desc: "own granted attempt told IN_PROGRESS by its own marker right after the failure",
+			ops: []Op{
+				failed(claimOp(1, "a1", 0, 1), codes.DeadlineExceeded),
+				inProgress(claimOp(1, "a1", 20, 21), ""),
+				inProgress(claimOp(2, "a2", 30, 31), "a1"),
+				probe("r0", "", 7000),
+			},
+			grants: grantsOf("a1", 1, 0),
+			want:   []string{CheckAttempt, CheckLinearizable},
+		},
+		{
+			desc: "another holder's IN_PROGRESS to an attempt granted later",
+			ops: []Op{
+				acquired(claimOp(1, "a1", 0, 2), 1),
+				failed(claimOp(2, "a2", 3, 4), codes.DeadlineExceeded),
+				inProgress(claimOp(2, "a2", 5, 6), "a1"),
+				releaseOp(1, 1, 7, 8),
+				func() Op { o := acquired(claimOp(2, "a2", 9, 10), 2); o.Reason = pb.Reason_REASON_RELEASED; return o }(),
+				transitionOp(2, 2, processing, "", 11, 12),
+				transitionOp(2, 2, settledSt, "r2", 13, 14),
+				probe("r0", "r2", 20),
+			},
+			grants: grantsOf("a1", 1, 0, "a2", 2, 9),
+		},
+		{
 			desc: "a non-retryable failure",
 			ops:  append(happy(), failed(claimOp(3, "a4", 12, 13), codes.Internal)),
 			want: []string{CheckCode},

@@ -51,6 +51,7 @@ type Op struct {
 	Replica string // which replica (or proxy) the call went to
 	Kind    Kind
 	Probe   bool // a final probe of the run, not load
+	Cutoff  bool // failed because the run's own time bound ended it, not the server
 
 	// The request.
 	AttemptID string        // Claim: the delivery's attempt_id (also sent as holder)
