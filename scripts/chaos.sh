@@ -32,6 +32,7 @@ go build -tags chaos -o "$work/bin/claimd-chaos" ./cmd/claimd
 
 duration=${CHAOS_DURATION:-20s}
 command="make chaos"
+[[ -n ${CHAOS_CONVERGE:-} ]] && command="CHAOS_CONVERGE=$CHAOS_CONVERGE $command"
 [[ -n ${CHAOS_DURATION:-} ]] && command="CHAOS_DURATION=$duration $command"
 
 "$work/bin/chaos" \
