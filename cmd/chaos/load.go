@@ -201,7 +201,7 @@ func (l *load) claimOn(ctx context.Context, t *target, client int, key, attempt 
 	})
 	op.Complete = time.Now().UnixNano()
 	fillErr(&op, err)
-	op.Cutoff = err != nil && ctx.Err() != nil
+	op.Cutoff = err != nil && cutoff(ctx)
 	if err == nil {
 		op.Outcome, op.Reason, op.AckToken = resp.GetOutcome(), resp.GetReason(), resp.GetFencingToken()
 		op.AckResult, op.AckHolder, op.AckState, op.ServedBy = string(resp.GetResult()), resp.GetHolder(), resp.GetState(), resp.GetServedBy()
@@ -242,7 +242,7 @@ func (l *load) call(ctx context.Context, client int, key string, req chaos.Op, g
 	}
 	op.Complete = time.Now().UnixNano()
 	fillErr(&op, err)
-	op.Cutoff = err != nil && ctx.Err() != nil
+	op.Cutoff = err != nil && cutoff(ctx)
 	if err == nil {
 		op.AckToken, op.AckState, op.AckResult, op.Released = rec.GetFencingToken(), rec.GetState(), string(rec.GetResult()), rec.GetReleased()
 	}
@@ -282,4 +282,16 @@ func pause(ctx context.Context, lo, hi time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// cutoff reports whether the run's own bound (ctx) has ended: a call that
+// failed then was cut off by the suite, not failed by the server. The
+// deadline is compared too, because a call's own timer may fire at the
+// same instant before ctx's.
+func cutoff(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }

@@ -137,10 +137,31 @@ func Check(in Input) Result {
 	for _, k := range in.Unfinished {
 		add(Violation{CheckConverge, k, "callers still waiting at the convergence bound"})
 	}
+	res.Violations = mergeConverge(res.Violations)
 	lin := linearize(names, keys, grants, in)
 	res.Keys, res.Illegal, res.Unknown, res.Visualizations = len(names), lin.illegal, lin.unknown, lin.viz
 	add(lin.violations...)
 	return res
+}
+
+// mergeConverge keeps one convergence violation per key (a stuck key fails
+// its callers and its probe on every replica), joining the details.
+func mergeConverge(vs []Violation) []Violation {
+	out := vs[:0:0]
+	at := map[string]int{}
+	for _, v := range vs {
+		if v.Check != CheckConverge {
+			out = append(out, v)
+			continue
+		}
+		if i, ok := at[v.Key]; ok {
+			out[i].Detail += "; " + v.Detail
+			continue
+		}
+		at[v.Key] = len(out)
+		out = append(out, v)
+	}
+	return out
 }
 
 func checkCodes(ops []Op) []Violation {
