@@ -44,4 +44,5 @@ command="make chaos"
 	-crash-matrix="${CHAOS_CRASH:-true}" \
 	-out "${CHAOS_OUT:-$root/RELIABILITY.md}" \
 	-viz "${CHAOS_VIZ:-${TMPDIR:-/tmp}/claimd-chaos-viz}" \
+	-notes "$root/cmd/chaos/NOTES.md" \
 	-command "$command"

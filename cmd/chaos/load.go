@@ -212,6 +212,11 @@ func (l *load) claimOn(ctx context.Context, t *target, client int, key, attempt 
 
 // call sends one fenced call (Transition or Release) for the owner of grant
 // and records it.
+//
+// lease_secret: when ClaimResponse carries lease_secret (required on every
+// fenced call), uncomment the two marked lines below; grant is the owner's
+// ACQUIRED answer, kept whole for this (and nil only where no fenced call
+// follows).
 func (l *load) call(ctx context.Context, client int, key string, req chaos.Op, grant *pb.ClaimResponse) chaos.Op {
 	t := l.pick()
 	op := req
@@ -246,7 +251,6 @@ func (l *load) call(ctx context.Context, client int, key string, req chaos.Op, g
 	if err == nil {
 		op.AckToken, op.AckState, op.AckResult, op.Released = rec.GetFencingToken(), rec.GetState(), string(rec.GetResult()), rec.GetReleased()
 	}
-	_ = grant // lease_secret: read above once the field exists
 	op.ID = l.h.Add(op)
 	return op
 }

@@ -30,6 +30,7 @@ type options struct {
 	workDir     string
 	out         string
 	vizDir      string
+	notes       string
 	command     string
 	duration    time.Duration
 	converge    time.Duration
@@ -58,6 +59,7 @@ func main() {
 	flag.StringVar(&o.workDir, "work", "", "scratch directory for servers, logs and data (default: a new temporary one, removed at the end)")
 	flag.StringVar(&o.out, "out", "RELIABILITY.md", "report to write")
 	flag.StringVar(&o.vizDir, "viz", filepath.Join(os.TempDir(), "claimd-chaos-viz"), "directory for porcupine's visualizations of keys that cannot be linearized (emptied first)")
+	flag.StringVar(&o.notes, "notes", "cmd/chaos/NOTES.md", "hand-written analysis to include in the report")
 	flag.StringVar(&o.command, "command", "", "the command line to quote in the report")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "load of each scenario; the fault starts at a third of it")
 	flag.DurationVar(&o.converge, "converge", 20*time.Second, "after the load, how long every key's callers have to finish")

@@ -220,6 +220,9 @@ func (r *report) writeMarkdown(path string) error {
 		p("\n")
 	}
 
+	if b, err := os.ReadFile(o.notes); err == nil {
+		p("## Analysis\n\n%s\n\n", strings.TrimSpace(string(b)))
+	}
 	p("## What is checked\n\n| check | asserts |\n| --- | --- |\n")
 	for _, c := range chaos.Checks {
 		p("| `%s` | %s |\n", c.Name, c.Asserts)

@@ -64,15 +64,22 @@ func scenarios() []scenario {
 				sleep(ctx, e.hold)
 				return start, time.Now(), e.b.servers.Redis.Restart()
 			}},
-		{name: "postgres-stop", mode: modeProduction, fault: "PostgreSQL immediate stop (SIGQUIT to the postmaster), restarted with crash recovery",
+		{name: "postgres-stop", mode: modeProduction, fault: "PostgreSQL immediate stop (SIGQUIT to the postmaster), restarted with crash recovery, twice",
 			inject: func(ctx context.Context, e *env) (time.Time, time.Time, error) {
 				start := time.Now()
-				if err := e.b.servers.Postgres.Crash(syscall.SIGQUIT); err != nil {
-					return start, start, err
+				for i := range 2 {
+					if i > 0 {
+						sleep(ctx, e.hold/2)
+					}
+					if err := e.b.servers.Postgres.Crash(syscall.SIGQUIT); err != nil {
+						return start, time.Now(), err
+					}
+					sleep(ctx, e.hold/2)
+					if err := e.b.servers.Postgres.Restart(); err != nil {
+						return start, time.Now(), err
+					}
 				}
-				sleep(ctx, e.hold)
-				err := e.b.servers.Postgres.Restart()
-				return start, time.Now(), err
+				return start, time.Now(), nil
 			}},
 		{name: "replica-kill", mode: modeProduction, fault: "kill -9 of replica r1, restarted",
 			inject: func(ctx context.Context, e *env) (time.Time, time.Time, error) {
