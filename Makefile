@@ -20,6 +20,8 @@ GHZ_VERSION                := v0.120.0
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 ARGS ?=
+# VERSION is what `claimd version` prints (and the traces' service.version).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 # tool installs `go install`s a module at a version and leaves a stamp, so a
 # version bump here reinstalls it.
@@ -41,13 +43,16 @@ GEN_TOOLS := $(BUF) $(TOOLS_DIR)/stamps/protoc-gen-go@$(PROTOC_GEN_GO_VERSION) $
 GRPCURL   := $(TOOLS_DIR)/stamps/grpcurl@$(GRPCURL_VERSION)
 GHZ       := $(TOOLS_DIR)/stamps/ghz@$(GHZ_VERSION)
 
-.PHONY: help build run test generate checkgenerate lint tools bench chaos clean
+# path_hint tells how to run the installed tools by name.
+path_hint = echo "installed in $(TOOLS_BIN); to run by name: export PATH=\"$(TOOLS_BIN):\$$PATH\""
+
+.PHONY: help build run test generate checkgenerate lint tools buf protoc-gen-go protoc-gen-go-grpc grpcurl ghz bench chaos clean
 
 help: ## show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-19s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## build bin/claimd
-	go build -o bin/claimd ./cmd/claimd
+build: ## build bin/claimd, its version from git describe (VERSION=... to set it)
+	go build -ldflags "-X main.version=$(VERSION)" -o bin/claimd ./cmd/claimd
 
 run: build ## start claimd with embedded tiers on 127.0.0.1:50051 (ARGS="--flag ..." to add flags)
 	./bin/claimd serve $(ARGS)
@@ -82,7 +87,23 @@ bench: $(GHZ) ## load scenarios (ghz and cmd/claimload) against claimd and its b
 chaos: ## fault injection (Redis flush/kill, PostgreSQL immediate stop, replica kill -9, lost replies, crash points) with history checks -> RELIABILITY.md; exits 1 on a violation; CHAOS_DURATION=5s for the short form
 	./scripts/chaos.sh
 
-tools: $(GEN_TOOLS) $(GRPCURL) $(GHZ) ## install the pinned tools (buf, protoc plugins, grpcurl, ghz)
+tools: $(GEN_TOOLS) $(GRPCURL) $(GHZ) ## install every pinned tool (buf, protoc plugins, grpcurl, ghz); or one: make grpcurl
+	@$(path_hint)
+
+buf: $(BUF) ## install the pinned buf only
+	@$(path_hint)
+
+protoc-gen-go: $(TOOLS_DIR)/stamps/protoc-gen-go@$(PROTOC_GEN_GO_VERSION) ## install the pinned protoc-gen-go only
+	@$(path_hint)
+
+protoc-gen-go-grpc: $(TOOLS_DIR)/stamps/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION) ## install the pinned protoc-gen-go-grpc only
+	@$(path_hint)
+
+grpcurl: $(GRPCURL) ## install the pinned grpcurl only
+	@$(path_hint)
+
+ghz: $(GHZ) ## install the pinned ghz only
+	@$(path_hint)
 
 clean: ## remove build outputs
 	rm -rf bin

@@ -10,6 +10,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -90,7 +91,9 @@ func embedded(b *testing.B) tiers.Store {
 func settle(b *testing.B, s tiers.Store, k tiers.Key, now time.Time) {
 	b.Helper()
 	ctx := context.Background()
-	res, err := s.Claim(ctx, tiers.ClaimParams{Key: k, Now: now, Lease: benchLease, TTL: benchTTL, Holder: "pod-a"})
+	hash := bytes.Repeat([]byte{1}, tiers.SecretHashBytes) // the owner's; the service would derive it
+	res, err := s.Claim(ctx, tiers.ClaimParams{Key: k, Now: now, Lease: benchLease, TTL: benchTTL, Holder: "pod-a",
+		Salt: make([]byte, tiers.SaltBytes), SecretHash: hash})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,7 +102,7 @@ func settle(b *testing.B, s tiers.Store, k tiers.Key, now time.Time) {
 		if to.Terminal() {
 			result = []byte(`{"charge":"ch_1"}`)
 		}
-		if _, _, err := s.Transition(ctx, tiers.TransitionParams{Key: k, Now: now, Token: res.Record.Token, To: to, Result: result}); err != nil {
+		if _, _, err := s.Transition(ctx, tiers.TransitionParams{Key: k, Now: now, Token: res.Record.Token, SecretHash: hash, To: to, Result: result}); err != nil {
 			b.Fatal(err)
 		}
 	}

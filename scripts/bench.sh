@@ -6,11 +6,15 @@
 #
 #   BENCH_DURATION  duration of each load run (default 15s; 2s for a smoke run)
 #   BENCH_CALLERS   concurrent callers (default 50)
-#   BENCH_TARGETS   subset of noop,naive,claimd-embedded,claimd
-#   BENCH_CLIENTS   subset of claimload,ghz
+#   BENCH_TARGETS   subset of noop,naive,claimd-embedded,claimd-embedded-relaxed,claimd
+#                   (claimd-embedded-relaxed runs the new scenario only)
+#   BENCH_CLIENTS   subset of claimload,ghz (ghz is installed only when used)
 #   BENCH_SCENARIOS subset of new,dup,mix,contend
 #   BENCH_BASELINES false to skip redis-benchmark and pgbench
 #   BENCH_OUT       report path (default BENCHMARKS.md)
+#   BENCH_JSON, BENCH_SVG  raw results and plot (default bench/results.json
+#                   and bench/results.svg): a partial run need not replace
+#                   the full run's
 #
 # scripts/bench.sh --render rewrites BENCHMARKS.md and the plot from
 # bench/results.json without measuring (after editing bench/NOTES.md).
@@ -30,16 +34,18 @@ TOOLS_BIN=${TOOLS_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/claimd-tools/bin}
 export PATH="$TOOLS_BIN:$PATH"
 
 if [[ ${1:-} == --render ]]; then
-	exec go run ./bench/cmd/benchrun -render "$root/bench/results.json" \
-		-out "${BENCH_OUT:-$root/BENCHMARKS.md}" -svg "$root/bench/results.svg" -notes "$root/bench/NOTES.md"
+	exec go run ./bench/cmd/benchrun -render "${BENCH_JSON:-$root/bench/results.json}" \
+		-out "${BENCH_OUT:-$root/BENCHMARKS.md}" -svg "${BENCH_SVG:-$root/bench/results.svg}" -notes "$root/bench/NOTES.md"
 fi
+
+clients=${BENCH_CLIENTS:-claimload,ghz}
 
 ./scripts/test-deps.sh
 for tool in redis-benchmark pgbench; do
 	command -v "$tool" >/dev/null || { echo "bench.sh: $tool not found (packages redis-tools, postgresql-client)" >&2; exit 1; }
 done
 # go install leaves ghz --version at "dev": the module version is in the binary.
-if ! { command -v ghz >/dev/null && go version -m "$(command -v ghz)" | grep -q "github.com/bojand/ghz[[:space:]]*$GHZ_VERSION"; }; then
+if [[ ,$clients, == *,ghz,* ]] && ! { command -v ghz >/dev/null && go version -m "$(command -v ghz)" | grep -q "github.com/bojand/ghz[[:space:]]*$GHZ_VERSION"; }; then
 	echo "bench.sh: installing ghz $GHZ_VERSION into $TOOLS_BIN"
 	mkdir -p "$TOOLS_BIN"
 	(cd /tmp && GOBIN="$TOOLS_BIN" GOFLAGS= go install "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION")
@@ -53,21 +59,25 @@ echo "bench.sh: building into $work/bin"
 go build -o "$work/bin/" ./cmd/claimd ./cmd/claimload ./bench/cmd/noop ./bench/cmd/naive ./bench/cmd/benchrun
 
 duration=${BENCH_DURATION:-15s}
-command="make bench"
-[[ -n ${BENCH_DURATION:-} ]] && command="BENCH_DURATION=$duration $command"
+# The report quotes the command that reproduces it: make sets MAKELEVEL.
+command=scripts/bench.sh
+[[ -n ${MAKELEVEL:-} ]] && command="make bench"
+for v in BENCH_OUT BENCH_JSON BENCH_SVG BENCH_BASELINES BENCH_SCENARIOS BENCH_CLIENTS BENCH_TARGETS BENCH_CALLERS BENCH_DURATION; do
+	[[ -n ${!v:-} ]] && command="$v=${!v} $command"
+done
 
 "$work/bin/benchrun" \
 	-bin "$work/bin" \
-	-ghz "$(command -v ghz)" \
+	-ghz "$(command -v ghz || echo ghz)" \
 	-work "$work" \
 	-duration "$duration" \
 	-c "${BENCH_CALLERS:-50}" \
-	-targets "${BENCH_TARGETS:-noop,naive,claimd-embedded,claimd}" \
-	-clients "${BENCH_CLIENTS:-claimload,ghz}" \
+	-targets "${BENCH_TARGETS:-noop,naive,claimd-embedded,claimd-embedded-relaxed,claimd}" \
+	-clients "$clients" \
 	-scenarios "${BENCH_SCENARIOS:-new,dup,mix,contend}" \
 	-baselines="${BENCH_BASELINES:-true}" \
 	-out "${BENCH_OUT:-$root/BENCHMARKS.md}" \
-	-svg "$root/bench/results.svg" \
-	-json "$root/bench/results.json" \
+	-svg "${BENCH_SVG:-$root/bench/results.svg}" \
+	-json "${BENCH_JSON:-$root/bench/results.json}" \
 	-notes "$root/bench/NOTES.md" \
 	-command "$command"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tests the TypeScript client and the Node example against a real claimd:
 # installs npm packages when missing or stale, checks that src/gen is what
-# `npm run generate` produces, builds, builds claimd, runs both test suites.
+# `npm run generate` produces, builds, builds claimd (and testca, which makes
+# the secured tests' certificates), runs both test suites.
 # Works from any directory; exits non-zero on any failure.
 set -euo pipefail
 
@@ -54,6 +55,9 @@ install "$example"
 mkdir -p "$here/.build"
 (cd "$root" && go build -o "$here/.build/claimd" ./cmd/claimd)
 export CLAIMD_BIN="$here/.build/claimd"
+# The secured tests' CA and certificates: node cannot make X.509 ones.
+(cd "$root" && go build -o "$here/.build/testca" ./internal/testenv/cmd/testca)
+export CLAIMD_TESTCA_BIN="$here/.build/testca"
 
 # One run of node's test runner over both suites; each file starts its own
 # claimd on free loopback ports and stops it.

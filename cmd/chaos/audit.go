@@ -11,6 +11,7 @@ import (
 	_ "modernc.org/sqlite" // the embedded tier's driver, to read its audit log
 
 	"github.com/claimd/claimd/internal/chaos"
+	"github.com/claimd/claimd/internal/tiers/postgres"
 )
 
 // readAudit reads the grants of the durable audit log (claims answered
@@ -31,7 +32,9 @@ func postgresGrants(ctx context.Context, url string) ([]chaos.Grant, error) {
 		return nil, err
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT key, token, holder, at FROM audit_log
+	// claimd's tables live in its schema (the replicas run with the default).
+	table := pgx.Identifier{postgres.DefaultSchema, "audit_log"}.Sanitize()
+	rows, err := conn.Query(ctx, `SELECT key, token, holder, at FROM `+table+`
 		WHERE op = 'claim' AND outcome = 1 AND namespace = $1`, namespace)
 	if err != nil {
 		return nil, err

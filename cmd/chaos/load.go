@@ -134,8 +134,8 @@ func (l *load) caller(ctx context.Context, client int, key string) bool {
 // result — or, at releaseRate, Release (the side effect did not happen).
 // Each fenced call is retried with the same token until it is answered.
 //
-// lease_secret: grant is kept whole so that the owner's capability it
-// carries can be forwarded on every fenced call (see fenced).
+// grant is kept whole: its lease_secret goes with the token on every fenced
+// call (see call).
 func (l *load) own(ctx context.Context, client int, key string, grant *pb.ClaimResponse) (released, ok bool) {
 	token := grant.GetFencingToken()
 	if !l.fenced(ctx, client, key, chaos.Op{Kind: chaos.KindTransition, Token: token, To: pb.EventState_EVENT_STATE_PROCESSING}, grant) {
@@ -212,11 +212,8 @@ func (l *load) claimOn(ctx context.Context, t *target, client int, key, attempt 
 
 // call sends one fenced call (Transition or Release) for the owner of grant
 // and records it.
-//
-// lease_secret: when ClaimResponse carries lease_secret (required on every
-// fenced call), uncomment the two marked lines below; grant is the owner's
-// ACQUIRED answer, kept whole for this (and nil only where no fenced call
-// follows).
+// grant is the owner's ACQUIRED answer, kept whole: every fenced call
+// presents its fencing_token and lease_secret.
 func (l *load) call(ctx context.Context, client int, key string, req chaos.Op, grant *pb.ClaimResponse) chaos.Op {
 	t := l.pick()
 	op := req
@@ -234,14 +231,14 @@ func (l *load) call(ctx context.Context, client int, key string, req chaos.Op, g
 		resp, err = t.c.Transition(cctx, &pb.TransitionRequest{
 			Namespace: namespace, Provider: provider, Key: key,
 			FencingToken: req.Token, To: req.To, Result: []byte(req.Result),
-			// lease_secret: LeaseSecret: grant.GetLeaseSecret(),
+			LeaseSecret: grant.GetLeaseSecret(), // the owner's capability, with the token
 		})
 		rec, op.Changed = resp.GetRecord(), resp.GetChanged()
 	case chaos.KindRelease:
 		var resp *pb.ReleaseResponse
 		resp, err = t.c.Release(cctx, &pb.ReleaseRequest{
 			Namespace: namespace, Provider: provider, Key: key, FencingToken: req.Token,
-			// lease_secret: LeaseSecret: grant.GetLeaseSecret(),
+			LeaseSecret: grant.GetLeaseSecret(), // the owner's capability, with the token
 		})
 		rec = resp.GetRecord()
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"runtime"
@@ -9,13 +10,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claimd/claimd/internal/auth"
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/janitor"
+	"github.com/claimd/claimd/internal/tiers/migrations"
 	"github.com/claimd/claimd/internal/tiers/postgres"
 )
 
-// version is set at build time: -ldflags "-X main.version=v1.2.3".
+// version is set at build time: make build passes
+// -ldflags "-X main.version=$(git describe --always --dirty)".
 var version = "dev"
 
 func versionString() string {
@@ -30,46 +34,87 @@ func versionString() string {
 	return "claimd " + version + rev + " " + runtime.Version()
 }
 
+// runVersion prints the version: main.version, set at build time (make
+// build passes git describe), and the commit when the build recorded it.
+func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
+	if err := parse(bareFlagSet("version"), args); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, versionString())
+	return nil
+}
+
+// bindMigrate registers migrate's flags: the durable tier and the log.
+func bindMigrate(fs *flag.FlagSet, c *commonConfig) {
+	bindDurable(fs, c)
+	bindLog(fs, c)
+}
+
+// runMigrate applies the durable tier's pending migrations and says which
+// it applied, or that there were none.
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c commonConfig
-	fs := newFlagSet("migrate", stderr)
-	bindCommon(fs, &c)
+	fs := newFlagSet("migrate")
+	bindMigrate(fs, &c)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if c.PostgresURL != "" {
-		if err := postgres.Migrate(ctx, c.PostgresURL); err != nil {
+		res, err := postgres.MigrateWith(ctx, postgres.Config{URL: c.PostgresURL, Schema: c.PostgresSchema})
+		if err != nil {
 			return fmt.Errorf("migrate postgres: %w", err)
 		}
-		fmt.Fprintln(stdout, "postgres: schema up to date")
+		fmt.Fprintf(stdout, "postgres schema %s: %s\n", c.PostgresSchema, res)
 		return nil
 	}
 	// The embedded tier migrates when it opens.
-	st, err := openStores(ctx, &c, nil)
+	log, err := c.logger(stderr)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: schema up to date\n", st.mode)
-	return st.Close()
+	st, err := openStores(ctx, &c, nil, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if m, ok := st.durable.(interface{ Migrated() migrations.Result }); ok {
+		fmt.Fprintf(stdout, "%s: %s\n", st.mode, m.Migrated())
+	}
+	return nil
 }
 
-func runProviders(args []string, stdout, stderr io.Writer) error {
-	var (
-		c     commonConfig
-		check string
-	)
-	fs := newFlagSet("providers", stderr)
-	bindCommon(fs, &c)
-	fs.StringVar(&check, "check", "", "validate this providers file and exit (non-zero on errors)")
+// providersConfig is the providers command's flags.
+type providersConfig struct {
+	commonConfig
+	Check string
+	Dump  bool
+}
+
+func bindProviders(fs *flag.FlagSet, c *providersConfig) {
+	bindRegistry(fs, &c.commonConfig)
+	fs.StringVar(&c.Check, "check", "", "validate this providers `FILE` and exit (non-zero on errors)")
+	fs.BoolVar(&c.Dump, "dump", false, "print the built-in providers.yaml, a starting point for a file of your own (or one that says extends: builtin)")
+}
+
+func runProviders(_ context.Context, args []string, stdout, _ io.Writer) error {
+	var c providersConfig
+	fs := newFlagSet("providers")
+	bindProviders(fs, &c)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if check != "" {
-		reg, err := horizon.LoadFile(check)
+	switch {
+	case c.Dump && c.Check != "":
+		return fmt.Errorf("%w: --dump and --check go one at a time", errUsage)
+	case c.Dump:
+		_, err := stdout.Write(horizon.DefaultYAML())
+		return err
+	case c.Check != "":
+		reg, err := horizon.LoadFile(c.Check)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s: ok (%d providers and groups)\n", check, len(reg.List()))
+		fmt.Fprintf(stdout, "%s: ok (%d providers and groups)\n", c.Check, len(reg.List()))
 		return nil
 	}
 	reg, err := c.registry()
@@ -79,37 +124,80 @@ func runProviders(args []string, stdout, stderr io.Writer) error {
 	return reg.Table(stdout, clock.Real{}.Now(), c.ReviewAge)
 }
 
-func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var (
-		c      commonConfig
-		r      retentionConfig
-		dryRun bool
-	)
-	fs := newFlagSet("prune", stderr)
-	bindCommon(fs, &c)
-	bindRetention(fs, &r)
-	fs.BoolVar(&dryRun, "dry-run", false, "count what a pass would delete, delete nothing")
+func bindToken(fs *flag.FlagSet, principal *string) {
+	fs.StringVar(principal, "principal", "", "the principal (`NAME`) the token is for: the printed lines then name it")
+}
+
+// runTokenNew prints a fresh bearer token on the first line (so a script
+// can take it with head -1) and the auth file lines that list its hash.
+// claimd never sees the token again: the file keeps only the hash.
+func runTokenNew(_ context.Context, args []string, stdout, _ io.Writer) error {
+	var principal string
+	fs := newFlagSet("token new")
+	bindToken(fs, &principal)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := r.check(); err != nil {
+	if principal != "" {
+		if err := auth.CheckPrincipalName(principal); err != nil {
+			return fmt.Errorf("%w: --principal: %v", errUsage, err)
+		}
+	}
+	tok := auth.NewToken()
+	fmt.Fprintln(stdout, tok)
+	fmt.Fprintln(stdout, "# The line above is the token: hand it to the caller now; it is not stored anywhere.")
+	line := fmt.Sprintf("tokens: [%q]", auth.HashToken(tok))
+	if principal == "" {
+		fmt.Fprintln(stdout, "# Add its hash to a principal of the auth file (--auth-file), then reload (SIGHUP):")
+		fmt.Fprintln(stdout, "    "+line)
+		return nil
+	}
+	fmt.Fprintln(stdout, "# Add its hash to the auth file (--auth-file), then reload (SIGHUP); a principal may list several tokens:")
+	fmt.Fprintln(stdout, "principals:")
+	fmt.Fprintln(stdout, "  "+principal+":")
+	fmt.Fprintln(stdout, "    "+line)
+	return nil
+}
+
+// pruneConfig is the prune command's flags.
+type pruneConfig struct {
+	commonConfig
+	retentionConfig
+	DryRun bool
+}
+
+func bindPrune(fs *flag.FlagSet, c *pruneConfig) {
+	bindDurable(fs, &c.commonConfig)
+	bindLog(fs, &c.commonConfig)
+	bindRetention(fs, &c.retentionConfig)
+	fs.BoolVar(&c.DryRun, "dry-run", false, "count what a pass would delete, delete nothing")
+}
+
+func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c pruneConfig
+	fs := newFlagSet("prune")
+	bindPrune(fs, &c)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := c.retentionConfig.check(); err != nil {
 		return err
 	}
 	log, err := c.logger(stderr)
 	if err != nil {
 		return err
 	}
-	st, err := openStores(ctx, &c, nil)
+	st, err := openStores(ctx, &c.commonConfig, nil, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	j, err := r.janitor(st, janitor.Config{Clock: clock.Real{}, Logger: log})
+	j, err := c.retentionConfig.janitor(st, janitor.Config{Clock: clock.Real{}, Logger: log})
 	if err != nil {
 		return err
 	}
-	rep, err := j.Pass(ctx, dryRun)
-	printPass(stdout, st, rep)
+	rep, err := j.Pass(ctx, c.DryRun)
+	printPass(stdout, st, rep, postgres.JanitorLockKey(c.PostgresSchema))
 	if err != nil {
 		return fmt.Errorf("prune: %w", err)
 	}
@@ -117,10 +205,10 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // printPass reports a pass for an operator: what went (or would go), and
-// the cutoffs that decided it.
-func printPass(w io.Writer, st *stores, rep janitor.Report) {
+// the cutoffs that decided it. lockKey is the janitor's advisory lock.
+func printPass(w io.Writer, st *stores, rep janitor.Report, lockKey int64) {
 	if rep.Skipped {
-		fmt.Fprintf(w, "skipped: another replica's janitor holds the lock (PostgreSQL advisory lock %d); nothing done\n", postgres.JanitorLockKey())
+		fmt.Fprintf(w, "skipped: another replica's janitor holds the lock (PostgreSQL advisory lock %d); nothing done\n", lockKey)
 		return
 	}
 	verb := "deleted"

@@ -5,52 +5,73 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/janitor"
+	"github.com/claimd/claimd/internal/tiers/postgres"
+	"github.com/claimd/claimd/internal/tiers/redis"
+	"github.com/claimd/claimd/internal/tiers/sqlite"
+	"github.com/claimd/claimd/internal/tlsconfig"
 )
 
-// commonConfig is what every command that touches the tiers or the registry
-// needs. Zero values are never used: defaults come from the flags.
+// commonConfig is what the commands that touch the tiers or the registry
+// need. Zero values are never used: defaults come from the flags.
 type commonConfig struct {
-	DataDir     string
-	RedisURL    string
-	PostgresURL string
-	Providers   string
-	ReviewAge   time.Duration
-	LogLevel    string
-	LogFormat   string
+	DataDir          string
+	SQLiteDurability string
+	RedisURL         string
+	PostgresURL      string
+	PostgresSchema   string
+	// RedisCA, RedisCert and RedisKey are the TLS files of a rediss://
+	// fast tier (PostgreSQL takes its own in the URL: sslrootcert,
+	// sslcert, sslkey).
+	RedisCA, RedisCert, RedisKey string
+	Providers                    string
+	ReviewAge                    time.Duration
+	LogLevel                     string
+	LogFormat                    string
 }
 
-// bindCommon registers the common flags on fs. URLs default to their
-// environment variables so that secrets need not appear in a process list.
+// bindCommon registers the flags of serve's tiers, registry and log. The
+// URLs carry passwords: keep them out of process lists with
+// CLAIMD_POSTGRES_URL and CLAIMD_REDIS_URL or a --config file.
 func bindCommon(fs *flag.FlagSet, c *commonConfig) {
+	bindDurable(fs, c)
+	bindFast(fs, c)
+	bindRegistry(fs, c)
+	bindLog(fs, c)
+}
+
+// bindDurable registers the durable tier's flags (serve, migrate, prune).
+func bindDurable(fs *flag.FlagSet, c *commonConfig) {
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory of the embedded tiers (used when no --postgres-url)")
-	fs.StringVar(&c.RedisURL, "redis-url", os.Getenv("CLAIMD_REDIS_URL"), "Redis fast tier URL (env CLAIMD_REDIS_URL); needs --postgres-url")
-	fs.StringVar(&c.PostgresURL, "postgres-url", os.Getenv("CLAIMD_POSTGRES_URL"), "PostgreSQL durable tier URL (env CLAIMD_POSTGRES_URL)")
-	fs.StringVar(&c.Providers, "providers", "", "providers file replacing the embedded registry")
+	fs.StringVar(&c.SQLiteDurability, "sqlite-durability", sqlite.DurabilityFull.String(),
+		"embedded tier: full fsyncs every commit; relaxed (synchronous=NORMAL) may lose the last answered claims on an OS crash or power loss")
+	fs.StringVar(&c.PostgresURL, "postgres-url", "", "PostgreSQL durable tier URL; for TLS add ?sslmode=verify-full&sslrootcert=/path/ca.pem")
+	fs.StringVar(&c.PostgresSchema, "postgres-schema", postgres.DefaultSchema, "PostgreSQL schema of claimd's tables, created by migrate when missing; "+
+		"a deployment made with claimd 0.1 (tables in public) sets public")
+}
+
+// bindFast registers the fast tier's flags (serve).
+func bindFast(fs *flag.FlagSet, c *commonConfig) {
+	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis fast tier URL; needs --postgres-url")
+	fs.StringVar(&c.RedisCA, "redis-ca", "", "PEM CA bundle that verifies a rediss:// server (default: the system roots)")
+	fs.StringVar(&c.RedisCert, "redis-cert", "", "PEM client certificate for a rediss:// server that requires one (Redis's tls-auth-clients); re-read when it changes")
+	fs.StringVar(&c.RedisKey, "redis-key", "", "PEM private key of --redis-cert")
+}
+
+// bindRegistry registers the provider registry's flags (serve, providers).
+func bindRegistry(fs *flag.FlagSet, c *commonConfig) {
+	fs.StringVar(&c.Providers, "providers", "", "providers file replacing the built-in registry, or adding to it when the file says extends: builtin")
 	fs.DurationVar(&c.ReviewAge, "horizon-review-age", 180*24*time.Hour, "reviewed_on older than this is overdue (warning and metric)")
+}
+
+// bindLog registers the log's flags.
+func bindLog(fs *flag.FlagSet, c *commonConfig) {
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
-}
-
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("claimd "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
-
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
-	return nil
 }
 
 // validate checks the flags that need no I/O, before anything is opened.
@@ -58,7 +79,39 @@ func (c *commonConfig) validate() error {
 	if c.RedisURL != "" && c.PostgresURL == "" {
 		return fmt.Errorf("%w: --redis-url needs --postgres-url: Redis is a cache, PostgreSQL the source of truth", errUsage)
 	}
+	if c.redisTLS() && !strings.HasPrefix(c.RedisURL, "rediss://") {
+		return fmt.Errorf("%w: --redis-ca, --redis-cert and --redis-key need a rediss:// --redis-url", errUsage)
+	}
+	d, err := sqlite.ParseDurability(c.SQLiteDurability)
+	if err != nil {
+		return fmt.Errorf("%w: --sqlite-durability: %v", errUsage, err)
+	}
+	if d != sqlite.DurabilityFull && c.PostgresURL != "" {
+		return fmt.Errorf("%w: --sqlite-durability=%s applies to the embedded tier only; PostgreSQL's durability is its own fsync and synchronous_commit", errUsage, d)
+	}
 	return nil
+}
+
+func (c *commonConfig) redisTLS() bool {
+	return c.RedisCA != "" || c.RedisCert != "" || c.RedisKey != ""
+}
+
+// redisConfig is the fast tier's configuration: the URL and, for rediss://,
+// the TLS files of the flags (go-redis's URL has no parameter for them).
+func (c *commonConfig) redisConfig(log *slog.Logger) (redis.Config, error) {
+	cfg := redis.Config{URL: c.RedisURL}
+	if !c.redisTLS() {
+		return cfg, nil
+	}
+	r, err := tlsconfig.New(tlsconfig.Config{
+		Files:  tlsconfig.Files{CA: c.RedisCA, Cert: c.RedisCert, Key: c.RedisKey},
+		Logger: log,
+	})
+	if err != nil {
+		return cfg, fmt.Errorf("--redis-ca, --redis-cert, --redis-key: %w", err)
+	}
+	cfg.TLS = r.ClientConfig()
+	return cfg, nil
 }
 
 func (c *commonConfig) logger(w io.Writer) (*slog.Logger, error) {
@@ -67,13 +120,17 @@ func (c *commonConfig) logger(w io.Writer) (*slog.Logger, error) {
 		return nil, fmt.Errorf("%w: --log-level %q: %v", errUsage, c.LogLevel, err)
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	var log *slog.Logger
 	switch strings.ToLower(c.LogFormat) {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		log = slog.New(slog.NewJSONHandler(w, opts))
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		log = slog.New(slog.NewTextHandler(w, opts))
+	default:
+		return nil, fmt.Errorf("%w: --log-format %q: want json or text", errUsage, c.LogFormat)
 	}
-	return nil, fmt.Errorf("%w: --log-format %q: want json or text", errUsage, c.LogFormat)
+	routeLibraryLogs(log)
+	return log, nil
 }
 
 func (c *commonConfig) registry() (*horizon.Registry, error) {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -17,16 +18,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := realMain(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "claimd:", err)
-		}
+		fmt.Fprintln(os.Stderr, "claimd:", err)
 		os.Exit(exitCode(err))
 	}
 }
 
 // exitCode is 2 for usage errors, 1 for everything else.
 func exitCode(err error) int {
-	if errors.Is(err, flag.ErrHelp) || errors.Is(err, errUsage) {
+	if errors.Is(err, errUsage) {
 		return 2
 	}
 	return 1
@@ -34,42 +33,103 @@ func exitCode(err error) int {
 
 var errUsage = errors.New("usage")
 
-const usage = `claimd: atomic, durable deduplication of webhook deliveries.
+// command is one subcommand of claimd.
+type command struct {
+	name    string // as typed: "serve", "token new"
+	summary string // one line, for claimd --help
+	// flags registers the command's flags on fs: for its help, and for the
+	// keys a config file may hold. nil for a command without flags.
+	flags func(fs *flag.FlagSet)
+	run   func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
 
-Usage:
-  claimd [serve] [flags]        serve gRPC (default 127.0.0.1:50051) and HTTP (127.0.0.1:9090)
-  claimd migrate [flags]        apply the durable tier's schema migrations
-  claimd providers [flags]      print the provider registry as derived (ttl = horizon + margin)
-  claimd providers --check FILE validate a providers file; non-zero exit on errors
-  claimd prune [--dry-run]      run one retention pass and report counts
-  claimd version                print the version
+// commands lists claimd's commands in the order --help shows them. It is a
+// function, not a variable, because parse consults it while the commands
+// run.
+func commands() []command {
+	return []command{
+		{"serve", "serve gRPC (default 127.0.0.1:50051) and HTTP (127.0.0.1:9090); the default command",
+			func(fs *flag.FlagSet) { bindServe(fs, new(serveConfig)) },
+			func(ctx context.Context, args []string, _, stderr io.Writer) error {
+				return runServe(ctx, args, stderr)
+			}},
+		{"migrate", "apply the durable tier's schema migrations and say which ran (serve also applies them at start)",
+			func(fs *flag.FlagSet) { bindMigrate(fs, new(commonConfig)) }, runMigrate},
+		{"providers", "print the provider registry as derived (ttl = horizon + margin); --check FILE validates a file, --dump prints the built-in one",
+			func(fs *flag.FlagSet) { bindProviders(fs, new(providersConfig)) }, runProviders},
+		{"prune", "run one retention pass now and report what it deleted (--dry-run: what it would)",
+			func(fs *flag.FlagSet) { bindPrune(fs, new(pruneConfig)) }, runPrune},
+		{"token new", "print a fresh bearer token and the auth file lines that list its hash",
+			func(fs *flag.FlagSet) { bindToken(fs, new(string)) }, runTokenNew},
+		{"version", "print the version", nil, runVersion},
+	}
+}
+
+// usage is claimd's help: its commands and how flags are configured.
+func usage() string {
+	var b strings.Builder
+	b.WriteString("claimd: atomic, durable deduplication of webhook deliveries.\n\nUsage: claimd <command> [flags]\n\nCommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  %-11s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(&b, "  %-11s %s\n", "help", `this help; "claimd help <command>" (or "claimd <command> --help") lists a command's flags`)
+	b.WriteString(`
+Configuration: every flag can also be set by the environment variable CLAIMD_
+and its name in capitals, dashes as underscores (--postgres-url is
+CLAIMD_POSTGRES_URL), or by a key of a YAML file given with --config FILE (or
+CLAIMD_CONFIG), named as the flag without its dashes (postgres-url: ...).
+The command line wins over the environment, which wins over the config file,
+which wins over the default.
 
 Tiers: with no flags, embedded tiers under --data-dir (no servers needed).
 --postgres-url alone: PostgreSQL only. --redis-url with --postgres-url: Redis in
-front of PostgreSQL. Run "claimd <command> -h" for a command's flags.
-`
+front of PostgreSQL.
+`)
+	return b.String()
+}
 
+// realMain runs the command args name (serve when args start with a flag
+// or are empty). Help is printed on stdout and is no error.
 func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cmd := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
+	name := "serve"
+	if len(args) > 0 {
+		switch args[0] {
+		case "-h", "-help", "--help":
+			fmt.Fprint(stdout, usage())
+			return nil
+		case "help":
+			if len(args) == 1 {
+				fmt.Fprint(stdout, usage())
+				return nil
+			}
+			return realMain(ctx, append(args[1:], "--help"), stdout, stderr)
+		}
+		if !strings.HasPrefix(args[0], "-") {
+			name, args = args[0], args[1:]
+		}
 	}
-	switch cmd {
-	case "serve":
-		return runServe(ctx, args, stderr)
-	case "migrate":
-		return runMigrate(ctx, args, stdout, stderr)
-	case "providers":
-		return runProviders(args, stdout, stderr)
-	case "prune":
-		return runPrune(ctx, args, stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, versionString())
-		return nil
-	case "help":
-		fmt.Fprint(stdout, usage)
-		return nil
+	if name == "token" {
+		switch {
+		case len(args) > 0 && args[0] == "new":
+			name, args = "token new", args[1:]
+		case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
+			name = "token new"
+		default:
+			fmt.Fprintln(stderr, "usage: claimd token new [--principal NAME]")
+			return fmt.Errorf("%w: token: want the subcommand new", errUsage)
+		}
 	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+	for _, c := range commands() {
+		if c.name != name {
+			continue
+		}
+		err := c.run(ctx, args, stdout, stderr)
+		if h := (*helpRequested)(nil); errors.As(err, &h) {
+			fmt.Fprint(stdout, help(h.fs))
+			return nil
+		}
+		return err
+	}
+	fmt.Fprint(stderr, usage())
+	return fmt.Errorf("%w: unknown command %s", errUsage, clip(name))
 }

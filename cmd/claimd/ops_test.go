@@ -150,6 +150,9 @@ func TestMetricsEndpointAndRequestLogs(t *testing.T) {
 	if serving["tracing"] != "off" {
 		t.Errorf(`"claimd serving" tracing = %v, want off (no OTEL_TRACES_EXPORTER)`, serving["tracing"])
 	}
+	if serving["durability"] != "full" {
+		t.Errorf(`"claimd serving" durability = %v, want full (the embedded default)`, serving["durability"])
+	}
 
 	claims := pb.NewClaimServiceClient(conn)
 	ctx := context.Background()
@@ -160,7 +163,7 @@ func TestMetricsEndpointAndRequestLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, to := range []pb.EventState{pb.EventState_EVENT_STATE_PROCESSING, pb.EventState_EVENT_STATE_SETTLED} {
-		req := &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: c.Key, FencingToken: c.FencingToken, To: to}
+		req := &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: c.Key, FencingToken: c.FencingToken, LeaseSecret: c.LeaseSecret, To: to}
 		if to == pb.EventState_EVENT_STATE_SETTLED {
 			req.Result = []byte(result)
 		}
@@ -206,6 +209,7 @@ func TestMetricsEndpointAndRequestLogs(t *testing.T) {
 		`claimd_transitions_total{to="SETTLED"} 1`,
 		`claimd_provider_ttl_seconds{provider="stripe"} 302400`,
 		`claimd_tiers_info{durable="sqlite",fast="memory"} 1`,
+		`claimd_sqlite_durability{mode="full"} 1`,
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="Transition",grpc_service="idempotency.v1.ClaimService",grpc_type="unary"} 2`,
 		"# HELP claimd_fast_tier_false_negatives_total ",
 		"go_goroutines ",

@@ -4,13 +4,17 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,31 +23,49 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/auth"
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/janitor"
 	"github.com/claimd/claimd/internal/metrics"
 	"github.com/claimd/claimd/internal/service"
 	"github.com/claimd/claimd/internal/telemetry"
+	"github.com/claimd/claimd/internal/tiers/redis"
+	"github.com/claimd/claimd/internal/tlsconfig"
 )
 
 type serveConfig struct {
 	commonConfig
 	retentionConfig
+	securityConfig
 	Listen          string
 	HTTPListen      string
+	MaxRequestBytes int
+	HTTPIdleTimeout time.Duration
 	ShutdownTimeout time.Duration
 	ReadyInterval   time.Duration
 	SampleInterval  time.Duration
 	JanitorInterval time.Duration
+	MaxNamespaces   int
+	// RequireNoEviction refuses to start unless the Redis fast tier's
+	// maxmemory-policy is verified noeviction.
+	RequireNoEviction bool
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	var c serveConfig
-	fs := newFlagSet("serve", stderr)
+	fs := newFlagSet("serve")
+	bindServe(fs, &c)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return serve(ctx, &c, stderr)
+}
+
+// bindServe registers serve's flags.
+func bindServe(fs *flag.FlagSet, c *serveConfig) {
 	bindCommon(fs, &c.commonConfig)
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:50051", "gRPC listen address (loopback by default)")
 	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:9090", "HTTP listen address for /metrics, /healthz, /readyz")
@@ -51,18 +73,33 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&c.ReadyInterval, "ready-interval", time.Second, "how often readiness pings the durable tier")
 	fs.DurationVar(&c.SampleInterval, "metrics-sample-interval", metrics.DefaultSampleInterval, "how often the fast-tier, durable-tier and provider gauges are sampled (never per request or scrape)")
 	fs.DurationVar(&c.JanitorInterval, "janitor-interval", janitor.DefaultInterval, "how often this replica tries a retention pass (one replica at a time runs it); 0 disables the janitor here")
+	fs.IntVar(&c.MaxNamespaces, "metrics-max-namespaces", metrics.DefaultMaxNamespaces, "without --auth-file, how many namespaces keep their own metric label (later ones count as \"other\")")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", defaultMaxRequestBytes, "largest gRPC request accepted (a Claim's delivery body and headers); larger ones are refused RESOURCE_EXHAUSTED")
+	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", defaultHTTPIdleTimeout, "close an HTTP keep-alive connection idle this long")
+	fs.BoolVar(&c.RequireNoEviction, "require-noeviction", false, "refuse to start unless the Redis fast tier's maxmemory-policy is noeviction (read with CONFIG GET; a Redis that refuses it, or does not answer, fails the check); no effect without --redis-url")
 	bindRetention(fs, &c.retentionConfig)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
+	bindSecurity(fs, &c.securityConfig)
+}
+
+// serve checks the flags that go together and serves until ctx is done.
+func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if err := c.validate(); err != nil {
 		return err
+	}
+	if err := c.securityConfig.check(); err != nil {
+		return err
+	}
+	if c.MaxRequestBytes <= 0 || c.HTTPIdleTimeout <= 0 {
+		return fmt.Errorf("%w: --max-request-bytes and --http-idle-timeout must be positive", errUsage)
 	}
 	if err := c.retentionConfig.check(); err != nil {
 		return err
 	}
 	if c.SampleInterval <= 0 || c.JanitorInterval < 0 {
 		return fmt.Errorf("%w: --metrics-sample-interval must be positive and --janitor-interval not negative", errUsage)
+	}
+	if c.MaxNamespaces <= 0 {
+		return fmt.Errorf("%w: --metrics-max-namespaces must be positive", errUsage)
 	}
 	log, err := c.logger(stderr)
 	if err != nil {
@@ -88,6 +125,17 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		grpcLis.Close()
 		return fmt.Errorf("--http-listen: %w", err)
 	}
+	if err := c.admit(c.Listen, grpcLis.Addr(), c.HTTPListen, httpLis.Addr(), log); err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
+	certs, err := c.reloader(log)
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		return err
+	}
 
 	promReg := prometheus.NewRegistry()
 	promReg.MustRegister(
@@ -95,7 +143,17 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
 	)
-	met, err := metrics.New(promReg, metrics.Config{Providers: reg, ReviewAge: c.ReviewAge, Clock: clk})
+	mcfg := metrics.Config{Providers: reg, ReviewAge: c.ReviewAge, Clock: clk, MaxNamespaces: c.MaxNamespaces}
+	var authn *auth.Authenticator
+	if c.AuthFile != "" {
+		if authn, err = auth.Load(c.AuthFile, auth.Options{Registerer: promReg, Logger: log, Clock: clk}); err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return err
+		}
+		mcfg.NamespaceLabel = authn.NamespaceLabel
+	}
+	met, err := metrics.New(promReg, mcfg)
 	if err != nil {
 		grpcLis.Close()
 		httpLis.Close()
@@ -115,7 +173,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 
-	st, err := openStores(ctx, &c.commonConfig, met)
+	st, err := openStores(ctx, &c.commonConfig, met, log)
 	if err != nil {
 		grpcLis.Close()
 		httpLis.Close()
@@ -127,14 +185,32 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}()
 	met.SetTiers(st.fastKind, st.durableKind)
+	st.announceDurability(met, log)
+	if c.RequireNoEviction && st.redis != nil {
+		if err := requireNoEviction(ctx, st.redis); err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return err
+		}
+	}
 
 	opts := append(met.ServerOptions(), tracing.ServerOptions()...)
 	opts = append(opts, keepaliveOptions()...)
+	opts = append(opts, limitOptions(c.MaxRequestBytes)...)
+	if certs != nil {
+		opts = append(opts, grpcCreds(certs))
+	}
+	if authn != nil {
+		// After metrics and tracing, so refused calls are counted and traced.
+		opts = append(opts, authn.ServerOptions()...)
+	}
 	srv := grpc.NewServer(opts...)
 	service.New(service.Config{Store: st.store, Registry: reg, Clock: clk, ReviewAge: c.ReviewAge, Logger: log, Recorder: met}).Register(srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
-	reflection.Register(srv)
+	if c.Reflection {
+		reflection.Register(srv)
+	}
 	met.InitializeGRPC(srv)
 	// NOT_SERVING until the tiers answer (readiness flips it).
 	setHealth(hs, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -147,6 +223,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		background.Wait()
 	}()
 	background.Go(func() { met.RunSampler(bgCtx, c.SampleInterval, st.sources, log) })
+	if authn != nil {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		background.Go(func() { authn.Watch(bgCtx, hup) })
+	}
 	if c.JanitorInterval > 0 {
 		j, err := c.retentionConfig.janitor(st, janitor.Config{
 			Fast: st.sweeper, Clock: clk, Interval: c.JanitorInterval, Observer: met, Logger: log,
@@ -161,11 +243,15 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 
 	var ready atomic.Bool
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{
+	var metricsHandler http.Handler = promhttp.HandlerFor(promReg, promhttp.HandlerOpts{
 		Registry:          promReg, // promhttp counts its own errors there
 		EnableOpenMetrics: true,    // exemplars (trace ids) for scrapers that ask
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}))
+	})
+	if c.TLSClientCA != "" {
+		metricsHandler = tlsconfig.RequireVerifiedClient(metricsHandler)
+	}
+	mux.Handle("/metrics", metricsHandler)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
@@ -174,13 +260,20 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	httpSrv := newHTTPServer(mux, c.HTTPIdleTimeout, log)
 
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(grpcLis) }()
-	go func() { errc <- httpSrv.Serve(httpLis) }()
-	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tiers", st.mode,
-		"tracing", cmp.Or(tracing.Exporter(), "off"), "janitor_interval", c.JanitorInterval.String(), "version", versionString())
+	if certs != nil {
+		// Probes (/healthz, /readyz) come without a client certificate;
+		// /metrics checks for one itself.
+		httpSrv.TLSConfig = certs.ServerConfig(tlsconfig.VerifyClientCertIfGiven, "h2", "http/1.1")
+		go func() { errc <- httpSrv.ServeTLS(httpLis, "", "") }()
+	} else {
+		go func() { errc <- httpSrv.Serve(httpLis) }()
+	}
+	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tls", c.tlsMode(), "auth_file", cmp.Or(c.AuthFile, "off"), "tiers", st.mode,
+		"durability", st.durability, "tracing", cmp.Or(tracing.Exporter(), "off"), "janitor_interval", c.JanitorInterval.String(), "version", versionString())
 
 	readyCtx, stopReady := context.WithCancel(ctx)
 	defer stopReady()
@@ -214,6 +307,25 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return serveErr
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// requireNoEviction is --require-noeviction: Redis must answer that its
+// maxmemory-policy is noeviction. (Whatever the flag, the metrics sampler
+// reads the policy at start and on every sample, warns about one that may
+// evict claim keys and sets claimd_redis_eviction_policy_unsafe.)
+func requireNoEviction(ctx context.Context, rd *redis.Store) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ev, err := redisEviction(ctx, rd)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--require-noeviction: reading Redis's maxmemory-policy: %w", err)
+	case !ev.Known:
+		return errors.New("--require-noeviction: Redis refuses CONFIG GET, so its maxmemory-policy cannot be checked; grant the user +config|get or drop the flag")
+	case ev.Unsafe:
+		return fmt.Errorf("--require-noeviction: Redis's maxmemory-policy is %s, which may evict claim keys; set it to noeviction and do not share this Redis with a cache", ev.Policy)
+	}
 	return nil
 }
 
@@ -251,15 +363,4 @@ func setHealth(hs *health.Server, s healthpb.HealthCheckResponse_ServingStatus) 
 	hs.SetServingStatus("", s)
 	hs.SetServingStatus(pb.ClaimService_ServiceDesc.ServiceName, s)
 	hs.SetServingStatus(pb.ProviderService_ServiceDesc.ServiceName, s)
-}
-
-// keepaliveOptions let clients ping every 10s (grpc-go's default policy
-// refuses pings more often than every 5 minutes with GOAWAY too_many_pings,
-// which cuts off clients that keep connections alive through load balancers)
-// and have the server ping idle connections so dead peers are noticed.
-func keepaliveOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second}),
-	}
 }

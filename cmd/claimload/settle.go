@@ -65,7 +65,7 @@ func settleKey(ctx context.Context, c pb.ClaimServiceClient, cfg Config, key str
 	}
 	for _, to := range []pb.EventState{pb.EventState_EVENT_STATE_PROCESSING, pb.EventState_EVENT_STATE_SETTLED} {
 		req := &pb.TransitionRequest{Namespace: cfg.Namespace, Provider: cfg.Provider, Key: key,
-			FencingToken: claim.GetFencingToken(), To: to}
+			FencingToken: claim.GetFencingToken(), LeaseSecret: claim.GetLeaseSecret(), To: to}
 		if to == pb.EventState_EVENT_STATE_SETTLED {
 			req.Result = []byte(`{"charge":"ch_` + key + `"}`)
 		}

@@ -11,6 +11,11 @@ import "context"
 type Principal struct {
 	// Name identifies the caller in logs, metrics and ownership checks.
 	Name string
+	// Roles are the principal's roles in the auth file.
+	Roles Roles
+	// Via says how the caller proved it: "token" or "mtls" ("" when
+	// anonymous).
+	Via string
 }
 
 type principalKey struct{}

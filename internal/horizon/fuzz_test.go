@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -16,6 +18,8 @@ func FuzzParseRule(f *testing.F) {
 	for _, s := range []string{
 		"json:id", "header:X-GitHub-Delivery", "sha256", "json:a[0].b+json:c",
 		"json:[0]", "header:Stripe-Signature", "json:a..b", "json:a[01]", "+", "json:é.ü",
+		"header:X-Shopify-Webhook-Id | header:Shopify-Webhook-Id", "json:a+json:b|json:c|sha256",
+		"json:a|", "sha256|json:a", "json:a | json:a", "header:A|B",
 	} {
 		f.Add(s)
 	}
@@ -27,6 +31,8 @@ func FuzzParseRule(f *testing.F) {
 		{map[string]string{"x-github-delivery": "d1", "A": "1"}, []byte(`{"id":"evt_1","a":[{"b":2}],"c":"x"}`)},
 		{map[string]string{"X-Id": "\x00"}, []byte(`[{"id":null},{"id":true}]`)},
 		{nil, []byte(`{"id":`)},
+		{map[string]string{"Shopify-Webhook-Id": "w1", "B": "2"}, []byte(`{"type":"t","eventId":"e","data":{"id":"d","sequenceNumber":3},"a":"s"}`)},
+		{map[string]string{"A": "1"}, []byte(`{"a":{"b":1},"c":[],"b":"x"}`)},
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		r, err := ParseRule(s)
@@ -39,10 +45,29 @@ func FuzzParseRule(f *testing.F) {
 		if r.String() != s {
 			t.Fatalf("ParseRule(%q).String() = %q, want the input", s, r.String())
 		}
-		if src := r.Source(); src < KeySourceHeader || src > KeySourceBodyHash {
-			t.Fatalf("ParseRule(%q).Source() = %v, want HEADER, BODY_FIELD or BODY_HASH", s, src)
+		alts := r.Alternatives()
+		if len(alts) == 0 || len(alts) > maxAlternatives {
+			t.Fatalf("ParseRule(%q) has %d alternatives, want 1 to %d", s, len(alts), maxAlternatives)
 		}
-		for _, part := range strings.Split(s, "+") {
+		if len(alts) == 1 && alts[0] != r {
+			t.Fatalf("ParseRule(%q) without | is not its own alternative", s)
+		}
+		texts := make([]string, 0, len(alts))
+		for i, a := range alts {
+			if src := a.Source(); src < KeySourceHeader || src > KeySourceBodyHash {
+				t.Fatalf("ParseRule(%q) alternative %q Source() = %v, want HEADER, BODY_FIELD or BODY_HASH", s, a, src)
+			}
+			if a.String() == "sha256" && i != len(alts)-1 {
+				t.Fatalf("ParseRule(%q) accepted alternatives after sha256", s)
+			}
+			texts = append(texts, a.String())
+		}
+		if len(alts) > 1 {
+			if got := strings.Split(s, "|"); len(got) != len(alts) {
+				t.Fatalf("ParseRule(%q) has %d alternatives, the text %d", s, len(alts), len(got))
+			}
+		}
+		for _, part := range strings.Split(strings.Join(texts, "+"), "+") {
 			if name, ok := strings.CutPrefix(part, "header:"); ok {
 				lower := strings.ToLower(name)
 				if _, volatile := volatileHeaders[lower]; volatile || strings.Contains(lower, "signature") || strings.Contains(lower, "timestamp") {
@@ -60,14 +85,34 @@ func FuzzParseRule(f *testing.F) {
 			}
 		}
 		for _, d := range deliveries {
-			key, src, err := deriveKey(r, d.headers, d.body)
+			got, err := deriveKey(r, d.headers, d.body)
 			switch {
 			case err != nil:
 				if !errors.Is(err, ErrMalformedBody) {
 					t.Fatalf("deriveKey(%q) error = %v, want one wrapping ErrMalformedBody", s, err)
 				}
-			case key == "" || invalidKey(key) != "":
-				t.Fatalf("deriveKey(%q) = %q, %v: not a valid key", s, key, src)
+			case got.Key == "" || invalidKey(got.Key) != "":
+				t.Fatalf("deriveKey(%q) = %+v: not a valid key", s, got)
+			case got.Fallback != (got.Rule == ""):
+				t.Fatalf("deriveKey(%q) = %+v: a key falls back exactly when no alternative yields", s, got)
+			case got.Fallback && (got.Source != KeySourceBodyHash || got.Key != bodyHashKey(d.body)):
+				t.Fatalf("deriveKey(%q) = %+v: a fallback key is the body hash", s, got)
+			case !got.Fallback && !slices.Contains(texts, got.Rule):
+				t.Fatalf("deriveKey(%q) = %+v: Rule is not one of the alternatives %q", s, got, texts)
+			}
+			if err != nil || len(alts) == 1 {
+				continue
+			}
+			// The first alternative that yields wins: each one before the
+			// winner, tried alone, yields nothing.
+			for _, a := range alts {
+				if a.String() == got.Rule {
+					break
+				}
+				alone, err := deriveKey(a, d.headers, d.body)
+				if err == nil && !alone.Fallback {
+					t.Fatalf("deriveKey(%q) = %+v, but the earlier alternative %q yields %+v", s, got, a, alone)
+				}
 			}
 		}
 	})
@@ -79,6 +124,9 @@ func FuzzJSONPath(f *testing.F) {
 	f.Add("a", []byte(`{"a":1,"a":2}`))
 	f.Add("[0].id", []byte(`[{"id":"x"}]`))
 	f.Add("x", []byte(`{"x":"\u00e9\ud800"}`))
+	f.Add("x", []byte(`{"x":"\ud800\u0041"}`))
+	f.Add("x", []byte(`{"x":"\ud83d\ude00\\ud800"}`))
+	f.Add("x", []byte("{\"x\":\"A\xff\"}"))
 	f.Fuzz(func(t *testing.T, path string, body []byte) {
 		steps, err := parsePath(path)
 		if err != nil {
@@ -168,6 +216,62 @@ func FuzzLoad(f *testing.F) {
 		for _, p := range r.List() {
 			if p.TTL <= p.RetryHorizon || p.Lease <= 0 || p.Lease > p.MaxLease || p.MaxLease > p.TTL {
 				t.Fatalf("Load() accepted %s with horizon %v, ttl %v, lease %v, max_lease %v", p.Name, p.RetryHorizon, p.TTL, p.Lease, p.MaxLease)
+			}
+		}
+	})
+}
+
+// FuzzDeriveKey: the shipped rules of alternatives (Adyen's families,
+// Shopify's two headers) on any body and header: never a panic, errors only
+// ErrMalformedBody, and the key is that of the first alternative that yields
+// alone, or the body hash when none does.
+func FuzzDeriveKey(f *testing.F) {
+	reg, err := Default()
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, file := range []string{
+		"adyen/java_capture-false.json", "adyen/java_transfer-updated.json", "adyen/java_tokenization-webhook-recurring-token-created.json",
+		"adyen/java_configuration-accountHolder-created.json", "adyen/java_dispute-created.json", "shopify/process_test_body.events_second_subscription.json",
+	} {
+		body, err := os.ReadFile("testdata/deliveries/" + file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add("w1", body)
+	}
+	f.Add("", []byte(`{"type":"t","eventId":{"x":1},"data":{"id":"d","sequenceNumber":"2"}}`))
+	f.Add("w2", []byte(`{"notificationItems":[{"NotificationRequestItem":{"pspReference":"p","eventCode":"CAPTURE","success":true}}],"type":"t","data":{"id":"d"},"createdAt":"c"}`))
+	f.Fuzz(func(t *testing.T, header string, body []byte) {
+		for _, name := range []string{"adyen", "shopify"} {
+			p, _ := reg.Lookup(name)
+			headers := map[string]string{"shopify-webhook-id": header}
+			got, err := p.DeriveKey(headers, body)
+			if err != nil {
+				if !errors.Is(err, ErrMalformedBody) {
+					t.Fatalf("%s: DeriveKey(%q) error = %v, want one wrapping ErrMalformedBody", name, body, err)
+				}
+				continue
+			}
+			if invalidKey(got.Key) != "" {
+				t.Fatalf("%s: DeriveKey(%q) = %+v: not a valid key", name, body, got)
+			}
+			if got.Fallback {
+				if got.Key != bodyHashKey(body) || got.Source != KeySourceBodyHash || got.Rule != "" {
+					t.Fatalf("%s: DeriveKey(%q) = %+v: a fallback is the body hash", name, body, got)
+				}
+			}
+			for _, a := range p.Rule.Alternatives() {
+				alone, err := deriveKey(a, headers, body)
+				if a.String() == got.Rule {
+					if err != nil || alone.Key != got.Key || alone.Source != got.Source {
+						t.Fatalf("%s: DeriveKey(%q) = %+v, but its alternative %q alone = %+v, %v", name, body, got, a, alone, err)
+					}
+					break
+				}
+				if err == nil && !alone.Fallback {
+					t.Fatalf("%s: DeriveKey(%q) = %+v, but the earlier alternative %q yields %+v", name, body, got, a, alone)
+				}
 			}
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -21,9 +22,9 @@ type pathStep struct {
 const maxIndexDigits = 9
 
 // parsePath parses a dot path with array indexes: a.b[0].c, or [0].id for a
-// body that is an array. Keys are any characters but . [ ] + and white space
-// or control characters; indexes are decimal without leading zeros, so that
-// each path has one spelling.
+// body that is an array. Keys are any characters but . [ ] + | and white
+// space or control characters (+ and | join and separate rules); indexes are
+// decimal without leading zeros, so that each path has one spelling.
 func parsePath(s string) ([]pathStep, error) {
 	if s == "" {
 		return nil, errors.New("path is empty")
@@ -88,7 +89,7 @@ func isKeyByte(c byte) bool {
 	if c <= ' ' || c == 0x7f {
 		return false
 	}
-	return c != '.' && c != '[' && c != ']' && c != '+'
+	return c != '.' && c != '[' && c != ']' && c != '+' && c != '|'
 }
 
 // formatPath renders steps as parsePath reads them.
@@ -128,6 +129,13 @@ func lookupPath(body []byte, steps []pathStep) (value string, found bool, err er
 	return w.value(0)
 }
 
+// shapeError reports a value on the path of another type than the path
+// expects: the body is valid JSON shaped otherwise, which a rule of
+// alternatives reads as "another family's delivery".
+type shapeError struct{ msg string }
+
+func (e *shapeError) Error() string { return e.msg }
+
 type walker struct {
 	b     []byte
 	i     int // next byte to read
@@ -146,24 +154,30 @@ func (w *walker) value(depth int) (string, bool, error) {
 	if depth == len(w.steps) {
 		switch {
 		case c == '"':
-			v, err := unquote(w.str())
+			q := w.str()
+			if !exactString(q) {
+				// encoding/json would read it with U+FFFD in place of the
+				// bad bytes, so distinct values would make one key.
+				return "", false, fmt.Errorf("%s is not valid UTF-8", formatPath(w.steps))
+			}
+			v, err := unquote(q)
 			return v, v != "", err
 		case c == '-' || '0' <= c && c <= '9':
 			start := w.i
 			w.skip()
 			return string(w.b[start:w.i]), true, nil
 		}
-		return "", false, fmt.Errorf("%s is %s, want a string or a number", formatPath(w.steps), describe(c))
+		return "", false, &shapeError{fmt.Sprintf("%s is %s, want a string or a number", formatPath(w.steps), describe(c))}
 	}
 	st := w.steps[depth]
 	if st.isIndex {
 		if c != '[' {
-			return "", false, fmt.Errorf("%s is %s, want an array", w.at(depth), describe(c))
+			return "", false, &shapeError{fmt.Sprintf("%s is %s, want an array", w.at(depth), describe(c))}
 		}
 		return w.elements(depth, st.index)
 	}
 	if c != '{' {
-		return "", false, fmt.Errorf("%s is %s, want an object", w.at(depth), describe(c))
+		return "", false, &shapeError{fmt.Sprintf("%s is %s, want an object", w.at(depth), describe(c))}
 	}
 	return w.members(depth, st.key)
 }
@@ -309,6 +323,56 @@ func unquote(q []byte) (string, error) {
 	var s string
 	err := json.Unmarshal(q, &s)
 	return s, err
+}
+
+// exactString reports whether quoted JSON string q decodes without a
+// replacement: its bytes are valid UTF-8 and every \u escape of a surrogate
+// is one half of a pair (high, then low). q is part of a valid JSON body, so
+// each \u is followed by four hex digits.
+func exactString(q []byte) bool {
+	inner := q[1 : len(q)-1]
+	if !utf8.Valid(inner) {
+		return false
+	}
+	for i := 0; i < len(inner); i++ {
+		if inner[i] != '\\' {
+			continue
+		}
+		i++ // the escaped byte
+		if inner[i] != 'u' {
+			continue
+		}
+		r := hex4(inner[i+1 : i+5])
+		i += 4
+		if !utf16.IsSurrogate(r) {
+			continue
+		}
+		if r >= 0xdc00 || i+6 >= len(inner) || inner[i+1] != '\\' || inner[i+2] != 'u' {
+			return false // a low half first, or a high half alone
+		}
+		if low := hex4(inner[i+3 : i+7]); low < 0xdc00 || low > 0xdfff {
+			return false
+		}
+		i += 6
+	}
+	return true
+}
+
+// hex4 reads four hex digits.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // keyIs reports whether quoted JSON string q is key, without allocating for

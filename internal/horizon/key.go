@@ -65,6 +65,10 @@ type KeyError struct {
 	Rule   string // the rule, as written: "json:id"
 	Reason string // what is wrong: "body is not valid JSON"
 	Cause  error  // the parser's error, or nil
+
+	// mismatch: a value on the rule's path has another type than the path
+	// expects. Alternatives pass such a rule over (see firstYield).
+	mismatch bool
 }
 
 // Error renders e as "key rule <rule>: <reason>[: <cause>]".
@@ -87,43 +91,63 @@ func malformed(rule, reason string, cause error) error {
 	return &KeyError{Rule: rule, Reason: reason, Cause: cause}
 }
 
-// DeriveKey derives the key of a raw delivery by p's rule. A value the rule
-// finds is the key (src says where it came from); when the value is absent or
-// empty, the key is the hash of the raw body, "sha256:<hex>", with
-// src = KeySourceBodyHash: the provider resends the same bytes, so the hash
-// still recognises its retries.
+// Derived is a key derived from a raw delivery, and how it was found.
+type Derived struct {
+	Key    string
+	Source KeySource
+	// Rule is the alternative of the provider's rule that yielded the key,
+	// as written ("json:type+json:eventId"); "" when none did and the key is
+	// the body hash.
+	Rule string
+	// Fallback is set when the provider's rule found no value in the
+	// delivery and the key is therefore the body hash. A rule that is sha256,
+	// or ends with the alternative sha256, declares the hash and never falls
+	// back. A fallback is not an error (the provider resends the same bytes,
+	// so the hash still recognises retries), but it is a sign that the
+	// provider sent a delivery shaped as no rule expects: a new webhook
+	// family, or a changed format.
+	Fallback bool
+}
+
+// DeriveKey derives the key of a raw delivery by p's rule. The first
+// alternative of the rule that finds a value gives the key (Source says where
+// it came from); when none does, the key is the hash of the raw body,
+// "sha256:<hex>", with Source = KeySourceBodyHash and Fallback set: the
+// provider resends the same bytes, so the hash still recognises its retries.
 //
 // Errors: ErrNoKeyRule when p has no rule; a *KeyError (ErrMalformedBody)
 // when the delivery is malformed under the rule. headers match
 // case-insensitively; body is never modified or retained.
-func (p *Provider) DeriveKey(headers map[string]string, body []byte) (key string, src KeySource, err error) {
+func (p *Provider) DeriveKey(headers map[string]string, body []byte) (Derived, error) {
 	if p.Rule == nil {
 		if p.IsGroup() {
-			return "", KeySourceUnspecified, fmt.Errorf("%w: group %s: its members derive keys by different rules; send event_id", ErrNoKeyRule, p.Name)
+			return Derived{}, fmt.Errorf("%w: group %s: its members derive keys by different rules; send event_id", ErrNoKeyRule, p.Name)
 		}
-		return "", KeySourceUnspecified, fmt.Errorf("%w: provider %s derives no key from a delivery; send event_id", ErrNoKeyRule, p.Name)
+		return Derived{}, fmt.Errorf("%w: provider %s derives no key from a delivery; send event_id", ErrNoKeyRule, p.Name)
 	}
 	return deriveKey(p.Rule, headers, body)
 }
 
-func deriveKey(r Rule, headers map[string]string, body []byte) (string, KeySource, error) {
+func deriveKey(r Rule, headers map[string]string, body []byte) (Derived, error) {
 	d := delivery{headers: headers, body: body}
-	v, found, err := r.eval(&d)
+	alts := r.Alternatives()
+	i, v, err := firstYield(alts, &d)
 	if err != nil {
-		return "", KeySourceUnspecified, err
+		return Derived{}, err
 	}
-	if found {
+	if i >= 0 {
+		alt := alts[i]
 		if reason := invalidKey(v); reason != "" {
-			return "", KeySourceUnspecified, malformed(r.String(), reason, nil)
+			return Derived{}, malformed(alt.String(), reason, nil)
 		}
-		return v, r.Source(), nil
+		return Derived{Key: v, Source: alt.Source(), Rule: alt.String()}, nil
 	}
 	if len(body) == 0 {
 		// Every such delivery would hash alike: one would be served as the
 		// duplicate of another, unrelated one.
-		return "", KeySourceUnspecified, malformed(r.String(), "no value under the rule and the body is empty, so there is nothing to hash", nil)
+		return Derived{}, malformed(r.String(), "no value under the rule and the body is empty, so there is nothing to hash", nil)
 	}
-	return bodyHashKey(body), KeySourceBodyHash, nil
+	return Derived{Key: bodyHashKey(body), Source: KeySourceBodyHash, Fallback: true}, nil
 }
 
 // bodyHashKey is the key of a raw body: "sha256:" and the hex of its hash.

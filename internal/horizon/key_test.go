@@ -87,12 +87,12 @@ func TestDeriveKeyRetriesShareAKey(t *testing.T) {
 			wantSrc:  horizon.KeySourceHeader,
 		},
 		{
-			desc:     "adyen: pspReference joined with eventCode",
+			desc:     "adyen: pspReference joined with eventCode and success",
 			provider: "adyen",
 			first:    map[string]string{"Content-Type": "application/json"},
 			retry:    map[string]string{"Content-Type": "application/json", "Authorization": "Basic d2ViaG9vazpzZWNyZXQ="},
 			body:     adyen,
-			wantKey:  "QFQTPCQ8HXSKGK82:AUTHORISATION",
+			wantKey:  "QFQTPCQ8HXSKGK82:AUTHORISATION:true",
 			wantSrc:  horizon.KeySourceBodyField,
 		},
 		{
@@ -145,12 +145,12 @@ func TestDeriveKeyRetriesShareAKey(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			p := lookup(t, r, tc.provider)
 			for i, h := range []map[string]string{tc.first, tc.retry} {
-				key, src, err := p.DeriveKey(h, tc.body)
+				got, err := p.DeriveKey(h, tc.body)
 				if err != nil {
 					t.Fatalf("delivery %d: DeriveKey() error = %v", i, err)
 				}
-				if key != tc.wantKey || src != tc.wantSrc {
-					t.Errorf("delivery %d: DeriveKey() = %q, %v; want %q, %v", i, key, src, tc.wantKey, tc.wantSrc)
+				if got.Key != tc.wantKey || got.Source != tc.wantSrc {
+					t.Errorf("delivery %d: DeriveKey() = %q, %v; want %q, %v", i, got.Key, got.Source, tc.wantKey, tc.wantSrc)
 				}
 			}
 		})
@@ -208,6 +208,27 @@ providers:
     key: json:id
     source: https://example.com
     reviewed_on: 2026-11-01
+  byalt:
+    retry_horizon: 1h
+    margin: 1h
+    lease: 60s
+    key: header:X-Webhook-Id | header:Webhook-Id
+    source: https://example.com
+    reviewed_on: 2026-11-01
+  byfamily:
+    retry_horizon: 1h
+    margin: 1h
+    lease: 60s
+    key: json:items[0].ref+json:items[0].code|json:type+json:eventId|json:type+json:data.id
+    source: https://example.com
+    reviewed_on: 2026-11-01
+  hashlast:
+    retry_horizon: 1h
+    margin: 1h
+    lease: 60s
+    key: header:X-Id | sha256
+    source: https://example.com
+    reviewed_on: 2026-11-01
 groups:
   mixed: [byheader, byid]
   ids: [byid, alsobyid]
@@ -228,6 +249,7 @@ func TestDeriveKey(t *testing.T) {
 		wantSrc  horizon.KeySource
 		wantErr  error  // sentinel, or nil
 		wantMsg  string // prefix of the error message
+		wantRule string // the alternative that yields; default: the provider's rule, or none for BODY_HASH
 	}{
 		{
 			desc: "header matched case-insensitively", provider: "byheader",
@@ -390,9 +412,116 @@ func TestDeriveKey(t *testing.T) {
 			wantKey: "acct_1:ev_1", wantSrc: horizon.KeySourceHeader,
 		},
 		{
+			desc: "alternatives: the first that yields wins", provider: "byalt",
+			headers: map[string]string{"webhook-id": "w2", "x-webhook-id": "w1"}, body: "{}",
+			wantKey: "w1", wantSrc: horizon.KeySourceHeader, wantRule: "header:X-Webhook-Id",
+		},
+		{
+			desc: "alternatives: a later one yields when the first is absent", provider: "byalt",
+			headers: map[string]string{"Webhook-Id": "w2"}, body: "{}",
+			wantKey: "w2", wantSrc: horizon.KeySourceHeader, wantRule: "header:Webhook-Id",
+		},
+		{
+			desc: "alternatives: none yields, body hash", provider: "byalt",
+			headers: map[string]string{"X-Other": "1"}, body: "payload",
+			wantKey: hashKey([]byte("payload")), wantSrc: horizon.KeySourceBodyHash,
+		},
+		{
+			desc: "families: the classic shape", provider: "byfamily",
+			body:    `{"items":[{"ref":"r1","code":"CAPTURE"}],"type":"x","data":{"id":"d"}}`,
+			wantKey: "r1:CAPTURE", wantSrc: horizon.KeySourceBodyField, wantRule: "json:items[0].ref+json:items[0].code",
+		},
+		{
+			desc: "families: a family selected by the presence of its field", provider: "byfamily",
+			body:    `{"type":"token.created","eventId":"E1","data":{"id":"D1"}}`,
+			wantKey: "token.created:E1", wantSrc: horizon.KeySourceBodyField, wantRule: "json:type+json:eventId",
+		},
+		{
+			desc: "families: a part absent passes the alternative over", provider: "byfamily",
+			body:    `{"type":"transfer.updated","data":{"id":"D1"}}`,
+			wantKey: "transfer.updated:D1", wantSrc: horizon.KeySourceBodyField, wantRule: "json:type+json:data.id",
+		},
+		{
+			desc: "families: another family's shape passes the alternative over", provider: "byfamily",
+			body:    `{"items":{"ref":"r1"},"type":"transfer.updated","data":{"id":"D1"}}`,
+			wantKey: "transfer.updated:D1", wantSrc: horizon.KeySourceBodyField, wantRule: "json:type+json:data.id",
+		},
+		{
+			desc: "families: a wrong shape is an error when no alternative yields", provider: "byfamily",
+			body:    `{"items":{"ref":"r1"}}`,
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule json:items[0].ref: items is an object, want an array",
+		},
+		{
+			desc: "families: a body that is not JSON is malformed under every alternative", provider: "byfamily",
+			body:    `{"type":"x","eventId":`,
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule json:items[0].ref: body is not valid JSON",
+		},
+		{
+			desc: "families: an invalid value ends the search", provider: "byfamily",
+			body:    `{"items":[{"ref":"r\u0001","code":"C"}],"type":"x","eventId":"E"}`,
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule json:items[0].ref+json:items[0].code: value has a control character",
+		},
+		{
+			desc: "a declared sha256 alternative is no fallback", provider: "hashlast",
+			body:    "payload",
+			wantKey: hashKey([]byte("payload")), wantSrc: horizon.KeySourceBodyHash, wantRule: "sha256",
+		},
+		{
+			desc: "a declared sha256 alternative with an empty body", provider: "hashlast",
+			body:    "",
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule header:X-Id | sha256: no value under the rule and the body is empty",
+		},
+		{
 			desc: "provider without a rule", provider: "nokey",
 			body:    `{"id":"evt_1"}`,
 			wantErr: horizon.ErrNoKeyRule, wantMsg: "no key rule: provider nokey derives no key from a delivery; send event_id",
+		},
+		// A key is the body's bytes as sent: invalid UTF-8 is not replaced
+		// by U+FFFD (which made "A\xff" and "A\xfe" one key), it is refused.
+		{
+			desc: "json value with an invalid UTF-8 byte", provider: "byid",
+			body:    "{\"id\":\"A\xff\"}",
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule json:id: id is not valid UTF-8",
+		},
+		{
+			desc: "json value with another invalid UTF-8 byte", provider: "byid",
+			body:    "{\"id\":\"A\xfe\"}",
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule json:id: id is not valid UTF-8",
+		},
+		{
+			desc: "json value with an escaped lone surrogate", provider: "byid",
+			body:    `{"id":"A\ud800"}`,
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule json:id: id is not valid UTF-8",
+		},
+		{
+			desc: "json value with an escaped low surrogate first", provider: "byid",
+			body:    `{"id":"A\udc00\ud800"}`,
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule json:id: id is not valid UTF-8",
+		},
+		{
+			desc: "json value with a high surrogate before another escape", provider: "byid",
+			body:    `{"id":"A\ud800\u0041"}`,
+			wantErr: horizon.ErrMalformedBody, wantMsg: "key rule json:id: id is not valid UTF-8",
+		},
+		{
+			desc: "json value with an escaped backslash before u", provider: "byid",
+			body:    `{"id":"A\\ud800"}`,
+			wantKey: `A\ud800`, wantSrc: horizon.KeySourceBodyField,
+		},
+		{
+			desc: "json value with an escaped surrogate pair", provider: "byid",
+			body:    `{"id":"A\ud83d\ude00"}`,
+			wantKey: "A\U0001F600", wantSrc: horizon.KeySourceBodyField,
+		},
+		{
+			desc: "json value with U+FFFD as sent", provider: "byid",
+			body:    "{\"id\":\"A\\ufffd\uFFFD\"}",
+			wantKey: "A\uFFFD\uFFFD", wantSrc: horizon.KeySourceBodyField,
+		},
+		{
+			desc: "invalid UTF-8 elsewhere in the body is not the key's business", provider: "byid",
+			body:    "{\"id\":\"A\",\"note\":\"\xff\"}",
+			wantKey: "A", wantSrc: horizon.KeySourceBodyField,
 		},
 		{
 			desc: "group whose members' rules differ", provider: "mixed",
@@ -408,18 +537,25 @@ func TestDeriveKey(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			p := lookup(t, r, tc.provider)
-			key, src, err := p.DeriveKey(tc.headers, []byte(tc.body))
+			got, err := p.DeriveKey(tc.headers, []byte(tc.body))
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) || !strings.HasPrefix(err.Error(), tc.wantMsg) {
-					t.Fatalf("DeriveKey(%q) = %q, %v, %v; want error %v starting %q", tc.body, key, src, err, tc.wantErr, tc.wantMsg)
+					t.Fatalf("DeriveKey(%q) = %+v, %v; want error %v starting %q", tc.body, got, err, tc.wantErr, tc.wantMsg)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatalf("DeriveKey(%q) error = %v", tc.body, err)
 			}
-			if key != tc.wantKey || src != tc.wantSrc {
-				t.Errorf("DeriveKey(%q) = %q, %v; want %q, %v", tc.body, key, src, tc.wantKey, tc.wantSrc)
+			if got.Key != tc.wantKey || got.Source != tc.wantSrc {
+				t.Errorf("DeriveKey(%q) = %q, %v; want %q, %v", tc.body, got.Key, got.Source, tc.wantKey, tc.wantSrc)
+			}
+			wantRule := tc.wantRule
+			if wantRule == "" && tc.wantSrc != horizon.KeySourceBodyHash {
+				wantRule = p.KeyRule
+			}
+			if wantFallback := wantRule == ""; got.Fallback != wantFallback || got.Rule != wantRule {
+				t.Errorf("DeriveKey(%q) Rule, Fallback = %q, %v; want %q, %v", tc.body, got.Rule, got.Fallback, wantRule, wantFallback)
 			}
 		})
 	}
@@ -427,7 +563,7 @@ func TestDeriveKey(t *testing.T) {
 
 func TestKeyErrorCarriesTheRule(t *testing.T) {
 	p := lookup(t, mustDefault(t), "adyen")
-	_, _, err := p.DeriveKey(nil, []byte(`{"notificationItems":[`))
+	_, err := p.DeriveKey(nil, []byte(`{"notificationItems":[`))
 	var ke *horizon.KeyError
 	if !errors.As(err, &ke) {
 		t.Fatalf("DeriveKey() error = %v, want a *KeyError", err)

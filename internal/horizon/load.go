@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -48,14 +49,28 @@ func (e *ValidationError) Error() string {
 }
 
 // Load parses and validates a providers file. name identifies the file in
-// error messages. The file is refused, with every rule it breaks, when:
+// error messages.
+//
+// A file with `extends: builtin` adds to the embedded registry instead of
+// replacing it: its providers are added, and replace a built-in provider of
+// the same name whole; its groups are added, and replace a built-in group of
+// the same name; a built-in group keeps its members and is derived again
+// from them as merged (so a file that lengthens stripe's window lengthens
+// billing's). Its groups may list built-in providers, and it need not
+// define a provider of its own.
+//
+// The file is refused, with every rule it breaks, when:
 // a field is unknown, missing or given twice; a duration does not parse;
 // retry_horizon <= 0; margin <= 0; ttl (= retry_horizon + margin) <=
 // retry_horizon; lease <= 0 or lease > ttl; max_lease < lease or max_lease >
 // ttl; a key rule does not parse (or reads a signature or timestamp header);
+// families is not a list of distinct one-line names, or is given without a
+// key rule;
 // source is not an http(s) URL; reviewed_on is not a date (YYYY-MM-DD); a
 // name does not match [a-z0-9][a-z0-9_.-]{0,62}; a group is empty, shadows a
-// provider, or lists a member that is not a provider of the file.
+// provider, or lists a member that is not a provider of the file (or of the
+// built-in registry it extends); a provider shadows a built-in group;
+// extends names anything but builtin.
 // max_lease defaults to lease.
 func Load(name string, data []byte) (*Registry, error) {
 	l := &loader{file: name}
@@ -82,6 +97,8 @@ func (l *loader) joined() error {
 type loader struct {
 	file string
 	errs []error
+	// base is the registry the file extends (extends: builtin), or nil.
+	base *Registry
 }
 
 func (l *loader) errorf(n *yaml.Node, subject, format string, args ...any) {
@@ -238,15 +255,17 @@ func (l *loader) fields(n *yaml.Node, subject string, allowed map[string]bool) [
 	return out
 }
 
-var topFields = map[string]bool{"version": true, "providers": true, "groups": true}
+var topFields = map[string]bool{"version": true, "extends": true, "providers": true, "groups": true}
 
 func (l *loader) document(root *yaml.Node) *Registry {
 	var version int
-	var versionNode, provNode, groupNode *yaml.Node
+	var versionNode, extendsNode, provNode, groupNode *yaml.Node
 	for _, f := range l.fields(root, "", topFields) {
 		switch f.key.Value {
 		case "version":
 			versionNode = f.value
+		case "extends":
+			extendsNode = f.value
 		case "providers":
 			provNode = f.value
 		case "groups":
@@ -258,15 +277,95 @@ func (l *loader) document(root *yaml.Node) *Registry {
 	} else {
 		version = l.version(versionNode)
 	}
-	if provNode == nil {
-		l.errorf(root, "", "providers is required")
+	if extendsNode != nil {
+		l.base = l.extends(extendsNode)
+	}
+	if provNode == nil && extendsNode == nil {
+		l.errorf(root, "", "providers is required (or extends: builtin, to add to the built-in registry)")
 		return nil
 	}
-	providers, names := l.providers(provNode)
-	if groupNode != nil {
-		providers = append(providers, l.groups(groupNode, providers, names)...)
+	var providers []*Provider
+	names := make(map[string]bool)
+	if provNode != nil {
+		providers, names = l.providers(provNode)
 	}
-	return newRegistry(version, providers)
+	if l.base != nil {
+		providers, names = l.underlay(providers, names)
+	}
+	var groups []*Provider
+	if groupNode != nil {
+		groups = l.groups(groupNode, providers, names)
+	}
+	if l.base != nil {
+		groups = append(groups, l.baseGroups(groupNode, providers)...)
+	}
+	return newRegistry(version, append(providers, groups...))
+}
+
+// extends returns the registry that n (the value of extends) names. The
+// only one is builtin: the registry embedded in claimd.
+func (l *loader) extends(n *yaml.Node) *Registry {
+	if n.Kind != yaml.ScalarNode || n.Value != "builtin" {
+		l.errorf(n, "", "extends must be builtin (the registry embedded in claimd), got %q", clipRule(n.Value))
+		return nil
+	}
+	base, err := Default()
+	if err != nil {
+		l.errorf(n, "", "the built-in registry does not load: %v", err)
+		return nil
+	}
+	return base
+}
+
+// underlay adds the base registry's providers that the file does not
+// define to the file's (a provider of the file replaces the built-in one
+// of its name, whole), and returns them with every provider name known.
+func (l *loader) underlay(providers []*Provider, names map[string]bool) ([]*Provider, map[string]bool) {
+	for _, p := range l.base.List() {
+		switch {
+		case p.IsGroup():
+		case names[p.Name]:
+		default:
+			providers = append(providers, p)
+			names[p.Name] = true
+		}
+	}
+	return providers, names
+}
+
+// baseGroups returns the base registry's groups that the file's groups
+// (n, or nil) do not replace, each derived again from the providers as
+// merged: a group of built-in members takes a member's window as the file
+// redefines it.
+func (l *loader) baseGroups(n *yaml.Node, providers []*Provider) []*Provider {
+	replaced := make(map[string]bool)
+	if n != nil && n.Kind == yaml.MappingNode {
+		for i := 0; i < len(n.Content); i += 2 {
+			replaced[n.Content[i].Value] = true
+		}
+	}
+	byName := make(map[string]*Provider, len(providers))
+	for _, p := range providers {
+		byName[p.Name] = p
+	}
+	var out []*Provider
+	for _, g := range l.base.List() {
+		if !g.IsGroup() || replaced[g.Name] {
+			continue
+		}
+		members := make([]*Provider, 0, len(g.Members))
+		for _, m := range g.Members {
+			if p := byName[m]; p != nil {
+				members = append(members, p)
+			}
+		}
+		// A member missing here is a provider of the file that failed
+		// validation: its error is recorded and the registry is refused.
+		if len(members) == len(g.Members) {
+			out = append(out, newGroup(g.Name, members))
+		}
+	}
+	return out
 }
 
 func (l *loader) version(n *yaml.Node) int {
@@ -279,15 +378,18 @@ func (l *loader) version(n *yaml.Node) int {
 
 var providerFields = map[string]bool{
 	"retry_horizon": true, "margin": true, "lease": true, "max_lease": true,
-	"key": true, "source": true, "reviewed_on": true,
+	"key": true, "families": true, "source": true, "reviewed_on": true,
 }
+
+// maxFamilyLen bounds a family's name: it is a label in a table, not prose.
+const maxFamilyLen = 80
 
 // providers returns the valid providers of n, and the names of all the
 // providers it defines, valid or not (so that a group naming a broken
 // provider reports the provider's error, not a missing member).
 func (l *loader) providers(n *yaml.Node) ([]*Provider, map[string]bool) {
 	names := make(map[string]bool)
-	if n.Kind != yaml.MappingNode || len(n.Content) == 0 {
+	if n.Kind != yaml.MappingNode || (len(n.Content) == 0 && l.base == nil) {
 		l.errorf(n, "", "providers must be a mapping of at least one provider name to its fields")
 		return nil, names
 	}
@@ -298,6 +400,10 @@ func (l *loader) providers(n *yaml.Node) ([]*Provider, map[string]bool) {
 		if !namePattern.MatchString(name) {
 			l.errorf(f.key, name, "provider name must match %s", nameSyntax)
 		}
+		if g, ok := l.baseGroup(name); ok {
+			l.errorf(f.key, name, "provider shadows the built-in group of the same name (members %s): a claim naming it would be ambiguous",
+				strings.Join(g.Members, ", "))
+		}
 		if p := l.provider(name, f.key, f.value); p != nil && namePattern.MatchString(name) {
 			out = append(out, p)
 		}
@@ -305,11 +411,21 @@ func (l *loader) providers(n *yaml.Node) ([]*Provider, map[string]bool) {
 	return out, names
 }
 
+// baseGroup returns the group called name in the registry the file
+// extends.
+func (l *loader) baseGroup(name string) (*Provider, bool) {
+	if l.base == nil {
+		return nil, false
+	}
+	p, ok := l.base.Lookup(name)
+	return p, ok && p.IsGroup()
+}
+
 // provider validates one provider entry; it returns nil if any rule is
 // broken (the errors are recorded).
 func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 	if n.Kind != yaml.MappingNode {
-		l.errorf(n, name, "must be a mapping of retry_horizon, margin, lease, max_lease, key, source, reviewed_on")
+		l.errorf(n, name, "must be a mapping of retry_horizon, margin, lease, max_lease, key, families, source, reviewed_on")
 		return nil
 	}
 	before := len(l.errs)
@@ -373,6 +489,15 @@ func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 		}
 		p.KeyRule, p.Rule = v.Value, r
 	}
+	if v := vals["families"]; v != nil {
+		p.Families = l.families(v, name, vals["key"] != nil)
+		if p.Rule != nil && p.Families != nil {
+			if n := len(p.Rule.Alternatives()); n > 1 && n != len(p.Families) {
+				l.errorf(v, name, "families lists %d entries for the %d alternatives of the key rule: name what each alternative covers, in order",
+					len(p.Families), n)
+			}
+		}
+	}
 	if v := vals["source"]; v != nil && l.scalar(v, name, "source") {
 		u, err := url.Parse(v.Value)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
@@ -391,6 +516,38 @@ func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 		return nil
 	}
 	return p
+}
+
+// families returns the list of webhook families n names, recording an error
+// for anything but a list of distinct, short, one-line names. A list without
+// a key rule to cover them is refused: it would claim a coverage that does
+// not exist. For a rule of alternatives the caller checks that there is one
+// entry per alternative, so that `claimd providers` pairs each alternative
+// with what it covers.
+func (l *loader) families(n *yaml.Node, subject string, hasKey bool) []string {
+	if !hasKey {
+		l.errorf(n, subject, "families names what the key rule covers, but there is no key rule")
+	}
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		l.errorf(n, subject, "families must be a list of at least one webhook family, as in [payments, disputes]")
+		return nil
+	}
+	var out []string
+	seen := make(map[string]bool, len(n.Content))
+	for _, f := range n.Content {
+		switch {
+		case f.Kind != yaml.ScalarNode || f.Value == "":
+			l.errorf(f, subject, "a family must be a non-empty name")
+		case len(f.Value) > maxFamilyLen || strings.ContainsAny(f.Value, "\n\r\t"):
+			l.errorf(f, subject, "family %q must be one line of at most %d bytes", clipRule(f.Value), maxFamilyLen)
+		case seen[f.Value]:
+			l.errorf(f, subject, "family %q is listed twice", f.Value)
+		default:
+			seen[f.Value] = true
+			out = append(out, f.Value)
+		}
+	}
+	return out
 }
 
 // scalar reports whether n is a non-empty scalar, recording an error if not.
@@ -435,6 +592,15 @@ func (l *loader) groups(n *yaml.Node, providers []*Provider, names map[string]bo
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		groupNames[n.Content[i].Value] = true
 	}
+	notMember := "member %q is not a provider of this file"
+	if l.base != nil {
+		for _, p := range l.base.List() {
+			if p.IsGroup() {
+				groupNames[p.Name] = true
+			}
+		}
+		notMember = "member %q is not a provider of this file or of the built-in registry"
+	}
 	var out []*Provider
 	for _, f := range l.fields(n, "", nil) {
 		name := f.key.Value
@@ -464,7 +630,7 @@ func (l *loader) groups(n *yaml.Node, providers []*Provider, names map[string]bo
 			case groupNames[m.Value] && !names[m.Value]:
 				l.errorf(m, name, "member %q is a group: groups list providers only", m.Value)
 			case !names[m.Value]:
-				l.errorf(m, name, "member %q is not a provider of this file", m.Value)
+				l.errorf(m, name, notMember, m.Value)
 			case valid[m.Value] != nil:
 				members = append(members, valid[m.Value])
 			}

@@ -57,6 +57,10 @@ func TestLoadValid(t *testing.T) {
 		{desc: "lease equal to ttl", data: file(map[int]string{6: "    lease: 84h", 7: "    max_lease: 84h"})},
 		{desc: "quoted values", data: file(map[int]string{4: `    retry_horizon: "72h"`, 10: `    reviewed_on: "2026-11-01"`})},
 		{desc: "empty groups", data: file(nil, "groups: {}")},
+		{desc: "alternatives", data: file(map[int]string{8: "    key: json:id | json:data.id"})},
+		{desc: "alternatives folded over lines", data: file(map[int]string{8: ""}, "    key: >-", "      json:id", "      | header:X-Id")},
+		{desc: "families of one rule", data: file(nil, "    families: [snapshot events, thin events]")},
+		{desc: "families, one per alternative", data: file(map[int]string{8: "    key: json:id | json:data.id"}, "    families: [a, b]")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -162,6 +166,36 @@ func TestLoadRefuses(t *testing.T) {
 			desc: "key rule reading a signature header",
 			data: file(map[int]string{8: "    key: header:Stripe-Signature"}),
 			want: []string{`test.yaml:8: stripe: key rule "header:Stripe-Signature": header Stripe-Signature is Stripe's signature (with its t= timestamp): it changes on every retry`},
+		},
+		{
+			desc: "key rule with an empty alternative",
+			data: file(map[int]string{8: "    key: json:id |"}),
+			want: []string{`test.yaml:8: stripe: key rule "json:id |" has an empty alternative (number 2)`},
+		},
+		{
+			desc: "key rule with an alternative reading a timestamp header",
+			data: file(map[int]string{8: "    key: json:id | header:Webhook-Timestamp"}),
+			want: []string{`test.yaml:8: stripe: key rule "header:Webhook-Timestamp": header Webhook-Timestamp is the Standard Webhooks timestamp: it changes on every retry`},
+		},
+		{
+			desc: "families not a list",
+			data: file(nil, "    families: all of them"),
+			want: []string{"test.yaml:11: stripe: families must be a list of at least one webhook family"},
+		},
+		{
+			desc: "family listed twice",
+			data: file(nil, "    families: [a, a]"),
+			want: []string{`test.yaml:11: stripe: family "a" is listed twice`},
+		},
+		{
+			desc: "families without a key rule",
+			data: file(map[int]string{8: ""}, "    families: [a]"),
+			want: []string{"test.yaml:11: stripe: families names what the key rule covers, but there is no key rule"},
+		},
+		{
+			desc: "families not one per alternative",
+			data: file(map[int]string{8: "    key: json:id | json:data.id | sha256"}, "    families: [a, b]"),
+			want: []string{"test.yaml:11: stripe: families lists 2 entries for the 3 alternatives of the key rule"},
 		},
 		{
 			desc: "source not a URL",

@@ -6,7 +6,8 @@
 //
 // The registry is read from a versioned YAML file, providers.yaml, embedded
 // in the binary as the default (see Default) and replaceable as a whole by a
-// file of the operator's (LoadFile). Loading validates the file and refuses
+// file of the operator's (LoadFile), or extended by one that says
+// `extends: builtin` (see Load). Loading validates the file and refuses
 // it, naming the line and the rule broken, when any window could be too short
 // or any rule could read a value that changes between retries.
 //
@@ -44,6 +45,10 @@ type Provider struct {
 
 	KeyRule string // as written in the file; "" for a group without a rule
 	Rule    Rule   // parsed KeyRule; nil when KeyRule is ""
+	// Families names the webhook families of the provider that the key rule
+	// covers ("classic payments notifications", "Tokenization webhooks"), as
+	// the file lists them; what `claimd providers` and the README show.
+	Families []string
 
 	Source     string    // where the horizon is documented; a group shows DrivenBy's
 	ReviewedOn time.Time // date, UTC midnight; a group shows its oldest member's
@@ -139,7 +144,7 @@ func newGroup(name string, members []*Provider) *Provider {
 	g.RetryHorizon, g.Margin, g.TTL = driver.RetryHorizon, driver.Margin, driver.TTL
 	g.Source, g.DrivenBy = driver.Source, driver.Name
 	if shared != "" {
-		g.KeyRule, g.Rule = shared, members[0].Rule
+		g.KeyRule, g.Rule, g.Families = shared, members[0].Rule, members[0].Families
 	}
 	return g
 }

@@ -1,6 +1,7 @@
 package horizon
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -9,14 +10,18 @@ import (
 // Rule derives a delivery's key from its headers and raw body. A Rule is
 // immutable and safe for concurrent use. The only implementations are the
 // ones ParseRule returns: header:<Name>, json:<path>, rules joined with +,
-// and sha256.
+// sha256, and alternatives of those separated by |.
 type Rule interface {
 	// String returns the rule as ParseRule accepts it; ParseRule(r.String())
 	// yields an equal rule.
 	String() string
-	// Source is where a key found by this rule comes from. A delivery that
-	// lacks the value falls back to the body hash (KeySourceBodyHash).
+	// Source is where a key found by this rule comes from. A rule of
+	// alternatives has no single source: it returns KeySourceUnspecified,
+	// and each of its Alternatives has its own.
 	Source() KeySource
+	// Alternatives returns the rules tried in order, the first that yields a
+	// value giving the key. A rule without | is its own only alternative.
+	Alternatives() []Rule
 
 	// eval returns the rule's value for d. found is false when the value is
 	// absent, null or empty; err is a *KeyError when the delivery is malformed
@@ -25,10 +30,13 @@ type Rule interface {
 }
 
 // Bounds of a rule. They keep a rule readable and keep the work of deriving a
-// key proportional to the body, whatever a providers file says.
+// key proportional to the body, whatever a providers file says. A provider
+// that sends several webhook families (Adyen) needs an alternative per family,
+// hence the room for 16 of them.
 const (
-	maxRuleLen   = 1024
-	maxJoinParts = 8
+	maxRuleLen      = 2048
+	maxJoinParts    = 8
+	maxAlternatives = 16
 )
 
 // ParseRule parses a key rule:
@@ -39,20 +47,74 @@ const (
 //	<rule>+<rule>...   the values of several rules joined with ":" (all must
 //	                   be present)
 //	sha256             the hash of the raw body: "sha256:<hex>"
+//	<alt> | <alt>...   alternatives, each one of the above: the first that
+//	                   yields a value gives the key (+ binds tighter than |;
+//	                   spaces around | are allowed)
+//
+// Alternatives select a webhook family by what its deliveries carry: a
+// joined alternative yields only when every part is present, so
+// json:type+json:eventId applies to the deliveries that have an eventId and
+// is passed over by the others. An alternative that meets a value of the
+// wrong type on its path (an object where it reads a string) is passed over
+// too; the delivery is malformed under the rule only when no alternative
+// yields and one of them met such a value, or when the body is not JSON, a
+// member on a path is named twice, or a header is given twice with different
+// values.
 //
 // ParseRule refuses a header rule that reads a per-delivery signature or
 // timestamp header (Stripe-Signature, webhook-timestamp, ...): those change on
 // every retry, so a key read from them would let each retry of one event
-// through as a new event.
+// through as a new event. It refuses alternatives given twice, and any after
+// sha256, which always yields.
 func ParseRule(s string) (Rule, error) {
 	switch {
 	case s == "":
-		return nil, fmt.Errorf("key rule is empty: want header:<Name>, json:<path>, rules joined with +, or sha256")
+		return nil, fmt.Errorf("key rule is empty: want header:<Name>, json:<path>, rules joined with +, sha256, or alternatives of those separated by |")
 	case len(s) > maxRuleLen:
 		return nil, fmt.Errorf("key rule is %d bytes long, more than %d", len(s), maxRuleLen)
 	case !utf8.ValidString(s):
-		return nil, fmt.Errorf("key rule %q is not valid UTF-8", s)
+		return nil, fmt.Errorf("key rule %q is not valid UTF-8", clipRule(s))
 	}
+	if !strings.Contains(s, "|") {
+		return parseJoinedRule(s)
+	}
+	texts := strings.Split(s, "|")
+	if len(texts) > maxAlternatives {
+		return nil, fmt.Errorf("key rule %q has %d alternatives, more than %d", clipRule(s), len(texts), maxAlternatives)
+	}
+	a := &alternativesRule{text: s}
+	seen := make(map[string]bool, len(texts))
+	for i, t := range texts {
+		t = strings.Trim(t, " \t")
+		switch {
+		case t == "":
+			return nil, fmt.Errorf("key rule %q has an empty alternative (number %d): separate rules with |, as in header:A | header:B", clipRule(s), i+1)
+		case seen[t]:
+			return nil, fmt.Errorf("key rule %q lists alternative %s twice", clipRule(s), t)
+		case seen["sha256"]:
+			return nil, fmt.Errorf("key rule %q: sha256 always yields a key (the body hash), so alternative %s after it is never tried", clipRule(s), t)
+		}
+		seen[t] = true
+		alt, err := parseJoinedRule(t)
+		if err != nil {
+			return nil, err
+		}
+		a.alts = append(a.alts, alt)
+	}
+	return a, nil
+}
+
+// clipRule bounds a rule quoted in an error: a providers file is the
+// operator's, but --check may be pointed at any file.
+func clipRule(s string) string {
+	const max = 120
+	if len(s) <= max {
+		return s
+	}
+	return strings.ToValidUTF8(s[:max], "") + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+func parseJoinedRule(s string) (Rule, error) {
 	if !strings.Contains(s, "+") {
 		return parseSingleRule(s)
 	}
@@ -92,7 +154,7 @@ func parseSingleRule(s string) (Rule, error) {
 		}
 		return &jsonRule{text: s, steps: steps}, nil
 	default:
-		return nil, fmt.Errorf("key rule %q: unknown kind: want header:<Name>, json:<path>, rules joined with +, or sha256", s)
+		return nil, fmt.Errorf("key rule %q: unknown kind: want header:<Name>, json:<path>, rules joined with +, sha256, or alternatives separated by |", s)
 	}
 }
 
@@ -148,13 +210,13 @@ func parseHeaderRule(rule, name string) (Rule, error) {
 }
 
 // isHeaderNameByte reports whether c may appear in a header name: an RFC 9110
-// token character, except '+', which joins rules.
+// token character, except '+' and '|', which join and separate rules.
 func isHeaderNameByte(c byte) bool {
 	switch {
 	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		return true
 	}
-	return strings.IndexByte("!#$%&'*-.^_`|~", c) >= 0
+	return strings.IndexByte("!#$%&'*-.^_`~", c) >= 0
 }
 
 // headerRule reads one header, case-insensitively.
@@ -163,8 +225,9 @@ type headerRule struct {
 	name string
 }
 
-func (r *headerRule) String() string    { return r.text }
-func (r *headerRule) Source() KeySource { return KeySourceHeader }
+func (r *headerRule) String() string       { return r.text }
+func (r *headerRule) Source() KeySource    { return KeySourceHeader }
+func (r *headerRule) Alternatives() []Rule { return []Rule{r} }
 
 func (r *headerRule) eval(d *delivery) (string, bool, error) {
 	var value string
@@ -191,8 +254,9 @@ type jsonRule struct {
 	steps []pathStep
 }
 
-func (r *jsonRule) String() string    { return r.text }
-func (r *jsonRule) Source() KeySource { return KeySourceBodyField }
+func (r *jsonRule) String() string       { return r.text }
+func (r *jsonRule) Source() KeySource    { return KeySourceBodyField }
+func (r *jsonRule) Alternatives() []Rule { return []Rule{r} }
 
 func (r *jsonRule) eval(d *delivery) (string, bool, error) {
 	if err := d.checkJSON(); err != nil {
@@ -200,7 +264,9 @@ func (r *jsonRule) eval(d *delivery) (string, bool, error) {
 	}
 	v, found, err := lookupPath(d.body, r.steps)
 	if err != nil {
-		return "", false, malformed(r.text, err.Error(), nil)
+		var shape *shapeError
+		ke := &KeyError{Rule: r.text, Reason: err.Error(), mismatch: errors.As(err, &shape)}
+		return "", false, ke
 	}
 	return v, found, nil
 }
@@ -213,7 +279,8 @@ type joinedRule struct {
 	parts []Rule
 }
 
-func (r *joinedRule) String() string { return r.text }
+func (r *joinedRule) String() string       { return r.text }
+func (r *joinedRule) Alternatives() []Rule { return []Rule{r} }
 
 func (r *joinedRule) Source() KeySource {
 	src := KeySourceBodyHash
@@ -250,12 +317,53 @@ func (r *joinedRule) eval(d *delivery) (string, bool, error) {
 // bodyHashRule is the fallback rule: the hash of the raw body.
 type bodyHashRule struct{}
 
-func (bodyHashRule) String() string    { return "sha256" }
-func (bodyHashRule) Source() KeySource { return KeySourceBodyHash }
+func (bodyHashRule) String() string         { return "sha256" }
+func (bodyHashRule) Source() KeySource      { return KeySourceBodyHash }
+func (r bodyHashRule) Alternatives() []Rule { return []Rule{r} }
 
 func (bodyHashRule) eval(d *delivery) (string, bool, error) {
 	if len(d.body) == 0 {
 		return "", false, nil
 	}
 	return bodyHashKey(d.body), true, nil
+}
+
+// alternativesRule tries its alternatives in order; the first that yields a
+// value gives the key.
+type alternativesRule struct {
+	text string
+	alts []Rule
+}
+
+func (r *alternativesRule) String() string       { return r.text }
+func (r *alternativesRule) Source() KeySource    { return KeySourceUnspecified }
+func (r *alternativesRule) Alternatives() []Rule { return r.alts }
+
+func (r *alternativesRule) eval(d *delivery) (string, bool, error) {
+	_, v, err := firstYield(r.alts, d)
+	return v, err == nil && v != "", err
+}
+
+// firstYield returns the index and value of the first of alts that yields a
+// value for d, or -1 when none does. An alternative that met a value of the
+// wrong type is passed over (it describes another family's deliveries); its
+// error is returned only when no later alternative yields. Any other error
+// ends the search: the delivery is malformed whichever family it is.
+func firstYield(alts []Rule, d *delivery) (int, string, error) {
+	var mismatch error
+	for i, a := range alts {
+		v, found, err := a.eval(d)
+		var ke *KeyError
+		switch {
+		case err != nil && errors.As(err, &ke) && ke.mismatch:
+			if mismatch == nil {
+				mismatch = err
+			}
+		case err != nil:
+			return -1, "", err
+		case found:
+			return i, v, nil
+		}
+	}
+	return -1, "", mismatch
 }

@@ -26,6 +26,9 @@ func TestParseRule(t *testing.T) {
 		{desc: "joined headers", rule: "header:A+header:B", wantSrc: horizon.KeySourceHeader},
 		{desc: "joined header and json", rule: "header:A+json:b", wantSrc: horizon.KeySourceBodyField},
 		{desc: "joined header and hash", rule: "header:A+sha256", wantSrc: horizon.KeySourceHeader},
+		{desc: "alternatives", rule: "header:X-Shopify-Webhook-Id | header:Shopify-Webhook-Id", wantSrc: horizon.KeySourceUnspecified},
+		{desc: "alternatives without spaces", rule: "json:a+json:b|json:c|sha256", wantSrc: horizon.KeySourceUnspecified},
+		{desc: "alternatives spaced with tabs", rule: "json:a\t|\tjson:b", wantSrc: horizon.KeySourceUnspecified},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -38,6 +41,9 @@ func TestParseRule(t *testing.T) {
 			}
 			if got := r.Source(); got != tc.wantSrc {
 				t.Errorf("ParseRule(%q).Source() = %v, want %v", tc.rule, got, tc.wantSrc)
+			}
+			if alts := r.Alternatives(); len(alts) != strings.Count(tc.rule, "|")+1 {
+				t.Errorf("ParseRule(%q) has %d alternatives, want one per |-separated rule", tc.rule, len(alts))
 			}
 		})
 	}
@@ -70,7 +76,15 @@ func TestParseRuleRefuses(t *testing.T) {
 		{desc: "empty joined part", rule: "json:a+", wantMsg: "has an empty part"},
 		{desc: "part joined twice", rule: "json:a+json:a", wantMsg: "joins json:a twice"},
 		{desc: "too many parts", rule: strings.Repeat("json:a+", 8) + "json:b", wantMsg: "more than 8"},
-		{desc: "too long", rule: "json:" + strings.Repeat("a", 1100), wantMsg: "more than 1024"},
+		{desc: "too long", rule: "json:" + strings.Repeat("a", 2100), wantMsg: "more than 2048"},
+		{desc: "empty alternative", rule: "json:a | ", wantMsg: "has an empty alternative (number 2)"},
+		{desc: "leading empty alternative", rule: "|json:a", wantMsg: "has an empty alternative (number 1)"},
+		{desc: "alternative given twice", rule: "json:a | json:b | json:a", wantMsg: "lists alternative json:a twice"},
+		{desc: "alternative after sha256", rule: "json:a | sha256 | json:b", wantMsg: "so alternative json:b after it is never tried"},
+		{desc: "too many alternatives", rule: "json:a0" + strings.Repeat("|json:a", 16), wantMsg: "17 alternatives, more than 16"},
+		{desc: "bad part inside an alternative", rule: "json:a | json:b+json:", wantMsg: `key rule "json:": path is empty`},
+		{desc: "space inside an alternative", rule: "json:a | json:b + json:c", wantMsg: "unexpected ' '"},
+		{desc: "a pipe is no header name character", rule: "header:A|", wantMsg: "has an empty alternative"},
 		{desc: "sha256 with an argument", rule: "sha256:body", wantMsg: "unknown kind"},
 	}
 	for _, tc := range tests {
@@ -93,7 +107,7 @@ func TestParseRuleRefusesVolatileHeaders(t *testing.T) {
 		"Paypal-Transmission-Time", "X-Twilio-Signature", "X-Square-Hmacsha256-Signature", "X-Square-Signature",
 		"HmacSignature", "Date", "STRIPE-SIGNATURE", "X-Acme-Signature", "X-Acme-Request-Timestamp",
 	} {
-		for _, rule := range []string{"header:" + h, "json:id+header:" + h} {
+		for _, rule := range []string{"header:" + h, "json:id+header:" + h, "json:id | header:" + h} {
 			t.Run(rule, func(t *testing.T) {
 				r, err := horizon.ParseRule(rule)
 				if err == nil || !strings.Contains(err.Error(), "changes on every retry") {
@@ -101,5 +115,30 @@ func TestParseRuleRefusesVolatileHeaders(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestAlternativesKeepTheirText: each alternative is the rule as written
+// between the |, without the spaces around it, and parses alone to itself.
+func TestAlternativesKeepTheirText(t *testing.T) {
+	const rule = "json:items[0].ref+json:items[0].code |  json:type+json:eventId|\theader:X-Id  | sha256"
+	r, err := horizon.ParseRule(rule)
+	if err != nil {
+		t.Fatalf("ParseRule(%q) error = %v", rule, err)
+	}
+	want := []string{"json:items[0].ref+json:items[0].code", "json:type+json:eventId", "header:X-Id", "sha256"}
+	var got []string
+	for _, a := range r.Alternatives() {
+		got = append(got, a.String())
+		alone, err := horizon.ParseRule(a.String())
+		if err != nil || alone.String() != a.String() {
+			t.Errorf("ParseRule(%q) = %v, %v; want the alternative back", a, alone, err)
+		}
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("ParseRule(%q).Alternatives() = %q, want %q", rule, got, want)
+	}
+	if r.String() != rule {
+		t.Errorf("ParseRule(%q).String() = %q, want the rule as written", rule, r.String())
 	}
 }

@@ -34,18 +34,31 @@ func FormatDuration(d time.Duration) string {
 }
 
 // Table writes the registry as an aligned text table, one row per provider
-// and group, sorted by name: what `claimd providers` prints. A review is
-// overdue when reviewed_on is more than reviewAge before now (reviewAge <= 0
-// never marks one overdue).
+// and group, sorted by name: what `claimd providers` prints. A key rule of
+// alternatives shows one alternative per line, the later ones marked "| ",
+// in the order they are tried; FAMILIES lists the webhook families the rule
+// covers, one per line. A review is overdue when reviewed_on is more than
+// reviewAge before now (reviewAge <= 0 never marks one overdue).
 func (r *Registry) Table(w io.Writer, now time.Time, reviewAge time.Duration) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	if _, err := fmt.Fprintln(tw, "NAME\tHORIZON\tMARGIN\tTTL\tLEASE\tMAX_LEASE\tKEY RULE\tSOURCE\tREVIEWED\tOVERDUE"); err != nil {
+	if _, err := fmt.Fprintln(tw, "NAME\tHORIZON\tMARGIN\tTTL\tLEASE\tMAX_LEASE\tKEY RULE\tFAMILIES\tSOURCE\tREVIEWED\tOVERDUE"); err != nil {
 		return err
 	}
 	for _, p := range r.sorted {
-		rule := p.KeyRule
-		if rule == "" {
-			rule = "-"
+		rules := []string{"-"}
+		if p.Rule != nil {
+			rules = rules[:0]
+			for i, a := range p.Rule.Alternatives() {
+				if i > 0 {
+					rules = append(rules, "| "+a.String())
+				} else {
+					rules = append(rules, a.String())
+				}
+			}
+		}
+		families := p.Families
+		if len(families) == 0 {
+			families = []string{"-"}
 		}
 		source := p.Source
 		if p.IsGroup() {
@@ -55,13 +68,26 @@ func (r *Registry) Table(w io.Writer, now time.Time, reviewAge time.Duration) er
 		if p.ReviewOverdue(now, reviewAge) {
 			overdue = "yes"
 		}
-		_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			p.Name, FormatDuration(p.RetryHorizon), FormatDuration(p.Margin), FormatDuration(p.TTL),
-			FormatDuration(p.Lease), FormatDuration(p.MaxLease), rule, source,
+			FormatDuration(p.Lease), FormatDuration(p.MaxLease), rules[0], families[0], source,
 			p.ReviewedOn.Format(time.DateOnly), overdue)
 		if err != nil {
 			return err
 		}
+		for i := 1; i < max(len(rules), len(families)); i++ {
+			if _, err := fmt.Fprintf(tw, "\t\t\t\t\t\t%s\t%s\t\t\t\n", at(rules, i), at(families, i)); err != nil {
+				return err
+			}
+		}
 	}
 	return tw.Flush()
+}
+
+// at returns s[i], or "" past its end.
+func at(s []string, i int) string {
+	if i < len(s) {
+		return s[i]
+	}
+	return ""
 }

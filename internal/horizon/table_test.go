@@ -59,22 +59,38 @@ func TestTable(t *testing.T) {
 				t.Fatalf("Table() error = %v", err)
 			}
 			lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
-			if got, want := strings.Fields(lines[0]), []string{"NAME", "HORIZON", "MARGIN", "TTL", "LEASE", "MAX_LEASE", "KEY", "RULE", "SOURCE", "REVIEWED", "OVERDUE"}; strings.Join(got, " ") != strings.Join(want, " ") {
+			if got, want := strings.Fields(lines[0]), []string{"NAME", "HORIZON", "MARGIN", "TTL", "LEASE", "MAX_LEASE", "KEY", "RULE", "FAMILIES", "SOURCE", "REVIEWED", "OVERDUE"}; strings.Join(got, " ") != strings.Join(want, " ") {
 				t.Errorf("Table() header = %q, want %q", got, want)
 			}
-			if len(lines) != len(r.List())+1 {
-				t.Fatalf("Table() has %d lines, want a header and %d rows:\n%s", len(lines), len(r.List()), buf.String())
-			}
+			// A row is a provider's first line and the continuation lines
+			// (which start blank) below it.
+			ruleCol := strings.Index(lines[0], "KEY RULE")
+			familyCol := strings.Index(lines[0], "FAMILIES")
+			sourceCol := strings.Index(lines[0], "SOURCE")
 			rows := map[string][]string{}
+			continued := map[string][]string{}
+			var name string
 			for _, l := range lines[1:] {
-				f := strings.Fields(l)
-				rows[f[0]] = f
+				if !strings.HasPrefix(l, " ") {
+					f := strings.Fields(l)
+					name = f[0]
+					rows[name] = f
+					continued[name] = append(continued[name], strings.TrimSpace(l[ruleCol:familyCol])+" / "+strings.TrimSpace(l[familyCol:sourceCol]))
+					continue
+				}
+				if strings.TrimSpace(l[:ruleCol]) != "" || strings.TrimSpace(l[sourceCol:]) != "" {
+					t.Errorf("Table() continuation line %q has cells outside KEY RULE and FAMILIES", l)
+				}
+				continued[name] = append(continued[name], strings.TrimSpace(l[ruleCol:familyCol])+" / "+strings.TrimSpace(l[familyCol:sourceCol]))
+			}
+			if len(rows) != len(r.List()) {
+				t.Fatalf("Table() has %d rows, want %d:\n%s", len(rows), len(r.List()), buf.String())
 			}
 			wantRows := map[string][]string{
-				"stripe": {"stripe", "72h", "12h", "84h", "60s", "10m", "json:id", "https://docs.stripe.com/webhooks#retries", "2026-11-01", tc.wantOverdue},
+				"stripe": {"stripe", "72h", "12h", "84h", "60s", "10m", "json:id", "snapshot", "events", "(v1)", "https://docs.stripe.com/webhooks#retries", "2026-11-01", tc.wantOverdue},
 				"twilio": {"twilio", "15s", "1h", "1h0m15s", "60s", "10m", "header:I-Twilio-Idempotency-Token"},
 				"adyen":  {"adyen", "720h", "24h", "744h", "60s", "1h"},
-				"billing": {"billing", "720h", "24h", "744h", "60s", "1h", "-", "group", "of", "adyen,", "paypal,", "stripe;", "ttl", "from", "adyen",
+				"billing": {"billing", "720h", "24h", "744h", "60s", "1h", "-", "-", "group", "of", "adyen,", "paypal,", "stripe;", "ttl", "from", "adyen",
 					"2026-11-01", tc.wantOverdue},
 			}
 			for name, want := range wantRows {
@@ -82,6 +98,20 @@ func TestTable(t *testing.T) {
 				if len(got) < len(want) || strings.Join(got[:len(want)], " ") != strings.Join(want, " ") {
 					t.Errorf("Table() row %s = %q, want it to start %q", name, got, want)
 				}
+			}
+			// Each alternative on its own line, in order, beside what it covers.
+			wantLines := map[string][]string{
+				"shopify": {"header:X-Shopify-Webhook-Id / classic webhooks (X-Shopify-*)", "| header:Shopify-Webhook-Id / Events webhooks (shopify-*)"},
+				"stripe":  {"json:id / snapshot events (v1)", " / thin events (v2)"},
+			}
+			for name, want := range wantLines {
+				if got := continued[name]; strings.Join(got, "\n") != strings.Join(want, "\n") {
+					t.Errorf("Table() lines of %s = %q, want %q", name, got, want)
+				}
+			}
+			adyen := lookup(t, r, "adyen")
+			if got, want := len(continued["adyen"]), len(adyen.Rule.Alternatives()); got != want || want < 2 {
+				t.Errorf("Table() shows adyen on %d lines, want one per alternative (%d)", got, want)
 			}
 		})
 	}

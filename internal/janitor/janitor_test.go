@@ -320,7 +320,7 @@ func TestLockGoesWithTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close(context.Background())
-	key := postgres.JanitorLockKey()
+	key := postgres.JanitorLockKey(postgres.DefaultSchema)
 	var killed bool
 	// A bigint advisory key is (classid, objid) = (high, low 32 bits);
 	// the 5s timeout makes pg_terminate_backend wait for the exit.

@@ -10,12 +10,16 @@
 // No label ever carries a key, an event id, a holder or a token: one series
 // per delivery would exhaust Prometheus. Labels take bounded values only:
 // enum names, registered provider names, and namespaces that passed
-// validation (a refused request is counted with namespace="" provider="").
+// validation (a refused request is counted with namespace="" provider=""),
+// themselves bounded: the auth file's names when there is one
+// (Config.NamespaceLabel), else the first Config.MaxNamespaces seen and
+// then "other".
 package metrics
 
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +58,15 @@ type Config struct {
 	ReviewAge time.Duration
 	// Clock dates review checks and janitor passes. Default clock.Real.
 	Clock clock.Clock
+	// NamespaceLabel, when set, maps a validated namespace to its label
+	// value; it must return a bounded set of values (auth's
+	// Authenticator.NamespaceLabel: the auth file's names and patterns,
+	// else "other"). When nil, the first MaxNamespaces namespaces seen keep
+	// their name and later ones are labelled "other".
+	NamespaceLabel func(namespace string) string
+	// MaxNamespaces bounds the namespace labels when NamespaceLabel is nil.
+	// Default DefaultMaxNamespaces.
+	MaxNamespaces int
 }
 
 // Metrics holds claimd's collectors. It implements service.Recorder,
@@ -71,6 +84,7 @@ type Metrics struct {
 	falseNegatives     prometheus.Counter
 	tierErrors         *prometheus.CounterVec
 	payloadMismatches  prometheus.Counter
+	keyFallbacks       *prometheus.CounterVec
 
 	fastLiveKeys    prometheus.Gauge
 	durableRows     prometheus.Gauge
@@ -79,6 +93,12 @@ type Metrics struct {
 	providerTTL     *prometheus.GaugeVec
 	reviewOverdue   *prometheus.GaugeVec
 	tiersInfo       *prometheus.GaugeVec
+	sqliteDurable   *prometheus.GaugeVec
+	evictionPolicy  *prometheus.GaugeVec
+
+	evictionMu   sync.Mutex
+	evictionLast Eviction // the policy the sampler saw last
+	evictionSeen bool
 
 	janitorPasses      *prometheus.CounterVec
 	janitorClaims      prometheus.Counter
@@ -100,6 +120,12 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
+	if cfg.MaxNamespaces <= 0 {
+		cfg.MaxNamespaces = DefaultMaxNamespaces
+	}
+	if cfg.NamespaceLabel == nil {
+		cfg.NamespaceLabel = (&firstSeen{max: cfg.MaxNamespaces}).label
+	}
 	m := &Metrics{
 		cfg: cfg,
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -107,7 +133,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 			Help: "Claims answered, by namespace, provider, outcome (ACQUIRED, DUPLICATE, IN_PROGRESS, PAYLOAD_MISMATCH, or ERROR), " +
 				"reason (NEW, RELEASED, LEASE_EXPIRED, WINDOW_EXPIRED for ACQUIRED; the error reason for ERROR; NONE otherwise), " +
 				"served_by (LOCAL, FAST, DURABLE; NONE on error) and key_source (EVENT_ID, HEADER, BODY_FIELD, BODY_HASH; NONE when no key was derived). " +
-				"Refused requests count with namespace=\"\" and provider=\"\".",
+				"Refused requests count with namespace=\"\" and provider=\"\". Namespaces past the bound (the auth file's names, or the first --metrics-max-namespaces seen) count as namespace=\"other\".",
 		}, []string{"namespace", "provider", "outcome", "reason", "served_by", "key_source"}),
 		claimDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "claimd_claim_duration_seconds",
@@ -142,6 +168,11 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 			Name: "claimd_payload_mismatch_total",
 			Help: "Claims answered PAYLOAD_MISMATCH: the same key arrived with a different payload (a key rule that is not unique, or tampering).",
 		}),
+		keyFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimd_key_fallback_total",
+			Help: "Claims of a raw delivery in which the provider's key rule found no value, so the key is the body hash, by provider: " +
+				"a webhook family the rule does not cover, or a provider that changed its format. Each is also logged at warn.",
+		}, []string{"provider"}),
 
 		fastLiveKeys: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "claimd_fast_tier_live_keys",
@@ -171,6 +202,15 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 			Name: "claimd_tiers_info",
 			Help: "Always 1; the labels name the tiers this replica runs: fast (redis, memory, none) and durable (postgres, sqlite).",
 		}, []string{"fast", "durable"}),
+		sqliteDurable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "claimd_sqlite_durability",
+			Help: "Always 1 on the embedded tier; mode is --sqlite-durability: full (every commit fsynced) or relaxed (an OS crash or power loss may lose the last answered claims). Absent with PostgreSQL.",
+		}, []string{"mode"}),
+		evictionPolicy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "claimd_redis_eviction_policy_unsafe",
+			Help: "1 when the Redis fast tier's maxmemory-policy (the label) may evict claim keys (anything but noeviction, volatile-* included: claim keys expire), 0 for noeviction; " +
+				"no series without Redis or while the policy cannot be read (CONFIG GET refused). Sampled in the background.",
+		}, []string{"policy"}),
 
 		janitorPasses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "claimd_janitor_passes_total",
@@ -196,8 +236,8 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.claims, m.claimDuration, m.transitions, m.invalidTransitions, m.staleTokens, m.takeovers,
-		m.falseNegatives, m.tierErrors, m.payloadMismatches,
-		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo,
+		m.falseNegatives, m.tierErrors, m.payloadMismatches, m.keyFallbacks,
+		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo, m.sqliteDurable, m.evictionPolicy,
 		m.janitorPasses, m.janitorClaims, m.janitorPartitions, m.janitorAuditRows, m.janitorLastSuccess,
 		m.grpc.server,
 	} {
@@ -229,6 +269,10 @@ func (m *Metrics) initSeries() {
 	if p := m.cfg.Providers; p != nil {
 		for _, prov := range p.List() {
 			m.providerTTL.WithLabelValues(prov.Name).Set(prov.TTL.Seconds())
+			if prov.Rule != nil {
+				// Only a provider (or group) that derives keys can fall back.
+				m.keyFallbacks.WithLabelValues(prov.Name)
+			}
 		}
 		m.sampleReviews(m.cfg.Clock.Now())
 	}
@@ -241,16 +285,27 @@ func (m *Metrics) SetTiers(fast, durable string) {
 	m.tiersInfo.WithLabelValues(fast, durable).Set(1)
 }
 
+// SetSQLiteDurability records the embedded tier's --sqlite-durability
+// (claimd_sqlite_durability), so that an alert can find a replica running
+// relaxed.
+func (m *Metrics) SetSQLiteDurability(mode string) {
+	m.sqliteDurable.Reset()
+	m.sqliteDurable.WithLabelValues(mode).Set(1)
+}
+
 // Record implements service.Recorder.
 func (m *Metrics) Record(_ context.Context, r *service.Request) {
 	if r.Method == "Claim" {
 		ns, prov := "", ""
 		if r.Known {
-			ns, prov = r.Namespace, r.Provider
+			ns, prov = m.cfg.NamespaceLabel(r.Namespace), r.Provider
 		}
 		outcome := r.OutcomeLabel()
 		m.claims.WithLabelValues(ns, prov, outcome, r.ReasonLabel(), r.ServedByLabel(), r.KeySourceLabel()).Inc()
 		m.claimDuration.WithLabelValues(outcome).Observe(r.Latency.Seconds())
+		if r.KeyFallback && r.Known {
+			m.keyFallbacks.WithLabelValues(prov).Inc()
+		}
 		if !r.Failed() {
 			switch {
 			case r.Outcome == tiers.OutcomeAcquired && r.Reason == tiers.ReasonLeaseExpired:

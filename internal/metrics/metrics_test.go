@@ -45,8 +45,9 @@ func handled(method string, code codes.Code) string {
 		"grpc_method", method, "grpc_code", code.String())
 }
 
-func transitions(to string) string  { return sel("claimd_transitions_total", "to", to) }
-func tierErrors(tier string) string { return sel("claimd_tier_errors_total", "tier", tier) }
+func transitions(to string) string    { return sel("claimd_transitions_total", "to", to) }
+func keyFallbacks(prov string) string { return sel("claimd_key_fallback_total", "provider", prov) }
+func tierErrors(tier string) string   { return sel("claimd_tier_errors_total", "tier", tier) }
 
 var (
 	invalidTransitions = sel("claimd_invalid_transitions_total")
@@ -72,12 +73,20 @@ func TestCountersMoveExactly(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 	hashA, hashB := sha256.Sum256([]byte("a")), sha256.Sum256([]byte("b"))
+	secrets := map[string][]byte{} // the lease secret of each key's latest ACQUIRED answer
 	claim := func(id string, hash []byte) (*pb.ClaimResponse, error) {
-		return w.client.Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe", Key: &pb.ClaimRequest_EventId{EventId: id}, PayloadSha256: hash})
+		r, err := w.client.Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe", Key: &pb.ClaimRequest_EventId{EventId: id}, PayloadSha256: hash})
+		if r.GetOutcome() == pb.Outcome_OUTCOME_ACQUIRED {
+			secrets[id] = r.GetLeaseSecret()
+		}
+		return r, err
+	}
+	transitionAs := func(key string, token uint64, secret []byte, to pb.EventState) error {
+		_, err := w.client.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: key, FencingToken: token, LeaseSecret: secret, To: to})
+		return err
 	}
 	transition := func(key string, token uint64, to pb.EventState) error {
-		_, err := w.client.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: key, FencingToken: token, To: to})
-		return err
+		return transitionAs(key, token, secrets[key], to)
 	}
 	expect := func(t *testing.T, resp *pb.ClaimResponse, err error, outcome pb.Outcome, reason pb.Reason, by pb.Tier) {
 		t.Helper()
@@ -91,7 +100,10 @@ func TestCountersMoveExactly(t *testing.T) {
 			t.Fatalf("error = %v, want code %v", err, code)
 		}
 	}
-	var evt2Token uint64
+	var (
+		evt2Token  uint64
+		evt2Secret []byte
+	)
 
 	steps := []struct {
 		desc string
@@ -120,6 +132,9 @@ func TestCountersMoveExactly(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, map[string]float64{handled("Transition", codes.OK): 1}},
+		{"the token without its secret is refused and counts no claimd_ series", func(t *testing.T) {
+			expectCode(t, transitionAs("evt_1", 1, []byte("0123456789abcdef"), pb.EventState_EVENT_STATE_SETTLED), codes.PermissionDenied)
+		}, map[string]float64{handled("Transition", codes.PermissionDenied): 1}},
 		{"PROCESSING→VALIDATED is refused", func(t *testing.T) {
 			expectCode(t, transition("evt_1", 1, pb.EventState_EVENT_STATE_VALIDATED), codes.FailedPrecondition)
 		}, map[string]float64{invalidTransitions: 1, handled("Transition", codes.FailedPrecondition): 1}},
@@ -144,7 +159,7 @@ func TestCountersMoveExactly(t *testing.T) {
 		{"a second event", func(t *testing.T) {
 			r, err := claim("evt_2", nil)
 			expect(t, r, err, pb.Outcome_OUTCOME_ACQUIRED, pb.Reason_REASON_NEW, pb.Tier_TIER_DURABLE)
-			evt2Token = r.FencingToken
+			evt2Token, evt2Secret = r.FencingToken, r.LeaseSecret
 		}, map[string]float64{
 			claims("ACQUIRED", "NEW", "DURABLE", "EVENT_ID"): 1, duration("ACQUIRED"): 1, handled("Claim", codes.OK): 1,
 		}},
@@ -157,7 +172,7 @@ func TestCountersMoveExactly(t *testing.T) {
 			takeovers: 1, handled("Claim", codes.OK): 1,
 		}},
 		{"the vanished holder comes back with its stale token", func(t *testing.T) {
-			expectCode(t, transition("evt_2", evt2Token, pb.EventState_EVENT_STATE_PROCESSING), codes.FailedPrecondition)
+			expectCode(t, transitionAs("evt_2", evt2Token, evt2Secret, pb.EventState_EVENT_STATE_PROCESSING), codes.FailedPrecondition)
 		}, map[string]float64{staleTokens: 1, handled("Transition", codes.FailedPrecondition): 1}},
 		{"the fast tier lost a key the durable tier holds", func(t *testing.T) {
 			_, err := w.lite.Claim(ctx, tiers.ClaimParams{
@@ -212,11 +227,20 @@ func TestCountersMoveExactly(t *testing.T) {
 			r, err := w.client.Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe",
 				Key: &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Body: []byte(`{"id":"evt_6","type":"charge.succeeded"}`)}}})
 			expect(t, r, err, pb.Outcome_OUTCOME_ACQUIRED, pb.Reason_REASON_NEW, pb.Tier_TIER_DURABLE)
+			secrets["evt_6"] = r.LeaseSecret
 		}, map[string]float64{
 			claims("ACQUIRED", "NEW", "DURABLE", "BODY_FIELD"): 1, duration("ACQUIRED"): 1, handled("Claim", codes.OK): 1,
 		}},
+		{"a delivery the key rule finds nothing in: the body hash, counted as a fallback", func(t *testing.T) {
+			r, err := w.client.Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe",
+				Key: &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Body: []byte(`{"object":"event","type":"charge.succeeded"}`)}}})
+			expect(t, r, err, pb.Outcome_OUTCOME_ACQUIRED, pb.Reason_REASON_NEW, pb.Tier_TIER_DURABLE)
+		}, map[string]float64{
+			claims("ACQUIRED", "NEW", "DURABLE", "BODY_HASH"): 1, duration("ACQUIRED"): 1, handled("Claim", codes.OK): 1,
+			keyFallbacks("stripe"): 1,
+		}},
 		{"release, and the next claim acquires again", func(t *testing.T) {
-			if _, err := w.client.Release(ctx, &pb.ReleaseRequest{Namespace: "billing", Provider: "stripe", Key: "evt_6", FencingToken: 1}); err != nil {
+			if _, err := w.client.Release(ctx, &pb.ReleaseRequest{Namespace: "billing", Provider: "stripe", Key: "evt_6", FencingToken: 1, LeaseSecret: secrets["evt_6"]}); err != nil {
 				t.Fatal(err)
 			}
 			r, err := claim("evt_6", nil)
@@ -257,8 +281,8 @@ func TestCountersMoveExactly(t *testing.T) {
 	// The janitor's pass: every claim's window (and the grace) is over.
 	w.clk.Advance(200 * time.Hour)
 	rows, err := w.lite.Stats(ctx)
-	if err != nil || rows != 5 {
-		t.Fatalf("claims rows before the janitor = %d, %v; want 5 (evt_1, 2, 3, 4, 6)", rows, err)
+	if err != nil || rows != 6 {
+		t.Fatalf("claims rows before the janitor = %d, %v; want 6 (evt_1, 2, 3, 4, 6 and a body hash)", rows, err)
 	}
 	j, err := janitor.New(janitor.Config{Target: janitor.SQLite(w.lite), Fast: w.mem, Clock: w.clk, Grace: time.Hour, Observer: w.m})
 	if err != nil {
@@ -269,7 +293,7 @@ func TestCountersMoveExactly(t *testing.T) {
 	}
 	after := w.scrape(t)
 	want := map[string]float64{
-		sel("claimd_janitor_claims_deleted_total"):              5,
+		sel("claimd_janitor_claims_deleted_total"):              6,
 		sel("claimd_janitor_passes_total", "result", "done"):    1,
 		sel("claimd_janitor_last_success_timestamp_seconds"):    float64(w.clk.Now().Unix()),
 		sel("claimd_janitor_audit_rows_deleted_total"):          0,
@@ -381,6 +405,41 @@ func TestDurableOnlyCountsDurableErrors(t *testing.T) {
 	}
 	if got != 1 {
 		t.Errorf(`claimd_tier_errors_total{tier="durable"} = %v, want 1`, got)
+	}
+}
+
+// TestSQLiteDurability: claimd_sqlite_durability has no series until the
+// embedded tier's mode is set, and then exactly one, for the mode set last.
+func TestSQLiteDurability(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, metrics.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := func() map[string]float64 {
+		t.Helper()
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range fams {
+			if f.GetName() == "claimd_sqlite_durability" {
+				for _, s := range f.GetMetric() {
+					got[s.GetLabel()[0].GetValue()] = s.GetGauge().GetValue()
+				}
+			}
+		}
+		return got
+	}
+	if got := modes(); len(got) != 0 {
+		t.Fatalf("claimd_sqlite_durability before SetSQLiteDurability = %v, want no series (PostgreSQL replicas have none)", got)
+	}
+	for _, mode := range []string{"full", "relaxed"} {
+		m.SetSQLiteDurability(mode)
+		if got := modes(); len(got) != 1 || got[mode] != 1 {
+			t.Errorf("claimd_sqlite_durability after SetSQLiteDurability(%q) = %v, want {%s: 1}", mode, got, mode)
+		}
 	}
 }
 

@@ -20,6 +20,16 @@ type Sources struct {
 	// durable tier. It may scan a table: it runs on the sampler's
 	// interval, never per request or per scrape.
 	DurableStats func(context.Context) (claimRows int64, auditPartitions int, err error)
+	// FastEviction reads the eviction policy of a Redis fast tier (nil for
+	// the in-process one, whose entries are bounded by claimd itself).
+	FastEviction func(context.Context) (Eviction, error)
+}
+
+// Eviction is the fast tier's eviction policy as a sample read it.
+type Eviction struct {
+	Policy string // Redis's maxmemory-policy; "" when not Known
+	Known  bool   // false when Redis does not let claimd read it (CONFIG refused)
+	Unsafe bool   // the policy may evict claim keys
 }
 
 // Sample reads every source once and sets the gauges; provider review
@@ -27,6 +37,12 @@ type Sources struct {
 // value and counts in claimd_sampler_errors_total; the errors are returned
 // joined.
 func (m *Metrics) Sample(ctx context.Context, now time.Time, src Sources) error {
+	return m.sample(ctx, now, src, nil)
+}
+
+// sample is Sample; log, when set, hears of a change of the fast tier's
+// eviction policy.
+func (m *Metrics) sample(ctx context.Context, now time.Time, src Sources, log *slog.Logger) error {
 	m.sampleReviews(now)
 	var errs []error
 	if src.FastLiveKeys != nil {
@@ -46,7 +62,46 @@ func (m *Metrics) Sample(ctx context.Context, now time.Time, src Sources) error 
 			m.auditPartitions.Set(float64(parts))
 		}
 	}
+	if src.FastEviction != nil {
+		if ev, err := src.FastEviction(ctx); err != nil {
+			m.samplerErrors.WithLabelValues(tierFast).Inc()
+			errs = append(errs, err)
+		} else {
+			m.setEviction(ev, log)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// setEviction sets claimd_redis_eviction_policy_unsafe (one series, labelled
+// with the policy; none while the policy is unknown) and logs a change: a
+// warning for a policy that may evict claim keys, once at info for a policy
+// that cannot be read, at info when it became safe again.
+func (m *Metrics) setEviction(ev Eviction, log *slog.Logger) {
+	m.evictionPolicy.Reset()
+	if ev.Known {
+		v := 0.0
+		if ev.Unsafe {
+			v = 1
+		}
+		m.evictionPolicy.WithLabelValues(ev.Policy).Set(v)
+	}
+	m.evictionMu.Lock()
+	last, seen := m.evictionLast, m.evictionSeen
+	m.evictionLast, m.evictionSeen = ev, true
+	m.evictionMu.Unlock()
+	if log == nil || (seen && last == ev) {
+		return
+	}
+	switch {
+	case !ev.Known:
+		log.Info("redis maxmemory-policy cannot be read (CONFIG GET refused); make sure it is noeviction", "metric", "claimd_redis_eviction_policy_unsafe")
+	case ev.Unsafe:
+		log.Warn("redis maxmemory-policy may evict claim keys: set maxmemory-policy noeviction and do not share this Redis with a cache",
+			"maxmemory_policy", ev.Policy)
+	case seen && last.Unsafe:
+		log.Info("redis maxmemory-policy no longer evicts claim keys", "maxmemory_policy", ev.Policy)
+	}
 }
 
 // sampleReviews sets claimd_provider_review_overdue as of now.
@@ -74,7 +129,7 @@ func (m *Metrics) RunSampler(ctx context.Context, interval time.Duration, src So
 	defer t.Stop()
 	for {
 		sctx, cancel := context.WithTimeout(ctx, interval)
-		err := m.Sample(sctx, m.cfg.Clock.Now(), src)
+		err := m.sample(sctx, m.cfg.Clock.Now(), src, log)
 		cancel()
 		if err != nil && ctx.Err() == nil && log != nil {
 			log.Warn("metrics sample failed", "err", err)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/auth"
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/metrics"
@@ -108,16 +110,27 @@ const reviewAge = 180 * 24 * time.Hour
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
+	return newWorldWith(t, nil)
+}
+
+// newWorldWith is newWorld with the metrics configuration changed by mod.
+func newWorldWith(t *testing.T, mod func(*metrics.Config)) *world {
+	t.Helper()
 	w := &world{reg: prometheus.NewRegistry(), clk: clock.NewFake(start)}
 	providers, err := horizon.Default()
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.m, err = metrics.New(w.reg, metrics.Config{Providers: providers, ReviewAge: reviewAge, Clock: w.clk})
+	cfg := metrics.Config{Providers: providers, ReviewAge: reviewAge, Clock: w.clk}
+	if mod != nil {
+		mod(&cfg)
+	}
+	w.m, err = metrics.New(w.reg, cfg)
 	if err != nil {
 		t.Fatalf("metrics.New() error = %v", err)
 	}
 	w.m.SetTiers("memory", "sqlite")
+	w.m.SetSQLiteDurability(sqlite.DurabilityFull.String())
 
 	w.lite, err = sqlite.New(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "claimd.db")})
 	if err != nil {
@@ -223,6 +236,16 @@ func exposedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	w := newWorld(t)
 	if _, err := w.client.Claim(context.Background(), &pb.ClaimRequest{Namespace: "billing", Provider: "stripe", Key: &pb.ClaimRequest_EventId{EventId: "evt_names"}}); err != nil {
+		t.Fatal(err)
+	}
+	// The auth layer registers its own metrics on the same registry when
+	// serve has an --auth-file: the rules may watch them too.
+	authFile := filepath.Join(t.TempDir(), "auth.yaml")
+	body := "version: 1\nprincipals:\n  ops:\n    tokens: [\"" + auth.HashToken(auth.NewToken()) + "\"]\n    namespaces: [\"*\"]\n    roles: [admin]\n"
+	if err := os.WriteFile(authFile, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := auth.Load(authFile, auth.Options{Registerer: w.reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: w.clk}); err != nil {
 		t.Fatal(err)
 	}
 	names := map[string]bool{}

@@ -40,6 +40,8 @@ func ts(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
+// pbRecord renders r for Get and the fenced writes' answers. Salt and
+// SecretHash stay on the server: the Record message has no field for them.
 func pbRecord(r tiers.Record) *pb.Record {
 	return &pb.Record{
 		Namespace:       r.Key.Namespace,
@@ -59,13 +61,18 @@ func pbRecord(r tiers.Record) *pb.Record {
 	}
 }
 
-func pbClaimResponse(res tiers.ClaimResult, key string, src horizon.KeySource, ttl time.Duration) *pb.ClaimResponse {
+// pbClaimResponse renders res; secret is the owner's lease secret, set for
+// ACQUIRED only.
+func pbClaimResponse(res tiers.ClaimResult, key string, src horizon.KeySource, ttl time.Duration, secret []byte) *pb.ClaimResponse {
 	r := res.Record
-	// The token is the owner's capability: a duplicate or a waiter that
-	// learned it could release or settle someone else's claim.
+	// The token and secret are for the owner only: a duplicate or a waiter
+	// has no use for them, and the secret would let it release or settle
+	// someone else's claim. (The token alone is no capability: Get shows it.)
 	var token uint64
 	if res.Outcome == tiers.OutcomeAcquired {
 		token = r.Token
+	} else {
+		secret = nil
 	}
 	return &pb.ClaimResponse{
 		Outcome:         pbOutcome(res.Outcome),
@@ -82,6 +89,7 @@ func pbClaimResponse(res tiers.ClaimResult, key string, src horizon.KeySource, t
 		Result:          r.Result,
 		ServedBy:        pbTier(res.ServedBy),
 		Holder:          r.Holder,
+		LeaseSecret:     secret,
 	}
 }
 

@@ -23,11 +23,15 @@ const ErrorDomain = "claimd.dev"
 const (
 	ReasonInvalidTransition  = "INVALID_TRANSITION"
 	ReasonStaleToken         = "STALE_TOKEN"
+	ReasonNotOwner           = "NOT_OWNER"
 	ReasonRecordNotFound     = "RECORD_NOT_FOUND"
 	ReasonProviderNotFound   = "PROVIDER_NOT_FOUND"
 	ReasonDurableUnavailable = "DURABLE_TIER_UNAVAILABLE"
 	ReasonInvalidArgument    = "INVALID_ARGUMENT"
-	reasonInternal           = "INTERNAL"
+	// ReasonResultMismatch: SETTLED or FAILED repeated with a result other
+	// than the stored one; the stored result stands and nothing was written.
+	ReasonResultMismatch = "RESULT_MISMATCH"
+	reasonInternal       = "INTERNAL"
 )
 
 // violation is one bad field: its path in the request and the rule broken.
@@ -54,12 +58,17 @@ type providerNotFound struct {
 }
 
 func (e *providerNotFound) Error() string {
-	return fmt.Sprintf("%s: provider %q is not registered (see ListProviders)", e.field, e.name)
+	return fmt.Sprintf("%s: provider %s is not registered (see ListProviders)", e.field, quote(e.name))
 }
 
 // toStatus is the one place where errors become gRPC statuses. Tiers and
 // horizon return sentinels and typed errors; they are matched with
 // errors.Is/As so wrapping never turns them into Unknown.
+//
+// A store error's text is for the log (finish writes it there): it names
+// backends, addresses and the current holder's token. The caller gets a
+// message in its own terms, the ErrorInfo reason and, for bad input, the
+// field.
 func toStatus(err error) error {
 	if err == nil {
 		return nil
@@ -68,6 +77,7 @@ func toStatus(err error) error {
 		inv *invalidArgument
 		pnf *providerNotFound
 		te  *tiers.TransitionError
+		rm  *tiers.ResultMismatchError
 	)
 	switch {
 	case errors.As(err, &inv):
@@ -77,37 +87,55 @@ func toStatus(err error) error {
 		}
 		return withDetails(codes.InvalidArgument, err.Error(), br, info(ReasonInvalidArgument, nil))
 	case errors.As(err, &pnf):
-		return withDetails(codes.NotFound, err.Error(), info(ReasonProviderNotFound, map[string]string{"provider": pnf.name}))
+		return withDetails(codes.NotFound, err.Error(), info(ReasonProviderNotFound, map[string]string{"provider": logField(pnf.name)}))
 	case errors.As(err, &te):
 		md := map[string]string{"current_state": stateName(te.Current)}
 		if te.To != tiers.StateUnspecified {
 			md["to"] = stateName(te.To)
 		}
 		return withDetails(codes.FailedPrecondition, te.Error()+" (current state "+stateName(te.Current)+")", info(ReasonInvalidTransition, md))
+	case errors.As(err, &rm):
+		return withDetails(codes.FailedPrecondition, rm.Error()+" (current state "+stateName(rm.Current)+")",
+			info(ReasonResultMismatch, map[string]string{"current_state": stateName(rm.Current)}))
 	case errors.Is(err, tiers.ErrStaleToken):
-		return withDetails(codes.FailedPrecondition, err.Error(), info(ReasonStaleToken, nil))
+		return withDetails(codes.FailedPrecondition, msgStaleToken, info(ReasonStaleToken, nil))
+	case errors.Is(err, tiers.ErrNotOwner):
+		// The current token without its secret: the caller never acquired
+		// the key (it may have read the token with Get). Nothing was written.
+		return withDetails(codes.PermissionDenied, msgNotOwner, info(ReasonNotOwner, nil))
 	case errors.Is(err, tiers.ErrNotFound):
-		return withDetails(codes.NotFound, err.Error(), info(ReasonRecordNotFound, nil))
+		return withDetails(codes.NotFound, msgNotFound, info(ReasonRecordNotFound, nil))
 	case errors.Is(err, tiers.ErrUnavailable):
 		// Fail closed: the provider must retry later, and nothing was left
 		// behind that would turn that retry into a false duplicate.
-		return withDetails(codes.Unavailable, "durable tier unavailable, retry later: "+err.Error(), info(ReasonDurableUnavailable, nil))
+		return withDetails(codes.Unavailable, msgUnavailable, info(ReasonDurableUnavailable, nil))
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
+		return status.Error(codes.DeadlineExceeded, clip(err.Error(), maxMessageBytes))
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
+		return status.Error(codes.Canceled, clip(err.Error(), maxMessageBytes))
 	case errors.Is(err, horizon.ErrMalformedBody), errors.Is(err, horizon.ErrNoKeyRule):
 		return toStatus(&invalidArgument{violations: []violation{{field: "ClaimRequest.delivery", desc: err.Error()}}})
 	}
-	return withDetails(codes.Internal, err.Error(), info(reasonInternal, nil))
+	return withDetails(codes.Internal, msgInternal, info(reasonInternal, nil))
 }
+
+// Messages of the errors whose detail stays in the log.
+const (
+	msgStaleToken  = "fencing token is not the current owner's: another holder took the key over, or it was released"
+	msgNotOwner    = "lease secret is not the owner's: present the lease_secret that Claim returned with this token"
+	msgNotFound    = "no record for this key: it was never claimed, or its window ended and it was pruned"
+	msgUnavailable = "durable tier unavailable, retry later"
+	msgInternal    = "internal error (the server's log has the detail)"
+)
 
 func info(reason string, md map[string]string) *errdetails.ErrorInfo {
 	return &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: md}
 }
 
+// withDetails builds the status. Its message is bounded here, the one
+// place every message passes, so no path can echo a caller's input in full.
 func withDetails(c codes.Code, msg string, details ...protoadapt.MessageV1) error {
-	st := status.New(c, msg)
+	st := status.New(c, clip(msg, maxMessageBytes))
 	if with, err := st.WithDetails(details...); err == nil {
 		st = with
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/tiers"
 )
@@ -35,9 +37,12 @@ type Request struct {
 
 	// Claim only: where the key came from and what was decided.
 	KeySource horizon.KeySource
-	Outcome   tiers.Outcome // OutcomeUnspecified when the call failed
-	Reason    tiers.Reason  // for ACQUIRED
-	ServedBy  tiers.Tier
+	// KeyFallback: the key was derived from a raw delivery in which the
+	// provider's key rule found no value, so it is the body hash.
+	KeyFallback bool
+	Outcome     tiers.Outcome // OutcomeUnspecified when the call failed
+	Reason      tiers.Reason  // for ACQUIRED
+	ServedBy    tiers.Tier
 
 	// State is the record's state after the call (StateUnspecified when no
 	// record was read). Transition is the state change the call made or
@@ -151,13 +156,20 @@ func (r *Request) KeySourceLabel() string {
 func (s *Service) finish(ctx context.Context, r *Request, start time.Time, err error) error {
 	r.Latency = time.Since(start)
 	if err != nil {
-		var te *tiers.TransitionError
-		if errors.As(err, &te) {
+		var (
+			te *tiers.TransitionError
+			rm *tiers.ResultMismatchError
+		)
+		switch {
+		case errors.As(err, &te):
 			r.From, r.State = te.Current, te.Current
+		case errors.As(err, &rm):
+			r.State = rm.Current
 		}
+		r.errMessage = err.Error() // the detail, which the caller's message leaves out
 		err = toStatus(err)
 		st := status.Convert(err)
-		r.Code, r.ErrReason, r.errMessage = st.Code(), errorReason(st), st.Message()
+		r.Code, r.ErrReason = st.Code(), errorReason(st)
 	}
 	s.log(ctx, r)
 	annotateSpan(ctx, r)
@@ -203,9 +215,9 @@ func (s *Service) log(ctx context.Context, r *Request) {
 	}
 	attrs := make([]slog.Attr, 0, 16)
 	attrs = append(attrs,
-		slog.String("namespace", clip(r.Namespace)),
-		slog.String("provider", clip(r.Provider)),
-		slog.String("key", clip(r.Key)),
+		slog.String("namespace", logField(r.Namespace)),
+		slog.String("provider", logField(r.Provider)),
+		slog.String("key", logField(r.Key)),
 	)
 	if r.Method == "Claim" {
 		attrs = append(attrs,
@@ -239,6 +251,47 @@ func (s *Service) log(ctx context.Context, r *Request) {
 	s.cfg.Logger.LogAttrs(ctx, level, r.Method, attrs...)
 }
 
+// logFallback writes the warn line of a claim whose key fell back to the body
+// hash although the provider declares a key rule: the delivery is of a shape
+// the rule does not know (a new webhook family, a changed format). The claim
+// itself goes on, so the line is the only place the day it started shows up
+// besides claimd_key_fallback_total. Neither the body nor the key is logged in
+// full: the body may carry card or personal data, and the key's first bytes
+// are enough to find the record.
+func (s *Service) logFallback(ctx context.Context, req *pb.ClaimRequest, cl claim) {
+	if !s.cfg.Logger.Enabled(ctx, slog.LevelWarn) {
+		return
+	}
+	var names []string
+	for h := range req.GetDelivery().GetHeaders() {
+		names = append(names, h)
+	}
+	slices.Sort(names)
+	headers := strings.Join(names, ",")
+	attrs := []slog.Attr{
+		slog.String("namespace", cl.params.Key.Namespace),
+		slog.String("provider", cl.params.Key.Provider),
+		slog.String("key_prefix", keyPrefix(cl.params.Key.Key)),
+		slog.Int("body_bytes", len(req.GetDelivery().GetBody())),
+		slog.String("header_names", clip(headers, maxDescBytes)),
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+	}
+	s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "key rule found no value in the delivery; the key is the body hash", attrs...)
+}
+
+// keyPrefixBytes is how much of a fallback key the warn line shows: "sha256:"
+// and 16 hex digits, enough to find the record, too little to be the key.
+const keyPrefixBytes = len("sha256:") + 16
+
+func keyPrefix(key string) string {
+	if len(key) <= keyPrefixBytes {
+		return key
+	}
+	return key[:keyPrefixBytes] + "…"
+}
+
 // Span attribute keys set on the server span of every ClaimService call.
 const (
 	AttrKey             = attribute.Key("idempotency.key")
@@ -262,11 +315,11 @@ func annotateSpan(ctx context.Context, r *Request) {
 		return
 	}
 	attrs := []attribute.KeyValue{
-		AttrNamespace.String(r.Namespace),
-		AttrProvider.String(r.Provider),
+		AttrNamespace.String(logField(r.Namespace)),
+		AttrProvider.String(logField(r.Provider)),
 	}
 	if r.Key != "" {
-		attrs = append(attrs, AttrKey.String(r.Key))
+		attrs = append(attrs, AttrKey.String(logField(r.Key)))
 	}
 	if r.Method == "Claim" {
 		attrs = append(attrs,
@@ -289,16 +342,4 @@ func annotateSpan(ctx context.Context, r *Request) {
 		attrs = append(attrs, AttrFencingToken.Int64(int64(r.Token)))
 	}
 	span.SetAttributes(attrs...)
-}
-
-// maxLoggedBytes bounds a caller's string in a log line: a valid key is at
-// most MaxKeyBytes, and a refused one may be as long as a gRPC message.
-const maxLoggedBytes = MaxKeyBytes + 1
-
-// clip cuts s to maxLoggedBytes, keeping it valid UTF-8.
-func clip(s string) string {
-	if len(s) <= maxLoggedBytes {
-		return s
-	}
-	return strings.ToValidUTF8(s[:maxLoggedBytes], "") + "…"
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/auth"
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/tiers"
@@ -64,10 +65,12 @@ func New(cfg Config) *Service {
 	return &Service{cfg: cfg}
 }
 
-// Register registers both services on r.
+// Register registers both services on r. Their requests are decoded by the
+// service itself (decode.go), so that a request protobuf refuses is answered
+// INVALID_ARGUMENT rather than grpc-go's INTERNAL.
 func (s *Service) Register(r grpc.ServiceRegistrar) {
-	pb.RegisterClaimServiceServer(r, s)
-	pb.RegisterProviderServiceServer(r, s)
+	r.RegisterService(s.strictDecoding(&pb.ClaimService_ServiceDesc), s)
+	r.RegisterService(s.strictDecoding(&pb.ProviderService_ServiceDesc), s)
 }
 
 func (s *Service) bounded(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
@@ -97,11 +100,16 @@ func (s *Service) lookup(field, name string) (*horizon.Provider, error) {
 // claim is a validated ClaimRequest.
 type claim struct {
 	params tiers.ClaimParams
+	owner  ownership
 	src    horizon.KeySource
 	wait   time.Duration
+	// fallback: the key was derived from a raw delivery in which the
+	// provider's rule found no value, so it is the body hash.
+	fallback bool
 }
 
-func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
+// validateClaim validates req, sent by principal.
+func (s *Service) validateClaim(req *pb.ClaimRequest, principal string) (claim, error) {
 	c := &checker{msg: "ClaimRequest"}
 	c.namespace(req.GetNamespace())
 	c.provider(req.GetProvider())
@@ -114,9 +122,10 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 	}
 
 	var (
-		key  string
-		src  horizon.KeySource
-		hash = req.GetPayloadSha256()
+		key      string
+		src      horizon.KeySource
+		fallback bool
+		hash     = req.GetPayloadSha256()
 	)
 	if len(hash) != 0 && len(hash) != sha256Bytes {
 		c.add("payload_sha256", "%d bytes, want %d (a SHA-256 digest)", len(hash), sha256Bytes)
@@ -127,12 +136,12 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 		c.key("event_id", key)
 	case *pb.ClaimRequest_Delivery:
 		body := k.Delivery.GetBody()
-		derived, dsrc, err := prov.DeriveKey(k.Delivery.GetHeaders(), body)
+		derived, err := prov.DeriveKey(k.Delivery.GetHeaders(), body)
 		if err != nil {
 			c.add("delivery", "%v", err)
 			break
 		}
-		key, src = derived, dsrc
+		key, src, fallback = derived.Key, derived.Source, derived.Fallback
 		c.key("delivery (derived key)", key)
 		sum := sha256.Sum256(body)
 		if len(hash) == sha256Bytes && !bytes.Equal(hash, sum[:]) {
@@ -143,7 +152,7 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 		c.add("key", "exactly one of event_id or delivery is required")
 	}
 	if scope := req.GetScope(); scope != "" && c.text("scope", scope, 1, MaxKeyBytes) && key != "" {
-		key += ":" + scope
+		key += ScopeSeparator + scope
 		if len(key) > MaxKeyBytes {
 			c.add("scope", "key with scope is %d bytes, exceeds the maximum of %d", len(key), MaxKeyBytes)
 		}
@@ -164,6 +173,7 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 	if len(hash) == 0 {
 		hash = nil
 	}
+	own := newOwnership(principal, req.GetHolder(), req.GetAttemptId())
 	return claim{
 		params: tiers.ClaimParams{
 			Key:         tiers.Key{Namespace: req.GetNamespace(), Provider: prov.Name, Key: key},
@@ -172,10 +182,14 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 			TTL:         prov.TTL,
 			PayloadHash: hash,
 			Holder:      req.GetHolder(),
-			AttemptID:   req.GetAttemptId(),
+			AttemptID:   own.attemptID,
+			Salt:        own.salt,
+			SecretHash:  own.hash,
 		},
-		src:  src,
-		wait: wait,
+		owner:    own,
+		src:      src,
+		wait:     wait,
+		fallback: fallback,
 	}, nil
 }
 
@@ -183,21 +197,34 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
 	start := time.Now()
 	r := &Request{Method: "Claim", Namespace: req.GetNamespace(), Provider: req.GetProvider(), Key: req.GetEventId()}
-	cl, err := s.validateClaim(req)
+	cl, err := s.validateClaim(req, auth.FromContext(ctx).Name)
 	if err != nil {
 		return nil, s.finish(ctx, r, start, err)
 	}
 	r.Provider, r.Key, r.KeySource, r.Known = cl.params.Key.Provider, cl.params.Key.Key, cl.src, true
+	if cl.fallback {
+		r.KeyFallback = true
+		s.logFallback(ctx, req, cl)
+	}
 	sctx, cancel := s.bounded(ctx, cl.wait)
 	defer cancel()
 	res, err := tiers.ClaimWait(sctx, s.cfg.Store, cl.params, cl.wait, s.cfg.Clock.Now)
 	if err != nil {
 		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
 	}
-	resp := pbClaimResponse(res, cl.params.Key.Key, cl.src, cl.params.TTL)
+	var secret []byte
+	if res.Outcome == tiers.OutcomeAcquired {
+		// A fresh acquisition stored this call's salt; a repeated attempt
+		// answers the salt stored by its first call. Either way the same
+		// material derives the owner's secret.
+		if secret, err = cl.owner.secretOf(res.Record); err != nil {
+			return nil, s.finish(ctx, r, start, err)
+		}
+	}
+	resp := pbClaimResponse(res, cl.params.Key.Key, cl.src, cl.params.TTL, secret)
 	r.Outcome, r.Reason, r.ServedBy = res.Outcome, res.Reason, res.ServedBy
 	r.State = res.Record.State
-	r.Token = resp.FencingToken // logged and traced as answered: to its owner only
+	r.Token = resp.FencingToken // logged and traced as answered; never the secret
 	if res.Outcome == tiers.OutcomeAcquired && res.Reason != tiers.ReasonLeaseExpired {
 		// NEW, RELEASED and WINDOW_EXPIRED (re)start the record at RECEIVED;
 		// a takeover keeps the state the vanished holder reached.
@@ -211,7 +238,7 @@ func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 func (s *Service) recordRef(c *checker, ns, provider, key string) (tiers.Key, *horizon.Provider, error) {
 	c.namespace(ns)
 	c.provider(provider)
-	c.key("key", key)
+	c.recordKey("key", key)
 	if err := c.err(); err != nil {
 		return tiers.Key{}, nil, err
 	}
@@ -226,12 +253,12 @@ func (s *Service) recordRef(c *checker, ns, provider, key string) (tiers.Key, *h
 func (s *Service) Transition(ctx context.Context, req *pb.TransitionRequest) (*pb.TransitionResponse, error) {
 	start := time.Now()
 	r := &Request{Method: "Transition", Namespace: req.GetNamespace(), Provider: req.GetProvider(), Key: req.GetKey(),
-		Token: req.GetFencingToken(), To: tiers.State(req.GetTo())}
+		Token: req.GetFencingToken()}
 	p, err := s.validateTransition(req)
 	if err != nil {
 		return nil, s.finish(ctx, r, start, err)
 	}
-	r.Provider, r.Known = p.Key.Provider, true
+	r.Provider, r.Known, r.To = p.Key.Provider, true, p.To
 	sctx, cancel := s.bounded(ctx, 0)
 	defer cancel()
 	rec, changed, err := s.cfg.Store.Transition(sctx, p)
@@ -253,10 +280,8 @@ func (s *Service) validateTransition(req *pb.TransitionRequest) (tiers.Transitio
 		return tiers.TransitionParams{}, err
 	}
 	c.token(req.GetFencingToken())
-	to := tiers.State(req.GetTo())
-	if to == tiers.StateUnspecified || to > tiers.StateFailed {
-		c.add("to", "%v is not a target state", req.GetTo())
-	}
+	c.secret(req.GetLeaseSecret())
+	to := c.state("to", req.GetTo())
 	if n := len(req.GetResult()); n > MaxResultBytes {
 		c.add("result", "%d bytes exceeds the maximum of %d (64 KiB)", n, MaxResultBytes)
 	} else if n > 0 && !to.Terminal() {
@@ -269,7 +294,8 @@ func (s *Service) validateTransition(req *pb.TransitionRequest) (tiers.Transitio
 	if err := c.err(); err != nil {
 		return tiers.TransitionParams{}, err
 	}
-	return tiers.TransitionParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(), To: to, Result: req.GetResult(), Lease: lease}, nil
+	return tiers.TransitionParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(), SecretHash: secretHash(req.GetLeaseSecret()),
+		To: to, Result: req.GetResult(), Lease: lease}, nil
 }
 
 // Renew implements ClaimService.Renew.
@@ -282,6 +308,7 @@ func (s *Service) Renew(ctx context.Context, req *pb.RenewRequest) (*pb.RenewRes
 		return nil, s.finish(ctx, r, start, err)
 	}
 	c.token(req.GetFencingToken())
+	c.secret(req.GetLeaseSecret())
 	lease := c.duration("lease", req.GetLease(), prov.MaxLease, "max_lease")
 	if lease == 0 {
 		lease = prov.Lease
@@ -292,7 +319,8 @@ func (s *Service) Renew(ctx context.Context, req *pb.RenewRequest) (*pb.RenewRes
 	r.Provider, r.Known = k.Provider, true
 	sctx, cancel := s.bounded(ctx, 0)
 	defer cancel()
-	rec, err := s.cfg.Store.Renew(sctx, tiers.RenewParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(), Lease: lease})
+	rec, err := s.cfg.Store.Renew(sctx, tiers.RenewParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(),
+		SecretHash: secretHash(req.GetLeaseSecret()), Lease: lease})
 	if err != nil {
 		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
 	}
@@ -309,6 +337,7 @@ func (s *Service) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.Rele
 	k, _, err := s.recordRef(c, req.GetNamespace(), req.GetProvider(), req.GetKey())
 	if err == nil {
 		c.token(req.GetFencingToken())
+		c.secret(req.GetLeaseSecret())
 		err = c.err()
 	}
 	if err != nil {
@@ -317,7 +346,8 @@ func (s *Service) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.Rele
 	r.Provider, r.Known = k.Provider, true
 	sctx, cancel := s.bounded(ctx, 0)
 	defer cancel()
-	rec, err := s.cfg.Store.Release(sctx, tiers.ReleaseParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken()})
+	rec, err := s.cfg.Store.Release(sctx, tiers.ReleaseParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(),
+		SecretHash: secretHash(req.GetLeaseSecret())})
 	if err != nil {
 		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
 	}

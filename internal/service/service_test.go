@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -109,7 +110,7 @@ func TestClaimValidation(t *testing.T) {
 	}{
 		{"namespace missing", claimReq(func(r *pb.ClaimRequest) { r.Namespace = "" }), codes.InvalidArgument, "ClaimRequest.namespace", "required"},
 		{"namespace pattern", claimReq(func(r *pb.ClaimRequest) { r.Namespace = "Billing" }), codes.InvalidArgument, "ClaimRequest.namespace", "must match"},
-		{"namespace too long", claimReq(func(r *pb.ClaimRequest) { r.Namespace = strings.Repeat("a", 64) }), codes.InvalidArgument, "ClaimRequest.namespace", "must match"},
+		{"namespace too long", claimReq(func(r *pb.ClaimRequest) { r.Namespace = strings.Repeat("a", 64) }), codes.InvalidArgument, "ClaimRequest.namespace", "64 bytes exceeds the maximum of 63"},
 		{"provider missing", claimReq(func(r *pb.ClaimRequest) { r.Provider = "" }), codes.InvalidArgument, "ClaimRequest.provider", "required"},
 		{"provider unknown", claimReq(func(r *pb.ClaimRequest) { r.Provider = "nope" }), codes.NotFound, "", "not registered"},
 		{"no key", claimReq(func(r *pb.ClaimRequest) { r.Key = nil }), codes.InvalidArgument, "ClaimRequest.key", "exactly one of"},
@@ -130,6 +131,23 @@ func TestClaimValidation(t *testing.T) {
 		{"malformed json delivery", claimReq(func(r *pb.ClaimRequest) {
 			r.Key = &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Body: []byte(`{"id": `)}}
 		}), codes.InvalidArgument, "ClaimRequest.delivery", "json:id"},
+		// A derived key may not hold the scope separator (or any control
+		// character) either, or it could equal a scoped key.
+		// Both used to become "A\uFFFD": the second then PAYLOAD_MISMATCH.
+		{"derived key with invalid UTF-8 (0xff)", claimReq(func(r *pb.ClaimRequest) {
+			r.Key = &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Body: []byte("{\"id\":\"A\xff\"}")}}
+		}), codes.InvalidArgument, "ClaimRequest.delivery", "key rule json:id: id is not valid UTF-8"},
+		{"derived key with invalid UTF-8 (0xfe)", claimReq(func(r *pb.ClaimRequest) {
+			r.Key = &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Body: []byte("{\"id\":\"A\xfe\"}")}}
+		}), codes.InvalidArgument, "ClaimRequest.delivery", "key rule json:id: id is not valid UTF-8"},
+		{"derived key with the scope separator", claimReq(func(r *pb.ClaimRequest) {
+			r.Key = &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Body: []byte(`{"id":"x\u001fpending"}`)}}
+		}), codes.InvalidArgument, "ClaimRequest.delivery", "control character"},
+		{"derived header key with the scope separator", claimReq(func(r *pb.ClaimRequest) {
+			r.Provider = "github"
+			r.Key = &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Headers: map[string]string{"X-GitHub-Delivery": "x\x1fpending"}, Body: []byte(`{}`)}}
+		}), codes.InvalidArgument, "ClaimRequest.delivery", "control character"},
+		{"scope with the scope separator", claimReq(func(r *pb.ClaimRequest) { r.Scope = "a\x1fb" }), codes.InvalidArgument, "ClaimRequest.scope", "control character"},
 		{"delivery hash disagrees with body", claimReq(func(r *pb.ClaimRequest) {
 			r.Key = &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Body: []byte(`{"id":"evt_9"}`)}}
 			r.PayloadSha256 = make([]byte, 32)
@@ -151,6 +169,9 @@ func TestClaimValidation(t *testing.T) {
 	}
 }
 
+// secret16 is a lease secret of the right size that nobody was given.
+var secret16 = []byte("0123456789abcdef")
+
 func TestFollowUpValidation(t *testing.T) {
 	ref := func() (string, string, string) { return "billing", "stripe", "evt_1" }
 	ns, prov, key := ref()
@@ -161,37 +182,67 @@ func TestFollowUpValidation(t *testing.T) {
 		field string
 	}{
 		{"transition token missing", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, To: pb.EventState_EVENT_STATE_PROCESSING})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, LeaseSecret: secret16, To: pb.EventState_EVENT_STATE_PROCESSING})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.fencing_token"},
 		{"transition target missing", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16})
+			return err
+		}, codes.InvalidArgument, "TransitionRequest.to"},
+		// The wire value is an int32: 259 and 260 must not wrap to
+		// PROCESSING and SETTLED when narrowed to a tiers.State.
+		{"transition target 259 out of range", func(s *Service) error {
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState(259)})
+			return err
+		}, codes.InvalidArgument, "TransitionRequest.to"},
+		{"transition target 260 out of range, with a result", func(s *Service) error {
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState(260), Result: []byte("x")})
+			return err
+		}, codes.InvalidArgument, "TransitionRequest.to"},
+		{"transition target negative", func(s *Service) error {
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState(-253)})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.to"},
 		{"transition result too large", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState_EVENT_STATE_SETTLED, Result: make([]byte, MaxResultBytes+1)})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState_EVENT_STATE_SETTLED, Result: make([]byte, MaxResultBytes+1)})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.result"},
 		{"transition result on a non-terminal target", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState_EVENT_STATE_PROCESSING, Result: []byte("x")})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState_EVENT_STATE_PROCESSING, Result: []byte("x")})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.result"},
 		{"transition extend_lease over max", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState_EVENT_STATE_PROCESSING, ExtendLease: dur(100 * time.Hour)})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState_EVENT_STATE_PROCESSING, ExtendLease: dur(100 * time.Hour)})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.extend_lease"},
 		{"transition key missing", func(s *Service) error {
-			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, FencingToken: 1, To: pb.EventState_EVENT_STATE_PROCESSING})
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, FencingToken: 1, LeaseSecret: secret16, To: pb.EventState_EVENT_STATE_PROCESSING})
 			return err
 		}, codes.InvalidArgument, "TransitionRequest.key"},
 		{"renew lease over max", func(s *Service) error {
-			_, err := s.Renew(context.Background(), &pb.RenewRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, Lease: dur(100 * time.Hour)})
+			_, err := s.Renew(context.Background(), &pb.RenewRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16, Lease: dur(100 * time.Hour)})
 			return err
 		}, codes.InvalidArgument, "RenewRequest.lease"},
 		{"release token missing", func(s *Service) error {
-			_, err := s.Release(context.Background(), &pb.ReleaseRequest{Namespace: ns, Provider: prov, Key: key})
+			_, err := s.Release(context.Background(), &pb.ReleaseRequest{Namespace: ns, Provider: prov, Key: key, LeaseSecret: secret16})
 			return err
 		}, codes.InvalidArgument, "ReleaseRequest.fencing_token"},
+		{"transition lease_secret missing", func(s *Service) error {
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, To: pb.EventState_EVENT_STATE_PROCESSING})
+			return err
+		}, codes.InvalidArgument, "TransitionRequest.lease_secret"},
+		{"transition lease_secret too short", func(s *Service) error {
+			_, err := s.Transition(context.Background(), &pb.TransitionRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: secret16[:15], To: pb.EventState_EVENT_STATE_PROCESSING})
+			return err
+		}, codes.InvalidArgument, "TransitionRequest.lease_secret"},
+		{"renew lease_secret too long", func(s *Service) error {
+			_, err := s.Renew(context.Background(), &pb.RenewRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1, LeaseSecret: make([]byte, 17)})
+			return err
+		}, codes.InvalidArgument, "RenewRequest.lease_secret"},
+		{"release lease_secret missing", func(s *Service) error {
+			_, err := s.Release(context.Background(), &pb.ReleaseRequest{Namespace: ns, Provider: prov, Key: key, FencingToken: 1})
+			return err
+		}, codes.InvalidArgument, "ReleaseRequest.lease_secret"},
 		{"get namespace bad", func(s *Service) error {
 			_, err := s.Get(context.Background(), &pb.GetRequest{Namespace: "A", Provider: prov, Key: key})
 			return err
@@ -235,6 +286,7 @@ func TestErrorMapping(t *testing.T) {
 	}{
 		{"durable tier down fails closed", tiers.Unavailable("postgres", errors.New("connection refused")), codes.Unavailable, ReasonDurableUnavailable},
 		{"stale token", tiers.ErrStaleToken, codes.FailedPrecondition, ReasonStaleToken},
+		{"not the owner", fmt.Errorf("sqlite: %w", tiers.ErrNotOwner), codes.PermissionDenied, ReasonNotOwner},
 		{"wrapped stale token", errors.Join(errors.New("ctx"), tiers.ErrStaleToken), codes.FailedPrecondition, ReasonStaleToken},
 		{"invalid transition", &tiers.TransitionError{Current: tiers.StateSettled, To: tiers.StateProcessing, Op: "transition"}, codes.FailedPrecondition, ReasonInvalidTransition},
 		{"not found", tiers.ErrNotFound, codes.NotFound, ReasonRecordNotFound},
@@ -284,6 +336,14 @@ func TestEnumNumbersMatch(t *testing.T) {
 // dial starts the real gRPC server on a loopback port and returns a client.
 func dial(t *testing.T, svc *Service) (pb.ClaimServiceClient, pb.ProviderServiceClient) {
 	t.Helper()
+	conn := dialConn(t, svc)
+	return pb.NewClaimServiceClient(conn), pb.NewProviderServiceClient(conn)
+}
+
+// dialConn starts the real gRPC server on a loopback port and returns a
+// connection to it.
+func dialConn(t *testing.T, svc *Service) *grpc.ClientConn {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +357,7 @@ func dial(t *testing.T, svc *Service) (pb.ClaimServiceClient, pb.ProviderService
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return pb.NewClaimServiceClient(conn), pb.NewProviderServiceClient(conn)
+	return conn
 }
 
 func errorInfo(err error) (codes.Code, *errdetails.ErrorInfo) {
@@ -333,8 +393,12 @@ func TestEndToEndOverGRPC(t *testing.T) {
 		t.Fatalf("Claim(while in progress) = %v, %v; want IN_PROGRESS held by pod-a, without its token", dup, err)
 	}
 
+	if len(first.LeaseSecret) != LeaseSecretBytes || len(dup.LeaseSecret) != 0 {
+		t.Fatalf("lease_secret of ACQUIRED/IN_PROGRESS = %d/%d bytes, want %d/0", len(first.LeaseSecret), len(dup.LeaseSecret), LeaseSecretBytes)
+	}
 	tr := func(token uint64, to pb.EventState, result []byte) (*pb.TransitionResponse, error) {
-		return claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_1", FencingToken: token, To: to, Result: result})
+		return claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_1", FencingToken: token,
+			LeaseSecret: first.LeaseSecret, To: to, Result: result})
 	}
 	if _, err := tr(1, pb.EventState_EVENT_STATE_PROCESSING, nil); err != nil {
 		t.Fatal(err)
@@ -342,9 +406,13 @@ func TestEndToEndOverGRPC(t *testing.T) {
 	if _, err := tr(1, pb.EventState_EVENT_STATE_SETTLED, []byte(`{"charge":"ch_1"}`)); err != nil {
 		t.Fatal(err)
 	}
-	again, err := tr(1, pb.EventState_EVENT_STATE_SETTLED, []byte(`other`))
+	again, err := tr(1, pb.EventState_EVENT_STATE_SETTLED, []byte(`{"charge":"ch_1"}`))
 	if err != nil || again.Changed || string(again.Record.Result) != `{"charge":"ch_1"}` {
 		t.Fatalf("repeat Transition(SETTLED) = %v, %v; want unchanged", again, err)
+	}
+	_, err = tr(1, pb.EventState_EVENT_STATE_SETTLED, []byte(`other`))
+	if code, ei := errorInfo(err); code != codes.FailedPrecondition || ei.GetReason() != ReasonResultMismatch || ei.GetMetadata()["current_state"] != "EVENT_STATE_SETTLED" {
+		t.Fatalf("Transition(SETTLED again, other result) = %v %v, want FAILED_PRECONDITION/RESULT_MISMATCH current SETTLED", code, ei)
 	}
 	_, err = tr(1, pb.EventState_EVENT_STATE_PROCESSING, nil)
 	if code, ei := errorInfo(err); code != codes.FailedPrecondition || ei.GetReason() != ReasonInvalidTransition || ei.GetMetadata()["current_state"] != "EVENT_STATE_SETTLED" {
@@ -369,7 +437,7 @@ func TestEndToEndOverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := claims.Release(ctx, &pb.ReleaseRequest{Namespace: "billing", Provider: "stripe", Key: "evt_2", FencingToken: c2.FencingToken}); err != nil {
+	if _, err := claims.Release(ctx, &pb.ReleaseRequest{Namespace: "billing", Provider: "stripe", Key: "evt_2", FencingToken: c2.FencingToken, LeaseSecret: c2.LeaseSecret}); err != nil {
 		t.Fatal(err)
 	}
 	c3, err := claims.Claim(ctx, k2)
@@ -425,10 +493,10 @@ func TestWaitOverGRPC(t *testing.T) {
 		}
 		done <- r
 	}()
-	if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_1", FencingToken: c.FencingToken, To: pb.EventState_EVENT_STATE_PROCESSING}); err != nil {
+	if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_1", FencingToken: c.FencingToken, LeaseSecret: c.LeaseSecret, To: pb.EventState_EVENT_STATE_PROCESSING}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_1", FencingToken: c.FencingToken, To: pb.EventState_EVENT_STATE_SETTLED, Result: []byte("ok")}); err != nil {
+	if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_1", FencingToken: c.FencingToken, LeaseSecret: c.LeaseSecret, To: pb.EventState_EVENT_STATE_SETTLED, Result: []byte("ok")}); err != nil {
 		t.Fatal(err)
 	}
 	r := <-done
@@ -444,9 +512,84 @@ func TestScopeIsPartOfTheKey(t *testing.T) {
 			r.Key = &pb.ClaimRequest_EventId{EventId: "tr_9"}
 			r.Scope = scope
 		}))
-		if err != nil || r.Outcome != pb.Outcome_OUTCOME_ACQUIRED || r.Key != "tr_9:"+scope {
-			t.Fatalf("Claim(tr_9, scope %s) = %v, %v; want ACQUIRED key tr_9:%s", scope, r, err, scope)
+		if err != nil || r.Outcome != pb.Outcome_OUTCOME_ACQUIRED || r.Key != "tr_9\x1f"+scope {
+			t.Fatalf("Claim(tr_9, scope %s) = %v, %v; want ACQUIRED key %q", scope, r, err, "tr_9\x1f"+scope)
 		}
+	}
+}
+
+// TestScopedKeysNeverCollide is the regression test of event_id "x:pending"
+// and event_id "x" with scope "pending" sharing one record: a scoped key is
+// <key> U+001F <scope>, and no event_id, scope or derived key may hold a
+// control character, so no two (key, scope) pairs compose alike. Unscoped
+// keys are stored as they were sent, as before.
+func TestScopedKeysNeverCollide(t *testing.T) {
+	claims, _ := dial(t, newTestService(t, embedded(t), clock.NewFake(time.Now())))
+	ctx := context.Background()
+	claim := func(id, scope string) *pb.ClaimResponse {
+		t.Helper()
+		r, err := claims.Claim(ctx, claimReq(func(r *pb.ClaimRequest) {
+			r.Key = &pb.ClaimRequest_EventId{EventId: id}
+			r.Scope = scope
+		}))
+		if err != nil {
+			t.Fatalf("Claim(%q, scope %q) error = %v", id, scope, err)
+		}
+		return r
+	}
+	for _, c := range []struct{ id, scope, key string }{
+		{"x:pending", "", "x:pending"},
+		{"x", "pending", "x\x1fpending"},
+		{"x:pending", "a", "x:pending\x1fa"},
+		{"x", "pending:a", "x\x1fpending:a"},
+	} {
+		r := claim(c.id, c.scope)
+		if r.Outcome != pb.Outcome_OUTCOME_ACQUIRED || r.Reason != pb.Reason_REASON_NEW || r.Key != c.key {
+			t.Fatalf("Claim(%q, scope %q) = %v/%v key %q, want ACQUIRED/NEW key %q (a distinct identity)", c.id, c.scope, r.Outcome, r.Reason, r.Key, c.key)
+		}
+	}
+	// The canonical key of a scoped claim is what the follow-up calls take.
+	scoped := claim("tr_7", "settled")
+	if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: scoped.Key, FencingToken: scoped.FencingToken, LeaseSecret: scoped.LeaseSecret, To: pb.EventState_EVENT_STATE_PROCESSING}); err != nil {
+		t.Fatalf("Transition(key %q) error = %v", scoped.Key, err)
+	}
+	got, err := claims.Get(ctx, &pb.GetRequest{Namespace: "billing", Provider: "stripe", Key: scoped.Key})
+	if err != nil || got.Record.State != pb.EventState_EVENT_STATE_PROCESSING || got.Record.Key != "tr_7\x1fsettled" {
+		t.Fatalf("Get(key %q) = %v, %v; want PROCESSING", scoped.Key, got, err)
+	}
+	if r := claim("tr_7", "settled"); r.Outcome != pb.Outcome_OUTCOME_IN_PROGRESS {
+		t.Fatalf("Claim(tr_7, scope settled) again = %v, want IN_PROGRESS", r.Outcome)
+	}
+}
+
+// TestFollowUpKeyWithScope: a follow-up call's key may hold the one
+// separator a scoped key has, between two valid parts; nothing else that is
+// a control character.
+func TestFollowUpKeyWithScope(t *testing.T) {
+	for _, tc := range []struct {
+		desc, key string
+		ok        bool
+	}{
+		{"unscoped", "evt_1", true},
+		{"scoped", "evt_1\x1fsettled", true},
+		{"separator first", "\x1fsettled", false},
+		{"separator last", "evt_1\x1f", false},
+		{"two separators", "evt_1\x1fa\x1fb", false},
+		{"another control character", "evt_1\x1esettled", false},
+		{"control character in the scope", "evt_1\x1fset\ntled", false},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			store := &countingStore{Store: embedded(t)}
+			svc := newTestService(t, store, clock.NewFake(time.Now()))
+			_, err := svc.Get(context.Background(), &pb.GetRequest{Namespace: "billing", Provider: "stripe", Key: tc.key})
+			code, field, _ := fieldOf(err)
+			if tc.ok && code != codes.NotFound {
+				t.Fatalf("Get(%q) = %v %q, want NOT_FOUND (a valid key)", tc.key, code, field)
+			}
+			if !tc.ok && (code != codes.InvalidArgument || field != "GetRequest.key") {
+				t.Fatalf("Get(%q) = %v %q, want INVALID_ARGUMENT GetRequest.key", tc.key, code, field)
+			}
+		})
 	}
 }
 

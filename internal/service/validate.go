@@ -3,11 +3,15 @@ package service
 import (
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/tiers"
 )
 
 // Bounds of the API (DESIGN §2). They are part of the contract: clients rely
@@ -23,6 +27,10 @@ const (
 
 var namespacePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 
+// maxNamespaceBytes is the longest name namespacePattern admits; a longer
+// one is refused by its length, which says more than the pattern.
+const maxNamespaceBytes = 63
+
 // checker collects every violation of one request, so a caller fixes all of
 // them at once.
 type checker struct {
@@ -30,8 +38,11 @@ type checker struct {
 	vs  []violation
 }
 
+// add records a violation. Callers quote a caller's string with quote;
+// the description is clipped as well, because some embed text derived from
+// the request (a delivery's JSON member names).
 func (c *checker) add(field, format string, args ...any) {
-	c.vs = append(c.vs, violation{field: c.msg + "." + field, desc: fmt.Sprintf(format, args...)})
+	c.vs = append(c.vs, violation{field: c.msg + "." + field, desc: clip(fmt.Sprintf(format, args...), maxDescBytes)})
 }
 
 func (c *checker) err() error {
@@ -45,8 +56,10 @@ func (c *checker) namespace(ns string) {
 	switch {
 	case ns == "":
 		c.add("namespace", "required")
+	case len(ns) > maxNamespaceBytes:
+		c.add("namespace", "%d bytes exceeds the maximum of %d", len(ns), maxNamespaceBytes)
 	case !namespacePattern.MatchString(ns):
-		c.add("namespace", "%q must match %s", ns, namespacePattern)
+		c.add("namespace", "%s must match %s", quote(ns), namespacePattern)
 	}
 }
 
@@ -80,10 +93,66 @@ func (c *checker) text(field, s string, minBytes, maxBytes int) bool {
 
 func (c *checker) key(field, k string) bool { return c.text(field, k, 1, MaxKeyBytes) }
 
+// ScopeSeparator joins a key and its scope into the canonical key of a
+// scoped claim: <key> U+001F <scope>. An event_id, a scope and a derived key
+// may not hold control characters, so no unscoped key equals a scoped one
+// and no two (key, scope) pairs compose alike. Unscoped keys are stored
+// exactly as sent, as they always were.
+const ScopeSeparator = "\x1f"
+
+// recordKey checks the canonical key of a follow-up call: a key as Claim
+// takes it, or a scoped key whose only control character is the one
+// ScopeSeparator between two non-empty parts.
+func (c *checker) recordKey(field, k string) bool {
+	sep := strings.Index(k, ScopeSeparator)
+	if sep < 0 {
+		return c.key(field, k)
+	}
+	switch {
+	case len(k) > MaxKeyBytes:
+		c.add(field, "%d bytes exceeds the maximum of %d", len(k), MaxKeyBytes)
+	case !utf8.ValidString(k):
+		c.add(field, "must be valid UTF-8")
+	case sep == 0 || sep == len(k)-1:
+		c.add(field, "a scoped key is <key> U+001F <scope>, and neither part may be empty")
+	default:
+		for i, r := range k {
+			if unicode.IsControl(r) && i != sep {
+				c.add(field, "control character %U at byte %d is not allowed", r, i)
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
 func (c *checker) token(t uint64) {
 	if t == 0 {
 		c.add("fencing_token", "required (the token Claim returned, > 0)")
 	}
+}
+
+// secret checks a presented lease secret's size only: whether it is the
+// owner's is the store's decision, made with the token.
+func (c *checker) secret(s []byte) {
+	switch {
+	case len(s) == 0:
+		c.add("lease_secret", "required (the lease_secret Claim returned with the token, %d bytes)", LeaseSecretBytes)
+	case len(s) != LeaseSecretBytes:
+		c.add("lease_secret", "%d bytes, want %d", len(s), LeaseSecretBytes)
+	}
+}
+
+// state checks a target state on its wire value (an int32) before it is
+// narrowed to a tiers.State, so that 259 cannot wrap around to PROCESSING.
+// It returns StateUnspecified when v is not a target state.
+func (c *checker) state(field string, v pb.EventState) tiers.State {
+	if v <= pb.EventState_EVENT_STATE_UNSPECIFIED || v > pb.EventState(tiers.StateFailed) {
+		c.add(field, "%d is not a target state (EVENT_STATE_RECEIVED … EVENT_STATE_FAILED)", int32(v))
+		return tiers.StateUnspecified
+	}
+	return tiers.State(v)
 }
 
 // duration checks an optional duration in (0, max]. It returns 0 when d is

@@ -161,7 +161,7 @@ func TestServerSpanAttributes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: c.Key, FencingToken: c.FencingToken, To: pb.EventState_EVENT_STATE_PROCESSING}); err != nil {
+	if _, err := client.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: c.Key, FencingToken: c.FencingToken, LeaseSecret: c.LeaseSecret, To: pb.EventState_EVENT_STATE_PROCESSING}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := client.Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe", Key: &pb.ClaimRequest_EventId{EventId: "evt_traced"}}); err != nil {

@@ -21,6 +21,11 @@ type Options struct {
 	// and synchronous_commit on). Without it the server skips flushes, which
 	// suits tests and would falsify benchmarks that measure commit latency.
 	Durable bool
+	// TLS, when set, makes the server speak TLS with a certificate for
+	// 127.0.0.1 and localhost issued by this CA, and refuse connections
+	// without it (pg_hba hostssl only). The Server's URL then verifies it:
+	// sslmode=verify-full&sslrootcert=<the CA's file>.
+	TLS *CA
 }
 
 const (
@@ -91,6 +96,13 @@ func initPostgres(tmp, initdb, postgres string, opts Options) (*Server, error) {
 	if !opts.Durable {
 		settings = append(settings, "fsync=off", "synchronous_commit=off", "full_page_writes=off")
 	}
+	if opts.TLS != nil {
+		if err := serveTLSOnly(data, opts.TLS, cred); err != nil {
+			return nil, err
+		}
+		settings = append(settings, "ssl=on") // server.crt and server.key in the data directory
+	}
+	urlOf := func(port int, db string) string { return pgURL(port, db, opts.TLS) }
 	s := &Server{
 		name: "postgres",
 		dir:  tmp,
@@ -98,7 +110,7 @@ func initPostgres(tmp, initdb, postgres string, opts Options) (*Server, error) {
 		// ("smart") would wait for every pooled connection of the test to close.
 		stopSig: syscall.SIGINT,
 		probe: func(ctx context.Context, port int) error {
-			return withConn(ctx, pgURL(port, pgAdminDB), func(*pgx.Conn) error { return nil })
+			return withConn(ctx, urlOf(port, pgAdminDB), func(*pgx.Conn) error { return nil })
 		},
 		command: func(port int) *exec.Cmd {
 			args := []string{"-D", data, "-p", strconv.Itoa(port)}
@@ -116,11 +128,11 @@ func initPostgres(tmp, initdb, postgres string, opts Options) (*Server, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
-	if err := exec1(ctx, pgURL(s.port, pgAdminDB), "CREATE DATABASE "+ident(pgDatabase)); err != nil {
+	if err := exec1(ctx, urlOf(s.port, pgAdminDB), "CREATE DATABASE "+ident(pgDatabase)); err != nil {
 		s.Close()
 		return nil, err
 	}
-	s.url = pgURL(s.port, pgDatabase)
+	s.url = urlOf(s.port, pgDatabase)
 	return s, nil
 }
 
@@ -166,9 +178,44 @@ func checkTraversable(dir string, cred *syscall.Credential) error {
 	}
 }
 
-// pgURL is the URL of database db on a server started by this package.
-func pgURL(port int, db string) string {
-	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", pgSuperuser, port, db)
+// serveTLSOnly writes into the data directory a server certificate that ca
+// issued and a pg_hba.conf that admits TCP connections only over TLS.
+// PostgreSQL refuses a key file that is readable by others or not owned by
+// the user it runs as, so every file goes to that user with mode 0600.
+func serveTLSOnly(data string, ca *CA, cred *syscall.Credential) error {
+	leaf, err := ca.issue("postgres", "127.0.0.1", "localhost")
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{
+		"server.crt": leaf.CertPEM,
+		"server.key": leaf.KeyPEM,
+		// Trust stays (the tests have no passwords); what changes is that a
+		// TCP client without TLS matches no line and is refused.
+		"pg_hba.conf": []byte("local all all trust\nhostssl all all 127.0.0.1/32 trust\n"),
+	}
+	for name, b := range files {
+		path := filepath.Join(data, name)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return err
+		}
+		if cred != nil {
+			if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// pgURL is the URL of database db on a server started by this package; with
+// ca, one that verifies the server's certificate against it.
+func pgURL(port int, db string, ca *CA) string {
+	q := url.Values{"sslmode": {"disable"}}
+	if ca != nil {
+		q = url.Values{"sslmode": {"verify-full"}, "sslrootcert": {ca.File()}}
+	}
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?%s", pgSuperuser, port, db, q.Encode())
 }
 
 // withDatabase returns rawURL (a postgres:// URL) pointing at database db.

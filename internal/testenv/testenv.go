@@ -158,7 +158,7 @@ func setupSharedPostgres(migrate MigrateFunc) error {
 			return err
 		}
 		pgServer = s
-		pgAdminURL = pgURL(s.Port(), pgAdminDB)
+		pgAdminURL = pgURL(s.Port(), pgAdminDB, nil)
 	}
 	name := fmt.Sprintf("claimd_template_%d", os.Getpid())
 	if err := prepareTemplate(pgAdminURL, name, migrate); err != nil {

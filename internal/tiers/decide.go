@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"bytes"
+	"crypto/subtle"
 	"fmt"
 )
 
@@ -55,6 +56,8 @@ func NewRecord(p ClaimParams) Record {
 		Reason:          ReasonNew,
 		Holder:          p.Holder,
 		AttemptID:       p.AttemptID,
+		Salt:            p.Salt,
+		SecretHash:      p.SecretHash,
 		PayloadHash:     p.PayloadHash,
 		FirstSeenAt:     p.Now,
 		LeaseExpiresAt:  p.Now.Add(p.Lease),
@@ -76,6 +79,8 @@ func Takeover(cur Record, p ClaimParams, reason Reason) Record {
 	next.Released = false
 	next.Holder = p.Holder
 	next.AttemptID = p.AttemptID
+	next.Salt = p.Salt
+	next.SecretHash = p.SecretHash
 	next.LeaseExpiresAt = p.Now.Add(p.Lease)
 	next.UpdatedAt = p.Now
 	switch reason {
@@ -95,28 +100,39 @@ func Takeover(cur Record, p ClaimParams, reason Reason) Record {
 	return next
 }
 
-// checkToken fences an operation by token: only the current, unreleased
-// owner may act.
-func checkToken(cur Record, token uint64) error {
+// checkToken fences an operation by token, then by secret: only the current
+// owner may act. The token is checked first so that a holder that was taken
+// over learns it is stale (its secret is no longer the record's either).
+// A record without a secret hash (written before there was one) has no owner
+// that can prove itself. The comparison runs in constant time so that its
+// duration tells nothing about the stored hash.
+func checkToken(cur Record, token uint64, secretHash []byte) error {
 	switch {
 	case token < cur.Token:
 		return fmt.Errorf("%w: token %d, current %d", ErrStaleToken, token, cur.Token)
 	case token > cur.Token:
 		return fmt.Errorf("%w: token %d was never issued (current %d)", ErrStaleToken, token, cur.Token)
+	case len(cur.SecretHash) != SecretHashBytes || subtle.ConstantTimeCompare(cur.SecretHash, secretHash) != 1:
+		return fmt.Errorf("%w: token %d", ErrNotOwner, token)
 	}
 	return nil
 }
 
 // ApplyTransition applies p to cur. changed is false for a repeat of a
-// transition that already happened (same token, same target state).
+// transition that already happened (same token, same target state, and for a
+// terminal target the same result); a terminal target repeated with another
+// result is a *ResultMismatchError.
 func ApplyTransition(cur Record, p TransitionParams) (next Record, changed bool, err error) {
-	if err := checkToken(cur, p.Token); err != nil {
+	if err := checkToken(cur, p.Token, p.SecretHash); err != nil {
 		return cur, false, err
 	}
 	if cur.Released {
 		return cur, false, fmt.Errorf("%w: token %d was released", ErrStaleToken, p.Token)
 	}
 	if cur.State == p.To {
+		if p.To.Terminal() && !bytes.Equal(cur.Result, p.Result) {
+			return cur, false, &ResultMismatchError{Current: cur.State}
+		}
 		return cur, false, nil
 	}
 	if !CanTransition(cur.State, p.To) {
@@ -136,7 +152,7 @@ func ApplyTransition(cur Record, p TransitionParams) (next Record, changed bool,
 
 // ApplyRenew extends the current holder's lease to p.Now+p.Lease.
 func ApplyRenew(cur Record, p RenewParams) (Record, error) {
-	if err := checkToken(cur, p.Token); err != nil {
+	if err := checkToken(cur, p.Token, p.SecretHash); err != nil {
 		return cur, err
 	}
 	if cur.Released {
@@ -155,7 +171,7 @@ func ApplyRenew(cur Record, p RenewParams) (Record, error) {
 // ApplyRelease releases cur on behalf of the holder of p.Token. changed is
 // false when it was already released with that token.
 func ApplyRelease(cur Record, p ReleaseParams) (next Record, changed bool, err error) {
-	if err := checkToken(cur, p.Token); err != nil {
+	if err := checkToken(cur, p.Token, p.SecretHash); err != nil {
 		return cur, false, err
 	}
 	if cur.State.Terminal() {

@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 	"time"
@@ -15,13 +16,22 @@ const (
 	lease = time.Minute
 )
 
+// Ownership fields of pod-a, which holds the record, and of pod-b, which
+// claims it.
+var (
+	saltA, secretA = hash(0xa1)[:SaltBytes], hash(0xa2)
+	saltB, secretB = hash(0xb1)[:SaltBytes], hash(0xb2)
+)
+
 func params(now time.Time) ClaimParams {
-	return ClaimParams{Key: Key{"billing", "stripe", "evt_1"}, Now: now, Lease: lease, TTL: ttl, Holder: "pod-b", AttemptID: "att-b"}
+	return ClaimParams{Key: Key{"billing", "stripe", "evt_1"}, Now: now, Lease: lease, TTL: ttl, Holder: "pod-b", AttemptID: "att-b",
+		Salt: saltB, SecretHash: secretB}
 }
 
 // held is a record acquired at t0 by pod-a, token 1.
 func held(mod func(*Record)) *Record {
-	r := NewRecord(ClaimParams{Key: Key{"billing", "stripe", "evt_1"}, Now: t0, Lease: lease, TTL: ttl, Holder: "pod-a", AttemptID: "att-a"})
+	r := NewRecord(ClaimParams{Key: Key{"billing", "stripe", "evt_1"}, Now: t0, Lease: lease, TTL: ttl, Holder: "pod-a", AttemptID: "att-a",
+		Salt: saltA, SecretHash: secretA})
 	if mod != nil {
 		mod(&r)
 	}
@@ -88,6 +98,13 @@ func TestDecide(t *testing.T) {
 				if next.Holder != "pod-b" || !next.LeaseExpiresAt.Equal(tc.p.Now.Add(lease)) || next.Released {
 					t.Fatalf("Decide(%s) acquired record holder/lease/released = %q/%v/%v", tc.desc, next.Holder, next.LeaseExpiresAt, next.Released)
 				}
+				if next.AttemptID != "att-b" || !bytes.Equal(next.Salt, saltB) || !bytes.Equal(next.SecretHash, secretB) {
+					t.Fatalf("Decide(%s) acquired record attempt/salt/secret hash = %q/%x/%x, want the claimant's", tc.desc, next.AttemptID, next.Salt, next.SecretHash)
+				}
+			} else if tc.cur != nil && (!bytes.Equal(r.Salt, tc.cur.Salt) || !bytes.Equal(r.SecretHash, tc.cur.SecretHash)) {
+				// A repeated attempt answers with the owner's salt and hash,
+				// so the owner's secret can be derived again.
+				t.Fatalf("Decide(%s) answered salt/secret hash = %x/%x, want the stored %x/%x", tc.desc, r.Salt, r.SecretHash, tc.cur.Salt, tc.cur.SecretHash)
 				if tc.cur != nil && (next.Version != tc.cur.Version+1 || next.Attempt != tc.cur.Attempt+1) {
 					t.Fatalf("Decide(%s) version/attempt = %d/%d, want +1", tc.desc, next.Version, next.Attempt)
 				}
@@ -100,13 +117,26 @@ func TestApplyTransition(t *testing.T) {
 	states := []State{StateReceived, StateValidated, StateProcessing, StateSettled, StateFailed}
 	for _, from := range states {
 		for _, to := range states {
-			cur := held(func(r *Record) { r.State = from })
-			next, changed, err := ApplyTransition(*cur, TransitionParams{Key: cur.Key, Now: t0.Add(time.Second), Token: 1, To: to, Result: []byte("r")})
+			cur := held(func(r *Record) {
+				r.State = from
+				if from.Terminal() {
+					r.Result = []byte("r")
+				}
+			})
+			next, changed, err := ApplyTransition(*cur, TransitionParams{Key: cur.Key, Now: t0.Add(time.Second), Token: 1, SecretHash: secretA, To: to, Result: []byte("r")})
 			var te *TransitionError
 			switch {
 			case from == to:
 				if err != nil || changed || next.Version != cur.Version {
 					t.Errorf("repeat %v→%v = changed %v, %v; want a no-op success", from, to, changed, err)
+				}
+				if !to.Terminal() {
+					break
+				}
+				_, _, err := ApplyTransition(*cur, TransitionParams{Key: cur.Key, Now: t0.Add(time.Second), Token: 1, SecretHash: secretA, To: to, Result: []byte("other")})
+				var rm *ResultMismatchError
+				if !errors.As(err, &rm) || rm.Current != from {
+					t.Errorf("repeat %v→%v with another result error = %v, want ResultMismatchError with current %v", from, to, err, from)
 				}
 			case CanTransition(from, to):
 				if err != nil || !changed || next.State != to || next.Version != cur.Version+1 {
@@ -133,35 +163,67 @@ func TestFencing(t *testing.T) {
 		want error
 	}{
 		{"transition with an older token", func() error {
-			_, _, err := ApplyTransition(*taken, TransitionParams{Now: now, Token: 2, To: StateProcessing})
+			_, _, err := ApplyTransition(*taken, TransitionParams{Now: now, Token: 2, SecretHash: secretA, To: StateProcessing})
 			return err
 		}, ErrStaleToken},
 		{"transition with a token never issued", func() error {
-			_, _, err := ApplyTransition(*taken, TransitionParams{Now: now, Token: 4, To: StateProcessing})
+			_, _, err := ApplyTransition(*taken, TransitionParams{Now: now, Token: 4, SecretHash: secretA, To: StateProcessing})
 			return err
 		}, ErrStaleToken},
 		{"transition after release", func() error {
-			_, _, err := ApplyTransition(*released, TransitionParams{Now: now, Token: 1, To: StateProcessing})
+			_, _, err := ApplyTransition(*released, TransitionParams{Now: now, Token: 1, SecretHash: secretA, To: StateProcessing})
 			return err
 		}, ErrStaleToken},
 		{"transition after the lease ran out, no takeover", func() error {
-			_, _, err := ApplyTransition(*held(nil), TransitionParams{Now: now, Token: 1, To: StateProcessing})
+			_, _, err := ApplyTransition(*held(nil), TransitionParams{Now: now, Token: 1, SecretHash: secretA, To: StateProcessing})
 			return err
 		}, nil},
 		{"renew with an older token", func() error {
-			_, err := ApplyRenew(*taken, RenewParams{Now: now, Token: 1, Lease: lease})
+			_, err := ApplyRenew(*taken, RenewParams{Now: now, Token: 1, SecretHash: secretA, Lease: lease})
 			return err
 		}, ErrStaleToken},
 		{"renew after release", func() error {
-			_, err := ApplyRenew(*released, RenewParams{Now: now, Token: 1, Lease: lease})
+			_, err := ApplyRenew(*released, RenewParams{Now: now, Token: 1, SecretHash: secretA, Lease: lease})
 			return err
 		}, ErrStaleToken},
 		{"release with an older token", func() error {
-			_, _, err := ApplyRelease(*taken, ReleaseParams{Now: now, Token: 1})
+			_, _, err := ApplyRelease(*taken, ReleaseParams{Now: now, Token: 1, SecretHash: secretA})
 			return err
 		}, ErrStaleToken},
+		{"transition with the current token and another secret", func() error {
+			_, _, err := ApplyTransition(*held(nil), TransitionParams{Now: now, Token: 1, SecretHash: secretB, To: StateProcessing})
+			return err
+		}, ErrNotOwner},
+		{"repeat of an applied transition with another secret", func() error {
+			_, _, err := ApplyTransition(*held(nil), TransitionParams{Now: now, Token: 1, SecretHash: secretB, To: StateReceived})
+			return err
+		}, ErrNotOwner},
+		{"transition without a secret", func() error {
+			_, _, err := ApplyTransition(*held(nil), TransitionParams{Now: now, Token: 1, To: StateProcessing})
+			return err
+		}, ErrNotOwner},
+		{"transition of a record that has no secret hash, presenting none", func() error {
+			_, _, err := ApplyTransition(*held(func(r *Record) { r.SecretHash = nil }), TransitionParams{Now: now, Token: 1, To: StateProcessing})
+			return err
+		}, ErrNotOwner},
+		{"stale token with another secret is stale first", func() error {
+			_, _, err := ApplyTransition(*taken, TransitionParams{Now: now, Token: 2, SecretHash: secretB, To: StateProcessing})
+			return err
+		}, ErrStaleToken},
+		{"renew with another secret", func() error {
+			_, err := ApplyRenew(*held(nil), RenewParams{Now: now, Token: 1, SecretHash: secretB, Lease: lease})
+			return err
+		}, ErrNotOwner},
+		{"release with another secret", func() error {
+			_, _, err := ApplyRelease(*held(nil), ReleaseParams{Now: now, Token: 1, SecretHash: secretB})
+			return err
+		}, ErrNotOwner},
+		{"release of a settled record with another secret", func() error {
+			_, _, err := ApplyRelease(*settled, ReleaseParams{Now: now, Token: 1, SecretHash: secretB})
+			return err
+		}, ErrNotOwner},
 		{"release again with its token", func() error {
-			_, changed, err := ApplyRelease(*released, ReleaseParams{Now: now, Token: 1})
+			_, changed, err := ApplyRelease(*released, ReleaseParams{Now: now, Token: 1, SecretHash: secretA})
 			if changed {
 				return errors.New("changed")
 			}
@@ -176,10 +238,10 @@ func TestFencing(t *testing.T) {
 		})
 	}
 	var te *TransitionError
-	if _, err := ApplyRenew(*settled, RenewParams{Now: now, Token: 1, Lease: lease}); !errors.As(err, &te) || te.Current != StateSettled {
+	if _, err := ApplyRenew(*settled, RenewParams{Now: now, Token: 1, SecretHash: secretA, Lease: lease}); !errors.As(err, &te) || te.Current != StateSettled {
 		t.Fatalf("renew of a settled record error = %v, want TransitionError current SETTLED", err)
 	}
-	if _, _, err := ApplyRelease(*settled, ReleaseParams{Now: now, Token: 1}); !errors.As(err, &te) || te.Current != StateSettled {
+	if _, _, err := ApplyRelease(*settled, ReleaseParams{Now: now, Token: 1, SecretHash: secretA}); !errors.As(err, &te) || te.Current != StateSettled {
 		t.Fatalf("release of a settled record error = %v, want TransitionError current SETTLED", err)
 	}
 }

@@ -13,6 +13,10 @@ var (
 	// ErrStaleToken: the presented fencing token is not the current owner's
 	// (a newer holder took over, or the key was released).
 	ErrStaleToken = errors.New("stale fencing token")
+	// ErrNotOwner: the fencing token is the current one but the lease secret
+	// presented with it is not its owner's (a caller that learned the token,
+	// say from Get, without having acquired the key).
+	ErrNotOwner = errors.New("lease secret does not match the owner's")
 	// ErrUnavailable: the tier could not be reached or did not answer in
 	// time. For a write, the write may or may not have happened; callers must
 	// stay correct either way (a retried Claim is never a false DUPLICATE:
@@ -33,6 +37,18 @@ func (e *TransitionError) Error() string {
 		return fmt.Sprintf("%s not allowed in state %s", e.Op, e.Current)
 	}
 	return fmt.Sprintf("transition %s→%s not allowed", e.Current, e.To)
+}
+
+// ResultMismatchError reports a terminal transition (SETTLED or FAILED)
+// repeated, with the current token, carrying a result other than the stored
+// one. Nothing is written: the first result stands, and the caller must not
+// believe that its own was kept.
+type ResultMismatchError struct {
+	Current State
+}
+
+func (e *ResultMismatchError) Error() string {
+	return fmt.Sprintf("already %s with a different result; the stored result stands", e.Current)
 }
 
 // Unavailable wraps err as ErrUnavailable, keeping its text.

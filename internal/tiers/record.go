@@ -174,9 +174,16 @@ func (t Tier) String() string {
 // Record is what a store holds for one Key.
 //
 // Token is the fencing token: it grows by one each time ownership changes
-// hands and never otherwise. Version grows by one on every durable write of
-// the record (claim, takeover, transition, renew, release); the fast tier uses
-// it to refuse a stale copy over a newer one.
+// hands and never otherwise. It is a sequence number, not a secret. What
+// proves ownership is SecretHash: the SHA-256 of the lease secret that only
+// the owner's ACQUIRED answer carried. Salt is what that secret was derived
+// with (see ClaimParams), kept so that a repeated claim of the same attempt
+// can be answered with the same secret. Both are written only when ownership
+// changes hands, like Holder and AttemptID, and never leave the server.
+//
+// Version grows by one on every durable write of the record (claim,
+// takeover, transition, renew, release); the fast tier uses it to refuse a
+// stale copy over a newer one.
 type Record struct {
 	Key             Key
 	State           State
@@ -186,7 +193,9 @@ type Record struct {
 	Reason          Reason // why the current owner acquired the key
 	Released        bool   // released by its owner; the next Claim acquires
 	Holder          string
-	AttemptID       string
+	AttemptID       string // the owner's attempt fingerprint (ClaimParams.AttemptID), or ""
+	Salt            []byte // the owner's ClaimParams.Salt
+	SecretHash      []byte // the owner's ClaimParams.SecretHash; nil on a row written before it existed
 	PayloadHash     []byte // sha256 of the payload of the claim that opened the window, or nil
 	Result          []byte // stored at settle time, returned to duplicates
 	FirstSeenAt     time.Time

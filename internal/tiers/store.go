@@ -7,6 +7,15 @@ import (
 
 // ClaimParams is one claim of a key at a point in time. The service has
 // validated and bounded every field before a store sees it.
+//
+// AttemptID, Salt and SecretHash carry ownership, and a store treats them as
+// opaque: it compares AttemptID for equality and copies all three into the
+// record when the claim acquires it (new record or takeover), never
+// otherwise. The service derives them (service/owner.go): AttemptID is a
+// fingerprint of the caller's principal, holder and attempt_id ("" without
+// an attempt_id), so a repeated attempt is recognised only from the same
+// caller; SecretHash is the SHA-256 of the lease secret it will answer, and
+// Salt what that secret is derived with.
 type ClaimParams struct {
 	Key         Key
 	Now         time.Time     // the service clock's reading for this call
@@ -15,7 +24,15 @@ type ClaimParams struct {
 	PayloadHash []byte        // 32 bytes or nil
 	Holder      string
 	AttemptID   string
+	Salt        []byte // SaltBytes, fresh for every call
+	SecretHash  []byte // SecretHashBytes
 }
+
+// Sizes of the ownership fields of ClaimParams and Record.
+const (
+	SaltBytes       = 16
+	SecretHashBytes = 32 // a SHA-256 digest
+)
 
 // ClaimResult is the decision on a claim. For ACQUIRED, Record is the record
 // the caller now owns; for every other outcome it is the record that decided
@@ -27,29 +44,32 @@ type ClaimResult struct {
 	ServedBy Tier
 }
 
-// TransitionParams moves a record to To, fenced by Token.
+// TransitionParams moves a record to To, fenced by Token and SecretHash.
 type TransitionParams struct {
-	Key    Key
-	Now    time.Time
-	Token  uint64
-	To     State
-	Result []byte        // stored only with a terminal To
-	Lease  time.Duration // when > 0 (non-terminal To only): lease = Now + Lease
+	Key        Key
+	Now        time.Time
+	Token      uint64
+	SecretHash []byte // SHA-256 of the lease secret presented
+	To         State
+	Result     []byte        // stored only with a terminal To
+	Lease      time.Duration // when > 0 (non-terminal To only): lease = Now + Lease
 }
 
 // RenewParams extends the lease of the holder of Token to Now + Lease.
 type RenewParams struct {
-	Key   Key
-	Now   time.Time
-	Token uint64
-	Lease time.Duration
+	Key        Key
+	Now        time.Time
+	Token      uint64
+	SecretHash []byte // SHA-256 of the lease secret presented
+	Lease      time.Duration
 }
 
 // ReleaseParams gives the key back on behalf of the holder of Token.
 type ReleaseParams struct {
-	Key   Key
-	Now   time.Time
-	Token uint64
+	Key        Key
+	Now        time.Time
+	Token      uint64
+	SecretHash []byte // SHA-256 of the lease secret presented
 }
 
 // Store is what the service calls: one atomic, durable decision per method.
@@ -65,29 +85,37 @@ type Store interface {
 	// absent → ACQUIRED/NEW with token 1; window over → ACQUIRED/WINDOW_EXPIRED
 	// with token+1 and a new window; payloads differ → PAYLOAD_MISMATCH;
 	// terminal → DUPLICATE; same AttemptID with a live lease → the same
-	// ACQUIRED and token again; released → ACQUIRED/RELEASED with token+1;
+	// ACQUIRED and token again, with the stored Salt and SecretHash (not the
+	// claim's); released → ACQUIRED/RELEASED with token+1;
 	// live lease → IN_PROGRESS; lease over → ACQUIRED/LEASE_EXPIRED with
-	// token+1 and the state the previous holder reached.
+	// token+1 and the state the previous holder reached. Every acquisition
+	// stores the claim's Holder, AttemptID, Salt and SecretHash.
 	// On error nothing was acquired: a retry of the same claim is never
 	// answered DUPLICATE because of a failed call.
 	Claim(ctx context.Context, p ClaimParams) (ClaimResult, error)
 
-	// Transition applies p.To when p.Token is the current token and the
-	// transition is allowed from the current state. Repeating a transition
-	// that already happened, with the same token, returns changed=false and
-	// writes nothing. Errors: ErrNotFound, ErrStaleToken (another holder took
-	// over, or the key was released), *TransitionError (not allowed from the
-	// current state).
+	// Transition applies p.To when p.Token is the current token, p.SecretHash
+	// its owner's, and the transition is allowed from the current state.
+	// Repeating a transition that already happened, with the same token and
+	// secret (and, to SETTLED or FAILED, the same result), returns
+	// changed=false and writes nothing. Errors: ErrNotFound, ErrStaleToken
+	// (another holder took over, or the key was released), ErrNotOwner (the
+	// current token with another secret hash), *TransitionError (not allowed
+	// from the current state), *ResultMismatchError (a terminal state
+	// repeated with another result; nothing written). The token is checked
+	// first, then the secret, then the state.
 	Transition(ctx context.Context, p TransitionParams) (rec Record, changed bool, err error)
 
 	// Renew sets the lease of the current, unreleased holder to Now+Lease.
-	// Errors: ErrNotFound, ErrStaleToken, *TransitionError on a terminal record.
+	// Errors: ErrNotFound, ErrStaleToken, ErrNotOwner, *TransitionError on a
+	// terminal record.
 	Renew(ctx context.Context, p RenewParams) (Record, error)
 
 	// Release marks a non-terminal record released so that the next Claim
 	// acquires it with token+1. Releasing an already released record with its
-	// token again succeeds and changes nothing. Errors: ErrNotFound,
-	// ErrStaleToken, *TransitionError on a terminal record.
+	// token and secret again succeeds and changes nothing. Errors:
+	// ErrNotFound, ErrStaleToken, ErrNotOwner, *TransitionError on a terminal
+	// record.
 	Release(ctx context.Context, p ReleaseParams) (Record, error)
 
 	// Get reads the record of k from the source of truth. Errors: ErrNotFound.
@@ -126,6 +154,14 @@ const (
 	// FastTakeover: the record may change hands (lease over, released,
 	// window over); only the durable tier may decide.
 	FastTakeover
+	// FastAskDurable: a claim with an AttemptID met a live pending marker
+	// it did not place. The fast tier cannot tell whether that attempt's
+	// own claim committed earlier (its reply lost, its repair failed, the
+	// durable tier down since), and must not answer the owner IN_PROGRESS
+	// by someone else's marker: the durable tier decides (the same
+	// ACQUIRED for the same attempt, else what Decide says). No marker was
+	// placed; the caller Puts the durable answer, replacing the marker.
+	FastAskDurable
 )
 
 // ReserveParams is a claim as the fast tier sees it.
@@ -141,7 +177,7 @@ type ReserveParams struct {
 // FastResult is the fast tier's answer. For FastDecided, Outcome, Reason and
 // Record say what to answer; a pending marker of another claim in flight is
 // reported as IN_PROGRESS with a zero Token and LeaseExpiresAt at the
-// marker's end.
+// marker's end (FastAskDurable instead when the claim has an AttemptID).
 type FastResult struct {
 	Verdict FastVerdict
 	Outcome Outcome

@@ -282,7 +282,7 @@ func settleKey(ctx context.Context, c pb.ClaimServiceClient, transition bool, ke
 	}
 	for _, to := range []pb.EventState{pb.EventState_EVENT_STATE_PROCESSING, pb.EventState_EVENT_STATE_SETTLED} {
 		req := &pb.TransitionRequest{Namespace: benchNamespace, Provider: benchProvider, Key: key,
-			FencingToken: claim.GetFencingToken(), To: to}
+			FencingToken: claim.GetFencingToken(), LeaseSecret: claim.GetLeaseSecret(), To: to}
 		if to == pb.EventState_EVENT_STATE_SETTLED {
 			req.Result = []byte(`{"charge":"ch_` + key + `"}`)
 		}

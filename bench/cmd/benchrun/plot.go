@@ -19,10 +19,11 @@ const (
 )
 
 var targetColors = map[string]string{
-	targetNoop:     "#9e9e9e",
-	targetNaive:    "#e07b39",
-	targetEmbedded: "#6a9fd8",
-	targetClaimd:   "#1f4e96",
+	targetNoop:            "#9e9e9e",
+	targetNaive:           "#e07b39",
+	targetEmbedded:        "#6a9fd8",
+	targetEmbeddedRelaxed: "#b7d0ec",
+	targetClaimd:          "#1f4e96",
 }
 
 func writeSVG(path string, r *Report) error {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -44,17 +46,44 @@ type ClaimRequest struct {
 	Wait time.Duration
 }
 
-// Ref names a claimed record and the token that owns it: what Transition,
-// Renew and Release present. Get ignores FencingToken.
+// Ref names a record: what Get reads.
 type Ref struct {
-	Namespace    string
-	Provider     string
-	Key          string // the canonical key Claim returned (scope included)
+	Namespace string
+	Provider  string
+	Key       string // the canonical key Claim returned (scope included)
+}
+
+// Lease is the owner's handle on a claimed record, and what Transition,
+// Renew and Release present: the record's name, its fencing token and the
+// lease secret that only the ACQUIRED answer carried. The token is a
+// sequence number anyone may read (Get shows it); the secret is what proves
+// ownership, so keep a Lease as private as a password while the claim runs.
+// Take it from Claim.Lease; String, GoString and LogValue leave the secret
+// out, so a logged Lease does not leak it.
+type Lease struct {
+	Ref
 	FencingToken uint64
+	LeaseSecret  []byte
+}
+
+// String renders l without its secret.
+func (l Lease) String() string {
+	return fmt.Sprintf("%s/%s/%s token %d", l.Namespace, l.Provider, l.Key, l.FencingToken)
+}
+
+// GoString renders l for %#v without its secret.
+func (l Lease) GoString() string { return "claimd.Lease{" + l.String() + "}" }
+
+// LogValue renders l for slog without its secret.
+func (l Lease) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("namespace", l.Namespace), slog.String("provider", l.Provider),
+		slog.String("key", l.Key), slog.Uint64("fencing_token", l.FencingToken))
 }
 
 // Claim is claimd's answer to a ClaimRequest. The response's fields are
 // promoted: c.Outcome, c.Reason, c.Key, c.FencingToken, c.State, c.Result …
+// An ACQUIRED claim carries the lease secret too: pass c.Lease() to the
+// calls that need it rather than copying fields.
 type Claim struct {
 	*pb.ClaimResponse
 	// Namespace and Provider as sent, so the claim can name its record.
@@ -84,9 +113,16 @@ func (c Claim) PayloadMismatch() bool {
 // effect may already have happened.
 func (c Claim) TakenOver() bool { return c.GetReason() == pb.Reason_REASON_LEASE_EXPIRED }
 
-// Ref names the claimed record with the claim's fencing token.
+// Ref names the claimed record.
 func (c Claim) Ref() Ref {
-	return Ref{Namespace: c.Namespace, Provider: c.Provider, Key: c.GetKey(), FencingToken: c.GetFencingToken()}
+	return Ref{Namespace: c.Namespace, Provider: c.Provider, Key: c.GetKey()}
+}
+
+// Lease is the owner's handle on the claimed record: set only when the
+// claim was ACQUIRED (claimd answers anything else without a token or
+// secret, and refuses a Lease without them).
+func (c Claim) Lease() Lease {
+	return Lease{Ref: c.Ref(), FencingToken: c.GetFencingToken(), LeaseSecret: c.GetLeaseSecret()}
 }
 
 // RetryAfter is how long until the current holder's lease ends, as of now,
@@ -157,7 +193,7 @@ func (c *Client) Claim(ctx context.Context, r ClaimRequest) (Claim, error) {
 
 // TransitionRequest moves a record forward.
 type TransitionRequest struct {
-	Ref
+	Lease
 	// To is the target state.
 	To pb.EventState
 	// Result is stored with SETTLED or FAILED (at most 64 KiB) and returned
@@ -168,13 +204,13 @@ type TransitionRequest struct {
 	ExtendLease time.Duration
 }
 
-// Transition moves the record to r.To, fenced by r.FencingToken. changed
-// is false when the record was already there with that token (a repeat).
-// Errors match ErrStaleToken, ErrInvalidTransition or ErrNotFound.
+// Transition moves the record to r.To, fenced by r.Lease. changed is false
+// when the record was already there with that lease (a repeat). Errors
+// match ErrStaleToken, ErrNotOwner, ErrInvalidTransition or ErrNotFound.
 func (c *Client) Transition(ctx context.Context, r TransitionRequest) (rec *pb.Record, changed bool, err error) {
 	req := &pb.TransitionRequest{
 		Namespace: r.Namespace, Provider: r.Provider, Key: r.Key,
-		FencingToken: r.FencingToken, To: r.To, Result: r.Result,
+		FencingToken: r.FencingToken, LeaseSecret: r.LeaseSecret, To: r.To, Result: r.Result,
 	}
 	if r.ExtendLease > 0 {
 		req.ExtendLease = durationpb.New(r.ExtendLease)
@@ -190,8 +226,8 @@ func (c *Client) Transition(ctx context.Context, r TransitionRequest) (rec *pb.R
 
 // Renew extends the holder's lease to now+lease (zero: the provider's
 // default lease). ErrStaleToken means another holder took over.
-func (c *Client) Renew(ctx context.Context, ref Ref, lease time.Duration) (*pb.Record, error) {
-	req := &pb.RenewRequest{Namespace: ref.Namespace, Provider: ref.Provider, Key: ref.Key, FencingToken: ref.FencingToken}
+func (c *Client) Renew(ctx context.Context, l Lease, lease time.Duration) (*pb.Record, error) {
+	req := &pb.RenewRequest{Namespace: l.Namespace, Provider: l.Provider, Key: l.Key, FencingToken: l.FencingToken, LeaseSecret: l.LeaseSecret}
 	if lease > 0 {
 		req.Lease = durationpb.New(lease)
 	}
@@ -206,8 +242,8 @@ func (c *Client) Renew(ctx context.Context, ref Ref, lease time.Duration) (*pb.R
 
 // Release gives the key back because the side effect did not happen: the
 // next Claim acquires it with reason RELEASED and the next token.
-func (c *Client) Release(ctx context.Context, ref Ref) (*pb.Record, error) {
-	req := &pb.ReleaseRequest{Namespace: ref.Namespace, Provider: ref.Provider, Key: ref.Key, FencingToken: ref.FencingToken}
+func (c *Client) Release(ctx context.Context, l Lease) (*pb.Record, error) {
+	req := &pb.ReleaseRequest{Namespace: l.Namespace, Provider: l.Provider, Key: l.Key, FencingToken: l.FencingToken, LeaseSecret: l.LeaseSecret}
 	resp, err := call(ctx, c, "Release", 0, func(ctx context.Context) (*pb.ReleaseResponse, error) {
 		return c.claims.Release(ctx, req)
 	})
@@ -217,8 +253,9 @@ func (c *Client) Release(ctx context.Context, ref Ref) (*pb.Record, error) {
 	return resp.GetRecord(), nil
 }
 
-// Get reads the record named by ref (its token is ignored) from claimd's
-// durable tier; ErrNotFound when there is none.
+// Get reads the record named by ref from claimd's durable tier; ErrNotFound
+// when there is none. The record carries the fencing token but never the
+// lease secret: reading a record does not let anyone write it.
 func (c *Client) Get(ctx context.Context, ref Ref) (*pb.Record, error) {
 	req := &pb.GetRequest{Namespace: ref.Namespace, Provider: ref.Provider, Key: ref.Key}
 	resp, err := call(ctx, c, "Get", 0, func(ctx context.Context) (*pb.GetResponse, error) {

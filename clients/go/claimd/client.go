@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -28,13 +27,23 @@ type Client struct {
 // unless WithLazyConnect is given, waits until the connection is ready,
 // for at most the connect timeout or until ctx ends. It fails with an
 // *Error matching ErrUnavailable when claimd cannot be reached.
+//
+// A loopback target is reached in plaintext unless TLS is asked for; any
+// other target needs WithTLS or WithTLSFiles (or WithInsecure), and Dial
+// fails with an *Error matching ErrInvalidArgument that says so. A token
+// (WithToken, WithTokenSource) is only ever sent over TLS or to loopback.
 func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
 	}
+	creds, err := o.transportCredentials(target)
+	if err != nil {
+		msg := "claimd.Dial: " + err.Error()
+		return nil, &Error{Op: "Dial", Code: codes.InvalidArgument, Message: msg, st: status.New(codes.InvalidArgument, msg)}
+	}
 	dialOpts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		// gRPC's default reconnect backoff grows to 2 minutes; a webhook
 		// receiver should notice a restarted claimd within seconds.
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -42,6 +51,9 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 			MinConnectTimeout: o.connectTimeout,
 		}),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: o.keepaliveTime, Timeout: o.keepaliveTimeout}),
+	}
+	if o.token != nil {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer{src: o.token}))
 	}
 	conn, err := grpc.NewClient(target, append(dialOpts, o.dialOptions...)...)
 	if err != nil {
@@ -102,7 +114,15 @@ func call[T any](ctx context.Context, c *Client, op string, extra time.Duration,
 		// A per-attempt timeout while the whole call still has time is the
 		// "my call timed out" case that attempt_id exists for.
 		retryable := code == codes.Unavailable || (code == codes.DeadlineExceeded && ctx.Err() == nil)
-		if !retryable || attempt >= p.MaxAttempts || !sleep(ctx, backoffFor(p, attempt)) {
+		pause := backoffFor(p, attempt)
+		if code == codes.ResourceExhausted {
+			// A rate limit says when to come back; without a RetryInfo the
+			// refusal is something else (a message over a size limit) and
+			// repeating it changes nothing.
+			delay := retryDelay(status.Convert(err))
+			retryable, pause = delay > 0, max(pause, delay)
+		}
+		if !retryable || attempt >= p.MaxAttempts || !fitsDeadline(ctx, pause) || !sleep(ctx, pause) {
 			var zero T
 			return zero, newError(op, err, attempt)
 		}
@@ -121,6 +141,13 @@ func backoffFor(p RetryPolicy, attempt int) time.Duration {
 	d = min(d, p.MaxBackoff)
 	half := d / 2
 	return half + rand.N(d-half+1)
+}
+
+// fitsDeadline reports whether a pause of d leaves ctx time to try again:
+// a pause that would outlast the call fails it now instead of at its end.
+func fitsDeadline(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return !ok || time.Until(dl) > d
 }
 
 // sleep waits d unless ctx ends first; it reports whether the full wait

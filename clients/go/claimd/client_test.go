@@ -1,8 +1,14 @@
 package claimd_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,25 +79,25 @@ func TestClaimLifecycle(t *testing.T) {
 		t.Errorf("RetryAfter = %v, want within the 60s stripe lease", ra)
 	}
 
-	rec, err := c.Renew(ctx, first.Ref(), 30*time.Second)
+	rec, err := c.Renew(ctx, first.Lease(), 30*time.Second)
 	if err != nil {
 		t.Fatalf("Renew = %v", err)
 	}
 	if got := time.Until(rec.GetLeaseExpiresAt().AsTime()); got > 31*time.Second || got < 25*time.Second {
 		t.Errorf("Renew(30s) lease ends in %v, want about 30s", got)
 	}
-	rec, err = c.Release(ctx, first.Ref())
+	rec, err = c.Release(ctx, first.Lease())
 	if err != nil || !rec.GetReleased() {
 		t.Fatalf("Release = %v, %v; want a released record", rec, err)
 	}
 
 	again := claim("after release", view{pb.Outcome_OUTCOME_ACQUIRED, claimd.ReasonReleased, id, 2, claimd.StateReceived, ""})
 	for _, to := range []pb.EventState{claimd.StateProcessing, claimd.StateProcessing} {
-		if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Ref: again.Ref(), To: to}); err != nil {
+		if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Lease: again.Lease(), To: to}); err != nil {
 			t.Fatalf("Transition(%v) = %v (a repeat must succeed)", to, err)
 		}
 	}
-	rec, changed, err := c.Transition(ctx, claimd.TransitionRequest{Ref: again.Ref(), To: claimd.StateSettled, Result: []byte(`{"ok":true}`)})
+	rec, changed, err := c.Transition(ctx, claimd.TransitionRequest{Lease: again.Lease(), To: claimd.StateSettled, Result: []byte(`{"ok":true}`)})
 	if err != nil || !changed || rec.GetState() != claimd.StateSettled {
 		t.Fatalf("Transition(SETTLED) = %v, %v, %v; want a changed SETTLED record", rec, changed, err)
 	}
@@ -122,7 +128,7 @@ func TestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Release(ctx, first.Ref()); err != nil {
+	if _, err := c.Release(ctx, first.Lease()); err != nil {
 		t.Fatal(err)
 	}
 	second, err := c.Claim(ctx, claimd.ClaimRequest{Namespace: namespace, Provider: "stripe", EventID: id})
@@ -130,12 +136,23 @@ func TestErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, to := range []pb.EventState{claimd.StateProcessing, claimd.StateSettled} {
-		if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Ref: second.Ref(), To: to}); err != nil {
+		if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Lease: second.Lease(), To: to}); err != nil {
 			t.Fatal(err)
 		}
 	}
 
-	sentinels := []error{claimd.ErrStaleToken, claimd.ErrInvalidTransition, claimd.ErrNotFound,
+	// An open key, whose token anyone can read with Get.
+	open, err := c.Claim(ctx, claimd.ClaimRequest{Namespace: namespace, Provider: "stripe", EventID: eventID(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := c.Get(ctx, open.Ref())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger := claimd.Lease{Ref: open.Ref(), FencingToken: read.GetFencingToken(), LeaseSecret: []byte("0123456789abcdef")}
+
+	sentinels := []error{claimd.ErrStaleToken, claimd.ErrNotOwner, claimd.ErrInvalidTransition, claimd.ErrNotFound,
 		claimd.ErrProviderNotFound, claimd.ErrInvalidArgument, claimd.ErrUnavailable}
 	tests := []struct {
 		desc       string
@@ -147,7 +164,7 @@ func TestErrors(t *testing.T) {
 		{
 			desc: "transition of a settled record",
 			call: func() error {
-				_, _, err := c.Transition(ctx, claimd.TransitionRequest{Ref: second.Ref(), To: claimd.StateProcessing})
+				_, _, err := c.Transition(ctx, claimd.TransitionRequest{Lease: second.Lease(), To: claimd.StateProcessing})
 				return err
 			},
 			want: claimd.ErrInvalidTransition, wantCode: codes.FailedPrecondition, wantReason: claimd.ErrorReasonInvalidTransition,
@@ -155,10 +172,26 @@ func TestErrors(t *testing.T) {
 		{
 			desc: "renew with a stale token",
 			call: func() error {
-				_, err := c.Renew(ctx, first.Ref(), 0)
+				_, err := c.Renew(ctx, first.Lease(), 0)
 				return err
 			},
 			want: claimd.ErrStaleToken, wantCode: codes.FailedPrecondition, wantReason: claimd.ErrorReasonStaleToken,
+		},
+		{
+			desc: "transition with the token from Get and a made-up secret",
+			call: func() error {
+				_, _, err := c.Transition(ctx, claimd.TransitionRequest{Lease: stranger, To: claimd.StateProcessing})
+				return err
+			},
+			want: claimd.ErrNotOwner, wantCode: codes.PermissionDenied, wantReason: claimd.ErrorReasonNotOwner,
+		},
+		{
+			desc: "release with the token from Get and no secret",
+			call: func() error {
+				_, err := c.Release(ctx, claimd.Lease{Ref: open.Ref(), FencingToken: read.GetFencingToken()})
+				return err
+			},
+			want: claimd.ErrInvalidArgument, wantCode: codes.InvalidArgument, wantReason: claimd.ErrorReasonInvalidArgument,
 		},
 		{
 			desc: "get of a key never claimed",
@@ -251,6 +284,11 @@ func TestClaimRetryKeepsAttemptID(t *testing.T) {
 	if len(lose.attemptIDs) != 2 || lose.attemptIDs[0] == "" || lose.attemptIDs[0] != lose.attemptIDs[1] || lose.attemptIDs[0] != cl.AttemptID {
 		t.Fatalf("attempt ids sent = %q, want the same non-empty id (%q) twice", lose.attemptIDs, cl.AttemptID)
 	}
+	// The retry's answer carries the lease secret of the first attempt's
+	// acquisition: the owner can write.
+	if _, _, err := plain.Transition(ctx, claimd.TransitionRequest{Lease: cl.Lease(), To: claimd.StateProcessing}); err != nil {
+		t.Fatalf("Transition with the retried claim's lease = %v", err)
+	}
 
 	// Another logical claim (a fresh attempt id) is told the truth.
 	other, err := plain.Claim(ctx, claimd.ClaimRequest{Namespace: namespace, Provider: "stripe", EventID: id})
@@ -311,4 +349,24 @@ func attemptsOf(e *claimd.Error) int {
 		return 0
 	}
 	return e.Attempts
+}
+
+// TestLeaseNeverPrintsItsSecret formats a Lease the ways a caller might log
+// it: none shows the secret, in any encoding.
+func TestLeaseNeverPrintsItsSecret(t *testing.T) {
+	secret := []byte("S3CR3T-0123456789")
+	l := claimd.Lease{Ref: claimd.Ref{Namespace: "billing", Provider: "stripe", Key: "evt_1"}, FencingToken: 7, LeaseSecret: secret}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("lease", "lease", l)
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("lease", "lease", l)
+	for _, out := range []string{fmt.Sprint(l), fmt.Sprintf("%v %+v %s %#v", l, l, l, l), buf.String()} {
+		for _, enc := range []string{string(secret), base64.StdEncoding.EncodeToString(secret), hex.EncodeToString(secret)} {
+			if strings.Contains(out, enc) {
+				t.Errorf("formatted Lease %q shows its secret", out)
+			}
+		}
+		if !strings.Contains(out, "evt_1") || !strings.Contains(out, "7") {
+			t.Errorf("formatted Lease %q, want its key and token", out)
+		}
+	}
 }

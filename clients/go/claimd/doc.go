@@ -21,9 +21,18 @@
 //
 // The typed calls (Claim, Transition, Renew, Release, Get) are thin
 // wrappers over the idempotency.v1 API for flows Guard does not cover.
+// Transition, Renew and Release take the Lease of an ACQUIRED Claim
+// (Claim.Lease): its fencing token and the lease secret that proves
+// ownership.
 // Every call retries UNAVAILABLE under a bounded RetryPolicy, and a retried
 // Claim keeps its attempt_id so that claimd answers the same ACQUIRED.
-// Errors are *Error values that match ErrStaleToken, ErrInvalidTransition,
-// ErrNotFound, ErrProviderNotFound, ErrInvalidArgument and ErrUnavailable
-// with errors.Is.
+// Errors are *Error values that match ErrStaleToken, ErrNotOwner,
+// ErrInvalidTransition, ErrNotFound, ErrProviderNotFound, ErrInvalidArgument,
+// ErrUnavailable, ErrUnauthenticated, ErrPermissionDenied and
+// ErrResourceExhausted with errors.Is.
+//
+// A claimd that requires TLS and credentials is dialed with WithTLSFiles
+// (or WithTLS) and WithToken (or WithTokenSource); plaintext is the default
+// for loopback targets only, and a token never leaves the machine in
+// plaintext.
 package claimd

@@ -3,6 +3,7 @@ package claimd
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -17,10 +18,25 @@ const ErrorDomain = "claimd.dev"
 const (
 	ErrorReasonInvalidTransition  = "INVALID_TRANSITION"
 	ErrorReasonStaleToken         = "STALE_TOKEN"
+	ErrorReasonNotOwner           = "NOT_OWNER"
 	ErrorReasonRecordNotFound     = "RECORD_NOT_FOUND"
 	ErrorReasonProviderNotFound   = "PROVIDER_NOT_FOUND"
 	ErrorReasonDurableUnavailable = "DURABLE_TIER_UNAVAILABLE"
 	ErrorReasonInvalidArgument    = "INVALID_ARGUMENT"
+
+	// Reasons of a claimd that authenticates callers (--auth-file,
+	// --tls-client-ca). UNAUTHENTICATED carries one of these:
+	ErrorReasonCredentialsMissing = "CREDENTIALS_MISSING" // no token and no known client certificate
+	ErrorReasonTokenMalformed     = "TOKEN_MALFORMED"     // the authorization metadata is not "Bearer <token>"
+	ErrorReasonTokenUnknown       = "TOKEN_UNKNOWN"       // revoked, mistyped, or another server's token
+	ErrorReasonIdentityUnknown    = "IDENTITY_UNKNOWN"    // the client certificate names no principal
+	ErrorReasonPrincipalConflict  = "PRINCIPAL_CONFLICT"  // token and certificate name different principals
+	// PERMISSION_DENIED carries one of these, and the principal in Metadata:
+	ErrorReasonNamespaceDenied = "NAMESPACE_DENIED" // the principal may not use the request's namespace
+	ErrorReasonRoleDenied      = "ROLE_DENIED"      // the principal lacks the method's role
+	ErrorReasonMethodDenied    = "METHOD_DENIED"    // the method is open to no role
+	// RESOURCE_EXHAUSTED carries this, with a RetryInfo (Error.RetryDelay):
+	ErrorReasonRateLimited = "RATE_LIMITED"
 )
 
 // Sentinels matched by errors.Is against the *Error that every call returns.
@@ -28,6 +44,10 @@ var (
 	// ErrStaleToken: a newer holder took the key over (or the token was
 	// released); the caller no longer owns it and must not settle it.
 	ErrStaleToken = errors.New("claimd: stale fencing token")
+	// ErrNotOwner: the fencing token is the current one but the lease secret
+	// is not its owner's (PERMISSION_DENIED). Only the Lease of an ACQUIRED
+	// Claim writes a record; a token read with Get does not.
+	ErrNotOwner = errors.New("claimd: not the owner of the lease")
 	// ErrInvalidTransition: the state machine does not allow the move, e.g.
 	// the record is already SETTLED or FAILED.
 	ErrInvalidTransition = errors.New("claimd: invalid transition")
@@ -42,6 +62,19 @@ var (
 	// tier is down, or the deadline passed). Claims fail closed with it, so a
 	// provider retry later is always safe.
 	ErrUnavailable = errors.New("claimd: unavailable")
+	// ErrUnauthenticated: claimd requires credentials and the call's were
+	// missing or not recognised (Error.Reason says which). Nothing was
+	// written; fix the token or certificate, retrying changes nothing.
+	ErrUnauthenticated = errors.New("claimd: unauthenticated")
+	// ErrPermissionDenied: the caller's principal may not use the namespace
+	// or call the method (Error.Reason says which, Metadata["principal"]
+	// who). Nothing was written. It matches every PERMISSION_DENIED, so an
+	// error matching ErrNotOwner matches it too: test ErrNotOwner first.
+	ErrPermissionDenied = errors.New("claimd: permission denied")
+	// ErrResourceExhausted: the caller's principal is over its rate limit,
+	// still after the retries the policy allowed; Error.RetryDelay says when
+	// claimd accepts calls again. Nothing was written.
+	ErrResourceExhausted = errors.New("claimd: rate limited")
 	// ErrPayloadMismatch is the Outcome.Err of a guard whose delivery reused
 	// a key with a different payload; it deserves an alert.
 	ErrPayloadMismatch = errors.New("claimd: same key, different payload")
@@ -64,6 +97,9 @@ type Error struct {
 	Message string
 	// Attempts is how many times the call was sent.
 	Attempts int
+	// RetryDelay is the google.rpc.RetryInfo delay claimd sent with
+	// RESOURCE_EXHAUSTED: how long until the rate limit admits a call.
+	RetryDelay time.Duration
 
 	st *status.Status
 }
@@ -86,6 +122,8 @@ func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrStaleToken:
 		return e.Reason == ErrorReasonStaleToken
+	case ErrNotOwner:
+		return e.Reason == ErrorReasonNotOwner
 	case ErrInvalidTransition:
 		return e.Reason == ErrorReasonInvalidTransition
 	case ErrNotFound:
@@ -96,6 +134,12 @@ func (e *Error) Is(target error) bool {
 		return e.Code == codes.InvalidArgument
 	case ErrUnavailable:
 		return e.Code == codes.Unavailable || e.Code == codes.DeadlineExceeded
+	case ErrUnauthenticated:
+		return e.Code == codes.Unauthenticated
+	case ErrPermissionDenied:
+		return e.Code == codes.PermissionDenied
+	case ErrResourceExhausted:
+		return e.Code == codes.ResourceExhausted
 	}
 	return false
 }
@@ -104,13 +148,23 @@ func (e *Error) Is(target error) bool {
 // (none should reach here) become codes.Unknown.
 func newError(op string, err error, attempts int) *Error {
 	st, _ := status.FromError(err)
-	e := &Error{Op: op, Code: st.Code(), Message: st.Message(), Attempts: attempts, st: st}
+	e := &Error{Op: op, Code: st.Code(), Message: st.Message(), Attempts: attempts, RetryDelay: retryDelay(st), st: st}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
 			e.Reason, e.Metadata = info.GetReason(), info.GetMetadata()
 		}
 	}
 	return e
+}
+
+// retryDelay is the RetryInfo delay of st, 0 when it carries none.
+func retryDelay(st *status.Status) time.Duration {
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay().IsValid() {
+			return max(ri.GetRetryDelay().AsDuration(), 0)
+		}
+	}
+	return 0
 }
 
 // permanentError marks a handler failure that retrying cannot fix.

@@ -27,7 +27,12 @@ const (
 // GuardFunc does the side effect of one delivery that the caller owns. It
 // returns the result to store with the SETTLED event (and to answer the
 // provider and every later duplicate with, at most 64 KiB), or an error:
-// retryable by default, or permanent when wrapped with Permanent.
+// retryable by default, or permanent when wrapped with Permanent. The
+// result is stored as it is (nil as empty): the bytes case of the result
+// rule all claimd guards share, whose other cases (a string as UTF-8, any
+// other value as compact JSON) the Python and TypeScript guards apply to
+// what their handlers return. Only an error releases the key; once fn
+// returned a result, a result over 64 KiB or a failed settle never does.
 //
 // c tells how the key was acquired: c.Reason is LEASE_EXPIRED when a
 // previous holder vanished, and c.State then says how far it got — it may
@@ -52,10 +57,13 @@ const (
 	// run (422). Alert on it.
 	PayloadMismatch
 	// Unavailable: claimd could not be asked (or could not start the
-	// work); fn did not run (503).
+	// work), or this receiver is over its rate limit (RESOURCE_EXHAUSTED,
+	// RetryAfter from claimd's RetryInfo); fn did not run (503).
 	Unavailable
-	// Rejected: claimd refused the request (bad field, unknown provider);
-	// fn did not run (400 or 500).
+	// Rejected: claimd refused the request: a bad field (400), an unknown
+	// provider, missing or unknown credentials (UNAUTHENTICATED) or a
+	// namespace or role the credentials do not grant (PERMISSION_DENIED)
+	// (500, so that the provider retries once it is fixed); fn did not run.
 	Rejected
 	// Settled: fn succeeded and the event is SETTLED (200, fn's result).
 	Settled
@@ -178,17 +186,17 @@ func (c *Client) Guard(ctx context.Context, req ClaimRequest, fn GuardFunc) Outc
 
 // run does the ACQUIRED part of Guard.
 func (c *Client) run(ctx context.Context, req ClaimRequest, cl Claim, fn GuardFunc) Outcome {
-	ref := cl.Ref()
+	lease := cl.Lease()
 	// Transition, settle and release must outlive a provider that hung up:
 	// the call's own retry policy bounds them.
 	detached := context.WithoutCancel(ctx)
 
-	if _, _, err := c.Transition(ctx, TransitionRequest{Ref: ref, To: StateProcessing}); err != nil {
-		if !errors.Is(err, ErrStaleToken) && !mayHaveHappened(cl) {
+	if _, _, err := c.Transition(ctx, TransitionRequest{Lease: lease, To: StateProcessing}); err != nil {
+		if !notOurs(err) && !mayHaveHappened(cl) {
 			// fn did not run: give the key back so that the provider's retry
 			// need not wait out the lease. If this fails too, the lease does it.
-			if _, rerr := c.Release(detached, ref); rerr != nil {
-				c.opts.logger.Warn("claimd: release after failed start", "key", ref.Key, "err", rerr)
+			if _, rerr := c.Release(detached, lease); rerr != nil {
+				c.opts.logger.Warn("claimd: release after failed start", "key", lease.Key, "err", rerr)
 			}
 		}
 		return c.failedCall(err, cl)
@@ -200,7 +208,7 @@ func (c *Client) run(ctx context.Context, req ClaimRequest, cl Claim, fn GuardFu
 		mu         sync.Mutex
 		supersedes error // set by the heartbeat when another holder took over
 	)
-	stop := c.heartbeat(detached, ref, req.Lease, c.heartbeatEvery(req.Lease, cl), func(err error) {
+	stop := c.heartbeat(detached, lease, req.Lease, c.heartbeatEvery(req.Lease, cl), func(err error) {
 		mu.Lock()
 		supersedes = err
 		mu.Unlock()
@@ -224,15 +232,15 @@ func (c *Client) run(ctx context.Context, req ClaimRequest, cl Claim, fn GuardFu
 			// The side effect happened: recording that matters more than the
 			// result, so settle without it.
 			stored, tooLarge = nil, fmt.Errorf("claimd: result of %d bytes exceeds %d; settled without it", len(result), MaxResultBytes)
-			c.opts.logger.Warn(tooLarge.Error(), "key", ref.Key)
+			c.opts.logger.Warn(tooLarge.Error(), "key", lease.Key)
 		}
-		if _, _, err := c.Transition(detached, TransitionRequest{Ref: ref, To: StateSettled, Result: stored}); err != nil {
+		if _, _, err := c.Transition(detached, TransitionRequest{Lease: lease, To: StateSettled, Result: stored}); err != nil {
 			return c.settleFailed(cl, err)
 		}
 		return Outcome{Status: http.StatusOK, Body: result, Disposition: Settled, Claim: cl, Ran: true, Err: tooLarge}
 	case IsPermanent(fnErr):
 		text := []byte(truncate(fnErr.Error(), MaxFailureText))
-		if _, _, err := c.Transition(detached, TransitionRequest{Ref: ref, To: StateFailed, Result: text}); err != nil {
+		if _, _, err := c.Transition(detached, TransitionRequest{Lease: lease, To: StateFailed, Result: text}); err != nil {
 			o := c.settleFailed(cl, err)
 			o.Err = errors.Join(fnErr, err)
 			return o
@@ -240,21 +248,21 @@ func (c *Client) run(ctx context.Context, req ClaimRequest, cl Claim, fn GuardFu
 		return Outcome{Status: http.StatusOK, Body: text, Disposition: Failed, Claim: cl, Ran: true, Err: fnErr}
 	case mayHaveHappened(cl):
 		c.opts.logger.Warn("claimd: handler failed after a takeover from PROCESSING; leaving the key to its lease",
-			"key", ref.Key, "err", fnErr)
+			"key", lease.Key, "err", fnErr)
 		return Outcome{
 			Status: http.StatusInternalServerError, Body: []byte("processing failed; retry later\n"),
 			Disposition: Unreleased, Claim: cl, Ran: true, Err: fnErr,
 		}
 	default:
-		if _, err := c.Release(detached, ref); err != nil {
-			if errors.Is(err, ErrStaleToken) {
+		if _, err := c.Release(detached, lease); err != nil {
+			if notOurs(err) {
 				o := c.superseded(cl, err, true)
 				o.Err = errors.Join(fnErr, err)
 				return o
 			}
 			// The lease will hand the key over instead; the provider still
 			// retries on the 500.
-			c.opts.logger.Warn("claimd: release failed; the key frees when its lease ends", "key", ref.Key, "err", err)
+			c.opts.logger.Warn("claimd: release failed; the key frees when its lease ends", "key", lease.Key, "err", err)
 			fnErr = errors.Join(fnErr, err)
 		}
 		return Outcome{
@@ -263,6 +271,12 @@ func (c *Client) run(ctx context.Context, req ClaimRequest, cl Claim, fn GuardFu
 		}
 	}
 }
+
+// notOurs reports whether err says that the claim is no longer the
+// caller's: a newer holder took over (or the key was released), or the
+// lease secret is not the owner's. Either way Guard must not settle or
+// release it.
+func notOurs(err error) bool { return errors.Is(err, ErrStaleToken) || errors.Is(err, ErrNotOwner) }
 
 // mayHaveHappened reports whether cl took the key over from a holder that
 // had started the side effect. Such a key is never released by Guard:
@@ -275,16 +289,32 @@ func mayHaveHappened(cl Claim) bool {
 // failedCall is the outcome of a claimd call that failed before fn ran.
 func (c *Client) failedCall(err error, cl Claim) Outcome {
 	switch {
-	case errors.Is(err, ErrStaleToken):
+	case notOurs(err):
 		return c.superseded(cl, err, false)
 	case errors.Is(err, ErrUnavailable), status.Code(err) == codes.Canceled:
 		return Outcome{
 			Status: http.StatusServiceUnavailable, Body: []byte("claimd unavailable; retry later\n"),
 			RetryAfter: UnavailableRetryAfter, Disposition: Unavailable, Claim: cl, Err: err,
 		}
+	case errors.Is(err, ErrResourceExhausted):
+		// This receiver's principal is over its rate limit: come back when
+		// claimd says a call is admitted again.
+		var e *Error
+		wait := UnavailableRetryAfter
+		if errors.As(err, &e) && e.RetryDelay > 0 {
+			wait = e.RetryDelay
+		}
+		return Outcome{
+			Status: http.StatusServiceUnavailable, Body: []byte("claimd rate limit reached; retry later\n"),
+			RetryAfter: wait, Disposition: Unavailable, Claim: cl, Err: err,
+		}
 	case errors.Is(err, ErrInvalidArgument):
 		return Outcome{Status: http.StatusBadRequest, Body: []byte("delivery rejected by claimd\n"), Disposition: Rejected, Claim: cl, Err: err}
 	}
+	// UNAUTHENTICATED and PERMISSION_DENIED land here too: this receiver's
+	// credentials or grants are wrong, which only an operator fixes. The
+	// answer is a 500 and not a 4xx, so that the provider keeps the delivery
+	// and retries it once they are fixed: fn did not run.
 	c.opts.logger.Error("claimd: call failed", "err", err)
 	return Outcome{Status: http.StatusInternalServerError, Body: []byte("claimd refused the delivery\n"), Disposition: Rejected, Claim: cl, Err: err}
 }
@@ -303,7 +333,7 @@ func (c *Client) superseded(cl Claim, err error, ran bool) Outcome {
 // fn ran. The side effect may have happened, so the key is not released:
 // the next holder acquires it with LEASE_EXPIRED and state PROCESSING.
 func (c *Client) settleFailed(cl Claim, err error) Outcome {
-	if errors.Is(err, ErrStaleToken) {
+	if notOurs(err) {
 		return c.superseded(cl, err, true)
 	}
 	c.opts.logger.Error("claimd: settling failed after the handler ran; the next delivery takes over with state PROCESSING",
@@ -324,11 +354,12 @@ func (c *Client) heartbeatEvery(lease time.Duration, cl Claim) time.Duration {
 	return max(lease/3, 100*time.Millisecond)
 }
 
-// heartbeat renews ref's lease every interval until stop is called. When a
-// renewal reports a stale token it calls onStale and stops; other errors
-// are logged and the next tick tries again (fencing keeps a lapsed lease
-// safe). stop waits for the goroutine to end and may be called twice.
-func (c *Client) heartbeat(ctx context.Context, ref Ref, lease, every time.Duration, onStale func(error)) (stop func()) {
+// heartbeat renews l every interval until stop is called. When a renewal
+// reports a stale token (or a secret that is not the owner's) it calls
+// onStale and stops; other errors are logged and the next tick tries again
+// (fencing keeps a lapsed lease safe). stop waits for the goroutine to end
+// and may be called twice.
+func (c *Client) heartbeat(ctx context.Context, l Lease, lease, every time.Duration, onStale func(error)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -344,17 +375,17 @@ func (c *Client) heartbeat(ctx context.Context, ref Ref, lease, every time.Durat
 			// Up to two intervals: a slow renewal still lands before the
 			// lease ends, and the ticker drops the ticks it overlaps.
 			rctx, rcancel := context.WithTimeout(ctx, 2*every)
-			_, err := c.Renew(rctx, ref, lease)
+			_, err := c.Renew(rctx, l, lease)
 			rcancel()
 			switch {
 			case err == nil, ctx.Err() != nil:
-			case errors.Is(err, ErrStaleToken):
+			case notOurs(err):
 				onStale(err)
 				return
 			case errors.Is(err, ErrInvalidTransition):
 				return // terminal already: nothing left to renew
 			default:
-				c.opts.logger.Warn("claimd: lease renewal failed", "key", ref.Key, "err", err)
+				c.opts.logger.Warn("claimd: lease renewal failed", "key", l.Key, "err", err)
 			}
 		}
 	}()

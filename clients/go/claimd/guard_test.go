@@ -230,7 +230,7 @@ func TestGuardTakeoverAfterLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Ref: dead.Ref(), To: claimd.StateProcessing}); err != nil {
+	if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Lease: dead.Lease(), To: claimd.StateProcessing}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -243,7 +243,7 @@ func TestGuardTakeoverAfterLease(t *testing.T) {
 	if !taker.TakenOver() || taker.GetState() != claimd.StateProcessing || taker.GetFencingToken() != 2 {
 		t.Errorf("taker's claim = %v state %v token %d, want LEASE_EXPIRED from PROCESSING with token 2", taker.GetReason(), taker.GetState(), taker.GetFencingToken())
 	}
-	if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Ref: dead.Ref(), To: claimd.StateSettled}); !errors.Is(err, claimd.ErrStaleToken) {
+	if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Lease: dead.Lease(), To: claimd.StateSettled}); !errors.Is(err, claimd.ErrStaleToken) {
 		t.Errorf("dead holder's late settle = %v, want ErrStaleToken", err)
 	}
 }
@@ -263,7 +263,7 @@ func TestGuardFailureAfterTakeoverKeepsEvidence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Ref: dead.Ref(), To: claimd.StateProcessing}); err != nil {
+	if _, _, err := c.Transition(ctx, claimd.TransitionRequest{Lease: dead.Lease(), To: claimd.StateProcessing}); err != nil {
 		t.Fatal(err)
 	}
 	var fx effects
@@ -485,6 +485,86 @@ func TestGuardPanic(t *testing.T) {
 	rec, err := c.Get(ctx, claimd.Ref{Namespace: namespace, Provider: "stripe", Key: id})
 	if err != nil || rec.GetState() != claimd.StateProcessing || rec.GetReleased() {
 		t.Errorf("Get(%q) after a panic = %v, %v; want PROCESSING, not released", id, rec, err)
+	}
+}
+
+// TestGuardOversizedResultNeverReleases: a result claimd cannot store is
+// answered to its delivery and settled without it; the key is never given
+// back, so the side effect runs once across three deliveries.
+func TestGuardOversizedResultNeverReleases(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	c := dial(t, shared.Addr)
+	id := eventID(t)
+	big := strings.Repeat("x", claimd.MaxResultBytes+1)
+	var fx effects
+	fn := func(_ context.Context, cl claimd.Claim) ([]byte, error) {
+		fx.record(cl)
+		return []byte(big), nil
+	}
+
+	want := []summary{
+		{Status: 200, Body: big, Disposition: claimd.Settled, Ran: true},
+		{Status: 200, Disposition: claimd.Duplicate},
+		{Status: 200, Disposition: claimd.Duplicate},
+	}
+	for i, w := range want {
+		out := c.Guard(ctx, stripe(id), fn)
+		if diff := cmp.Diff(w, sum(out)); diff != "" {
+			t.Fatalf("delivery %d: Guard(%q) mismatch (-want +got):\n%s (err %v)", i+1, id, diff, out.Err)
+		}
+		if i == 0 && out.Err == nil {
+			t.Errorf("Guard(%q).Err = nil, want why the result was not stored", id)
+		}
+	}
+	if n := fx.count(); n != 1 {
+		t.Errorf("side effects for %q = %d, want 1", id, n)
+	}
+}
+
+// TestGuardSettleFailureNeverReleases: once fn returned, a settle that
+// fails leaves the key PROCESSING and owned: the next delivery is
+// IN_PROGRESS, not a second run.
+func TestGuardSettleFailureNeverReleases(t *testing.T) {
+	tests := []struct {
+		desc string
+		fail error
+	}{
+		{desc: "claimd unavailable", fail: status.Error(codes.Unavailable, "down (test)")},
+		{desc: "claimd internal error", fail: status.Error(codes.Internal, "bug (test)")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.desc, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxT(t)
+			failSettle := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if tr, ok := req.(*pb.TransitionRequest); ok && tr.GetTo() == claimd.StateSettled {
+					return tt.fail
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}
+			c := dial(t, shared.Addr, claimd.WithDialOptions(grpc.WithChainUnaryInterceptor(failSettle)))
+			other := dial(t, shared.Addr)
+			id := eventID(t)
+			req := stripe(id)
+			req.Lease = time.Minute
+			var fx effects
+
+			out := c.Guard(ctx, req, fx.succeed)
+			if diff := cmp.Diff(summary{Status: 503, Body: "could not record the outcome; retry later\n", Disposition: claimd.Unsettled, Ran: true}, sum(out)); diff != "" {
+				t.Fatalf("%s: Guard(%q) (-want +got):\n%s (err %v)", tt.desc, id, diff, out.Err)
+			}
+			rec, err := other.Get(ctx, claimd.Ref{Namespace: namespace, Provider: "stripe", Key: id})
+			if err != nil || rec.GetReleased() || rec.GetState() != claimd.StateProcessing || rec.GetFencingToken() != 1 {
+				t.Fatalf("%s: Get(%q) = %v, %v; want PROCESSING, not released, token 1", tt.desc, id, rec, err)
+			}
+			if again := other.Guard(ctx, req, fx.succeed); again.Disposition != claimd.InProgress {
+				t.Errorf("%s: next Guard(%q) = %v (err %v), want in_progress", tt.desc, id, again.Disposition, again.Err)
+			}
+			if n := fx.count(); n != 1 {
+				t.Errorf("%s: side effects for %q = %d, want 1", tt.desc, id, n)
+			}
+		})
 	}
 }
 

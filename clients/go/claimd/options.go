@@ -1,12 +1,14 @@
 package claimd
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // Defaults of the options. A webhook provider usually gives up on a
@@ -20,9 +22,14 @@ const (
 
 // RetryPolicy bounds the client's own retries of a call that failed with
 // UNAVAILABLE (or ran out of its per-attempt timeout while the caller's
-// context was still live). Every claimd call is safe to repeat: a Claim is
-// retried with the same attempt_id, and Transition, Renew and Release are
-// idempotent for the same token. Zero fields take the defaults.
+// context was still live), or that claimd refused with RESOURCE_EXHAUSTED
+// and a RetryInfo (the caller's principal is over its rate limit: nothing
+// was written). Such a retry waits at least the RetryInfo's delay, and is
+// not made when that delay would end past MaxElapsed: the call then fails
+// at once with an error matching ErrResourceExhausted. Every claimd call
+// is safe to repeat: a Claim is retried with the same attempt_id, and
+// Transition, Renew and Release are idempotent for the same token. Zero
+// fields take the defaults.
 type RetryPolicy struct {
 	// MaxAttempts counts the first try; 1 disables retries. Default 4.
 	MaxAttempts int
@@ -67,6 +74,15 @@ type options struct {
 	holder           string
 	logger           *slog.Logger
 	now              func() time.Time
+
+	// Transport security and credentials; see security.go.
+	token      TokenSource
+	tokenErr   error
+	tls        *tls.Config
+	tlsErr     error
+	serverName string
+	insecure   bool
+	creds      credentials.TransportCredentials
 }
 
 func defaultOptions() options {
@@ -111,9 +127,10 @@ func WithCallTimeout(d time.Duration) Option {
 }
 
 // WithKeepalive sets the HTTP/2 ping interval and the time to wait for its
-// ack. claimd runs gRPC's default server enforcement, which answers pings
-// more often than every 5 minutes with a GOAWAY, so lower values only make
-// sense against a server configured to permit them. Default 5m and 20s.
+// ack. claimd permits pings every 10s, with or without calls in flight, and
+// answers more frequent ones with a GOAWAY (too_many_pings), so intervals
+// below 10s only cost reconnects. Default 5m and 20s; behind a load balancer
+// that drops idle connections sooner, ping more often.
 func WithKeepalive(interval, timeout time.Duration) Option {
 	return func(o *options) {
 		if interval > 0 {
@@ -125,15 +142,17 @@ func WithKeepalive(interval, timeout time.Duration) Option {
 	}
 }
 
-// WithRetry sets the retry policy for UNAVAILABLE; zero fields keep their
-// defaults.
+// WithRetry sets the retry policy for UNAVAILABLE and for a rate limit's
+// RESOURCE_EXHAUSTED; zero fields keep their defaults.
 func WithRetry(p RetryPolicy) Option {
 	return func(o *options) { o.retry = p.withDefaults() }
 }
 
-// WithDialOptions appends gRPC dial options (credentials, interceptors,
-// stats handlers). They are applied after the client's own, so they win.
-// Without credentials among them the connection is plaintext.
+// WithDialOptions appends gRPC dial options (interceptors, stats
+// handlers). They are applied after the client's own, so they win. Choose
+// transport security with WithTLS, WithTLSFiles, WithTransportCredentials
+// or WithInsecure, not here: Dial decides from those whether a target may
+// be reached in plaintext.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOptions = append(o.dialOptions, opts...) }
 }

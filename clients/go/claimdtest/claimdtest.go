@@ -6,6 +6,7 @@ package claimdtest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -60,6 +62,14 @@ type Server struct {
 // dataDir (plus args) and returns once claimd's health service reports
 // SERVING, i.e. its tiers answer.
 func Start(binary, dataDir string, args ...string) (*Server, error) {
+	return StartTLS(binary, dataDir, nil, args...)
+}
+
+// StartTLS is Start for a claimd that serves TLS (args name --tls-cert
+// and the rest): the health check connects with clientTLS, which must
+// trust claimd's certificate and, when args require client certificates,
+// present one. A nil clientTLS connects in plaintext.
+func StartTLS(binary, dataDir string, clientTLS *tls.Config, args ...string) (*Server, error) {
 	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir", dataDir}, args...)
 	cmd := exec.Command(binary, args...)
 	cmd.SysProcAttr = procAttr()
@@ -102,7 +112,7 @@ func Start(binary, dataDir string, args ...string) (*Server, error) {
 		s.kill()
 		return nil, fmt.Errorf("claimd did not log \"claimd serving\" within %v\n%s", StartTimeout, s.Logs())
 	}
-	if err := waitServing(ctx, s.Addr); err != nil {
+	if err := waitServing(ctx, s.Addr, clientTLS); err != nil {
 		s.kill()
 		return nil, fmt.Errorf("claimd at %s not SERVING: %v\n%s", s.Addr, err, s.Logs())
 	}
@@ -113,7 +123,13 @@ func Start(binary, dataDir string, args ...string) (*Server, error) {
 // failure, and Stop registered as cleanup.
 func StartT(t testing.TB, binary string, args ...string) *Server {
 	t.Helper()
-	s, err := Start(binary, t.TempDir(), args...)
+	return StartTLST(t, binary, nil, args...)
+}
+
+// StartTLST is StartTLS for a test, as StartT is Start.
+func StartTLST(t testing.TB, binary string, clientTLS *tls.Config, args ...string) *Server {
+	t.Helper()
+	s, err := StartTLS(binary, t.TempDir(), clientTLS, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +143,12 @@ func StartT(t testing.TB, binary string, args ...string) *Server {
 
 // waitServing watches grpc.health.v1 until claimd reports SERVING: Watch
 // streams changes, so nothing polls or sleeps.
-func waitServing(ctx context.Context, addr string) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func waitServing(ctx context.Context, addr string, clientTLS *tls.Config) error {
+	creds := insecure.NewCredentials()
+	if clientTLS != nil {
+		creds = credentials.NewTLS(clientTLS)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
@@ -20,7 +21,9 @@ from claimd import (
     EventState,
     InvalidTransition,
     KeySource,
+    Lease,
     NotFound,
+    NotOwner,
     Outcome,
     Reason,
     StaleToken,
@@ -48,18 +51,22 @@ def test_claim_transition_settle_duplicate(client: Client, ns: str, evt: str) ->
     assert c.ttl == timedelta(hours=84), f"Claim({evt!r}).ttl = {c.ttl}, want Stripe's 72h + 12h"
     assert c.lease_expires_at is not None and c.first_seen_at is not None
     assert c.lease_expires_at - c.first_seen_at == timedelta(seconds=30)
+    assert len(c.lease_secret) == 16 and c.lease == Lease(ns, "stripe", evt, 1, c.lease_secret)
 
-    moved = client.transition(ns, "stripe", c.key, c.fencing_token, EventState.PROCESSING)
+    moved = client.transition(c, EventState.PROCESSING)
     assert moved.changed and moved.record.state == EventState.PROCESSING
-    again = client.transition(ns, "stripe", c.key, c.fencing_token, EventState.PROCESSING)
+    again = client.transition(c, EventState.PROCESSING)
     assert not again.changed, "a repeated transition must succeed without changing anything"
 
-    settled = client.transition(ns, "stripe", c.key, c.fencing_token, EventState.SETTLED, result=b'{"charge":"ch_1"}')
+    settled = client.transition(c, EventState.SETTLED, result=b'{"charge":"ch_1"}')
     assert settled.record.state == EventState.SETTLED and settled.record.result == b'{"charge":"ch_1"}'
 
     dup = client.claim(ns, "stripe", event_id=evt)
     assert (dup.outcome, dup.state, dup.result) == (Outcome.DUPLICATE, EventState.SETTLED, b'{"charge":"ch_1"}')
     assert dup.reason == Reason.UNSPECIFIED and dup.served_by != Tier.UNSPECIFIED
+    assert (dup.fencing_token, dup.lease_secret) == (0, b""), "only the owner gets the token and secret"
+    with pytest.raises(ValueError):
+        dup.lease  # noqa: B018 (a duplicate owns nothing)
 
     rec = client.get(ns, "stripe", evt)
     assert (rec.namespace, rec.provider, rec.key, rec.state, rec.fencing_token, rec.holder) == (
@@ -74,7 +81,7 @@ def test_claim_transition_settle_duplicate(client: Client, ns: str, evt: str) ->
 
 def test_release_hands_the_key_to_the_next_claim(client: Client, ns: str, evt: str) -> None:
     first = client.claim(ns, "stripe", event_id=evt)
-    rec = client.release(ns, "stripe", first.key, first.fencing_token)
+    rec = client.release(first)
     assert rec.released
     second = client.claim(ns, "stripe", event_id=evt)
     assert (second.outcome, second.reason, second.fencing_token, second.attempt) == (
@@ -87,7 +94,7 @@ def test_release_hands_the_key_to_the_next_claim(client: Client, ns: str, evt: s
 
 def test_renew_extends_the_lease(client: Client, ns: str, evt: str) -> None:
     c = client.claim(ns, "stripe", event_id=evt, lease=5)
-    rec = client.renew(ns, "stripe", c.key, c.fencing_token, lease=timedelta(seconds=120))
+    rec = client.renew(c, lease=timedelta(seconds=120))
     assert rec.lease == timedelta(seconds=120), f"Renew(lease=120s) record lease = {rec.lease}"
 
 
@@ -134,7 +141,7 @@ class ErrorCase:
 ERROR_CASES = [
     ErrorCase(
         desc="transition out of a terminal state",
-        call=lambda cl, ns, c: cl.transition(ns, "stripe", c.key, c.fencing_token, EventState.PROCESSING),
+        call=lambda cl, ns, c: cl.transition(c, EventState.PROCESSING),
         want=InvalidTransition,
         code=grpc.StatusCode.FAILED_PRECONDITION,
         reason="INVALID_TRANSITION",
@@ -142,24 +149,33 @@ ERROR_CASES = [
     ),
     ErrorCase(
         desc="renew of a terminal record",
-        call=lambda cl, ns, c: cl.renew(ns, "stripe", c.key, c.fencing_token),
+        call=lambda cl, ns, c: cl.renew(c),
         want=InvalidTransition,
         code=grpc.StatusCode.FAILED_PRECONDITION,
         reason="INVALID_TRANSITION",
     ),
     ErrorCase(
         desc="release of a terminal record",
-        call=lambda cl, ns, c: cl.release(ns, "stripe", c.key, c.fencing_token),
+        call=lambda cl, ns, c: cl.release(c),
         want=InvalidTransition,
         code=grpc.StatusCode.FAILED_PRECONDITION,
         reason="INVALID_TRANSITION",
     ),
     ErrorCase(
         desc="a token never issued",
-        call=lambda cl, ns, c: cl.transition(ns, "stripe", c.key, c.fencing_token + 1, EventState.FAILED),
+        call=lambda cl, ns, c: cl.transition(
+            dataclasses.replace(c.lease, fencing_token=c.fencing_token + 1), EventState.FAILED
+        ),
         want=StaleToken,
         code=grpc.StatusCode.FAILED_PRECONDITION,
         reason="STALE_TOKEN",
+    ),
+    ErrorCase(
+        desc="the current token with another secret",
+        call=lambda cl, ns, c: cl.transition(dataclasses.replace(c.lease, lease_secret=bytes(16)), EventState.SETTLED),
+        want=NotOwner,
+        code=grpc.StatusCode.PERMISSION_DENIED,
+        reason="NOT_OWNER",
     ),
     ErrorCase(
         desc="get of a missing record",
@@ -189,8 +205,8 @@ ERROR_CASES = [
 @pytest.mark.parametrize("case", ERROR_CASES, ids=lambda c: c.desc)
 def test_errors(client: Client, ns: str, evt: str, case: ErrorCase) -> None:
     c = client.claim(ns, "stripe", event_id=evt)
-    client.transition(ns, "stripe", c.key, c.fencing_token, EventState.PROCESSING)
-    client.transition(ns, "stripe", c.key, c.fencing_token, EventState.SETTLED)
+    client.transition(c, EventState.PROCESSING)
+    client.transition(c, EventState.SETTLED)
     with pytest.raises(ClaimdError) as info:
         case.call(client, ns, c)
     err = info.value
@@ -199,3 +215,27 @@ def test_errors(client: Client, ns: str, evt: str, case: ErrorCase) -> None:
     if case.metadata is not None:
         assert dict(err.metadata) == case.metadata, f"{case.desc}: metadata = {err.metadata}"
     assert isinstance(err.__cause__, grpc.RpcError), f"{case.desc}: the gRPC error must be kept as __cause__"
+
+
+def test_a_token_read_with_get_does_not_write(client: Client, ns: str, evt: str) -> None:
+    owner = client.claim(ns, "stripe", event_id=evt, holder="pod-a")
+    before = client.get(ns, "stripe", evt)
+    stranger = Lease(ns, "stripe", evt, before.fencing_token, b"made-up secret!!")
+    calls: list[Callable[[], Any]] = [
+        lambda: client.transition(stranger, EventState.PROCESSING),
+        lambda: client.renew(stranger, lease=600),
+        lambda: client.release(stranger),
+    ]
+    for call in calls:
+        with pytest.raises(NotOwner) as info:
+            call()
+        assert info.value.code == grpc.StatusCode.PERMISSION_DENIED, info.value
+    assert client.get(ns, "stripe", evt) == before, "a refused write must change nothing"
+    assert client.transition(owner, EventState.PROCESSING).changed
+
+
+def test_the_secret_stays_out_of_reprs(client: Client, ns: str, evt: str) -> None:
+    c = client.claim(ns, "stripe", event_id=evt)
+    for text in (repr(c), repr(c.lease), str(c.lease)):
+        assert c.lease_secret.hex() not in text and repr(c.lease_secret) not in text, text
+        assert evt in text

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,7 @@ from claimd import (
     EventState,
     Guard,
     GuardResult,
+    Lease,
     Outcome,
     PayloadMismatch,
     PermanentError,
@@ -194,8 +196,8 @@ def test_a_handler_that_dies_is_taken_over_after_its_lease(
     assert seen == [(Reason.LEASE_EXPIRED, EventState.PROCESSING, 2)], (
         f"taker saw (reason, state, token) = {seen}, want LEASE_EXPIRED with the state the dead holder reached"
     )
-    with pytest.raises(StaleToken):
-        client.transition(ns, "stripe", evt, 1, EventState.SETTLED)
+    with pytest.raises(StaleToken):  # the dead holder's token, whatever its secret
+        client.transition(Lease(ns, "stripe", evt, 1, bytes(16)), EventState.SETTLED)
 
 
 def test_the_heartbeat_keeps_the_lease_past_its_length(client: Client, ns: str, evt: str) -> None:
@@ -230,7 +232,7 @@ def test_a_takeover_cancels_the_handler_and_it_does_not_settle(client: Client, n
         c = g.claim
         # Someone else ends up owning the key: here, the key is released
         # behind the guard's back and claimed again.
-        client.release(ns, "stripe", c.key, c.fencing_token)
+        client.release(c)
         taker = client.claim(ns, "stripe", event_id=evt)
         assert (taker.outcome, taker.fencing_token) == (Outcome.ACQUIRED, 2)
         assert g.cancelled.wait(BOUND), "the heartbeat must notice the takeover"
@@ -329,3 +331,161 @@ def test_with_block_base_exception_releases_and_propagates(client: Client, ns: s
             raise KeyboardInterrupt
     assert client.get(ns, "stripe", evt).released
     assert g.result.status == 500
+
+
+# Results are encoded by one rule in every claimd guard: bytes as they are,
+# str as UTF-8, None as empty, anything else as compact JSON in UTF-8.
+ENCODED = [
+    pytest.param(
+        {"charge": "ch_1", "amount": 100, "note": "é"}, '{"charge":"ch_1","amount":100,"note":"é"}'.encode(), id="dict"
+    ),
+    pytest.param("charged ✓", "charged ✓".encode(), id="str"),
+]
+
+
+@pytest.mark.parametrize(("returned", "stored"), ENCODED)
+def test_a_dict_or_str_result_runs_the_handler_once_across_three_deliveries(
+    client: Client, ns: str, evt: str, returned: object, stored: bytes
+) -> None:
+    ledger = Ledger()
+
+    @client.guarded(ns, "stripe")
+    def handle(g: Guard) -> object:
+        ledger.append(evt)
+        return returned  # what an AWS Powertools handler returns
+
+    first, second, third = (handle(evt) for _ in range(3))
+    assert ledger.rows == [evt], f"side effects = {len(ledger.rows)}, want 1 across three deliveries"
+    assert (first.status, first.outcome, first.ran, first.body, first.error) == (
+        200,
+        Outcome.ACQUIRED,
+        True,
+        stored,
+        None,
+    ), first
+    for dup in (second, third):
+        assert (dup.status, dup.outcome, dup.ran, dup.body) == (200, Outcome.DUPLICATE, False, stored), dup
+    rec = client.get(ns, "stripe", evt)
+    assert (rec.state, rec.result) == (EventState.SETTLED, stored), rec
+
+
+@pytest.mark.parametrize(("returned", "stored"), ENCODED)
+def test_with_block_settle_of_a_dict_or_str_runs_once_across_three_deliveries(
+    client: Client, ns: str, evt: str, returned: object, stored: bytes
+) -> None:
+    ledger = Ledger()
+    answers: list[GuardResult] = []
+    for _ in range(3):
+        with client.guard(ns, "stripe", event_id=evt) as g:
+            if g.acquired:
+                ledger.append(evt)
+                g.settle(returned)
+        answers.append(g.result)
+    assert ledger.rows == [evt], f"side effects = {len(ledger.rows)}, want 1 across three deliveries"
+    assert [(a.status, a.outcome, a.body) for a in answers] == [
+        (200, Outcome.ACQUIRED, stored),
+        (200, Outcome.DUPLICATE, stored),
+        (200, Outcome.DUPLICATE, stored),
+    ], answers
+
+
+@pytest.mark.parametrize(
+    ("result", "stored"),
+    [
+        pytest.param(None, b"", id="None"),
+        pytest.param(b"\x00\xffraw", b"\x00\xffraw", id="bytes"),
+        pytest.param(bytearray(b"ba"), b"ba", id="bytearray"),
+        pytest.param(memoryview(b"mv"), b"mv", id="memoryview"),
+        pytest.param("", b"", id="empty str"),
+        pytest.param([1, "x", None, True], b'[1,"x",null,true]', id="list"),
+        pytest.param({"b": {"a": [1.5]}}, b'{"b":{"a":[1.5]}}', id="nested dict keeps its order"),
+        pytest.param(42, b"42", id="int"),
+        pytest.param(False, b"false", id="bool"),
+    ],
+)
+def test_results_are_encoded_by_one_rule(client: Client, ns: str, evt: str, result: object, stored: bytes) -> None:
+    with client.guard(ns, "stripe", event_id=evt) as g:
+        g.settle(result)
+    assert (g.result.status, g.result.body, g.result.error) == (200, stored, None), g.result
+    assert client.get(ns, "stripe", evt).result == stored
+
+
+class Charge:
+    """Charge is a result the JSON encoder does not know."""
+
+
+@pytest.mark.parametrize(
+    ("returned", "error"),
+    [
+        pytest.param(Charge(), TypeError, id="object"),
+        pytest.param({"amount": float("nan")}, ValueError, id="NaN is not JSON"),
+        pytest.param("\ud800", UnicodeEncodeError, id="lone surrogate is not UTF-8"),
+    ],
+)
+def test_a_result_that_cannot_be_encoded_still_never_releases(
+    client: Client, ns: str, evt: str, returned: object, error: type[Exception]
+) -> None:
+    ledger = Ledger()
+
+    @client.guarded(ns, "stripe")
+    def handle(g: Guard) -> object:
+        ledger.append(evt)
+        return returned
+
+    first, second, third = (handle(evt) for _ in range(3))
+    assert ledger.rows == [evt], f"side effects = {len(ledger.rows)}, want 1 across three deliveries"
+    # The side effect happened: it is recorded (without a result) and the
+    # provider is told to stop; the error says why nothing was stored.
+    assert (first.status, first.ran, first.body) == (200, True, b""), first
+    assert isinstance(first.error, error), first.error
+    for dup in (second, third):
+        assert (dup.status, dup.outcome, dup.ran, dup.body) == (200, Outcome.DUPLICATE, False, b""), dup
+    rec = client.get(ns, "stripe", evt)
+    assert (rec.state, rec.result) == (EventState.SETTLED, b""), rec
+
+
+@pytest.mark.parametrize("form", ["decorator", "with-block"])
+@pytest.mark.parametrize(
+    "interrupt", [RuntimeError("client bug"), KeyboardInterrupt()], ids=["Exception", "BaseException"]
+)
+def test_a_settle_that_raises_never_releases(
+    client: Client, ns: str, evt: str, form: str, interrupt: BaseException, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transition = client.transition
+
+    def settle_raises(*args: object, **kwargs: object) -> object:
+        if EventState.SETTLED in args:
+            raise interrupt
+        return transition(*args, **kwargs)
+
+    monkeypatch.setattr(client, "transition", settle_raises)
+    ledger = Ledger()
+    answers: list[GuardResult] = []
+    propagates = isinstance(interrupt, KeyboardInterrupt)
+    with pytest.raises(type(interrupt)) if propagates else contextlib.nullcontext():
+        if form == "decorator":
+
+            @client.guarded(ns, "stripe", lease=60)
+            def handle(g: Guard) -> bytes:
+                ledger.append(evt)
+                return b"paid"
+
+            answers.append(handle(evt))
+        else:
+            with client.guard(ns, "stripe", event_id=evt, lease=60) as g:
+                if g.acquired:
+                    ledger.append(evt)
+                    g.settle(b"paid")
+            answers.append(g.result)
+    if not propagates:
+        assert [(a.status, a.ran, a.error) for a in answers] == [(500, True, interrupt)], answers
+    elif form == "with-block":
+        assert (g.result.status, g.result.ran, g.result.error) == (500, True, interrupt), g.result
+    monkeypatch.undo()
+    rec = client.get(ns, "stripe", evt)
+    assert (rec.state, rec.released, rec.fencing_token) == (EventState.PROCESSING, False, 1), (
+        f"after a settle that raised, the record must stay PROCESSING and owned: {rec}"
+    )
+    again = client.claim(ns, "stripe", event_id=evt)
+    assert again.outcome == Outcome.IN_PROGRESS, f"Claim({evt!r}) outcome = {again.outcome.name}, want IN_PROGRESS"
+    assert ledger.rows == [evt]

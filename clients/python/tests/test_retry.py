@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from claimd import ClaimdError, Client, Outcome, Reason, RetryPolicy, Unavailable
+from claimd import ClaimdError, Client, EventState, Outcome, Reason, RetryPolicy, Unavailable
 from claimd.testing import ClaimdServer
 
 
@@ -62,6 +62,8 @@ def test_claim_retry_reuses_attempt_id(claimd_server: ClaimdServer, ns: str, evt
             f"retried Claim({evt!r}) = {c.outcome.name}/{c.reason.name} token {c.fencing_token}, "
             "want the same ACQUIRED/NEW and token 1 the lost answer carried"
         )
+        # ... and the lease secret of that acquisition: the owner can write.
+        assert client.transition(c, EventState.PROCESSING).changed
 
         # The control: another attempt (a new attempt_id) is told IN_PROGRESS.
         other = client.claim(ns, "stripe", event_id=evt)

@@ -16,6 +16,7 @@ import {
   ClaimService,
   type ClaimResponse,
   type EventState,
+  Outcome,
   GetRequestSchema,
   type Record as ClaimRecord,
   ReleaseRequestSchema,
@@ -25,6 +26,15 @@ import {
 } from "./gen/idempotency/v1/claim_pb.js";
 import { type Provider, ProviderService } from "./gen/idempotency/v1/provider_pb.js";
 import { type ResolvedRetryPolicy, type RetryPolicy, resolveRetryPolicy, withRetry } from "./retry.js";
+import {
+  bearerInterceptor,
+  checkTlsOptions,
+  checkToken,
+  isLoopbackHost,
+  type TlsOptions,
+  tlsConnectOptions,
+  type TokenProvider,
+} from "./security.js";
 
 /**
  * ClientOptions configures createClient. Every field is optional; missing
@@ -43,9 +53,9 @@ export interface ClientOptions {
     /**
      * intervalMs between PINGs while a call waits without data, and the idle
      * time after which a connection is checked with one PING before reuse.
-     * Default 30000. Keep it long: claimd enforces grpc-go's default policy,
-     * under which a third PING within 5 minutes with no response data in
-     * between gets GOAWAY ENHANCE_YOUR_CALM and fails the calls in flight.
+     * Default 30000. Keep it at 10000 or more: claimd permits a PING every
+     * 10 s and answers more frequent ones with GOAWAY ENHANCE_YOUR_CALM,
+     * which fails the calls in flight.
      * Calls are bounded (timeoutMs, plus waitMs), so at 30 s a call sends
      * one PING at most.
      */
@@ -57,8 +67,27 @@ export interface ClientOptions {
   retry?: RetryPolicy;
   /** holder is the default ClaimRequest.holder. Default "<hostname>/<pid>". */
   holder?: string;
-  /** interceptors run around every attempt (auth headers, metrics, tests). */
+  /** interceptors run around every attempt (metrics, tests). They never see the token. */
   interceptors?: Interceptor[];
+  /**
+   * token is the bearer token ("claimd token new"), or a function returning
+   * it that is called before every attempt (rotation). It is sent as
+   * "authorization: Bearer <token>", only over TLS or to a loopback target,
+   * and appears in no error or inspected value.
+   */
+  token?: string | TokenProvider;
+  /**
+   * tls connects over TLS: true with node's default roots, or TlsOptions
+   * (CA, client certificate for mTLS, server name). A target
+   * "https://host:port" is TLS too.
+   */
+  tls?: TlsOptions | boolean;
+  /**
+   * insecure allows plaintext to a target that is not a loopback address.
+   * Without it such a target needs tls, and createClient throws. A token is
+   * never sent in plaintext off loopback: insecure with a token throws.
+   */
+  insecure?: boolean;
 }
 
 /** CallOptions adjusts one call. */
@@ -113,13 +142,40 @@ export interface RecordRef {
   key: string;
 }
 
-/** FencedRef is a RecordRef with the fencing token of its holder. */
-export interface FencedRef extends RecordRef {
+/**
+ * Lease is the owner's handle on a claimed record, and what transition, renew
+ * and release present: the record's name, its fencing token and the lease
+ * secret that only the ACQUIRED answer carried. The token is a sequence
+ * number anyone may read (get shows it); the secret proves ownership, so keep
+ * a Lease as private as a password while the claim runs. Make it with
+ * leaseOf(request, claim).
+ */
+export interface Lease extends RecordRef {
   fencingToken: bigint | number;
+  /** leaseSecret is the ClaimResponse's leaseSecret (16 bytes). */
+  leaseSecret: Uint8Array;
 }
 
-/** TransitionInput moves a record to `to`, fenced by token. */
-export interface TransitionInput extends FencedRef {
+/**
+ * leaseOf is the Lease of an ACQUIRED claim, made for the request's namespace
+ * and provider. It throws a TypeError for any other answer: only ACQUIRED
+ * owns anything (and carries a secret).
+ */
+export function leaseOf(request: { namespace: string; provider: string }, claim: ClaimResponse): Lease {
+  if (claim.outcome !== Outcome.ACQUIRED || claim.leaseSecret.length === 0) {
+    throw new TypeError(`leaseOf: the claim of ${JSON.stringify(claim.key)} was not ACQUIRED (outcome ${Outcome[claim.outcome]})`);
+  }
+  return {
+    namespace: request.namespace,
+    provider: request.provider,
+    key: claim.key,
+    fencingToken: claim.fencingToken,
+    leaseSecret: claim.leaseSecret,
+  };
+}
+
+/** TransitionInput moves a record to `to`, as the owner of its lease. */
+export interface TransitionInput extends Lease {
   to: EventState;
   /** result is stored with SETTLED or FAILED (≤ 64 KiB); strings as UTF-8. */
   result?: Uint8Array | string;
@@ -128,7 +184,7 @@ export interface TransitionInput extends FencedRef {
 }
 
 /** RenewInput extends the holder's lease. */
-export interface RenewInput extends FencedRef {
+export interface RenewInput extends Lease {
   /** leaseMs sets the lease to now + leaseMs; default the provider's lease. */
   leaseMs?: number;
 }
@@ -141,13 +197,13 @@ export interface RenewInput extends FencedRef {
 export interface ClaimdClient {
   /** claim asks whether the delivery is the first and whether we may act on it. */
   claim(req: ClaimInput, opts?: CallOptions): Promise<ClaimResponse>;
-  /** transition moves the event forward; a repeat with the same token is a no-op. */
+  /** transition moves the event forward; a repeat with the same lease is a no-op. */
   transition(req: TransitionInput, opts?: CallOptions): Promise<TransitionResponse>;
   /** renew extends the live holder's lease (the guard's heartbeat). */
   renew(req: RenewInput, opts?: CallOptions): Promise<ClaimRecord>;
   /** release gives the key back: the side effect did not happen. */
-  release(req: FencedRef, opts?: CallOptions): Promise<ClaimRecord>;
-  /** get reads a record from the durable tier. */
+  release(req: Lease, opts?: CallOptions): Promise<ClaimRecord>;
+  /** get reads a record from the durable tier: its token, never a lease secret. */
   get(req: RecordRef, opts?: CallOptions): Promise<ClaimRecord>;
   /** getProvider returns a provider or group as the server derived it. */
   getProvider(name: string, opts?: CallOptions): Promise<Provider>;
@@ -165,10 +221,44 @@ export interface ClaimdClient {
  * createClient returns a client of the claimd at target ("127.0.0.1:50051",
  * or a URL "http://host:port" / "https://host:port"). It connects lazily, on
  * the first call.
+ *
+ * Plaintext is the default only for a loopback target (127.0.0.1, [::1],
+ * localhost), and each connection checks that its peer is one; any other
+ * target needs `tls` (or an https URL), or `insecure` without a token, and
+ * createClient throws a TypeError that says which option to add.
  */
 export function createClient(target: string, opts: ClientOptions = {}): ClaimdClient {
-  const baseUrl = /^https?:\/\//.test(target) ? target : `http://${target}`;
+  const tlsOpts = opts.tls === true ? {} : opts.tls === false ? undefined : opts.tls;
+  let baseUrl = /^https?:\/\//.test(target) ? target : `http://${target}`;
+  if (tlsOpts !== undefined) {
+    if (baseUrl.startsWith("http:")) {
+      baseUrl = "https:" + baseUrl.slice("http:".length);
+    }
+    checkTlsOptions(tlsOpts);
+  }
   const url = new URL(baseUrl);
+  const secure = url.protocol === "https:";
+  if (secure && opts.insecure) {
+    throw new TypeError("createClient: give one of tls (or an https target) and insecure");
+  }
+  if (opts.token !== undefined && typeof opts.token !== "function") {
+    const problem = checkToken(opts.token);
+    if (problem !== undefined) {
+      throw new TypeError(`createClient: token: ${problem}`);
+    }
+  }
+  if (!secure && opts.token !== undefined && opts.insecure) {
+    throw new TypeError("createClient: insecure would send the bearer token in plaintext; use tls");
+  }
+  if (!secure && !opts.insecure && !isLoopbackHost(url.hostname)) {
+    const what = opts.token !== undefined ? "the bearer token" : "calls";
+    throw new TypeError(
+      `createClient: ${clip(url.host)} is not a loopback address, and ${what} must not cross the network in plaintext: ` +
+        "give tls: { caFile, certFile, keyFile } (or insecure: true for plaintext without a token)",
+    );
+  }
+  const token = opts.token;
+  const provider: TokenProvider | undefined = typeof token === "string" ? () => token : token;
   const session = new Http2SessionManager(
     url,
     {
@@ -176,12 +266,13 @@ export function createClient(target: string, opts: ClientOptions = {}): ClaimdCl
       pingTimeoutMs: opts.keepalive?.timeoutMs ?? 10_000,
       pingIdleConnection: false,
     },
-    { createConnection: () => dial(url, opts.connectTimeoutMs ?? 2_000) },
+    { createConnection: () => dial(url, opts.connectTimeoutMs ?? 2_000, tlsOpts, !opts.insecure) },
   );
   const transport = createGrpcTransport({
     baseUrl,
     sessionManager: session,
-    interceptors: opts.interceptors ?? [],
+    // The token is set innermost, after the caller's interceptors ran.
+    interceptors: [...(opts.interceptors ?? []), ...(provider ? [bearerInterceptor(provider)] : [])],
   });
   return new Claimd(
     baseUrl,
@@ -197,15 +288,27 @@ export function createClient(target: string, opts: ClientOptions = {}): ClaimdCl
 /**
  * dial opens the connection under a connect timeout. http2.connect has none
  * of its own, and without one a black-holed address would eat the whole
- * call deadline instead of failing fast as UNAVAILABLE (ETIMEDOUT).
+ * call deadline instead of failing fast as UNAVAILABLE (ETIMEDOUT). A
+ * plaintext connection that must stay on this machine (loopbackOnly) is
+ * dropped unless its peer is a loopback address: "localhost" could resolve
+ * elsewhere.
  */
-function dial(url: URL, timeoutMs: number): Duplex {
+function dial(url: URL, timeoutMs: number, tlsOpts: TlsOptions | undefined, loopbackOnly: boolean): Duplex {
   const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
   const tlsOn = url.protocol === "https:";
   const port = Number(url.port || (tlsOn ? 443 : 80));
+  const servername = tlsOpts?.serverName ?? (net.isIP(host) ? undefined : host);
   const socket = tlsOn
-    ? tls.connect({ host, port, servername: net.isIP(host) ? undefined : host, ALPNProtocols: ["h2"] })
+    ? tls.connect({ host, port, ...tlsConnectOptions(tlsOpts ?? {}), ...(servername ? { servername } : {}), ALPNProtocols: ["h2"] })
     : net.connect({ host, port });
+  if (!tlsOn && loopbackOnly) {
+    socket.once("connect", () => {
+      const peer = socket.remoteAddress ?? "";
+      if (!isLoopbackHost(peer)) {
+        socket.destroy(new Error(`claimd: ${clip(url.host)} resolved to ${peer}, not a loopback address: plaintext refused`));
+      }
+    });
+  }
   const timer = setTimeout(() => {
     const err = new Error(`connect to ${url.host}: timed out after ${timeoutMs}ms`) as NodeJS.ErrnoException;
     err.code = "ETIMEDOUT";
@@ -266,8 +369,7 @@ class Claimd implements ClaimdClient {
 
   async transition(req: TransitionInput, opts?: CallOptions): Promise<TransitionResponse> {
     const msg = create(TransitionRequestSchema, {
-      ...ref(req),
-      fencingToken: BigInt(req.fencingToken),
+      ...fenced(req),
       to: req.to,
       result: req.result === undefined ? new Uint8Array() : bytes(req.result),
       extendLease: duration(req.extendLeaseMs),
@@ -276,12 +378,12 @@ class Claimd implements ClaimdClient {
   }
 
   async renew(req: RenewInput, opts?: CallOptions): Promise<ClaimRecord> {
-    const msg = create(RenewRequestSchema, { ...ref(req), fencingToken: BigInt(req.fencingToken), lease: duration(req.leaseMs) });
+    const msg = create(RenewRequestSchema, { ...fenced(req), lease: duration(req.leaseMs) });
     return required((await this.call(opts, (o) => this.claims.renew(msg, o))).record);
   }
 
-  async release(req: FencedRef, opts?: CallOptions): Promise<ClaimRecord> {
-    const msg = create(ReleaseRequestSchema, { ...ref(req), fencingToken: BigInt(req.fencingToken) });
+  async release(req: Lease, opts?: CallOptions): Promise<ClaimRecord> {
+    const msg = create(ReleaseRequestSchema, fenced(req));
     return required((await this.call(opts, (o) => this.claims.release(msg, o))).record);
   }
 
@@ -303,8 +405,18 @@ class Claimd implements ClaimdClient {
   }
 }
 
+/** clip keeps a caller-given string printable in an error. */
+function clip(s: string, max = 64): string {
+  return s.length <= max ? JSON.stringify(s) : `${JSON.stringify(s.slice(0, max))}… (${s.length} bytes)`;
+}
+
 function ref(r: RecordRef): RecordRef {
   return { namespace: r.namespace, provider: r.provider, key: r.key };
+}
+
+/** fenced is the part of a request that proves ownership: name, token and secret. */
+function fenced(l: Lease): RecordRef & { fencingToken: bigint; leaseSecret: Uint8Array } {
+  return { ...ref(l), fencingToken: BigInt(l.fencingToken), leaseSecret: l.leaseSecret };
 }
 
 function required<T>(v: T | undefined): T {

@@ -13,10 +13,23 @@ export const ERROR_DOMAIN = "claimd.dev";
 export const ErrorReason = {
   INVALID_TRANSITION: "INVALID_TRANSITION",
   STALE_TOKEN: "STALE_TOKEN",
+  NOT_OWNER: "NOT_OWNER",
   RECORD_NOT_FOUND: "RECORD_NOT_FOUND",
   PROVIDER_NOT_FOUND: "PROVIDER_NOT_FOUND",
   DURABLE_TIER_UNAVAILABLE: "DURABLE_TIER_UNAVAILABLE",
   INVALID_ARGUMENT: "INVALID_ARGUMENT",
+  // UNAUTHENTICATED, from a claimd that authenticates callers:
+  CREDENTIALS_MISSING: "CREDENTIALS_MISSING",
+  TOKEN_MALFORMED: "TOKEN_MALFORMED",
+  TOKEN_UNKNOWN: "TOKEN_UNKNOWN",
+  IDENTITY_UNKNOWN: "IDENTITY_UNKNOWN",
+  PRINCIPAL_CONFLICT: "PRINCIPAL_CONFLICT",
+  // PERMISSION_DENIED (metadata.principal names who was refused):
+  NAMESPACE_DENIED: "NAMESPACE_DENIED",
+  ROLE_DENIED: "ROLE_DENIED",
+  METHOD_DENIED: "METHOD_DENIED",
+  // RESOURCE_EXHAUSTED, with a RetryInfo:
+  RATE_LIMITED: "RATE_LIMITED",
 } as const;
 
 /** ErrorInfo is the decoded google.rpc.ErrorInfo detail of a claimd error. */
@@ -39,14 +52,20 @@ export class ClaimdError extends Error {
   readonly metadata: Record<string, string>;
   /** rawMessage is the server's message without the "[code]" prefix. */
   readonly rawMessage: string;
+  /**
+   * retryAfterMs is the google.rpc.RetryInfo delay the server sent (a rate
+   * limit's RESOURCE_EXHAUSTED); undefined without one.
+   */
+  readonly retryAfterMs: number | undefined;
 
-  constructor(code: Code, message: string, info?: ErrorInfo, options?: { cause?: unknown }) {
+  constructor(code: Code, message: string, info?: ErrorInfo, options?: { cause?: unknown; retryAfterMs?: number }) {
     super(`[${codeName(code)}]${info ? ` ${info.reason}:` : ""} ${message}`, options);
     this.name = new.target.name;
     this.code = code;
     this.reason = info?.reason;
     this.metadata = info?.metadata ?? {};
     this.rawMessage = message;
+    this.retryAfterMs = options?.retryAfterMs;
   }
 
   /**
@@ -60,6 +79,13 @@ export class ClaimdError extends Error {
 
 /** StaleTokenError: a newer holder exists, or the token was released. */
 export class StaleTokenError extends ClaimdError {}
+
+/**
+ * NotOwnerError: the fencing token is the current one but the lease secret is
+ * not its owner's (PERMISSION_DENIED). Only the lease of an ACQUIRED claim
+ * writes a record; a token read with get does not.
+ */
+export class NotOwnerError extends ClaimdError {}
 
 /** InvalidTransitionError: the record's state does not allow the operation. */
 export class InvalidTransitionError extends ClaimdError {
@@ -78,8 +104,37 @@ export class ProviderNotFoundError extends ClaimdError {}
 /** DurableTierUnavailableError: claimd runs but its durable tier does not answer. */
 export class DurableTierUnavailableError extends ClaimdError {}
 
+/**
+ * UnauthenticatedError: claimd requires credentials and the call's were
+ * missing or unknown (reason CREDENTIALS_MISSING, TOKEN_MALFORMED,
+ * TOKEN_UNKNOWN, IDENTITY_UNKNOWN or PRINCIPAL_CONFLICT). Nothing was
+ * written; retrying changes nothing until the token or certificate is fixed.
+ */
+export class UnauthenticatedError extends ClaimdError {}
+
+/**
+ * PermissionDeniedError: the principal (metadata.principal) may not use the
+ * namespace (NAMESPACE_DENIED) or call the method (ROLE_DENIED,
+ * METHOD_DENIED). Nothing was written.
+ */
+export class PermissionDeniedError extends ClaimdError {}
+
+/**
+ * ResourceExhaustedError: the principal is over its rate limit
+ * (RATE_LIMITED), still after the client's retries; retryAfterMs says when
+ * claimd admits a call again. Nothing was written.
+ */
+export class ResourceExhaustedError extends ClaimdError {}
+
+const byCode: Partial<Record<Code, typeof ClaimdError>> = {
+  [Code.Unauthenticated]: UnauthenticatedError,
+  [Code.PermissionDenied]: PermissionDeniedError,
+  [Code.ResourceExhausted]: ResourceExhaustedError,
+};
+
 const byReason: Record<string, typeof ClaimdError> = {
   [ErrorReason.STALE_TOKEN]: StaleTokenError,
+  [ErrorReason.NOT_OWNER]: NotOwnerError,
   [ErrorReason.INVALID_TRANSITION]: InvalidTransitionError,
   [ErrorReason.RECORD_NOT_FOUND]: RecordNotFoundError,
   [ErrorReason.PROVIDER_NOT_FOUND]: ProviderNotFoundError,
@@ -96,8 +151,9 @@ export function toClaimdError(err: unknown): ClaimdError {
   }
   const ce = ConnectError.from(err);
   const info = errorInfo(ce);
-  const Class = (info && byReason[info.reason]) || ClaimdError;
-  return new Class(ce.code, ce.rawMessage, info, { cause: err });
+  const Class = (info && byReason[info.reason]) || byCode[ce.code] || ClaimdError;
+  const retryAfterMs = retryDelayMs(ce);
+  return new Class(ce.code, ce.rawMessage, info, retryAfterMs === undefined ? { cause: err } : { cause: err, retryAfterMs });
 }
 
 /**
@@ -123,6 +179,52 @@ function errorInfo(err: ConnectError): ErrorInfo | undefined {
     }
   }
   return undefined;
+}
+
+/** retryDelayMs is the delay of err's google.rpc.RetryInfo detail, if any. */
+function retryDelayMs(err: ConnectError): number | undefined {
+  for (const d of err.details) {
+    if ("type" in d && d.type === "google.rpc.RetryInfo") {
+      try {
+        return decodeRetryInfo(d.value);
+      } catch {
+        return undefined;
+      }
+    }
+  }
+  return undefined;
+}
+
+/**
+ * decodeRetryInfo reads google.rpc.RetryInfo from its wire form: retry_delay
+ * = 1, a google.protobuf.Duration (seconds = 1, nanos = 2). It returns the
+ * delay in milliseconds, or undefined when the field is absent.
+ */
+export function decodeRetryInfo(bytes: Uint8Array): number | undefined {
+  const r = new BinaryReader(bytes);
+  let ms: number | undefined;
+  while (r.pos < r.len) {
+    const [no, wt] = r.tag();
+    if (no === 1 && wt === WireType.LengthDelimited) {
+      const d = new BinaryReader(r.bytes());
+      let seconds = 0;
+      let nanos = 0;
+      while (d.pos < d.len) {
+        const [dno, dwt] = d.tag();
+        if (dno === 1 && dwt === WireType.Varint) {
+          seconds = Number(d.int64());
+        } else if (dno === 2 && dwt === WireType.Varint) {
+          nanos = d.int32();
+        } else {
+          d.skip(dwt);
+        }
+      }
+      ms = Math.max(0, seconds * 1000 + nanos / 1e6);
+    } else {
+      r.skip(wt);
+    }
+  }
+  return ms;
 }
 
 /**

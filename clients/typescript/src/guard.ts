@@ -1,7 +1,7 @@
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 
-import { bytes, type ClaimdClient, type ClaimInput, type FencedRef } from "./client.js";
-import { ClaimdError, StaleTokenError, toClaimdError } from "./errors.js";
+import { bytes, type ClaimdClient, type ClaimInput, type Lease, leaseOf } from "./client.js";
+import { ClaimdError, NotOwnerError, ResourceExhaustedError, StaleTokenError, toClaimdError } from "./errors.js";
 import { type ClaimResponse, EventState, Outcome } from "./gen/idempotency/v1/claim_pb.js";
 
 /**
@@ -25,10 +25,19 @@ export function permanent(err: unknown): PermanentError {
   return new PermanentError(err instanceof Error ? err.message : String(err), { cause: err });
 }
 
+/** MAX_RESULT_BYTES is the most claimd stores as a result (64 KiB). */
+export const MAX_RESULT_BYTES = 64 << 10;
+
 /**
  * GuardHandler does the side effect of an ACQUIRED delivery and returns the
- * result to store, at most 64 KiB: bytes as they are, a string as UTF-8,
- * any other value as JSON, nothing as empty. Duplicates get it back.
+ * result to store, by the rule every claimd guard (Go, Python, TypeScript)
+ * follows: bytes as they are (a Uint8Array or Buffer, an ArrayBuffer or any
+ * other view of one), a string as UTF-8, null or undefined as empty, any
+ * other value as compact JSON in UTF-8 (JSON.stringify; a bigint becomes a
+ * decimal string). Duplicates get it back. A result that cannot be encoded
+ * (a cycle, a function, NaN or an infinity, a lone surrogate) or is over
+ * MAX_RESULT_BYTES is not stored: the event is settled with an empty result,
+ * never released, and GuardResult.error says why.
  * claim tells the key, fencing token, reason and state: after a
  * LEASE_EXPIRED takeover, state says how far the vanished holder got. signal
  * aborts when ownership is lost (another holder took over); stop then, the
@@ -81,11 +90,17 @@ const consoleLogger: GuardLogger = {
  *
  *   ACQUIRED         → PROCESSING, heartbeat, handler; then SETTLED → 200 with
  *                      the result, or Release → 500 (retryable error), or
- *                      FAILED → 200 (PermanentError).
+ *                      FAILED → 200 (PermanentError). Only a handler that
+ *                      throws (or rejects) is released: once it returned,
+ *                      the side effect may have happened, and nothing —
+ *                      an unencodable or oversized result, a failed
+ *                      settle — leads to a release.
  *   DUPLICATE        → 200 with the stored result; handler not called.
  *   IN_PROGRESS      → 409, Retry-After until the holder's lease ends.
  *   PAYLOAD_MISMATCH → 422, and a warning for alerting.
  *   claimd unreachable or too slow → 503, Retry-After 5; handler not called.
+ *   rate limited (RESOURCE_EXHAUSTED) → 503, Retry-After from claimd's RetryInfo.
+ *   UNAUTHENTICATED, PERMISSION_DENIED → 500 and a warning; handler not called.
  *
  * guard never throws for claimd's or the handler's failures: they are in the
  * result. It throws only for a programming error (a bad ClaimInput shape).
@@ -103,6 +118,10 @@ export async function guard(
   } catch (e) {
     if (!(e instanceof ClaimdError)) {
       throw e;
+    }
+    if (!e.unavailable && !(e instanceof ResourceExhaustedError)) {
+      // Refused credentials or grants, an unknown provider: an operator must see it.
+      log.warn("claimd: claim refused", { namespace: request.namespace, provider: request.provider, error: e.message });
     }
     return failed(e, undefined, false);
   }
@@ -133,33 +152,34 @@ async function runAcquired(
   opts: GuardOptions,
   log: GuardLogger,
 ): Promise<GuardResult> {
-  const ref: FencedRef = { namespace: request.namespace, provider: request.provider, key: claim.key, fencingToken: claim.fencingToken };
+  const ref = leaseOf(request, claim);
   try {
     // A repeat is a no-op on the server, so a LEASE_EXPIRED takeover of a
     // record already in PROCESSING passes through.
     await client.transition({ ...ref, to: EventState.PROCESSING });
   } catch (e) {
     const err = toClaimdError(e);
-    if (err instanceof StaleTokenError) {
+    if (notOurs(err)) {
       return { ...lost(err, claim, log, request), ran: false }; // released and re-claimed under us
     }
     await releaseQuietly(client, ref, log);
     return failed(err, claim, false);
   }
 
-  const leaseMs = await leaseOf(client, request, claim);
+  const leaseMs = await leaseMsOf(client, request, claim);
   const hb = new Heartbeat(client, ref, request.leaseMs, opts.renewEveryMs ?? Math.max(10, Math.floor(leaseMs / 3)), log);
   hb.start();
-  let result: Uint8Array;
+  let returned: unknown;
   let handlerErr: unknown;
   let threw = false;
   try {
-    result = resultBytes(await handler(claim, hb.signal));
+    returned = await handler(claim, hb.signal);
   } catch (e) {
-    result = new Uint8Array();
     handlerErr = e;
     threw = true;
   }
+  // Only what the handler threw is in handlerErr: encoding and settling
+  // happen below, on paths that never release.
   await hb.stop();
   const ran = { outcome: claim.outcome, claim, ran: true };
 
@@ -169,16 +189,7 @@ async function runAcquired(
     return lost(hb.lost, claim, log, request);
   }
   if (!threw) {
-    try {
-      await client.transition({ ...ref, to: EventState.SETTLED, result });
-    } catch (e) {
-      // The side effect happened but is not recorded. Do not release: the
-      // next holder takes over after the lease with state PROCESSING and
-      // knows to check the domain's own records.
-      const err = toClaimdError(e);
-      return err instanceof StaleTokenError ? lost(err, claim, log, request) : failed(err, claim, true);
-    }
-    return { ...ran, status: 200, body: result };
+    return settle(client, ref, claim, returned, log, request);
   }
   if (handlerErr instanceof PermanentError) {
     const why = truncate(handlerErr.message, opts.maxFailureBytes ?? 4096);
@@ -186,7 +197,7 @@ async function runAcquired(
       await client.transition({ ...ref, to: EventState.FAILED, result: why });
     } catch (e) {
       const err = toClaimdError(e);
-      if (err instanceof StaleTokenError) {
+      if (notOurs(err)) {
         return lost(err, claim, log, request);
       }
       await releaseQuietly(client, ref, log);
@@ -199,12 +210,68 @@ async function runAcquired(
 }
 
 /**
- * failed answers a claimd error: 503 when claimd did not answer (the
- * provider retries later), 500 when it refused (a bug or a misconfiguration
- * that must be seen).
+ * settle records a handler that returned: SETTLED with its encoded result.
+ * The side effect may have happened, so no path here releases: a result
+ * that cannot be encoded or is too large is settled without it (200, the
+ * reason in error), and a settle that fails leaves the record PROCESSING for
+ * the next holder, who takes over after the lease with state PROCESSING and
+ * knows to check the domain's own records.
+ */
+async function settle(
+  client: ClaimdClient,
+  ref: Lease,
+  claim: ClaimResponse,
+  returned: unknown,
+  log: GuardLogger,
+  request: ClaimInput,
+): Promise<GuardResult> {
+  let body: Uint8Array;
+  let notStored: Error | undefined;
+  try {
+    body = resultBytes(returned);
+  } catch (e) {
+    body = new Uint8Array();
+    notStored = e instanceof Error ? e : new TypeError(String(e));
+  }
+  let stored = body;
+  if (body.length > MAX_RESULT_BYTES) {
+    stored = new Uint8Array();
+    notStored = new RangeError(`result is ${body.length} bytes, over ${MAX_RESULT_BYTES}; not stored`);
+  }
+  if (notStored) {
+    log.warn("claimd: result not stored; settling without it", { key: claim.key, error: notStored.message });
+  }
+  try {
+    await client.transition({ ...ref, to: EventState.SETTLED, result: stored });
+  } catch (e) {
+    const err = toClaimdError(e);
+    return notOurs(err) ? lost(err, claim, log, request) : failed(err, claim, true);
+  }
+  return { outcome: claim.outcome, claim, ran: true, status: 200, body, ...(notStored ? { error: notStored } : {}) };
+}
+
+/**
+ * notOurs reports whether err says the claim is no longer ours: a newer
+ * holder took over (or the key was released), or the lease secret is not the
+ * owner's. Either way the guard must not settle or release it.
+ */
+function notOurs(err: ClaimdError): boolean {
+  return err instanceof StaleTokenError || err instanceof NotOwnerError;
+}
+
+/**
+ * failed answers a claimd error: 503 when claimd did not answer or this
+ * principal is over its rate limit (Retry-After: claimd's RetryInfo delay),
+ * 500 when it refused (a bug or a misconfiguration that must be seen: an
+ * unknown provider, UNAUTHENTICATED, PERMISSION_DENIED). Both are 5xx: when
+ * the handler did not run, the provider must deliver again.
  */
 function failed(err: ClaimdError, claim: ClaimResponse | undefined, ran: boolean): GuardResult {
   const base = { outcome: claim?.outcome, ran, error: err, ...(claim ? { claim } : {}) };
+  if (err instanceof ResourceExhaustedError) {
+    const retryAfter = err.retryAfterMs !== undefined ? Math.max(1, Math.ceil(err.retryAfterMs / 1000)) : 5;
+    return { ...base, status: 503, body: text("claimd rate limit reached; retry later"), retryAfter };
+  }
   if (err.unavailable) {
     return { ...base, status: 503, body: text("claimd unavailable; retry later"), retryAfter: 5 };
   }
@@ -222,7 +289,7 @@ function lost(err: ClaimdError, claim: ClaimResponse, log: GuardLogger, request:
   return { outcome: claim.outcome, claim, ran: true, status: 409, body: text("ownership lost; retry later"), retryAfter: 1, error: err };
 }
 
-async function releaseQuietly(client: ClaimdClient, ref: FencedRef, log: GuardLogger): Promise<void> {
+async function releaseQuietly(client: ClaimdClient, ref: Lease, log: GuardLogger): Promise<void> {
   try {
     await client.release(ref);
   } catch (e) {
@@ -246,7 +313,7 @@ class Heartbeat {
 
   constructor(
     private readonly client: ClaimdClient,
-    private readonly ref: FencedRef,
+    private readonly ref: Lease,
     private readonly leaseMs: number | undefined,
     private readonly everyMs: number,
     private readonly log: GuardLogger,
@@ -295,11 +362,11 @@ class Heartbeat {
 }
 
 /**
- * leaseOf is the lease to heartbeat against: the one requested, else the
+ * leaseMsOf is the lease to heartbeat against: the one requested, else the
  * provider's (asked once per client and provider), never more than what the
  * claim shows left, so a client clock behind the server's cannot stretch it.
  */
-async function leaseOf(client: ClaimdClient, request: ClaimInput, claim: ClaimResponse): Promise<number> {
+async function leaseMsOf(client: ClaimdClient, request: ClaimInput, claim: ClaimResponse): Promise<number> {
   const left = claim.leaseExpiresAt ? millis(claim.leaseExpiresAt) - Date.now() : Infinity;
   let known = request.leaseMs;
   if (known === undefined) {
@@ -342,15 +409,60 @@ function secondsUntil(t: Timestamp | undefined): number {
 
 const encoder = new TextEncoder();
 
-/** resultBytes encodes what a handler returned (see GuardHandler). */
+/**
+ * resultBytes encodes what a handler returned by the guards' rule (see
+ * GuardHandler). It throws (a TypeError, or what a toJSON threw) for a value
+ * the rule cannot encode.
+ */
 function resultBytes(v: unknown): Uint8Array {
   if (v === undefined || v === null) {
     return new Uint8Array();
   }
-  if (v instanceof Uint8Array || typeof v === "string") {
-    return bytes(v);
+  if (v instanceof Uint8Array) {
+    return v;
   }
-  return encoder.encode(JSON.stringify(v, jsonSafe));
+  if (v instanceof ArrayBuffer) {
+    return new Uint8Array(v);
+  }
+  if (ArrayBuffer.isView(v)) {
+    return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+  }
+  if (typeof v === "string") {
+    return bytes(wellFormed(v));
+  }
+  const json: string | undefined = JSON.stringify(v, jsonResult);
+  if (json === undefined) {
+    throw new TypeError(`a ${typeof v} cannot be encoded as JSON`);
+  }
+  return encoder.encode(json);
+}
+
+// A lone surrogate has no UTF-8 form: TextEncoder would replace it with
+// U+FFFD and JSON.stringify escape it, where other guards refuse it.
+const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+function wellFormed(s: string): string {
+  if (loneSurrogate.test(s)) {
+    throw new TypeError("a string with a lone surrogate cannot be encoded as UTF-8");
+  }
+  return s;
+}
+
+/** jsonResult is the JSON.stringify replacer of results: the JSON the other guards write. */
+function jsonResult(key: string, v: unknown): unknown {
+  wellFormed(key);
+  switch (typeof v) {
+    case "bigint":
+      return v.toString();
+    case "number":
+      if (!Number.isFinite(v)) {
+        throw new TypeError(`${v} cannot be encoded as JSON`);
+      }
+      return v;
+    case "string":
+      return wellFormed(v);
+  }
+  return v;
 }
 
 function text(s: string): Uint8Array {

@@ -10,7 +10,8 @@ export {
   type ClaimInput,
   type ClientOptions,
   type DeliveryInput,
-  type FencedRef,
+  type Lease,
+  leaseOf,
   type RecordRef,
   type RenewInput,
   type TransitionInput,
@@ -23,13 +24,18 @@ export {
   ERROR_DOMAIN,
   ErrorReason,
   InvalidTransitionError,
+  NotOwnerError,
+  PermissionDeniedError,
   ProviderNotFoundError,
   RecordNotFoundError,
+  ResourceExhaustedError,
   StaleTokenError,
   toClaimdError,
+  UnauthenticatedError,
   type ErrorInfo,
 } from "./errors.js";
-export { guard, permanent, PermanentError, type GuardHandler, type GuardLogger, type GuardOptions, type GuardResult } from "./guard.js";
+export { isLoopbackHost, type TlsOptions, type TokenProvider } from "./security.js";
+export { guard, MAX_RESULT_BYTES, permanent, PermanentError, type GuardHandler, type GuardLogger, type GuardOptions, type GuardResult } from "./guard.js";
 export { backoffMs, resolveRetryPolicy, type RetryPolicy } from "./retry.js";
 export {
   EventState,

@@ -1,9 +1,12 @@
-import { isTransient, toClaimdError } from "./errors.js";
+import { Code, isTransient, toClaimdError } from "./errors.js";
 
 /**
  * RetryPolicy bounds the client's own retries of a call that claimd did not
- * answer (UNAVAILABLE, DEADLINE_EXCEEDED, a reset connection). Zero or
- * missing fields mean the defaults.
+ * answer (UNAVAILABLE, DEADLINE_EXCEEDED, a reset connection), or refused
+ * with a rate limit's RESOURCE_EXHAUSTED and RetryInfo: that one is retried
+ * never sooner than its delay, and not at all when the delay would end past
+ * totalTimeoutMs (the call then rejects at once with ResourceExhaustedError).
+ * Zero or missing fields mean the defaults.
  */
 export interface RetryPolicy {
   /** maxAttempts counts the first try; 1 disables retries. Default 4. */
@@ -78,10 +81,14 @@ export async function withRetry<T>(
       return await attempt({ timeoutMs: Math.max(1, Math.min(perAttemptTimeoutMs, left)), signal });
     } catch (e) {
       const err = toClaimdError(e);
-      if (!isTransient(err.code) || signal?.aborted || n >= policy.maxAttempts) {
+      // A rate limit says when to come back. RESOURCE_EXHAUSTED without a
+      // RetryInfo is something else (a message over a size limit), which
+      // repeating does not change.
+      const limited = err.code === Code.ResourceExhausted && err.retryAfterMs !== undefined;
+      if (!(isTransient(err.code) || limited) || signal?.aborted || n >= policy.maxAttempts) {
         throw err;
       }
-      const pause = backoffMs(policy, n);
+      const pause = Math.max(backoffMs(policy, n), limited ? Math.ceil(err.retryAfterMs!) : 0);
       if (Date.now() + pause >= deadline) {
         throw err;
       }

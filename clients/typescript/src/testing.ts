@@ -36,6 +36,19 @@ export interface StartOptions {
   args?: string[];
   /** readyTimeoutMs bounds start-up. Default 20000. */
   readyTimeoutMs?: number;
+  /**
+   * tls is how the health check connects to a claimd that serves TLS (args
+   * name --tls-cert and the rest): the CA that signed its certificate, and a
+   * client certificate when it requires one. PEM contents.
+   */
+  tls?: HealthTls;
+}
+
+/** HealthTls is the TLS of a health check: PEM contents. */
+export interface HealthTls {
+  ca: string | Buffer;
+  cert?: string | Buffer;
+  key?: string | Buffer;
 }
 
 /** Claimd is a running claimd process. */
@@ -106,7 +119,7 @@ export async function startClaimd(opts: StartOptions = {}): Promise<Claimd> {
   try {
     const { grpc, http } = await withTimeout(addrs, readyTimeoutMs, "claimd did not log its addresses");
     for (;;) {
-      if ((await healthStatus(grpc, 1000).catch(() => -1)) === SERVING) {
+      if ((await healthStatus(grpc, 1000, opts.tls).catch(() => -1)) === SERVING) {
         break;
       }
       if (Date.now() > deadline) {
@@ -126,13 +139,14 @@ const SERVING = 1;
 
 /**
  * healthStatus calls grpc.health.v1.Health/Check for the server as a whole
- * (service "") over a raw HTTP/2 stream and returns the ServingStatus
- * number. The messages are two fields, so no generated code is needed:
- * the request is empty, the response is field 1 (varint).
+ * (service "") over a raw HTTP/2 stream, over TLS when tls is given, and
+ * returns the ServingStatus number. The messages are two fields, so no
+ * generated code is needed: the request is empty, the response is field 1
+ * (varint).
  */
-export function healthStatus(target: string, timeoutMs: number): Promise<number> {
+export function healthStatus(target: string, timeoutMs: number, tls?: HealthTls): Promise<number> {
   return new Promise((resolve, reject) => {
-    const session = http2.connect(`http://${target}`);
+    const session = tls ? http2.connect(`https://${target}`, { ...tls }) : http2.connect(`http://${target}`);
     const done = (err: Error | undefined, status?: number) => {
       clearTimeout(timer);
       session.close();

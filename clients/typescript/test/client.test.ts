@@ -11,6 +11,8 @@ import {
   EventState,
   InvalidTransitionError,
   KeySource,
+  leaseOf,
+  NotOwnerError,
   Outcome,
   ProviderNotFoundError,
   Reason,
@@ -48,7 +50,8 @@ describe("typed calls", () => {
     assert.equal(c.fencingToken, 1n);
     assert.equal(c.state, EventState.RECEIVED);
     assert.equal(c.holder, "pod-a");
-    const ref = { namespace: NS, provider: "stripe", key: c.key, fencingToken: c.fencingToken };
+    assert.equal(c.leaseSecret.length, 16, "an ACQUIRED answer carries the 16-byte lease secret");
+    const ref = leaseOf({ namespace: NS, provider: "stripe" }, c);
 
     const v = await client.transition({ ...ref, to: EventState.VALIDATED, extendLeaseMs: 20_000 });
     assert.equal(v.changed, true);
@@ -71,12 +74,36 @@ describe("typed calls", () => {
     const dup = await client.claim({ namespace: NS, provider: "stripe", eventId: id });
     assert.equal(dup.outcome, Outcome.DUPLICATE, `Claim(${id}) outcome = ${Outcome[dup.outcome]}, want DUPLICATE`);
     assert.equal(str(dup.result), '{"charge":"ch_1"}');
+    assert.equal(dup.leaseSecret.length, 0, "only the owner gets a lease secret");
+    assert.throws(() => leaseOf({ namespace: NS, provider: "stripe" }, dup), TypeError);
+  });
+
+  test("the token read with get does not write", async () => {
+    const id = eventId();
+    const c = await client.claim({ namespace: NS, provider: "stripe", eventId: id });
+    const before = await client.get({ namespace: NS, provider: "stripe", key: id });
+    const stranger = { namespace: NS, provider: "stripe", key: id, fencingToken: before.fencingToken, leaseSecret: new Uint8Array(16) };
+    for (const call of [
+      () => client.transition({ ...stranger, to: EventState.PROCESSING }),
+      () => client.renew({ ...stranger, leaseMs: 600_000 }),
+      () => client.release(stranger),
+    ]) {
+      const err = await call().then(
+        () => assert.fail("a write with a made-up secret succeeded"),
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof NotOwnerError, `error = ${err}, want NotOwnerError`);
+      assert.equal(err.code, Code.PermissionDenied);
+    }
+    assert.deepEqual(await client.get({ namespace: NS, provider: "stripe", key: id }), before, "a refused write must change nothing");
+    const moved = await client.transition({ ...leaseOf({ namespace: NS, provider: "stripe" }, c), to: EventState.PROCESSING });
+    assert.equal(moved.changed, true);
   });
 
   test("release hands the key to the next claim with token+1", async () => {
     const id = eventId();
     const c = await client.claim({ namespace: NS, provider: "stripe", eventId: id });
-    const rel = await client.release({ namespace: NS, provider: "stripe", key: c.key, fencingToken: c.fencingToken });
+    const rel = await client.release(leaseOf({ namespace: NS, provider: "stripe" }, c));
     assert.equal(rel.released, true);
     const next = await client.claim({ namespace: NS, provider: "stripe", eventId: id });
     assert.equal(next.outcome, Outcome.ACQUIRED);
@@ -100,7 +127,7 @@ describe("typed calls", () => {
     const id = eventId();
     const c = await client.claim({ namespace: NS, provider: "stripe", eventId: id });
     const waiting = client.claim({ namespace: NS, provider: "stripe", eventId: id, waitMs: 10_000 });
-    const ref = { namespace: NS, provider: "stripe", key: c.key, fencingToken: c.fencingToken };
+    const ref = leaseOf({ namespace: NS, provider: "stripe" }, c);
     await client.transition({ ...ref, to: EventState.PROCESSING });
     await client.transition({ ...ref, to: EventState.SETTLED, result: "done" });
     const w = await waiting;
@@ -129,17 +156,27 @@ describe("errors carry code and ErrorInfo reason", () => {
       desc: "stale token",
       call: async () => {
         const c = await client.claim({ namespace: NS, provider: "stripe", eventId: eventId() });
-        await client.transition({ namespace: NS, provider: "stripe", key: c.key, fencingToken: 7, to: EventState.PROCESSING });
+        await client.transition({ ...leaseOf({ namespace: NS, provider: "stripe" }, c), fencingToken: 7, to: EventState.PROCESSING });
       },
       code: Code.FailedPrecondition,
       reason: "STALE_TOKEN",
       cls: StaleTokenError,
     },
     {
+      desc: "the current token with another secret",
+      call: async () => {
+        const c = await client.claim({ namespace: NS, provider: "stripe", eventId: eventId() });
+        await client.transition({ ...leaseOf({ namespace: NS, provider: "stripe" }, c), leaseSecret: new Uint8Array(16), to: EventState.PROCESSING });
+      },
+      code: Code.PermissionDenied,
+      reason: "NOT_OWNER",
+      cls: NotOwnerError,
+    },
+    {
       desc: "invalid transition",
       call: async () => {
         const c = await client.claim({ namespace: NS, provider: "stripe", eventId: eventId() });
-        await client.transition({ namespace: NS, provider: "stripe", key: c.key, fencingToken: c.fencingToken, to: EventState.SETTLED });
+        await client.transition({ ...leaseOf({ namespace: NS, provider: "stripe" }, c), to: EventState.SETTLED });
       },
       code: Code.FailedPrecondition,
       reason: "INVALID_TRANSITION",
@@ -183,7 +220,7 @@ describe("errors carry code and ErrorInfo reason", () => {
 
   test("INVALID_TRANSITION names the current state", async () => {
     const c = await client.claim({ namespace: NS, provider: "stripe", eventId: eventId() });
-    const ref = { namespace: NS, provider: "stripe", key: c.key, fencingToken: c.fencingToken };
+    const ref = leaseOf({ namespace: NS, provider: "stripe" }, c);
     await client.transition({ ...ref, to: EventState.FAILED, result: "no" });
     const err = await client.transition({ ...ref, to: EventState.PROCESSING }).catch((e: unknown) => e);
     assert.ok(err instanceof InvalidTransitionError, `error = ${err}, want InvalidTransitionError`);
@@ -224,6 +261,9 @@ describe("retries", () => {
       assert.equal(c.reason, Reason.NEW);
       assert.equal(c.fencingToken, 1n);
       assert.equal(c.attempt, 1, "the retry must not count as a second acquisition");
+      // ... with the lease secret of that acquisition: the owner can write.
+      const moved = await client.transition({ ...leaseOf({ namespace: NS, provider: "stripe" }, c), to: EventState.PROCESSING });
+      assert.equal(moved.changed, true);
 
       // The control: another logical claim (a fresh attempt_id) is told the
       // key is in progress.

@@ -9,6 +9,8 @@ import {
   createClient,
   EventState,
   guard,
+  leaseOf,
+  MAX_RESULT_BYTES,
   Outcome,
   PermanentError,
   ProviderNotFoundError,
@@ -77,6 +79,13 @@ describe("guard", () => {
       { desc: "string", value: "héllo", want: "héllo" },
       { desc: "object", value: { charge: "ch_1", amount: 42n }, want: '{"charge":"ch_1","amount":"42"}' },
       { desc: "nothing", value: undefined, want: "" },
+      { desc: "null", value: null, want: "" },
+      { desc: "ArrayBuffer", value: Uint8Array.from([0x68, 0x69]).buffer, want: "hi" },
+      { desc: "a view of part of a buffer", value: new DataView(Uint8Array.from([0x61, 0x62, 0x63]).buffer, 1), want: "bc" },
+      { desc: "list", value: [1, "x", null, true], want: '[1,"x",null,true]' },
+      { desc: "nested object keeps its order", value: { b: { a: [1.5] } }, want: '{"b":{"a":[1.5]}}' },
+      { desc: "number", value: 42, want: "42" },
+      { desc: "boolean", value: false, want: "false" },
     ];
     for (const tc of cases) {
       const id = eventId();
@@ -85,6 +94,114 @@ describe("guard", () => {
       const dup = await guard(client, req(id), () => assert.fail("ran twice"));
       assert.equal(str(dup.body), tc.want, `${tc.desc}: stored result = ${str(dup.body)}, want ${tc.want}`);
     }
+  });
+
+  test("a handler returning an object or a string runs once across three deliveries", async () => {
+    const cases: { desc: string; value: object | string; want: string }[] = [
+      { desc: "object", value: { charge: "ch_1", amount: 100, note: "é" }, want: '{"charge":"ch_1","amount":100,"note":"é"}' },
+      { desc: "string", value: "charged ✓", want: "charged ✓" },
+    ];
+    for (const tc of cases) {
+      const id = eventId();
+      let effects = 0;
+      const handler = () => {
+        effects++;
+        return tc.value;
+      };
+      const answers = [await guard(client, req(id), handler), await guard(client, req(id), handler), await guard(client, req(id), handler)];
+      assert.equal(effects, 1, `${tc.desc}: side effects = ${effects}, want 1 across three deliveries`);
+      assert.deepEqual(
+        answers.map((r) => [r.status, r.outcome, r.ran, str(r.body), r.error]),
+        [
+          [200, Outcome.ACQUIRED, true, tc.want, undefined],
+          [200, Outcome.DUPLICATE, false, tc.want, undefined],
+          [200, Outcome.DUPLICATE, false, tc.want, undefined],
+        ],
+        tc.desc,
+      );
+    }
+  });
+
+  test("a result that cannot be encoded is settled empty and never released", async () => {
+    const cycle: { [k: string]: unknown } = {};
+    cycle["self"] = cycle;
+    const cases: { desc: string; value: unknown }[] = [
+      { desc: "a cycle", value: cycle },
+      { desc: "a toJSON that throws", value: { toJSON: () => { throw new Error("no JSON for you"); } } },
+      { desc: "a function", value: () => 1 },
+      { desc: "NaN", value: { amount: NaN } },
+      { desc: "a lone surrogate", value: "\uD800" },
+      { desc: "a lone surrogate inside an object", value: { note: "\uDC00" } },
+    ];
+    for (const tc of cases) {
+      const id = eventId();
+      const log = quiet();
+      let effects = 0;
+      const handler = () => {
+        effects++;
+        return tc.value as object;
+      };
+      const first = await guard(client, req(id), handler, { logger: log });
+      const later = [await guard(client, req(id), handler), await guard(client, req(id), handler)];
+      assert.equal(effects, 1, `${tc.desc}: side effects = ${effects}, want 1 across three deliveries`);
+      assert.equal(first.status, 200, `${tc.desc}: ${describeResult(first)}`);
+      assert.equal(first.body.length, 0, `${tc.desc}: body = ${str(first.body)}, want empty`);
+      assert.ok(first.error instanceof Error, `${tc.desc}: error = ${first.error}, want why the result was not stored`);
+      for (const r of later) {
+        assert.equal(r.outcome, Outcome.DUPLICATE, `${tc.desc}: ${describeResult(r)}`);
+        assert.equal(r.body.length, 0);
+      }
+      const rec = await client.get({ namespace: NS, provider: "stripe", key: id });
+      assert.equal(rec.state, EventState.SETTLED, `${tc.desc}: state = ${EventState[rec.state]}, want SETTLED`);
+      assert.ok(log.lines.some((l) => l.includes("not stored")), `${tc.desc}: no warning about the lost result`);
+    }
+  });
+
+  test("a result over 64 KiB is answered, settled without it, and never released", async () => {
+    const id = eventId();
+    const big = "x".repeat(MAX_RESULT_BYTES + 1);
+    let effects = 0;
+    const handler = () => {
+      effects++;
+      return big;
+    };
+    const first = await guard(client, req(id), handler, { logger: quiet() });
+    const later = [await guard(client, req(id), handler), await guard(client, req(id), handler)];
+    assert.equal(effects, 1, `side effects = ${effects}, want 1 across three deliveries`);
+    assert.equal(first.status, 200, describeResult(first));
+    assert.equal(str(first.body), big, "this delivery is still answered with the whole result");
+    assert.ok(first.error instanceof RangeError, `error = ${first.error}, want a RangeError`);
+    for (const r of later) {
+      assert.deepEqual([r.status, r.outcome, r.body.length], [200, Outcome.DUPLICATE, 0], describeResult(r));
+    }
+  });
+
+  test("a settle that fails leaves the claim PROCESSING, never released", async () => {
+    const id = eventId();
+    // claimd answers every call but the settle, which dies on the way.
+    const flaky = new Proxy(client, {
+      get(target, prop) {
+        if (prop === "transition") {
+          return (input: Parameters<ClaimdClient["transition"]>[0], opts?: Parameters<ClaimdClient["transition"]>[1]) =>
+            input.to === EventState.SETTLED ? Promise.reject(new Error("socket hang up")) : target.transition(input, opts);
+        }
+        const v: unknown = Reflect.get(target, prop, target);
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    });
+    let effects = 0;
+    const handler = () => {
+      effects++;
+      return { charge: "ch_1" };
+    };
+    const first = await guard(flaky, req(id, { leaseMs: 60_000 }), handler);
+    assert.equal(first.ran, true);
+    assert.ok(first.status >= 500, `first: ${describeResult(first)}, want 5xx`);
+    const rec = await client.get({ namespace: NS, provider: "stripe", key: id });
+    assert.deepEqual([EventState[rec.state], rec.released, rec.fencingToken], ["PROCESSING", false, 1n], "the record after a failed settle");
+    const again = await guard(client, req(id), handler);
+    assert.equal(again.outcome, Outcome.IN_PROGRESS, describeResult(again));
+    assert.equal(effects, 1);
   });
 
   test("20 concurrent deliveries of one event produce one side effect", async () => {
@@ -231,7 +348,7 @@ describe("guard", () => {
       req(id, { leaseMs: 1000 }),
       async (c, signal) => {
         // Another actor frees the key and a new holder takes it (token 2).
-        await client.release({ namespace: NS, provider: "stripe", key: c.key, fencingToken: c.fencingToken });
+        await client.release(leaseOf({ namespace: NS, provider: "stripe" }, c));
         const b = await client.claim(req(id));
         assert.equal(b.reason, Reason.RELEASED);
         await within(

@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -23,6 +24,47 @@ export function claimdBin(): string {
     return fromEnv;
   }
   return buildClaimd(resolve(pkgDir, "../.."), join(pkgDir, ".build", "claimd"));
+}
+
+/** TestCerts are the PEM files testca wrote: the CA and each leaf's pair. */
+export interface TestCerts {
+  ca: string;
+  leaves: { [name: string]: { cert: string; key: string } };
+}
+
+/**
+ * makeCerts writes a throwaway CA and the leaves named (name → [CN, SANs…])
+ * into dir with internal/testenv/cmd/testca: $CLAIMD_TESTCA_BIN (test.sh
+ * builds it), else `go run` of it. Node cannot make X.509 certificates, and
+ * this is the CA the Go tests use, without openssl.
+ */
+export function makeCerts(dir: string, leaves: { [name: string]: string[] }): TestCerts {
+  const args = ["-dir", dir, ...Object.entries(leaves).flatMap(([name, names]) => ["-leaf", `${name}=${names.join(",")}`])];
+  const bin = process.env["CLAIMD_TESTCA_BIN"];
+  const r = bin
+    ? spawnSync(bin, args, { encoding: "utf8" })
+    : spawnSync("go", ["run", "./internal/testenv/cmd/testca", ...args], { cwd: resolve(pkgDir, "../.."), encoding: "utf8" });
+  if (r.status !== 0) {
+    throw new Error(`testca ${args.join(" ")}: exit ${r.status}: ${r.error?.message ?? r.stderr}`);
+  }
+  return JSON.parse(r.stdout) as TestCerts;
+}
+
+/**
+ * newToken runs `claimd token new` as an operator would and returns the
+ * token (line 1) and the "tokens: [...]" line it says to paste.
+ */
+export function newToken(bin: string): { token: string; line: string } {
+  const r = spawnSync(bin, ["token", "new"], { encoding: "utf8" });
+  if (r.status !== 0) {
+    throw new Error(`claimd token new: exit ${r.status}: ${r.stderr}`);
+  }
+  const lines = r.stdout.trim().split("\n");
+  const line = lines.slice(1).map((l) => l.trim()).find((l) => l.startsWith("tokens: "));
+  if (!lines[0] || !line) {
+    throw new Error(`claimd token new printed no token and tokens: line:\n${r.stdout}`);
+  }
+  return { token: lines[0], line };
 }
 
 /** NS is the namespace of every test record; event ids are unique per test. */

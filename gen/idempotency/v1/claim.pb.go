@@ -410,8 +410,11 @@ type ClaimRequest struct {
 	//	*ClaimRequest_Delivery
 	Key isClaimRequest_Key `protobuf_oneof:"key"`
 	// scope optionally qualifies the unit of work (e.g. a transfer status); it
-	// becomes part of the canonical key as "<key>:<scope>". Same rules as
-	// event_id; the whole key is at most 255 bytes.
+	// becomes part of the canonical key as <key> U+001F <scope>: the key, the
+	// unit separator (one byte, 0x1F), the scope. Same rules as event_id, so
+	// neither part holds a control character and no two (key, scope) pairs,
+	// scoped or not, share a canonical key; the whole key is at most 255
+	// bytes. A key without a scope is the key as sent.
 	Scope string `protobuf:"bytes,5,opt,name=scope,proto3" json:"scope,omitempty"`
 	// payload_sha256 is the SHA-256 of the payload (exactly 32 bytes);
 	// optional. Computed from delivery.body when a delivery is sent (and then
@@ -423,8 +426,15 @@ type ClaimRequest struct {
 	// holder is free text kept for audit (a pod name); at most 255 bytes.
 	Holder string `protobuf:"bytes,8,opt,name=holder,proto3" json:"holder,omitempty"`
 	// attempt_id is an optional caller nonce (at most 128 bytes): a Claim
-	// repeated with the same attempt_id while that attempt holds the lease
-	// returns the same ACQUIRED and token again.
+	// repeated with the same attempt_id, by the same authenticated principal
+	// and with the same holder, while that attempt holds the lease returns the
+	// same ACQUIRED, token and lease_secret again (a client retrying its own
+	// timed-out call). The same attempt_id from another principal or another
+	// holder is an ordinary claim (IN_PROGRESS while the lease is live). claimd
+	// stores only a fingerprint of it, never the value. Within its principal and
+	// holder an attempt_id is a credential for the claim's lease secret while the
+	// lease lives, so make it unguessable (the clients draw 16 random bytes),
+	// never derived from the event.
 	AttemptId string `protobuf:"bytes,9,opt,name=attempt_id,json=attemptId,proto3" json:"attempt_id,omitempty"`
 	// wait, when the key is IN_PROGRESS, waits up to this long (at most 30s)
 	// for the holder to finish and then answers DUPLICATE with its result; if
@@ -579,8 +589,9 @@ type ClaimResponse struct {
 	// key_source tells where key came from.
 	KeySource KeySource `protobuf:"varint,4,opt,name=key_source,json=keySource,proto3,enum=idempotency.v1.KeySource" json:"key_source,omitempty"`
 	// fencing_token grows by one each time ownership changes hands; present it
-	// on every Transition, Renew and Release. Set for ACQUIRED only: the token
-	// is the owner's capability, never handed to a duplicate or a waiter.
+	// on every Transition, Renew and Release, and to downstream systems that
+	// fence writes by it. Set for ACQUIRED only. It is a sequence number, not
+	// a secret: ownership is proved by lease_secret.
 	FencingToken uint64 `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	// state is the record's state now; for LEASE_EXPIRED, the state the
 	// vanished holder reached.
@@ -603,7 +614,14 @@ type ClaimResponse struct {
 	ServedBy Tier `protobuf:"varint,13,opt,name=served_by,json=servedBy,proto3,enum=idempotency.v1.Tier" json:"served_by,omitempty"`
 	// holder is the holder text of the current owner (for IN_PROGRESS: who
 	// holds the lease).
-	Holder        string `protobuf:"bytes,14,opt,name=holder,proto3" json:"holder,omitempty"`
+	Holder string `protobuf:"bytes,14,opt,name=holder,proto3" json:"holder,omitempty"`
+	// lease_secret is the owner's capability (16 bytes), set for ACQUIRED only:
+	// present it with fencing_token on Transition, Renew and Release. No other
+	// answer carries it (not a duplicate, a waiter, IN_PROGRESS, nor Get), and
+	// claimd keeps only its hash. Keep it as private as a password for the
+	// length of the claim; a repeated Claim with the same attempt_id, principal
+	// and holder gets the same secret back.
+	LeaseSecret   []byte `protobuf:"bytes,15,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -736,7 +754,15 @@ func (x *ClaimResponse) GetHolder() string {
 	return ""
 }
 
-// Record is the stored state of one (namespace, provider, key).
+func (x *ClaimResponse) GetLeaseSecret() []byte {
+	if x != nil {
+		return x.LeaseSecret
+	}
+	return nil
+}
+
+// Record is the stored state of one (namespace, provider, key). It never
+// carries the lease secret.
 type Record struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// namespace of the record.
@@ -747,7 +773,7 @@ type Record struct {
 	Key string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
 	// state is the event's state.
 	State EventState `protobuf:"varint,4,opt,name=state,proto3,enum=idempotency.v1.EventState" json:"state,omitempty"`
-	// fencing_token of the current owner.
+	// fencing_token of the current owner (a sequence number, not a secret).
 	FencingToken uint64 `protobuf:"varint,5,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	// holder text of the current owner.
 	Holder string `protobuf:"bytes,6,opt,name=holder,proto3" json:"holder,omitempty"`
@@ -918,7 +944,11 @@ type TransitionRequest struct {
 	Result []byte `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
 	// extend_lease optionally sets the lease to now + extend_lease, in
 	// (0, provider max_lease]; only with a non-terminal target.
-	ExtendLease   *durationpb.Duration `protobuf:"bytes,7,opt,name=extend_lease,json=extendLease,proto3" json:"extend_lease,omitempty"`
+	ExtendLease *durationpb.Duration `protobuf:"bytes,7,opt,name=extend_lease,json=extendLease,proto3" json:"extend_lease,omitempty"`
+	// lease_secret that Claim returned with fencing_token; required, exactly
+	// 16 bytes. A secret that is not the current owner's is PERMISSION_DENIED
+	// (NOT_OWNER) and writes nothing.
+	LeaseSecret   []byte `protobuf:"bytes,8,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1002,6 +1032,13 @@ func (x *TransitionRequest) GetExtendLease() *durationpb.Duration {
 	return nil
 }
 
+func (x *TransitionRequest) GetLeaseSecret() []byte {
+	if x != nil {
+		return x.LeaseSecret
+	}
+	return nil
+}
+
 // TransitionResponse carries the record after the transition.
 type TransitionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1070,7 +1107,11 @@ type RenewRequest struct {
 	FencingToken uint64 `protobuf:"varint,4,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
 	// lease sets the lease to now + lease; optional, in (0, provider
 	// max_lease]; default: the provider's lease.
-	Lease         *durationpb.Duration `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
+	Lease *durationpb.Duration `protobuf:"bytes,5,opt,name=lease,proto3" json:"lease,omitempty"`
+	// lease_secret that Claim returned with fencing_token; required, exactly
+	// 16 bytes. A secret that is not the current owner's is PERMISSION_DENIED
+	// (NOT_OWNER) and writes nothing.
+	LeaseSecret   []byte `protobuf:"bytes,6,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1140,6 +1181,13 @@ func (x *RenewRequest) GetLease() *durationpb.Duration {
 	return nil
 }
 
+func (x *RenewRequest) GetLeaseSecret() []byte {
+	if x != nil {
+		return x.LeaseSecret
+	}
+	return nil
+}
+
 // RenewResponse carries the record with its new lease.
 type RenewResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1196,7 +1244,11 @@ type ReleaseRequest struct {
 	// key is the canonical key that Claim returned; required.
 	Key string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
 	// fencing_token that Claim returned; required (> 0).
-	FencingToken  uint64 `protobuf:"varint,4,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	FencingToken uint64 `protobuf:"varint,4,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// lease_secret that Claim returned with fencing_token; required, exactly
+	// 16 bytes. A secret that is not the current owner's is PERMISSION_DENIED
+	// (NOT_OWNER) and writes nothing.
+	LeaseSecret   []byte `protobuf:"bytes,5,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1257,6 +1309,13 @@ func (x *ReleaseRequest) GetFencingToken() uint64 {
 		return x.FencingToken
 	}
 	return 0
+}
+
+func (x *ReleaseRequest) GetLeaseSecret() []byte {
+	if x != nil {
+		return x.LeaseSecret
+	}
+	return nil
 }
 
 // ReleaseResponse carries the released record.
@@ -1439,7 +1498,7 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"attempt_id\x18\t \x01(\tR\tattemptId\x12-\n" +
 	"\x04wait\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x04waitB\x05\n" +
-	"\x03key\"\x8d\x05\n" +
+	"\x03key\"\xb0\x05\n" +
 	"\rClaimResponse\x121\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x17.idempotency.v1.OutcomeR\aoutcome\x12.\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x16.idempotency.v1.ReasonR\x06reason\x12\x10\n" +
@@ -1456,7 +1515,8 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\rfirst_seen_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vfirstSeenAt\x12\x16\n" +
 	"\x06result\x18\f \x01(\fR\x06result\x121\n" +
 	"\tserved_by\x18\r \x01(\x0e2\x14.idempotency.v1.TierR\bservedBy\x12\x16\n" +
-	"\x06holder\x18\x0e \x01(\tR\x06holder\"\xc1\x04\n" +
+	"\x06holder\x18\x0e \x01(\tR\x06holder\x12!\n" +
+	"\flease_secret\x18\x0f \x01(\fR\vleaseSecret\"\xc1\x04\n" +
 	"\x06Record\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x10\n" +
@@ -1473,7 +1533,7 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12%\n" +
 	"\x0epayload_sha256\x18\r \x01(\fR\rpayloadSha256\x12\x16\n" +
-	"\x06result\x18\x0e \x01(\fR\x06result\"\x86\x02\n" +
+	"\x06result\x18\x0e \x01(\fR\x06result\"\xa9\x02\n" +
 	"\x11TransitionRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x10\n" +
@@ -1481,23 +1541,26 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\rfencing_token\x18\x04 \x01(\x04R\ffencingToken\x12*\n" +
 	"\x02to\x18\x05 \x01(\x0e2\x1a.idempotency.v1.EventStateR\x02to\x12\x16\n" +
 	"\x06result\x18\x06 \x01(\fR\x06result\x12<\n" +
-	"\fextend_lease\x18\a \x01(\v2\x19.google.protobuf.DurationR\vextendLease\"^\n" +
+	"\fextend_lease\x18\a \x01(\v2\x19.google.protobuf.DurationR\vextendLease\x12!\n" +
+	"\flease_secret\x18\b \x01(\fR\vleaseSecret\"^\n" +
 	"\x12TransitionResponse\x12.\n" +
 	"\x06record\x18\x01 \x01(\v2\x16.idempotency.v1.RecordR\x06record\x12\x18\n" +
-	"\achanged\x18\x02 \x01(\bR\achanged\"\xb0\x01\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"\xd3\x01\n" +
 	"\fRenewRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12#\n" +
 	"\rfencing_token\x18\x04 \x01(\x04R\ffencingToken\x12/\n" +
-	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"?\n" +
+	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12!\n" +
+	"\flease_secret\x18\x06 \x01(\fR\vleaseSecret\"?\n" +
 	"\rRenewResponse\x12.\n" +
-	"\x06record\x18\x01 \x01(\v2\x16.idempotency.v1.RecordR\x06record\"\x81\x01\n" +
+	"\x06record\x18\x01 \x01(\v2\x16.idempotency.v1.RecordR\x06record\"\xa4\x01\n" +
 	"\x0eReleaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12#\n" +
-	"\rfencing_token\x18\x04 \x01(\x04R\ffencingToken\"A\n" +
+	"\rfencing_token\x18\x04 \x01(\x04R\ffencingToken\x12!\n" +
+	"\flease_secret\x18\x05 \x01(\fR\vleaseSecret\"A\n" +
 	"\x0fReleaseResponse\x12.\n" +
 	"\x06record\x18\x01 \x01(\v2\x16.idempotency.v1.RecordR\x06record\"X\n" +
 	"\n" +

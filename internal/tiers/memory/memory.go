@@ -137,7 +137,8 @@ func (s *Store) check(ctx context.Context) error {
 //     {p.Nonce, p.Now + p.PendingTTL} is written → FastReserved.
 //   - our own marker (same nonce: a retried Reserve) → FastReserved again.
 //   - another claim's live marker → IN_PROGRESS with Token 0 and
-//     LeaseExpiresAt at the marker's end.
+//     LeaseExpiresAt at the marker's end; for a claim with an AttemptID,
+//     FastAskDurable instead (no marker is placed).
 //   - a record whose window is over at p.Now → FastTakeover: the durable
 //     tier decides WINDOW_EXPIRED (this is also what the Redis tier answers
 //     when its own clock has not yet expired the key). The entry is dropped
@@ -169,8 +170,11 @@ func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastR
 		return tiers.FastResult{Verdict: tiers.FastReserved}, nil
 	}
 	if e.pending {
-		if e.nonce == p.Nonce {
+		switch {
+		case e.nonce == p.Nonce:
 			return tiers.FastResult{Verdict: tiers.FastReserved}, nil
+		case p.AttemptID != "":
+			return tiers.FastResult{Verdict: tiers.FastAskDurable}, nil
 		}
 		return decided(tiers.OutcomeInProgress, tiers.ReasonUnspecified, e.rec), nil
 	}
@@ -317,6 +321,8 @@ func (s *Store) Close() error {
 // clone copies rec's byte slices so that neither the caller nor the cache
 // can change the other's copy.
 func clone(rec tiers.Record) tiers.Record {
+	rec.Salt = cloneBytes(rec.Salt)
+	rec.SecretHash = cloneBytes(rec.SecretHash)
 	rec.PayloadHash = cloneBytes(rec.PayloadHash)
 	rec.Result = cloneBytes(rec.Result)
 	return rec

@@ -53,3 +53,40 @@ func Load(fsys fs.FS, dir string) ([]Migration, error) {
 	}
 	return ms, nil
 }
+
+// Result is what one migration run did to a database, for the operator
+// who ran `claimd migrate`.
+type Result struct {
+	// Applied are the migrations this run applied, in order; empty when the
+	// database was up to date.
+	Applied []Migration
+	// Adopted are versions an earlier claimd recorded under the table name
+	// schema_migrations, carried over to the current name: applied before,
+	// not now.
+	Adopted []int
+	// Version is the database's schema version after the run.
+	Version int
+}
+
+// String says what the run did: "applied 0001_claims, 0002_audit; now at
+// version 2", or "up to date at version 2".
+func (r Result) String() string {
+	var b strings.Builder
+	if len(r.Adopted) > 0 {
+		vs := make([]string, len(r.Adopted))
+		for i, v := range r.Adopted {
+			vs[i] = strconv.Itoa(v)
+		}
+		fmt.Fprintf(&b, "took over versions %s recorded in schema_migrations by claimd 0.1; ", strings.Join(vs, ", "))
+	}
+	if len(r.Applied) == 0 {
+		fmt.Fprintf(&b, "up to date at version %d", r.Version)
+		return b.String()
+	}
+	names := make([]string, len(r.Applied))
+	for i, m := range r.Applied {
+		names[i] = m.Name
+	}
+	fmt.Fprintf(&b, "applied %s; now at version %d", strings.Join(names, ", "), r.Version)
+	return b.String()
+}

@@ -48,3 +48,22 @@ func TestLoad(t *testing.T) {
 		})
 	}
 }
+
+func TestResultString(t *testing.T) {
+	a, b := Migration{Version: 1, Name: "0001_claims"}, Migration{Version: 2, Name: "0002_audit"}
+	tests := []struct {
+		desc string
+		r    Result
+		want string
+	}{
+		{"nothing to do", Result{Version: 2}, "up to date at version 2"},
+		{"a fresh database", Result{Applied: []Migration{a, b}, Version: 2}, "applied 0001_claims, 0002_audit; now at version 2"},
+		{"one pending", Result{Applied: []Migration{b}, Version: 2}, "applied 0002_audit; now at version 2"},
+		{"taken over", Result{Adopted: []int{1, 2}, Version: 2}, "took over versions 1, 2 recorded in schema_migrations by claimd 0.1; up to date at version 2"},
+	}
+	for _, tc := range tests {
+		if got := tc.r.String(); got != tc.want {
+			t.Errorf("%s: Result.String() = %q, want %q", tc.desc, got, tc.want)
+		}
+	}
+}

@@ -223,7 +223,7 @@ func (b *batcher) flush(batch []*queuedClaim) {
 type batchArgs struct {
 	namespaces, providers, keys, holders, attemptIDs []string
 	nows, leases, windows                            []time.Time
-	payloads                                         [][]byte
+	payloads, salts, secretHashes                    [][]byte
 }
 
 func (a *batchArgs) add(p tiers.ClaimParams) {
@@ -236,6 +236,8 @@ func (a *batchArgs) add(p tiers.ClaimParams) {
 	a.payloads = append(a.payloads, p.PayloadHash)
 	a.holders = append(a.holders, p.Holder)
 	a.attemptIDs = append(a.attemptIDs, p.AttemptID)
+	a.salts = append(a.salts, p.Salt)
+	a.secretHashes = append(a.secretHashes, p.SecretHash)
 }
 
 // claimBatch runs claim_batch.sql and, for the keys it did not insert,
@@ -245,7 +247,8 @@ func (a *batchArgs) add(p tiers.ClaimParams) {
 // claim.sql, which reports the database's state itself).
 func (s *Store) claimBatch(ctx context.Context, a *batchArgs) (map[tiers.Key]batchAnswer, error) {
 	rows, err := s.pool.Query(ctx, claimBatchSQL,
-		a.namespaces, a.providers, a.keys, a.nows, a.leases, a.windows, a.payloads, a.holders, a.attemptIDs)
+		a.namespaces, a.providers, a.keys, a.nows, a.leases, a.windows, a.payloads, a.holders, a.attemptIDs,
+		a.salts, a.secretHashes)
 	if err != nil {
 		return nil, err
 	}

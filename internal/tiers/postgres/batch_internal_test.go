@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"runtime"
@@ -82,8 +83,15 @@ func run(s *Store, qs []*queued) {
 
 func batchKey(k string) tiers.Key { return tiers.Key{Namespace: "billing", Provider: "stripe", Key: k} }
 
+// testSalt and testHash are the ownership fields of every claim here.
+var (
+	testSalt = bytes.Repeat([]byte{0x5a}, tiers.SaltBytes)
+	testHash = bytes.Repeat([]byte{0xa5}, tiers.SecretHashBytes)
+)
+
 func batchParams(clk *clock.Fake, k, holder string) tiers.ClaimParams {
-	return tiers.ClaimParams{Key: batchKey(k), Now: clk.Now(), Lease: batchTestLease, TTL: batchTestTTL, Holder: holder}
+	return tiers.ClaimParams{Key: batchKey(k), Now: clk.Now(), Lease: batchTestLease, TTL: batchTestTTL, Holder: holder,
+		Salt: testSalt, SecretHash: testHash}
 }
 
 func sha(s string) []byte {
@@ -116,7 +124,7 @@ func TestBatchOneStatement(t *testing.T) {
 			if to.Terminal() {
 				result = []byte("result-of-" + k)
 			}
-			if _, _, err := plain.Transition(ctx, tiers.TransitionParams{Key: p.Key, Now: clk.Now(), Token: res.Record.Token, To: to, Result: result}); err != nil {
+			if _, _, err := plain.Transition(ctx, tiers.TransitionParams{Key: p.Key, Now: clk.Now(), Token: res.Record.Token, SecretHash: testHash, To: to, Result: result}); err != nil {
 				t.Fatalf("setup Transition(%q, →%v) error = %v", k, to, err)
 			}
 		}

@@ -62,7 +62,7 @@ func BenchmarkClaimNewParallel(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			base := tiers.ClaimParams{Key: key(""), Now: clock.NewFake(time.Now()).Now(), Lease: lease, TTL: ttl, Holder: "pod-a"}
+			base := tiers.ClaimParams{Key: key(""), Now: clock.NewFake(time.Now()).Now(), Lease: lease, TTL: ttl, Holder: "pod-a", Salt: ownerSalt, SecretHash: ownerHash}
 			prefix := "evt_" + bc.name + "_" + strconv.FormatInt(time.Now().UnixNano(), 36) + "_"
 			var seq atomic.Int64
 			b.SetParallelism(25) // 50 callers on 2 cores

@@ -131,7 +131,7 @@ func TestClaimMatchesDecide(t *testing.T) {
 			desc: "released: RELEASED starts again at RECEIVED",
 			setup: func(e *env, k string) {
 				res := toProcessing(e, k)
-				if _, err := e.store.Release(e.ctx(), tiers.ReleaseParams{Key: key(k), Now: e.clk.Now(), Token: res.Token}); err != nil {
+				if _, err := e.store.Release(e.ctx(), tiers.ReleaseParams{Key: key(k), Now: e.clk.Now(), Token: res.Token, SecretHash: ownerHash}); err != nil {
 					e.t.Fatal(err)
 				}
 			},
@@ -329,14 +329,14 @@ func TestAuditLogRecordsEveryDecision(t *testing.T) {
 	tok := a.Record.Token
 	e.transition(k, tok, tiers.StateProcessing)
 	e.transition(k, tok, tiers.StateProcessing) // repeat: no row
-	if _, err := e.store.Renew(ctx, tiers.RenewParams{Key: key(k), Now: e.clk.Now(), Token: tok, Lease: lease}); err != nil {
+	if _, err := e.store.Renew(ctx, tiers.RenewParams{Key: key(k), Now: e.clk.Now(), Token: tok, SecretHash: ownerHash, Lease: lease}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.store.Transition(ctx, tiers.TransitionParams{Key: key(k), Now: e.clk.Now(), Token: tok + 1, To: tiers.StateSettled}); err == nil {
+	if _, _, err := e.store.Transition(ctx, tiers.TransitionParams{Key: key(k), Now: e.clk.Now(), Token: tok + 1, SecretHash: ownerHash, To: tiers.StateSettled}); err == nil {
 		t.Fatal("Transition(stale token) error = nil")
 	}
 	for range 2 { // the repeat writes no row
-		if _, err := e.store.Release(ctx, tiers.ReleaseParams{Key: key(k), Now: e.clk.Now(), Token: tok}); err != nil {
+		if _, err := e.store.Release(ctx, tiers.ReleaseParams{Key: key(k), Now: e.clk.Now(), Token: tok, SecretHash: ownerHash}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -398,7 +398,7 @@ func TestClaimsRacingARelease(t *testing.T) {
 			}()
 		}
 		close(start)
-		if _, err := e.store.Release(context.Background(), tiers.ReleaseParams{Key: key(k), Now: e.clk.Now(), Token: token}); err != nil {
+		if _, err := e.store.Release(context.Background(), tiers.ReleaseParams{Key: key(k), Now: e.clk.Now(), Token: token, SecretHash: ownerHash}); err != nil {
 			t.Fatalf("round %d: Release(token %d) error = %v", round, token, err)
 		}
 		wg.Wait()

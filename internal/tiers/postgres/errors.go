@@ -19,6 +19,13 @@ const (
 	codeUndefinedTable   = "42P01"
 	codeReadOnlyTx       = "25006" // connected to a standby (e.g. during a failover)
 	codeLockNotAvailable = "55P03" // lock_timeout
+
+	// What reading another application's schema_migrations may meet.
+	codeUndefinedColumn           = "42703"
+	codeInvalidSchemaName         = "3F000"
+	codeInsufficientPrivilege     = "42501"
+	codeInvalidTextRepresentation = "22P02"
+	codeNumericOutOfRange         = "22003"
 )
 
 // fail translates a database error of operation op into the error the

@@ -13,17 +13,22 @@ import (
 
 // Transition, Renew and Release share one shape: a conditional UPDATE whose
 // WHERE clause is the success condition of the matching tiers.Apply*
-// function (token, released, state), writing its audit row in the same
-// statement. When it updates nothing, a plain SELECT reads the row and the
-// Apply function names the answer: ErrNotFound, ErrStaleToken, a
-// *tiers.TransitionError, or the no-op repeat. Should Apply find the change
-// allowed after all, the row changed in between and the UPDATE runs again.
+// function (token, secret hash, released, state), writing its audit row in
+// the same statement. When it updates nothing, a plain SELECT reads the row
+// and the Apply function names the answer: ErrNotFound, ErrStaleToken,
+// ErrNotOwner, a *tiers.TransitionError, or the no-op repeat. Should Apply
+// find the change allowed after all, the row changed in between and the
+// UPDATE runs again.
 
-// issued reports whether token can be the token of a record: tokens are
-// stored as bigint, so a larger one was never issued. Such a token skips the
-// UPDATE (pgx could not even encode it) and is refused by the Apply function
-// as stale.
-func issued(token uint64) bool { return token <= math.MaxInt64 }
+// fenceable reports whether token and secretHash can match a record: tokens
+// are stored as bigint, so a larger one was never issued (pgx could not even
+// encode it), and a stored secret hash is always SecretHashBytes long (a
+// CHECK constraint), so no other length can be its owner's. Anything else
+// skips the UPDATE and is refused by the Apply function: stale, or not the
+// owner.
+func fenceable(token uint64, secretHash []byte) bool {
+	return token <= math.MaxInt64 && len(secretHash) == tiers.SecretHashBytes
+}
 
 // fenced runs a fenced statement: update tries the UPDATE and reports
 // whether it wrote rec; apply explains a miss from the current row, and
@@ -88,12 +93,12 @@ func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers
 	}
 	return s.fenced(ctx, "transition", p.Key, p.Now,
 		func() (tiers.Record, bool, error) {
-			if !issued(p.Token) || len(from) == 0 {
+			if !fenceable(p.Token, p.SecretHash) || len(from) == 0 {
 				return tiers.Record{}, false, nil
 			}
 			return s.updateRow(ctx, p.Key, transitionSQL,
 				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, int16(p.To),
-				p.To.Terminal(), p.Result, lease, int64(p.Token), fromArg)
+				p.To.Terminal(), p.Result, lease, int64(p.Token), fromArg, p.SecretHash)
 		},
 		func(cur tiers.Record) (tiers.Record, bool, error) { return tiers.ApplyTransition(cur, p) })
 }
@@ -102,11 +107,11 @@ func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers
 func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, error) {
 	rec, _, err := s.fenced(ctx, "renew", p.Key, p.Now,
 		func() (tiers.Record, bool, error) {
-			if !issued(p.Token) {
+			if !fenceable(p.Token, p.SecretHash) {
 				return tiers.Record{}, false, nil
 			}
 			return s.updateRow(ctx, p.Key, renewSQL,
-				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, p.Now.Add(p.Lease), int64(p.Token))
+				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, p.Now.Add(p.Lease), int64(p.Token), p.SecretHash)
 		},
 		func(cur tiers.Record) (tiers.Record, bool, error) {
 			next, err := tiers.ApplyRenew(cur, p)
@@ -119,11 +124,11 @@ func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, e
 func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Record, error) {
 	rec, _, err := s.fenced(ctx, "release", p.Key, p.Now,
 		func() (tiers.Record, bool, error) {
-			if !issued(p.Token) {
+			if !fenceable(p.Token, p.SecretHash) {
 				return tiers.Record{}, false, nil
 			}
 			return s.updateRow(ctx, p.Key, releaseSQL,
-				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, int64(p.Token))
+				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, int64(p.Token), p.SecretHash)
 		},
 		func(cur tiers.Record) (tiers.Record, bool, error) { return tiers.ApplyRelease(cur, p) })
 	return rec, err

@@ -1,7 +1,9 @@
 package postgres_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -9,6 +11,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/claimd/claimd/internal/tiers"
+)
+
+// Secret hashes a fenced call presents: the owner's (every claim of these
+// tests has it), another one, or none.
+var (
+	owners   = ownerHash
+	stranger = bytes.Repeat([]byte{0x77}, tiers.SecretHashBytes)
+	noSecret = []byte(nil)
 )
 
 // Tokens a fenced call presents, relative to the record's current one.
@@ -35,7 +45,7 @@ func failed(e *env, k string) {
 
 func released(e *env, k string) {
 	rec := toProcessing(e, k)
-	if _, err := e.store.Release(e.ctx(), tiers.ReleaseParams{Key: key(k), Now: e.clk.Now(), Token: rec.Token}); err != nil {
+	if _, err := e.store.Release(e.ctx(), tiers.ReleaseParams{Key: key(k), Now: e.clk.Now(), Token: rec.Token, SecretHash: ownerHash}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -57,7 +67,7 @@ func leaseRanOut(e *env, k string) {
 
 // fencedCall is a Transition, Renew or Release, and the tiers.Apply* answer
 // expected from the record before it.
-type fencedCall func(e *env, k string, cur *tiers.Record, token uint64) (got, want fencedAnswer)
+type fencedCall func(e *env, k string, cur *tiers.Record, token uint64, hash []byte) (got, want fencedAnswer)
 
 type fencedAnswer struct {
 	rec     tiers.Record
@@ -66,8 +76,8 @@ type fencedAnswer struct {
 }
 
 func transitionTo(to tiers.State, result []byte, lease time.Duration) fencedCall {
-	return func(e *env, k string, cur *tiers.Record, token uint64) (got, want fencedAnswer) {
-		p := tiers.TransitionParams{Key: key(k), Now: e.clk.Now(), Token: token, To: to, Result: result, Lease: lease}
+	return func(e *env, k string, cur *tiers.Record, token uint64, hash []byte) (got, want fencedAnswer) {
+		p := tiers.TransitionParams{Key: key(k), Now: e.clk.Now(), Token: token, SecretHash: hash, To: to, Result: result, Lease: lease}
 		got.rec, got.changed, got.err = e.store.Transition(e.ctx(), p)
 		if cur != nil {
 			want.rec, want.changed, want.err = tiers.ApplyTransition(*cur, p)
@@ -76,9 +86,15 @@ func transitionTo(to tiers.State, result []byte, lease time.Duration) fencedCall
 	}
 }
 
+// transitionToSettledAgain repeats the SETTLED of setup settled, with the
+// result it stored.
+func transitionToSettledAgain(e *env, k string, cur *tiers.Record, token uint64, hash []byte) (got, want fencedAnswer) {
+	return transitionTo(tiers.StateSettled, []byte("result-of-"+k), 0)(e, k, cur, token, hash)
+}
+
 func renewFor(lease time.Duration) fencedCall {
-	return func(e *env, k string, cur *tiers.Record, token uint64) (got, want fencedAnswer) {
-		p := tiers.RenewParams{Key: key(k), Now: e.clk.Now(), Token: token, Lease: lease}
+	return func(e *env, k string, cur *tiers.Record, token uint64, hash []byte) (got, want fencedAnswer) {
+		p := tiers.RenewParams{Key: key(k), Now: e.clk.Now(), Token: token, SecretHash: hash, Lease: lease}
 		got.rec, got.err = e.store.Renew(e.ctx(), p)
 		if cur != nil {
 			want.rec, want.err = tiers.ApplyRenew(*cur, p)
@@ -89,8 +105,8 @@ func renewFor(lease time.Duration) fencedCall {
 	}
 }
 
-func release(e *env, k string, cur *tiers.Record, token uint64) (got, want fencedAnswer) {
-	p := tiers.ReleaseParams{Key: key(k), Now: e.clk.Now(), Token: token}
+func release(e *env, k string, cur *tiers.Record, token uint64, hash []byte) (got, want fencedAnswer) {
+	p := tiers.ReleaseParams{Key: key(k), Now: e.clk.Now(), Token: token, SecretHash: hash}
 	got.rec, got.err = e.store.Release(e.ctx(), p)
 	if cur != nil {
 		want.rec, want.changed, want.err = tiers.ApplyRelease(*cur, p)
@@ -110,41 +126,58 @@ func TestFencedStatementsMatchApply(t *testing.T) {
 		setup   func(e *env, k string)
 		token   func(cur uint64) uint64
 		call    fencedCall
-		wantErr error // nil, tiers.ErrNotFound, tiers.ErrStaleToken, or a *tiers.TransitionError
+		wantErr error // nil, tiers.ErrNotFound, tiers.ErrStaleToken, tiers.ErrNotOwner, a *tiers.TransitionError or a *tiers.ResultMismatchError
+		hash    []byte
 	}{
-		{"transition: unknown key", absent, current, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrNotFound},
-		{"transition: RECEIVED→PROCESSING", claimed, current, transitionTo(tiers.StateProcessing, nil, 0), nil},
-		{"transition: with a new lease", claimed, current, transitionTo(tiers.StateValidated, nil, 5*time.Minute), nil},
-		{"transition: PROCESSING→SETTLED stores the result", processing, current, transitionTo(tiers.StateSettled, []byte("ok"), 0), nil},
-		{"transition: SETTLED without a result", processing, current, transitionTo(tiers.StateSettled, nil, 0), nil},
-		{"transition: terminal ignores a lease", processing, current, transitionTo(tiers.StateFailed, []byte("no"), 5*time.Minute), nil},
-		{"transition: repeat is a no-op", processing, current, transitionTo(tiers.StateProcessing, nil, 0), nil},
-		{"transition: repeat of SETTLED keeps the first result", settled, current, transitionTo(tiers.StateSettled, []byte("second"), 0), nil},
-		{"transition: RECEIVED→SETTLED refused", claimed, current, transitionTo(tiers.StateSettled, nil, 0), &tiers.TransitionError{Current: tiers.StateReceived, To: tiers.StateSettled, Op: "transition"}},
-		{"transition: SETTLED→FAILED refused", settled, current, transitionTo(tiers.StateFailed, nil, 0), &tiers.TransitionError{Current: tiers.StateSettled, To: tiers.StateFailed, Op: "transition"}},
-		{"transition: back to RECEIVED refused", validated, current, transitionTo(tiers.StateReceived, nil, 0), &tiers.TransitionError{Current: tiers.StateValidated, To: tiers.StateReceived, Op: "transition"}},
-		{"transition: old holder after takeover", takenOver, previous, transitionTo(tiers.StateSettled, nil, 0), tiers.ErrStaleToken},
-		{"transition: token never issued", claimed, neverGiven, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrStaleToken},
-		{"transition: token beyond bigint", claimed, huge, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrStaleToken},
-		{"transition: released token", released, current, transitionTo(tiers.StateSettled, nil, 0), tiers.ErrStaleToken},
-		{"transition: lease ran out, nobody took over", leaseRanOut, current, transitionTo(tiers.StateProcessing, nil, 0), nil},
+		{"transition: unknown key", absent, current, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrNotFound, owners},
+		{"transition: RECEIVED→PROCESSING", claimed, current, transitionTo(tiers.StateProcessing, nil, 0), nil, owners},
+		{"transition: with a new lease", claimed, current, transitionTo(tiers.StateValidated, nil, 5*time.Minute), nil, owners},
+		{"transition: PROCESSING→SETTLED stores the result", processing, current, transitionTo(tiers.StateSettled, []byte("ok"), 0), nil, owners},
+		{"transition: SETTLED without a result", processing, current, transitionTo(tiers.StateSettled, nil, 0), nil, owners},
+		{"transition: terminal ignores a lease", processing, current, transitionTo(tiers.StateFailed, []byte("no"), 5*time.Minute), nil, owners},
+		{"transition: repeat is a no-op", processing, current, transitionTo(tiers.StateProcessing, nil, 0), nil, owners},
+		{"transition: repeat of SETTLED with its result is a no-op", settled, current, transitionToSettledAgain, nil, owners},
+		{"transition: repeat of SETTLED with another result refused", settled, current, transitionTo(tiers.StateSettled, []byte("second"), 0), &tiers.ResultMismatchError{Current: tiers.StateSettled}, owners},
+		{"transition: RECEIVED→SETTLED refused", claimed, current, transitionTo(tiers.StateSettled, nil, 0), &tiers.TransitionError{Current: tiers.StateReceived, To: tiers.StateSettled, Op: "transition"}, owners},
+		{"transition: SETTLED→FAILED refused", settled, current, transitionTo(tiers.StateFailed, nil, 0), &tiers.TransitionError{Current: tiers.StateSettled, To: tiers.StateFailed, Op: "transition"}, owners},
+		{"transition: back to RECEIVED refused", validated, current, transitionTo(tiers.StateReceived, nil, 0), &tiers.TransitionError{Current: tiers.StateValidated, To: tiers.StateReceived, Op: "transition"}, owners},
+		{"transition: old holder after takeover", takenOver, previous, transitionTo(tiers.StateSettled, nil, 0), tiers.ErrStaleToken, owners},
+		{"transition: token never issued", claimed, neverGiven, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrStaleToken, owners},
+		{"transition: token beyond bigint", claimed, huge, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrStaleToken, owners},
+		{"transition: released token", released, current, transitionTo(tiers.StateSettled, nil, 0), tiers.ErrStaleToken, owners},
+		{"transition: lease ran out, nobody took over", leaseRanOut, current, transitionTo(tiers.StateProcessing, nil, 0), nil, owners},
 
-		{"renew: unknown key", absent, current, renewFor(lease), tiers.ErrNotFound},
-		{"renew: holder extends its lease", claimed, current, renewFor(5 * time.Minute), nil},
-		{"renew: lease ran out, nobody took over", leaseRanOut, current, renewFor(lease), nil},
-		{"renew: old holder after takeover", takenOver, previous, renewFor(lease), tiers.ErrStaleToken},
-		{"renew: token never issued", claimed, neverGiven, renewFor(lease), tiers.ErrStaleToken},
-		{"renew: token beyond bigint", claimed, huge, renewFor(lease), tiers.ErrStaleToken},
-		{"renew: released", released, current, renewFor(lease), tiers.ErrStaleToken},
-		{"renew: settled", settled, current, renewFor(lease), &tiers.TransitionError{Current: tiers.StateSettled, Op: "renew"}},
+		{"renew: unknown key", absent, current, renewFor(lease), tiers.ErrNotFound, owners},
+		{"renew: holder extends its lease", claimed, current, renewFor(5 * time.Minute), nil, owners},
+		{"renew: lease ran out, nobody took over", leaseRanOut, current, renewFor(lease), nil, owners},
+		{"renew: old holder after takeover", takenOver, previous, renewFor(lease), tiers.ErrStaleToken, owners},
+		{"renew: token never issued", claimed, neverGiven, renewFor(lease), tiers.ErrStaleToken, owners},
+		{"renew: token beyond bigint", claimed, huge, renewFor(lease), tiers.ErrStaleToken, owners},
+		{"renew: released", released, current, renewFor(lease), tiers.ErrStaleToken, owners},
+		{"renew: settled", settled, current, renewFor(lease), &tiers.TransitionError{Current: tiers.StateSettled, Op: "renew"}, owners},
 
-		{"release: unknown key", absent, current, release, tiers.ErrNotFound},
-		{"release: holder gives the key back", processing, current, release, nil},
-		{"release: repeat is a no-op", released, current, release, nil},
-		{"release: old holder after takeover", takenOver, previous, release, tiers.ErrStaleToken},
-		{"release: token never issued", claimed, neverGiven, release, tiers.ErrStaleToken},
-		{"release: token beyond bigint", claimed, huge, release, tiers.ErrStaleToken},
-		{"release: failed", failed, current, release, &tiers.TransitionError{Current: tiers.StateFailed, Op: "release"}},
+		{"release: unknown key", absent, current, release, tiers.ErrNotFound, owners},
+		{"release: holder gives the key back", processing, current, release, nil, owners},
+		{"release: repeat is a no-op", released, current, release, nil, owners},
+		{"release: old holder after takeover", takenOver, previous, release, tiers.ErrStaleToken, owners},
+		{"release: token never issued", claimed, neverGiven, release, tiers.ErrStaleToken, owners},
+		{"release: token beyond bigint", claimed, huge, release, tiers.ErrStaleToken, owners},
+		{"release: failed", failed, current, release, &tiers.TransitionError{Current: tiers.StateFailed, Op: "release"}, owners},
+
+		// The current token without its owner's secret hash: refused before
+		// the state machine is asked, so even a repeat changes nothing.
+		{"transition: another secret", claimed, current, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrNotOwner, stranger},
+		{"transition: no secret", claimed, current, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrNotOwner, noSecret},
+		{"transition: repeat with another secret", processing, current, transitionTo(tiers.StateProcessing, nil, 0), tiers.ErrNotOwner, stranger},
+		{"transition: repeat of SETTLED with another secret", settled, current, transitionTo(tiers.StateSettled, []byte("forged"), 0), tiers.ErrNotOwner, stranger},
+		{"transition: SETTLED→FAILED with another secret", settled, current, transitionTo(tiers.StateFailed, nil, 0), tiers.ErrNotOwner, stranger},
+		{"transition: released token with another secret", released, current, transitionTo(tiers.StateSettled, nil, 0), tiers.ErrNotOwner, stranger},
+		{"transition: old holder with another secret is stale", takenOver, previous, transitionTo(tiers.StateSettled, nil, 0), tiers.ErrStaleToken, stranger},
+		{"renew: another secret", claimed, current, renewFor(lease), tiers.ErrNotOwner, stranger},
+		{"renew: settled, another secret", settled, current, renewFor(lease), tiers.ErrNotOwner, stranger},
+		{"release: another secret", processing, current, release, tiers.ErrNotOwner, stranger},
+		{"release: repeat with another secret", released, current, release, tiers.ErrNotOwner, stranger},
+		{"release: failed, another secret", failed, current, release, tiers.ErrNotOwner, stranger},
 	}
 	e := newEnv(t)
 	start := e.clk.Now()
@@ -162,7 +195,7 @@ func TestFencedStatementsMatchApply(t *testing.T) {
 			}
 			auditBefore := len(e.audit(k))
 
-			got, want := tc.call(e, k, before, tc.token(tok))
+			got, want := tc.call(e, k, before, tc.token(tok), tc.hash)
 			if before == nil {
 				want.err = tiers.ErrNotFound
 			}
@@ -194,14 +227,22 @@ func TestFencedStatementsMatchApply(t *testing.T) {
 }
 
 // checkErr compares err with want: both nil, the same sentinel, or equal
-// *tiers.TransitionErrors.
+// *tiers.TransitionErrors or *tiers.ResultMismatchErrors.
 func checkErr(t *testing.T, call string, err, want error) {
 	t.Helper()
-	var wantTE *tiers.TransitionError
+	var (
+		wantTE *tiers.TransitionError
+		wantRM *tiers.ResultMismatchError
+	)
 	switch {
 	case want == nil:
 		if err != nil {
 			t.Fatalf("%s error = %v, want nil", call, err)
+		}
+	case errors.As(want, &wantRM):
+		var rm *tiers.ResultMismatchError
+		if !errors.As(err, &rm) || *rm != *wantRM {
+			t.Fatalf("%s error = %v, want %v", call, err, wantRM)
 		}
 	case errors.As(want, &wantTE):
 		var te *tiers.TransitionError
@@ -218,6 +259,10 @@ func checkErr(t *testing.T, call string, err, want error) {
 	case errors.Is(want, tiers.ErrStaleToken):
 		if !errors.Is(err, tiers.ErrStaleToken) {
 			t.Fatalf("%s error = %v, want ErrStaleToken", call, err)
+		}
+	case errors.Is(want, tiers.ErrNotOwner):
+		if !errors.Is(err, tiers.ErrNotOwner) {
+			t.Fatalf("%s error = %v, want ErrNotOwner", call, err)
 		}
 	default:
 		t.Fatalf("checkErr: unexpected want %v", want)
@@ -243,5 +288,65 @@ func TestPruneBoundsAndLimits(t *testing.T) {
 	}
 	if claims, _, err := e.store.Stats(e.ctx()); err != nil || claims != 0 {
 		t.Errorf("Stats() claims = %d, %v; want 0", claims, err)
+	}
+}
+
+// TestRowsFromBeforeLeaseSecrets covers a record claimed by a binary that
+// stored no salt or secret hash (before migration 0003): nobody can prove
+// ownership of it, so every fenced write is refused as not the owner (the
+// UPDATE compares with NULL and the Apply function names the miss), and the
+// next takeover gives it an owner that can.
+func TestRowsFromBeforeLeaseSecrets(t *testing.T) {
+	e := newEnv(t)
+	const k = "evt_old"
+	e.claim(e.params(k))
+	if _, err := e.db.Exec(e.ctx(), `UPDATE claims SET salt = NULL, secret_hash = NULL WHERE key = $1`, k); err != nil {
+		t.Fatal(err)
+	}
+	for _, hash := range [][]byte{noSecret, owners} {
+		_, _, err := e.store.Transition(e.ctx(), tiers.TransitionParams{Key: key(k), Now: e.clk.Now(), Token: 1, SecretHash: hash, To: tiers.StateProcessing})
+		checkErr(t, "Transition(row without a secret hash)", err, tiers.ErrNotOwner)
+		_, err = e.store.Release(e.ctx(), tiers.ReleaseParams{Key: key(k), Now: e.clk.Now(), Token: 1, SecretHash: hash})
+		checkErr(t, "Release(row without a secret hash)", err, tiers.ErrNotOwner)
+	}
+	e.clk.Advance(lease)
+	res := e.claim(e.params(k))
+	if res.Reason != tiers.ReasonLeaseExpired || !bytes.Equal(res.Record.SecretHash, ownerHash) || !bytes.Equal(res.Record.Salt, ownerSalt) {
+		t.Fatalf("Claim(after the lease) = %v/%v salt %x hash %x, want LEASE_EXPIRED with the claimant's", res.Outcome, res.Reason, res.Record.Salt, res.Record.SecretHash)
+	}
+	e.transition(k, res.Record.Token, tiers.StateProcessing)
+}
+
+// TestMissesWriteNoAuditRows: refused and missing-key calls write nothing,
+// no audit row either (a flood of Transitions on unknown keys must not grow
+// a log kept for months).
+func TestMissesWriteNoAuditRows(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.ctx()
+	settled(e, "evt_held")
+	count := func() int {
+		var n int
+		if err := e.db.QueryRow(ctx, `SELECT count(*) FROM audit_log`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := count()
+	now := e.clk.Now()
+	for i := range 50 {
+		k := key(fmt.Sprintf("evt_missing_%d", i))
+		e.store.Transition(ctx, tiers.TransitionParams{Key: k, Now: now, Token: 1, SecretHash: owners, To: tiers.StateProcessing})
+		e.store.Renew(ctx, tiers.RenewParams{Key: k, Now: now, Token: 1, SecretHash: owners, Lease: lease})
+		e.store.Release(ctx, tiers.ReleaseParams{Key: k, Now: now, Token: 1, SecretHash: owners})
+	}
+	held := key("evt_held")
+	e.store.Transition(ctx, tiers.TransitionParams{Key: held, Now: now, Token: 2, SecretHash: owners, To: tiers.StateSettled})                      // stale token
+	e.store.Transition(ctx, tiers.TransitionParams{Key: held, Now: now, Token: 1, SecretHash: noSecret, To: tiers.StateSettled})                    // not the owner
+	e.store.Transition(ctx, tiers.TransitionParams{Key: held, Now: now, Token: 1, SecretHash: owners, To: tiers.StateProcessing})                   // invalid transition
+	e.store.Transition(ctx, tiers.TransitionParams{Key: held, Now: now, Token: 1, SecretHash: owners, To: tiers.StateSettled, Result: []byte("x")}) // result mismatch
+	e.store.Renew(ctx, tiers.RenewParams{Key: held, Now: now, Token: 1, SecretHash: owners, Lease: lease})                                          // terminal
+	e.store.Release(ctx, tiers.ReleaseParams{Key: held, Now: now, Token: 1, SecretHash: owners})                                                    // terminal
+	if after := count(); after != before {
+		t.Fatalf("audit rows after 150 missing-key and 5 refused calls = %d, want %d (unchanged)", after, before)
 	}
 }

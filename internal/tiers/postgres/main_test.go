@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -48,12 +49,24 @@ func newEnv(t testing.TB) *env {
 		t.Fatalf("New() error = %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
-	db, err := pgxpool.New(ctx, url)
+	return &env{t: t, url: url, store: s, db: openDB(t, url, postgres.DefaultSchema), clk: clock.NewFake(time.Now())}
+}
+
+// openDB opens a pool on url whose connections see schema, as the Store's
+// do, for the queries a test runs itself.
+func openDB(t testing.TB, url, schema string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		t.Fatalf("pgxpool.New() error = %v", err)
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	db, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pgxpool.NewWithConfig() error = %v", err)
 	}
 	t.Cleanup(db.Close)
-	return &env{t: t, url: url, store: s, db: db, clk: clock.NewFake(time.Now())}
+	return db
 }
 
 // ctx bounds one call of a test.
@@ -65,8 +78,16 @@ func (e *env) ctx() context.Context {
 
 func key(k string) tiers.Key { return tiers.Key{Namespace: "billing", Provider: "stripe", Key: k} }
 
+// ownerSalt and ownerHash are the ownership fields of every claim in these
+// tests (the conformance suite gives each claim its own): a wrong token is
+// then stale, and a wrong hash is a case of its own.
+var (
+	ownerSalt = bytes.Repeat([]byte{0x5a}, tiers.SaltBytes)
+	ownerHash = bytes.Repeat([]byte{0xa5}, tiers.SecretHashBytes)
+)
+
 func (e *env) params(k string) tiers.ClaimParams {
-	return tiers.ClaimParams{Key: key(k), Now: e.clk.Now(), Lease: lease, TTL: ttl, Holder: "pod-a"}
+	return tiers.ClaimParams{Key: key(k), Now: e.clk.Now(), Lease: lease, TTL: ttl, Holder: "pod-a", Salt: ownerSalt, SecretHash: ownerHash}
 }
 
 func (e *env) claim(p tiers.ClaimParams) tiers.ClaimResult {
@@ -84,7 +105,7 @@ func (e *env) transition(k string, token uint64, to tiers.State) tiers.Record {
 	if to.Terminal() {
 		result = []byte("result-of-" + k)
 	}
-	rec, _, err := e.store.Transition(e.ctx(), tiers.TransitionParams{Key: key(k), Now: e.clk.Now(), Token: token, To: to, Result: result})
+	rec, _, err := e.store.Transition(e.ctx(), tiers.TransitionParams{Key: key(k), Now: e.clk.Now(), Token: token, SecretHash: ownerHash, To: to, Result: result})
 	if err != nil {
 		e.t.Fatalf("Transition(%q, →%v) error = %v", k, to, err)
 	}

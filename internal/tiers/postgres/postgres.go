@@ -11,11 +11,13 @@
 //
 // Time is never PostgreSQL's: every decision compares the times carried by
 // the call's params (the service's injected clock). The server's now()
-// appears only in bookkeeping columns (schema_migrations.applied_at,
+// appears only in bookkeeping columns (claimd_schema_migrations.applied_at,
 // audit_log.logged_at).
 //
-// The schema lives in migrations/*.sql, the statements in queries/*.sql,
-// both embedded in the binary.
+// The tables live in a schema of their own (Config.Schema, default claimd),
+// which is the only schema on every connection's search_path. The schema
+// lives in migrations/*.sql, the statements in queries/*.sql, both embedded
+// in the binary.
 package postgres
 
 import (
@@ -24,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,10 +47,21 @@ const defaultConnectTimeout = 5 * time.Second
 // restart before a write has to create its month's partition itself.
 const partitionsAhead = 3
 
+// DefaultSchema is the schema of claimd's tables when Config.Schema is
+// empty. claimd 0.1 put its tables in the database's default schema,
+// public: a deployment made with it keeps them by setting Schema "public".
+const DefaultSchema = "claimd"
+
 // Config configures New. Zero values mean the defaults.
 type Config struct {
 	// URL is a libpq URL or key=value string (postgres://user@host/db).
 	URL string
+	// Schema is the PostgreSQL schema that holds claimd's tables; empty
+	// means DefaultSchema. It is the search_path of every connection, so
+	// claimd sees no other schema's tables and two deployments in two
+	// schemas of one database never see each other's rows. Migrate creates
+	// it when it is missing.
+	Schema string
 	// MaxConns caps the pool. Zero means max(8, 4×GOMAXPROCS): every claim
 	// holds a connection for a round trip or two, and pgxpool's own default
 	// (max(4, NumCPU): 4 on a small machine) queues claims behind each other
@@ -73,8 +87,10 @@ type Config struct {
 
 // Store is the PostgreSQL durable tier. It is safe for concurrent use.
 type Store struct {
-	pool  *pgxpool.Pool
-	batch *batcher // nil when batching is off
+	pool       *pgxpool.Pool
+	batch      *batcher // nil when batching is off
+	schema     string
+	janitorKey int64 // JanitorLockKey(schema)
 }
 
 // New opens a pool on cfg.URL, migrates the schema when cfg.Migrate is set,
@@ -90,8 +106,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	schema := cmp.Or(cfg.Schema, DefaultSchema)
 	if cfg.Migrate {
-		if err := migrate(ctx, pcfg.ConnConfig.Copy()); err != nil {
+		if _, err := migrate(ctx, pcfg.ConnConfig.Copy(), schema); err != nil {
 			return nil, err
 		}
 	}
@@ -99,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open pool: %w", err)
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: pool, schema: schema, janitorKey: JanitorLockKey(schema)}
 	if err := s.checkSchema(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -130,11 +147,21 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 	if cfg.ConnectTimeout < 0 {
 		return nil, fmt.Errorf("postgres: Config.ConnectTimeout: %v is negative", cfg.ConnectTimeout)
 	}
+	schema := cmp.Or(cfg.Schema, DefaultSchema)
+	if err := checkSchemaName(schema); err != nil {
+		return nil, err
+	}
 	pcfg, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
 		// pgconn's ParseConfigError masks the password in its text.
 		return nil, fmt.Errorf("postgres: Config.URL: %w", err)
 	}
+	// The schema is a startup parameter of every connection, not a SET run
+	// after it: a connection has this search_path from its first statement
+	// to its last, so every statement pgx prepares and caches on it, and
+	// every group-commit batch it sends, names claimd's tables. A
+	// search_path in the URL is overridden.
+	pcfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
 	pcfg.MaxConns = cfg.MaxConns
 	if pcfg.MaxConns == 0 {
 		pcfg.MaxConns = int32(max(8, 4*runtime.GOMAXPROCS(0)))
@@ -146,6 +173,23 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 	return pcfg, nil
 }
 
+// maxIdentifierBytes is PostgreSQL's NAMEDATALEN-1: a longer name would be
+// truncated, and claimd would use a schema other than the one named.
+const maxIdentifierBytes = 63
+
+// checkSchemaName refuses a schema name PostgreSQL would not keep as given.
+func checkSchemaName(name string) error {
+	switch {
+	case len(name) > maxIdentifierBytes:
+		return fmt.Errorf("postgres: Config.Schema is %d bytes; PostgreSQL names are at most %d", len(name), maxIdentifierBytes)
+	case strings.ContainsRune(name, 0):
+		return errors.New("postgres: Config.Schema contains a NUL byte")
+	case strings.HasPrefix(name, "pg_"):
+		return fmt.Errorf("postgres: Config.Schema %q: names starting with pg_ are PostgreSQL's own", name)
+	}
+	return nil
+}
+
 // checkSchema refuses a database that Migrate has not brought up to this
 // binary's schema: the statements would fail on every call instead.
 func (s *Store) checkSchema(ctx context.Context) error {
@@ -155,9 +199,9 @@ func (s *Store) checkSchema(ctx context.Context) error {
 	}
 	want := ms[len(ms)-1].Version
 	var have int
-	err = s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&have)
+	err = s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+migrationsTable).Scan(&have)
 	if isUndefinedTable(err) {
-		return fmt.Errorf("postgres: database has no schema_migrations table: run claimd migrate (schema version %d)", want)
+		return fmt.Errorf("postgres: schema %s has no %s table: run claimd migrate (schema version %d)", s.schema, migrationsTable, want)
 	}
 	if err != nil {
 		return fail(ctx, "check schema", err)

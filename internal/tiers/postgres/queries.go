@@ -32,7 +32,7 @@ var queryFS embed.FS
 
 // recordColumns are the columns scanRecord reads, in its order.
 const recordColumns = `state, token, version, attempt, reason, released, holder, attempt_id,
-    payload_sha256, result, first_seen_at, lease_expires_at, window_expires_at, updated_at`
+    salt, secret_hash, payload_sha256, result, first_seen_at, lease_expires_at, window_expires_at, updated_at`
 
 var placeholders = map[string]string{
 	"RECORD":         recordColumns,
@@ -79,7 +79,7 @@ func scanRecord(row pgx.Row, k tiers.Key, before ...any) (tiers.Record, error) {
 	)
 	dest := append(before,
 		&state, &token, &version, &attempt, &reason, &rec.Released, &rec.Holder, &rec.AttemptID,
-		&rec.PayloadHash, &rec.Result,
+		&rec.Salt, &rec.SecretHash, &rec.PayloadHash, &rec.Result,
 		&rec.FirstSeenAt, &rec.LeaseExpiresAt, &rec.WindowExpiresAt, &rec.UpdatedAt)
 	if err := row.Scan(dest...); err != nil {
 		return tiers.Record{}, err

@@ -117,7 +117,7 @@ func TestConcurrentMigrateAppliesEachVersionOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	rows, _ := conn.Query(ctx, `SELECT version FROM schema_migrations ORDER BY version`)
+	rows, _ := conn.Query(ctx, `SELECT version FROM claimd.claimd_schema_migrations ORDER BY version`)
 	versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func TestConcurrentMigrateAppliesEachVersionOnce(t *testing.T) {
 		want = append(want, int32(v))
 	}
 	if diff := cmp.Diff(want, versions); diff != "" {
-		t.Errorf("schema_migrations versions (-want +got):\n%s", diff)
+		t.Errorf("claimd_schema_migrations versions (-want +got):\n%s", diff)
 	}
 }
 
@@ -160,6 +160,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"unparsable URL", postgres.Config{URL: "postgres://u:secret@[::1"}, "URL"},
 		{"negative MaxConns", postgres.Config{URL: "postgres://127.0.0.1/x", MaxConns: -1}, "MaxConns"},
 		{"negative ConnectTimeout", postgres.Config{URL: "postgres://127.0.0.1/x", ConnectTimeout: -1}, "ConnectTimeout"},
+		{"schema name PostgreSQL would truncate", postgres.Config{URL: "postgres://127.0.0.1/x", Schema: strings.Repeat("s", 64)}, "Schema is 64 bytes"},
+		{"schema name of PostgreSQL's own", postgres.Config{URL: "postgres://127.0.0.1/x", Schema: "pg_catalog"}, "Schema"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {

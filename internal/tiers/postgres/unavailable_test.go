@@ -25,7 +25,7 @@ func TestStoppedServerIsUnavailable(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	clk := clock.NewFake(time.Now())
 	k := key("evt_down")
-	claim := tiers.ClaimParams{Key: k, Now: clk.Now(), Lease: lease, TTL: ttl, Holder: "pod-a"}
+	claim := tiers.ClaimParams{Key: k, Now: clk.Now(), Lease: lease, TTL: ttl, Holder: "pod-a", Salt: ownerSalt, SecretHash: ownerHash}
 	if _, err := s.Claim(context.Background(), claim); err != nil {
 		t.Fatalf("Claim(before stop) error = %v", err)
 	}
@@ -38,15 +38,15 @@ func TestStoppedServerIsUnavailable(t *testing.T) {
 	}{
 		{"Claim", func(ctx context.Context) error { _, err := s.Claim(ctx, claim); return err }},
 		{"Transition", func(ctx context.Context) error {
-			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: k, Now: clk.Now(), Token: 1, To: tiers.StateProcessing})
+			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: k, Now: clk.Now(), Token: 1, SecretHash: ownerHash, To: tiers.StateProcessing})
 			return err
 		}},
 		{"Renew", func(ctx context.Context) error {
-			_, err := s.Renew(ctx, tiers.RenewParams{Key: k, Now: clk.Now(), Token: 1, Lease: lease})
+			_, err := s.Renew(ctx, tiers.RenewParams{Key: k, Now: clk.Now(), Token: 1, SecretHash: ownerHash, Lease: lease})
 			return err
 		}},
 		{"Release", func(ctx context.Context) error {
-			_, err := s.Release(ctx, tiers.ReleaseParams{Key: k, Now: clk.Now(), Token: 1})
+			_, err := s.Release(ctx, tiers.ReleaseParams{Key: k, Now: clk.Now(), Token: 1, SecretHash: ownerHash})
 			return err
 		}},
 		{"Get", func(ctx context.Context) error { _, err := s.Get(ctx, k); return err }},

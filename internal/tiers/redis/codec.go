@@ -32,6 +32,8 @@ const (
 	fLease
 	fWindow
 	fUpdated
+	fSalt
+	fSecretHash
 	nFields
 )
 
@@ -68,8 +70,11 @@ func decodeReserve(k tiers.Key, v []any) (tiers.FastResult, error) {
 	if !ok {
 		return tiers.FastResult{}, fmt.Errorf("verdict %v (%T), want an integer", v[0], v[0])
 	}
-	if verdict == verdictReserved {
+	switch verdict {
+	case verdictReserved:
 		return tiers.FastResult{Verdict: tiers.FastReserved, Record: tiers.Record{Key: k}}, nil
+	case verdictAskDurable:
+		return tiers.FastResult{Verdict: tiers.FastAskDurable, Record: tiers.Record{Key: k}}, nil
 	}
 	if len(v) != 1+nFields {
 		return tiers.FastResult{}, fmt.Errorf("reply of %d values, want %d", len(v), 1+nFields)
@@ -128,6 +133,8 @@ func decodeRecord(k tiers.Key, f []any) (tiers.Record, error) {
 	rec.FirstSeenAt, rec.LeaseExpiresAt = fromMicros(n[3]), fromMicros(n[4])
 	rec.WindowExpiresAt, rec.UpdatedAt = fromMicros(n[5]), fromMicros(n[6])
 	rec.Released = str(f[fReleased]) == "1"
+	rec.Salt = bytesOrNil(f[fSalt])
+	rec.SecretHash = bytesOrNil(f[fSecretHash])
 	rec.PayloadHash = bytesOrNil(f[fPayload])
 	rec.Result = bytesOrNil(f[fResult])
 	return rec, nil
@@ -137,6 +144,7 @@ func decodeRecord(k tiers.Key, f []any) (tiers.Record, error) {
 var fieldNames = [nFields]string{
 	"pending", "pending_until", "state", "token", "version", "attempt", "reason", "released",
 	"holder", "attempt_id", "payload", "result", "first_seen", "lease", "window", "updated",
+	"salt", "secret_hash",
 }
 
 func parseInt(f []any, pos int) (int64, error) {

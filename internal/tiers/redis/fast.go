@@ -32,6 +32,7 @@ const (
 	verdictDuplicate
 	verdictAgain
 	verdictBusy
+	verdictAskDurable
 )
 
 // key returns the Redis key of k: prefix{namespace:provider:key}. Namespaces
@@ -103,6 +104,8 @@ func (s *Store) putRecord(ctx context.Context, rec tiers.Record) (bool, error) {
 		rec.LeaseExpiresAt.UnixMicro(),
 		rec.WindowExpiresAt.UnixMicro(),
 		rec.UpdatedAt.UnixMicro(),
+		rec.Salt,
+		rec.SecretHash,
 	).Int64()
 	if err != nil {
 		return false, s.fail(ctx, "put", key, err)

@@ -4,9 +4,9 @@
 -- ARGV[1]   version of the record
 -- ARGV[2]   window end, unix milliseconds rounded up
 -- ARGV[3..] state, token, attempt, reason, released, holder, attempt_id,
---           payload, result, first_seen, lease, window, updated
---           (the fields of reserve.lua's FIELDS after 'pending_until',
---           'version' excepted; times in unix microseconds)
+--           payload, result, first_seen, lease, window, updated, salt,
+--           secret_hash (the fields of reserve.lua's FIELDS after
+--           'pending_until', 'version' excepted; times in unix microseconds)
 --
 -- Returns 1 when it wrote the record, 0 when the key holds the same or a
 -- newer version.
@@ -48,6 +48,8 @@ redis.call('HSET', key,
   'first_seen', ARGV[12],
   'lease', ARGV[13],
   'window', ARGV[14],
-  'updated', ARGV[15])
+  'updated', ARGV[15],
+  'salt', ARGV[16],
+  'secret_hash', ARGV[17])
 redis.call('PEXPIREAT', key, ARGV[2])
 return 1

@@ -9,8 +9,8 @@
 -- ARGV[4]  payload hash    raw bytes, or "" when unknown
 -- ARGV[5]  attempt_id      or ""
 --
--- Returns {verdict} when verdict is RESERVED, else {verdict, v1, ..., v16}
--- where v1..v16 are the key's fields in the order of FIELDS (nil if unset).
+-- Returns {verdict} when verdict is RESERVED, else {verdict, v1, ..., v18}
+-- where v1..v18 are the key's fields in the order of FIELDS (nil if unset).
 -- Verdicts (the Go side names the same numbers in fast.go):
 --   1 RESERVED   the key was absent, held an expired marker, or held our own
 --                marker (a retried call); our marker stands there now
@@ -20,7 +20,13 @@
 --   4 MISMATCH   PAYLOAD_MISMATCH
 --   5 DUPLICATE  the record is terminal within its window
 --   6 AGAIN      the same attempt_id holds a live lease: the same ACQUIRED
+--                (the record's salt and secret_hash come back with it, so
+--                the service can give the owner the same lease secret)
 --   7 BUSY       another holder's lease is live: IN_PROGRESS
+--   8 ASK        a claim with an attempt_id met another claim's live marker:
+--                only the durable tier knows whether that attempt already
+--                holds the key (its own claim committed, its reply lost), so
+--                it decides; no marker is placed. Returns {ASK} alone.
 --
 -- Invariants. The checks on a record run in the order of tiers.Decide, so the
 -- fast tier never answers what the durable tier would not. Time comes from
@@ -38,8 +44,9 @@ local FIELDS = {
   'state', 'token', 'version', 'attempt', 'reason', 'released',
   'holder', 'attempt_id', 'payload', 'result',
   'first_seen', 'lease', 'window', 'updated', -- unix microseconds
+  'salt', 'secret_hash', -- the owner's; last, so the positions above stay put
 }
-local RESERVED, PENDING, TAKEOVER, MISMATCH, DUPLICATE, AGAIN, BUSY = 1, 2, 3, 4, 5, 6, 7
+local RESERVED, PENDING, TAKEOVER, MISMATCH, DUPLICATE, AGAIN, BUSY, ASK = 1, 2, 3, 4, 5, 6, 7, 8
 
 local key = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -65,6 +72,9 @@ if not v[3] then
   -- No record: absent, or a pending marker.
   if not v[1] or v[1] == nonce or (tonumber(v[2]) or 0) <= now then
     return reserve()
+  end
+  if attempt_id ~= '' then
+    return {ASK}
   end
   return answer(PENDING)
 end

@@ -21,6 +21,7 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"runtime"
@@ -67,6 +68,12 @@ type Config struct {
 	// KeyPrefix prefixes every key (zero: DefaultKeyPrefix). It may not
 	// hold '{' or '}': the hash tag after it must be the key's first.
 	KeyPrefix string
+	// TLS configures TLS for a client built from a rediss:// URL: the CA
+	// that verifies the server, a client certificate. Its ServerName
+	// defaults to the URL's host, and the URL's skip_verify=true still
+	// wins. With a redis:// URL it is an error: it would be silently unused
+	// and the connection plaintext.
+	TLS *tls.Config
 }
 
 // Store is the Redis fast tier. It is safe for concurrent use.
@@ -121,6 +128,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			// ParseURL's errors do not repeat the URL, which may hold a password.
 			return nil, fmt.Errorf("redis: Config.URL: %w", err)
 		}
+		if err := applyTLS(opts, cfg.TLS); err != nil {
+			return nil, err
+		}
 		applyConfig(opts, cfg)
 		s.client = goredis.NewClient(opts)
 		s.owned = true
@@ -130,6 +140,26 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, ctx.Err()
 	}
 	return s, nil
+}
+
+// applyTLS puts tc in place of the bare TLS settings go-redis derives
+// from a rediss:// URL (server name and minimum version only).
+func applyTLS(opts *goredis.Options, tc *tls.Config) error {
+	if tc == nil {
+		return nil
+	}
+	fromURL := opts.TLSConfig
+	if fromURL == nil {
+		return errors.New("redis: Config.TLS needs a rediss:// URL; with redis:// the connection would be plaintext")
+	}
+	tc = tc.Clone()
+	if tc.ServerName == "" {
+		tc.ServerName = fromURL.ServerName
+	}
+	tc.MinVersion = max(tc.MinVersion, fromURL.MinVersion)
+	tc.InsecureSkipVerify = tc.InsecureSkipVerify || fromURL.InsecureSkipVerify
+	opts.TLSConfig = tc
+	return nil
 }
 
 // applyConfig sets the options of a client built from a URL: cfg's values

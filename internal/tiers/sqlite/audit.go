@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"errors"
 	"time"
 
 	"github.com/claimd/claimd/internal/tiers"
@@ -15,25 +14,17 @@ const (
 	opRelease    = "release"
 )
 
-// Outcomes of transition, renew and release in audit_log.outcome. A claim
-// records its tiers.Outcome name (ACQUIRED, DUPLICATE, IN_PROGRESS,
-// PAYLOAD_MISMATCH) instead.
-const (
-	outcomeChanged           = "CHANGED"
-	outcomeUnchanged         = "UNCHANGED" // a repeat that changed nothing
-	outcomeNotFound          = "NOT_FOUND"
-	outcomeStaleToken        = "STALE_TOKEN"
-	outcomeInvalidTransition = "INVALID_TRANSITION"
-	outcomeError             = "ERROR"
-)
+// outcomeChanged is audit_log.outcome of a transition, renew or release:
+// only a call that changed the record is audited. A claim records its
+// tiers.Outcome name (ACQUIRED, DUPLICATE, IN_PROGRESS, PAYLOAD_MISMATCH)
+// instead.
+const outcomeChanged = "CHANGED"
 
 // auditRow is one row of audit_log. For a claim, token is the token of the
 // record that decided it (the claimant's on ACQUIRED, the holder's
-// otherwise) and holder is the claimant; for the other operations token is the
-// presented one and holder is the record's holder when that token is the
-// record's token. to is the state after a claim, renew or release, and the
-// requested state of a transition. Refusals are recorded too: a stale token
-// presented by a vanished holder is exactly what an investigation looks for.
+// otherwise) and holder is the claimant; for the other operations, which are
+// audited only when they changed the record, token is the holder's and
+// holder its name. to is the state after the call.
 type auditRow struct {
 	at       time.Time
 	key      tiers.Key
@@ -52,33 +43,4 @@ const insertAudit = `INSERT INTO audit_log
 func (a *auditRow) args() []any {
 	return []any{a.at.UnixMicro(), a.key.Namespace, a.key.Provider, a.key.Key, a.op, a.outcome, a.reason,
 		a.from, a.to, int64(a.token), a.holder}
-}
-
-// holderOf is the holder to record for an operation presenting token: the
-// record's holder when token is its token (the caller is, or was until it
-// released, that holder), nobody we know otherwise.
-func holderOf(cur *tiers.Record, token uint64) string {
-	if token == cur.Token {
-		return cur.Holder
-	}
-	return ""
-}
-
-// outcomeOf names the outcome of a transition, renew or release that ended
-// with err (nil when allowed) and changed the record or not.
-func outcomeOf(err error, changed bool) string {
-	var te *tiers.TransitionError
-	switch {
-	case err == nil && changed:
-		return outcomeChanged
-	case err == nil:
-		return outcomeUnchanged
-	case errors.Is(err, tiers.ErrNotFound):
-		return outcomeNotFound
-	case errors.Is(err, tiers.ErrStaleToken):
-		return outcomeStaleToken
-	case errors.As(err, &te):
-		return outcomeInvalidTransition
-	}
-	return outcomeError
 }

@@ -38,13 +38,20 @@ func SchemaVersion() int {
 // and a failed migration leaves no half-applied schema. Migrate refuses a
 // database migrated by a newer binary (downgrades are not supported).
 func Migrate(ctx context.Context, db *sql.DB) error {
+	_, err := migrate(ctx, db)
+	return err
+}
+
+// migrate is Migrate, reporting which migrations it applied.
+func migrate(ctx context.Context, db *sql.DB) (migrations.Result, error) {
+	var res migrations.Result
 	ms, err := loadMigrations()
 	if err != nil {
-		return err
+		return res, err
 	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("sqlite: migrate: %w", err)
+		return res, fmt.Errorf("sqlite: migrate: %w", err)
 	}
 	defer conn.Close()
 	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -52,28 +59,33 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 		name       TEXT    NOT NULL,
 		applied_at INTEGER NOT NULL
 	) STRICT`); err != nil {
-		return fmt.Errorf("sqlite: migrate: create schema_migrations: %w", err)
+		return res, fmt.Errorf("sqlite: migrate: create schema_migrations: %w", err)
 	}
 	var have sql.NullInt64
 	if err := conn.QueryRowContext(ctx, `SELECT max(version) FROM schema_migrations`).Scan(&have); err != nil {
-		return fmt.Errorf("sqlite: migrate: read schema version: %w", err)
+		return res, fmt.Errorf("sqlite: migrate: read schema version: %w", err)
 	}
 	if int(have.Int64) > len(ms) {
-		return fmt.Errorf("sqlite: migrate: database schema version %d is newer than this binary's %d", have.Int64, len(ms))
+		return res, fmt.Errorf("sqlite: migrate: database schema version %d is newer than this binary's %d", have.Int64, len(ms))
 	}
 	for _, m := range ms {
-		if err := applyMigration(ctx, conn, m); err != nil {
-			return fmt.Errorf("sqlite: migrate %s: %w", m.Name, err)
+		applied, err := applyMigration(ctx, conn, m)
+		if err != nil {
+			return res, fmt.Errorf("sqlite: migrate %s: %w", m.Name, err)
+		}
+		if applied {
+			res.Applied = append(res.Applied, m)
 		}
 	}
-	return nil
+	res.Version = ms[len(ms)-1].Version
+	return res, nil
 }
 
-// applyMigration applies m unless it is already recorded; the check and the
-// change happen under one write lock.
-func applyMigration(ctx context.Context, conn *sql.Conn, m migrations.Migration) (err error) {
+// applyMigration applies m unless it is already recorded, and reports
+// whether it did; the check and the change happen under one write lock.
+func applyMigration(ctx context.Context, conn *sql.Conn, m migrations.Migration) (applied bool, err error) {
 	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		return err
+		return false, err
 	}
 	defer func() {
 		if err != nil {
@@ -86,21 +98,21 @@ func applyMigration(ctx context.Context, conn *sql.Conn, m migrations.Migration)
 	}()
 	var n int
 	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&n); err != nil {
-		return err
+		return false, err
 	}
 	if n > 0 {
 		_, err := conn.ExecContext(ctx, "COMMIT")
-		return err
+		return false, err
 	}
 	if _, err := conn.ExecContext(ctx, m.SQL); err != nil {
-		return err
+		return false, err
 	}
 	// applied_at is bookkeeping for operators, not a decision: the wall clock
 	// is the right one here.
 	if _, err := conn.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 		m.Version, m.Name, time.Now().UnixMicro()); err != nil {
-		return err
+		return false, err
 	}
 	_, err = conn.ExecContext(ctx, "COMMIT")
-	return err
+	return err == nil, err
 }

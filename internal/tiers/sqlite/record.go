@@ -13,7 +13,7 @@ import (
 // recordColumns are the columns of claims that make up a tiers.Record besides
 // its key, in the order scanRecord reads them.
 const recordColumns = `state, token, version, attempt, reason, released, holder, attempt_id,
-	payload_sha256, result, first_seen_at, lease_expires_at, window_expires_at, updated_at`
+	salt, secret_hash, payload_sha256, result, first_seen_at, lease_expires_at, window_expires_at, updated_at`
 
 const selectRecord = `SELECT ` + recordColumns + ` FROM claims
 	WHERE namespace = ? AND provider = ? AND key = ?`
@@ -21,7 +21,7 @@ const selectRecord = `SELECT ` + recordColumns + ` FROM claims
 // upsertRecord writes a whole record. The decision was made in Go under the
 // write lock, so the row is simply replaced by the decided one.
 const upsertRecord = `INSERT INTO claims (namespace, provider, key, ` + recordColumns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (namespace, provider, key) DO UPDATE SET
 		state = excluded.state,
 		token = excluded.token,
@@ -31,6 +31,8 @@ const upsertRecord = `INSERT INTO claims (namespace, provider, key, ` + recordCo
 		released = excluded.released,
 		holder = excluded.holder,
 		attempt_id = excluded.attempt_id,
+		salt = excluded.salt,
+		secret_hash = excluded.secret_hash,
 		payload_sha256 = excluded.payload_sha256,
 		result = excluded.result,
 		first_seen_at = excluded.first_seen_at,
@@ -46,11 +48,11 @@ func scanRecord(row *sql.Row, k tiers.Key) (*tiers.Record, error) {
 		state, reason                       string
 		token, version, attempt, released   int64
 		firstSeen, lease, window, updatedAt int64
-		payload, result                     []byte
+		salt, secretHash, payload, result   []byte
 	)
 	err := row.Scan(
 		&state, &token, &version, &attempt, &reason, &released, &rec.Holder, &rec.AttemptID,
-		&payload, &result, &firstSeen, &lease, &window, &updatedAt)
+		&salt, &secretHash, &payload, &result, &firstSeen, &lease, &window, &updatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -67,6 +69,8 @@ func scanRecord(row *sql.Row, k tiers.Key) (*tiers.Record, error) {
 	rec.Version = uint64(version)
 	rec.Attempt = uint32(attempt)
 	rec.Released = released != 0
+	rec.Salt = nilIfEmpty(salt)
+	rec.SecretHash = nilIfEmpty(secretHash)
 	rec.PayloadHash = nilIfEmpty(payload)
 	rec.Result = nilIfEmpty(result)
 	rec.FirstSeenAt = fromMicros(firstSeen)
@@ -85,7 +89,7 @@ func recordArgs(rec *tiers.Record) []any {
 	}
 	return []any{rec.Key.Namespace, rec.Key.Provider, rec.Key.Key,
 		rec.State.String(), int64(rec.Token), int64(rec.Version), int64(rec.Attempt), rec.Reason.String(),
-		released, rec.Holder, rec.AttemptID, rec.PayloadHash, rec.Result,
+		released, rec.Holder, rec.AttemptID, rec.Salt, rec.SecretHash, rec.PayloadHash, rec.Result,
 		rec.FirstSeenAt.UnixMicro(), rec.LeaseExpiresAt.UnixMicro(), rec.WindowExpiresAt.UnixMicro(), rec.UpdatedAt.UnixMicro()}
 }
 
@@ -94,6 +98,8 @@ func recordArgs(rec *tiers.Record) []any {
 // with the caller's params. Records are returned in this form whether they
 // were just written or read, so a caller sees the same record either way.
 func canonical(rec tiers.Record) tiers.Record {
+	rec.Salt = nilIfEmpty(bytes.Clone(rec.Salt))
+	rec.SecretHash = nilIfEmpty(bytes.Clone(rec.SecretHash))
 	rec.PayloadHash = nilIfEmpty(bytes.Clone(rec.PayloadHash))
 	rec.Result = nilIfEmpty(bytes.Clone(rec.Result))
 	rec.FirstSeenAt = micros(rec.FirstSeenAt)

@@ -1,15 +1,23 @@
 // Package sqlite is the embedded durable tier of claimd: a tiers.Durable on a
 // single SQLite file, through the pure-Go driver modernc.org/sqlite.
 //
-// Every method that may write runs in one BEGIN IMMEDIATE transaction on a
-// pool of one connection: SQLite allows one writer, so claims of any keys
-// serialize, and the read of the current record, the decision (the pure
-// functions of package tiers) and the write of the record and its audit row
-// commit together or not at all. Reads (Get, Stats, Ping) use a second,
-// read-only pool so that on-call debugging never queues behind claims.
+// SQLite allows one writer, so every method that may write hands its work to
+// one committer goroutine (batch.go), which owns the single write connection:
+// the read of the current record, the decision (the pure functions of package
+// tiers) and the write of the record and its audit row run together under
+// the write lock, in a savepoint of a transaction that commits the writes of
+// every caller queued meanwhile at once (group commit), and no caller hears
+// its answer before that COMMIT has returned. Reads (Get, Stats, Ping) use a
+// second, read-only pool so that on-call debugging never queues behind
+// claims.
+//
+// By default every COMMIT is fsynced (synchronous=FULL): an answered claim
+// survives an OS crash or power loss, as a PostgreSQL commit does.
+// DurabilityRelaxed trades that for less I/O; see Durability.
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -23,6 +31,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/claimd/claimd/internal/tiers"
+	"github.com/claimd/claimd/internal/tiers/migrations"
 )
 
 // DefaultBusyTimeout is how long a write waits for another process's lock on
@@ -34,6 +43,68 @@ const DefaultBusyTimeout = 5 * time.Second
 // hot path, and each connection holds its own page cache.
 const readConns = 4
 
+// Durability is how far a commit has gone when a write returns: SQLite's
+// synchronous pragma on every connection of the Store. The database file
+// stays consistent in every mode; the modes differ in which answered writes
+// a failure may take back.
+type Durability int
+
+const (
+	// DurabilityFull (synchronous=FULL, the default) fsyncs the WAL at every
+	// COMMIT before the write returns: an answered write survives a killed
+	// process, an OS crash and a power loss (on a disk that honours fsync).
+	// Group commit (batch.go) shares one fsync among the writes queued
+	// while the previous one ran.
+	DurabilityFull Durability = iota
+	// DurabilityRelaxed (synchronous=NORMAL) returns once the WAL frames
+	// reached the OS, and fsyncs the WAL only at checkpoints: an answered
+	// write survives a killed process, but an OS crash or power loss may
+	// take back the last commits — an ACQUIRED or SETTLED answer then
+	// forgotten, so that the provider's retry runs the side effect again.
+	DurabilityRelaxed
+)
+
+// String is the name --sqlite-durability takes.
+func (d Durability) String() string {
+	switch d {
+	case DurabilityFull:
+		return "full"
+	case DurabilityRelaxed:
+		return "relaxed"
+	}
+	return "Durability(" + strconv.Itoa(int(d)) + ")"
+}
+
+// ParseDurability reads a Durability by its name: full or relaxed.
+func ParseDurability(s string) (Durability, error) {
+	for _, d := range []Durability{DurabilityFull, DurabilityRelaxed} {
+		if s == d.String() {
+			return d, nil
+		}
+	}
+	return 0, fmt.Errorf("sqlite durability %q: want full or relaxed", clip(s))
+}
+
+// synchronous is the pragma value of d.
+func (d Durability) synchronous() (string, error) {
+	switch d {
+	case DurabilityFull:
+		return "FULL", nil
+	case DurabilityRelaxed:
+		return "NORMAL", nil
+	}
+	return "", fmt.Errorf("sqlite: Config.Durability: unknown %v", d)
+}
+
+// clip shortens a value quoted back in an error: it may be hostile.
+func clip(s string) string {
+	const n = 32
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
 // Config configures a Store. The zero value of each field but Path means its
 // default.
 type Config struct {
@@ -43,16 +114,30 @@ type Config struct {
 	// BusyTimeout bounds the wait for a lock held by another process; zero
 	// means DefaultBusyTimeout.
 	BusyTimeout time.Duration
+	// Durability is what a returned write survives; the zero value is
+	// DurabilityFull.
+	Durability Durability
+	// MaxBatch bounds how many writes one transaction commits (group
+	// commit, batch.go). Zero means 64; 1 gives every write its own
+	// transaction and fsync.
+	MaxBatch int
 }
 
 // Store is the SQLite durable tier. It is safe for concurrent use.
 type Store struct {
-	w      *sql.DB // one connection: the only writer
-	wst    *stmts  // prepared on w
-	r      *sql.DB // read-only connections
+	w      *sql.DB    // one connection: the only writer, used by commit
+	wst    *stmts     // prepared on w
+	commit *committer // runs every write; nil until New has prepared wst
+	r      *sql.DB    // read-only connections
 	rst    *sql.Stmt
 	closed atomic.Bool
+
+	migrated migrations.Result // what New's migration run did
 }
+
+// Migrated reports what the migration run of New applied (`claimd migrate`
+// on the embedded tier prints it).
+func (s *Store) Migrated() migrations.Result { return s.migrated }
 
 var _ tiers.Durable = (*Store)(nil)
 
@@ -68,17 +153,19 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.BusyTimeout == 0 {
 		cfg.BusyTimeout = DefaultBusyTimeout
 	}
+	if cfg.MaxBatch < 0 {
+		return nil, fmt.Errorf("sqlite: Config.MaxBatch: %d is negative", cfg.MaxBatch)
+	}
+	synchronous, err := cfg.Durability.synchronous()
+	if err != nil {
+		return nil, err
+	}
 	// SQLite counts in milliseconds, and 0 would mean "do not wait at all".
 	busy := strconv.FormatInt(max(cfg.BusyTimeout.Milliseconds(), 1), 10)
 
-	// WAL with synchronous=NORMAL: a commit is appended to the WAL file and
-	// reaches the OS before COMMIT returns, so it survives a crash or kill of
-	// the claimd process — which is what a restart needs. Only an OS crash or
-	// power loss may lose the last commits (NORMAL skips the fsync per commit;
-	// the WAL is fsynced at checkpoints), and the database stays consistent
-	// either way. FULL would fsync every claim for protection against power
-	// loss, at several times the latency. WAL also lets the read pool read
-	// while the writer writes.
+	// WAL: a commit is appended to the WAL file, which lets the read pool
+	// read while the writer writes; synchronous says whether COMMIT also
+	// waits for the WAL's fsync (Durability).
 	//
 	// _txlock=immediate makes every BeginTx a BEGIN IMMEDIATE: the write lock
 	// is taken before the current record is read, so a decision is never made
@@ -87,7 +174,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		"_pragma": {
 			"busy_timeout(" + busy + ")",
 			"journal_mode(WAL)",
-			"synchronous(NORMAL)",
+			"synchronous(" + synchronous + ")",
 			"foreign_keys(1)",
 		},
 		"_txlock": {"immediate"},
@@ -105,16 +192,20 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		w.Close()
 		return nil, openError(ctx, cfg.Path, err)
 	}
-	if err := Migrate(ctx, w); err != nil {
+	migrated, err := migrate(ctx, w)
+	if err != nil {
 		w.Close()
 		return nil, openError(ctx, cfg.Path, err)
 	}
 
 	// The read pool opens after the writer has switched the file to WAL (a
 	// persistent setting); query_only makes any write through it an error.
+	// It never commits, but the connection that closes last checkpoints the
+	// WAL into the database file, with its own synchronous setting.
 	r, err := sql.Open("sqlite", dsn(cfg.Path, url.Values{
 		"_pragma": {
 			"busy_timeout(" + busy + ")",
+			"synchronous(" + synchronous + ")",
 			"query_only(1)",
 		},
 	}))
@@ -124,7 +215,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	r.SetMaxOpenConns(readConns)
 	r.SetMaxIdleConns(readConns)
-	s := &Store{w: w, r: r}
+	s := &Store{w: w, r: r, migrated: migrated}
 	if s.wst, err = prepare(ctx, w); err == nil {
 		s.rst, err = r.PrepareContext(ctx, selectRecord)
 	}
@@ -132,6 +223,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		s.Close()
 		return nil, openError(ctx, cfg.Path, err)
 	}
+	s.commit = newCommitter(s, cmp.Or(cfg.MaxBatch, defaultMaxBatch))
+	s.commit.start()
 	return s, nil
 }
 
@@ -164,11 +257,15 @@ func (s *Store) Stats(ctx context.Context) (claims int64, err error) {
 	return claims, nil
 }
 
-// Close closes both pools. Once the last connection closes, SQLite
-// checkpoints the WAL into the database file.
+// Close closes both pools, after the writes already queued have committed
+// and been answered. Once the last connection closes, SQLite checkpoints the
+// WAL into the database file.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
+	}
+	if s.commit != nil {
+		s.commit.close()
 	}
 	var errs []error
 	if s.rst != nil {

@@ -51,116 +51,76 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 	return res, nil
 }
 
-// Transition applies p with tiers.ApplyTransition. A refused or repeated
-// transition writes its audit row and nothing else.
-func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (rec tiers.Record, changed bool, err error) {
-	var opErr error
-	err = s.write(ctx, "transition", func(t *txn) error {
-		a := auditRow{at: p.Now, key: p.Key, op: opTransition, to: p.To.String(), token: p.Token}
-		cur, err := t.read(p.Key)
-		if err != nil {
-			return err
-		}
-		if cur == nil {
-			opErr = notFound(p.Key)
-		} else {
-			a.from = cur.State.String()
-			a.holder = holderOf(cur, p.Token)
-			rec, changed, opErr = tiers.ApplyTransition(*cur, p)
-			if changed {
-				rec = canonical(rec)
-				if err := t.put(&rec); err != nil {
-					return err
-				}
-			}
-		}
-		a.outcome = outcomeOf(opErr, changed)
-		return t.audit(a)
+// Transition applies p with tiers.ApplyTransition.
+func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers.Record, bool, error) {
+	return s.fenced(ctx, opTransition, p.Key, p.Now, p.Token, func(cur tiers.Record) (tiers.Record, bool, error) {
+		return tiers.ApplyTransition(cur, p)
 	})
-	if err != nil {
-		return tiers.Record{}, false, err
-	}
-	if opErr != nil {
-		return rec, false, fmt.Errorf("sqlite: transition %s: %w", p.Key, opErr)
-	}
-	return rec, changed, nil
 }
 
 // Renew extends the holder's lease with tiers.ApplyRenew.
 func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, error) {
-	var (
-		rec   tiers.Record
-		opErr error
-	)
-	err := s.write(ctx, "renew", func(t *txn) error {
-		a := auditRow{at: p.Now, key: p.Key, op: opRenew, token: p.Token}
-		cur, err := t.read(p.Key)
-		if err != nil {
-			return err
-		}
-		if cur == nil {
-			opErr = notFound(p.Key)
-		} else {
-			a.from = cur.State.String()
-			a.to = a.from
-			a.holder = holderOf(cur, p.Token)
-			rec, opErr = tiers.ApplyRenew(*cur, p)
-			if opErr == nil {
-				rec = canonical(rec)
-				if err := t.put(&rec); err != nil {
-					return err
-				}
-			}
-		}
-		a.outcome = outcomeOf(opErr, opErr == nil)
-		return t.audit(a)
+	rec, _, err := s.fenced(ctx, opRenew, p.Key, p.Now, p.Token, func(cur tiers.Record) (tiers.Record, bool, error) {
+		next, err := tiers.ApplyRenew(cur, p)
+		return next, err == nil, err
 	})
-	if err != nil {
-		return tiers.Record{}, err
-	}
-	if opErr != nil {
-		return rec, fmt.Errorf("sqlite: renew %s: %w", p.Key, opErr)
-	}
-	return rec, nil
+	return rec, err
 }
 
 // Release marks the record released with tiers.ApplyRelease.
 func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Record, error) {
+	rec, _, err := s.fenced(ctx, opRelease, p.Key, p.Now, p.Token, func(cur tiers.Record) (tiers.Record, bool, error) {
+		return tiers.ApplyRelease(cur, p)
+	})
+	return rec, err
+}
+
+// fenced runs Transition, Renew or Release in one transaction: it reads the
+// record of k, lets apply (a tiers.Apply* function) decide, and stores the
+// new record with its audit row only when apply changed it. A missing key, a
+// refusal and a repeat write nothing at all, no audit row either: a flood of
+// them must not grow a log that is kept for months (the service's log line
+// names each of them).
+func (s *Store) fenced(ctx context.Context, op string, k tiers.Key, now time.Time, token uint64,
+	apply func(cur tiers.Record) (tiers.Record, bool, error),
+) (tiers.Record, bool, error) {
+	// The closure's results are its own variables: it runs on the
+	// committer, and may still run after a caller that left has returned.
 	var (
-		rec   tiers.Record
-		opErr error
+		rec     tiers.Record
+		changed bool
+		verdict error // the state machine's answer, kept apart from storage errors
 	)
-	err := s.write(ctx, "release", func(t *txn) error {
-		a := auditRow{at: p.Now, key: p.Key, op: opRelease, token: p.Token}
-		cur, err := t.read(p.Key)
+	err := s.write(ctx, op, func(t *txn) error {
+		cur, err := t.read(k)
 		if err != nil {
 			return err
 		}
-		changed := false
 		if cur == nil {
-			opErr = notFound(p.Key)
-		} else {
-			a.from = cur.State.String()
-			a.to = a.from
-			a.holder = holderOf(cur, p.Token)
-			rec, changed, opErr = tiers.ApplyRelease(*cur, p)
-			if changed {
-				rec = canonical(rec)
-				if err := t.put(&rec); err != nil {
-					return err
-				}
-			}
+			verdict = tiers.ErrNotFound
+			return nil
 		}
-		a.outcome = outcomeOf(opErr, changed)
-		return t.audit(a)
+		rec, changed, verdict = apply(*cur)
+		if !changed {
+			return nil
+		}
+		rec = canonical(rec)
+		if err := t.put(&rec); err != nil {
+			return err
+		}
+		return t.audit(auditRow{
+			at: now, key: k, op: op, outcome: outcomeChanged,
+			from: cur.State.String(), to: rec.State.String(),
+			token: token, holder: cur.Holder,
+		})
 	})
 	if err != nil {
-		return tiers.Record{}, err
+		return tiers.Record{}, false, err
 	}
-	if opErr != nil {
-		return rec, fmt.Errorf("sqlite: release %s: %w", p.Key, opErr)
+	if verdict != nil {
+		return rec, false, fmt.Errorf("sqlite: %s %s: %w", op, k, verdict)
 	}
-	return rec, nil
+	return rec, changed, nil
 }
 
 // Get reads the record of k through the read pool: it sees every committed
@@ -200,14 +160,17 @@ func (s *Store) deleteBatch(ctx context.Context, op, query string, before time.T
 	}
 	var n int64
 	err := s.write(ctx, op, func(t *txn) error {
-		res, err := t.tx.ExecContext(ctx, query, ceilMicros(before), limit)
+		res, err := t.tx.ExecContext(t.ctx, query, ceilMicros(before), limit)
 		if err != nil {
 			return err
 		}
 		n, err = res.RowsAffected()
 		return err
 	})
-	return int(n), err
+	if err != nil {
+		return 0, err // n is the committer's until the write is answered
+	}
+	return int(n), nil
 }
 
 // ceilMicros is t in unix microseconds rounded up, so that a stored time

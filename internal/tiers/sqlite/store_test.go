@@ -1,12 +1,15 @@
 package sqlite
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,8 +29,16 @@ var t0 = time.Date(2026, 11, 2, 10, 30, 0, 123_000_000, time.UTC)
 
 func key(k string) tiers.Key { return tiers.Key{Namespace: "billing", Provider: "stripe", Key: k} }
 
+// ownerSalt and ownerHash are the ownership fields of every claim in these
+// tests (the conformance suite gives each claim its own): a wrong token is
+// then stale, and a wrong hash is a test of its own.
+var (
+	ownerSalt = bytes.Repeat([]byte{0x5a}, tiers.SaltBytes)
+	ownerHash = bytes.Repeat([]byte{0xa5}, tiers.SecretHashBytes)
+)
+
 func claimAt(k string, now time.Time) tiers.ClaimParams {
-	return tiers.ClaimParams{Key: key(k), Now: now, Lease: lease, TTL: ttl, Holder: "pod-a"}
+	return tiers.ClaimParams{Key: key(k), Now: now, Lease: lease, TTL: ttl, Holder: "pod-a", Salt: ownerSalt, SecretHash: ownerHash}
 }
 
 func newStore(t testing.TB, path string) *Store {
@@ -53,7 +64,7 @@ func mustClaim(t testing.TB, s *Store, p tiers.ClaimParams) tiers.ClaimResult {
 
 func mustTransition(t testing.TB, s *Store, k string, token uint64, now time.Time, to tiers.State, result []byte) tiers.Record {
 	t.Helper()
-	rec, _, err := s.Transition(context.Background(), tiers.TransitionParams{Key: key(k), Now: now, Token: token, To: to, Result: result})
+	rec, _, err := s.Transition(context.Background(), tiers.TransitionParams{Key: key(k), Now: now, Token: token, SecretHash: ownerHash, To: to, Result: result})
 	if err != nil {
 		t.Fatalf("Transition(%q, →%v) error = %v", k, to, err)
 	}
@@ -109,6 +120,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"no path", Config{}},
 		{"negative busy timeout", Config{Path: "x.db", BusyTimeout: -time.Second}},
 		{"missing directory", Config{Path: filepath.Join(t.TempDir(), "no", "such", "dir", "x.db")}},
+		{"negative batch", Config{Path: tempPath(t), MaxBatch: -1}},
+		{"unknown durability", Config{Path: tempPath(t), Durability: Durability(7)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -240,32 +253,66 @@ func TestAuditRows(t *testing.T) {
 	mustClaim(t, s, other)
 	mustTransition(t, s, "evt_audit", 1, at(2*time.Second), tiers.StateProcessing, nil)
 	mustTransition(t, s, "evt_audit", 1, at(3*time.Second), tiers.StateProcessing, nil) // a repeat
-	s.Transition(ctx, tiers.TransitionParams{Key: k, Now: at(4 * time.Second), Token: 1, To: tiers.StateValidated})
-	s.Transition(ctx, tiers.TransitionParams{Key: k, Now: at(5 * time.Second), Token: 2, To: tiers.StateSettled})
-	s.Renew(ctx, tiers.RenewParams{Key: k, Now: at(6 * time.Second), Token: 1, Lease: lease})
-	s.Release(ctx, tiers.ReleaseParams{Key: k, Now: at(7 * time.Second), Token: 1})
-	s.Release(ctx, tiers.ReleaseParams{Key: k, Now: at(8 * time.Second), Token: 1})
+	s.Transition(ctx, tiers.TransitionParams{Key: k, Now: at(4 * time.Second), Token: 1, SecretHash: ownerHash, To: tiers.StateValidated})
+	s.Transition(ctx, tiers.TransitionParams{Key: k, Now: at(5 * time.Second), Token: 2, SecretHash: ownerHash, To: tiers.StateSettled})
+	s.Renew(ctx, tiers.RenewParams{Key: k, Now: at(6 * time.Second), Token: 1, SecretHash: ownerHash, Lease: lease})
+	s.Release(ctx, tiers.ReleaseParams{Key: k, Now: at(6500 * time.Millisecond), Token: 1, SecretHash: make([]byte, tiers.SecretHashBytes)})
+	s.Release(ctx, tiers.ReleaseParams{Key: k, Now: at(7 * time.Second), Token: 1, SecretHash: ownerHash})
+	s.Release(ctx, tiers.ReleaseParams{Key: k, Now: at(8 * time.Second), Token: 1, SecretHash: ownerHash})
 	mustClaim(t, s, claimAt("evt_audit", at(9*time.Second)))
-	s.Transition(ctx, tiers.TransitionParams{Key: key("evt_none"), Now: at(10 * time.Second), Token: 1, To: tiers.StateFailed})
+	s.Transition(ctx, tiers.TransitionParams{Key: key("evt_none"), Now: at(10 * time.Second), Token: 1, SecretHash: ownerHash, To: tiers.StateFailed})
 
+	// Every claim outcome and every change has its row; calls that were
+	// refused (stale token, not the owner, invalid transition, unknown key) or repeated
+	// and changed nothing have none, as in the PostgreSQL tier: a flood of
+	// them must not grow a log that is kept for months.
 	want := []auditEntry{
 		{at(0), "claim", "ACQUIRED", "NEW", "", "RECEIVED", 1, "pod-a"},
 		{at(time.Second), "claim", "IN_PROGRESS", "", "RECEIVED", "RECEIVED", 1, "pod-b"},
 		{at(2 * time.Second), "transition", "CHANGED", "", "RECEIVED", "PROCESSING", 1, "pod-a"},
-		{at(3 * time.Second), "transition", "UNCHANGED", "", "PROCESSING", "PROCESSING", 1, "pod-a"},
-		{at(4 * time.Second), "transition", "INVALID_TRANSITION", "", "PROCESSING", "VALIDATED", 1, "pod-a"},
-		{at(5 * time.Second), "transition", "STALE_TOKEN", "", "PROCESSING", "SETTLED", 2, ""},
 		{at(6 * time.Second), "renew", "CHANGED", "", "PROCESSING", "PROCESSING", 1, "pod-a"},
 		{at(7 * time.Second), "release", "CHANGED", "", "PROCESSING", "PROCESSING", 1, "pod-a"},
-		{at(8 * time.Second), "release", "UNCHANGED", "", "PROCESSING", "PROCESSING", 1, "pod-a"},
 		{at(9 * time.Second), "claim", "ACQUIRED", "RELEASED", "PROCESSING", "RECEIVED", 2, "pod-a"},
 	}
 	if diff := cmp.Diff(want, readAudit(t, s, "evt_audit")); diff != "" {
 		t.Errorf("audit_log of evt_audit (-want +got):\n%s", diff)
 	}
-	wantNone := []auditEntry{{at(10 * time.Second), "transition", "NOT_FOUND", "", "", "FAILED", 1, ""}}
-	if diff := cmp.Diff(wantNone, readAudit(t, s, "evt_none")); diff != "" {
-		t.Errorf("audit_log of evt_none (-want +got):\n%s", diff)
+	if got := readAudit(t, s, "evt_none"); len(got) != 0 {
+		t.Errorf("audit_log of evt_none = %+v, want no rows: a call on a missing key writes nothing", got)
+	}
+}
+
+// TestMissesWriteNoAuditRows is the regression test of 1,000 Transitions on
+// keys that do not exist adding 1,000 audit rows: refused and missing-key
+// calls write nothing at all.
+func TestMissesWriteNoAuditRows(t *testing.T) {
+	s := newStore(t, tempPath(t))
+	ctx := context.Background()
+	mustClaim(t, s, claimAt("evt_held", t0))
+	mustTransition(t, s, "evt_held", 1, t0, tiers.StateProcessing, nil)
+	mustTransition(t, s, "evt_held", 1, t0, tiers.StateSettled, []byte("ok"))
+	var before int
+	if err := s.r.QueryRow(`SELECT count(*) FROM audit_log`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		k := key(fmt.Sprintf("evt_missing_%d", i))
+		s.Transition(ctx, tiers.TransitionParams{Key: k, Now: t0, Token: 1, To: tiers.StateProcessing})
+		s.Renew(ctx, tiers.RenewParams{Key: k, Now: t0, Token: 1, Lease: lease})
+		s.Release(ctx, tiers.ReleaseParams{Key: k, Now: t0, Token: 1})
+	}
+	held := key("evt_held")
+	s.Transition(ctx, tiers.TransitionParams{Key: held, Now: t0, Token: 2, To: tiers.StateSettled})                      // stale token
+	s.Transition(ctx, tiers.TransitionParams{Key: held, Now: t0, Token: 1, To: tiers.StateProcessing})                   // invalid transition
+	s.Transition(ctx, tiers.TransitionParams{Key: held, Now: t0, Token: 1, To: tiers.StateSettled, Result: []byte("x")}) // result mismatch
+	s.Renew(ctx, tiers.RenewParams{Key: held, Now: t0, Token: 1, Lease: lease})                                          // terminal
+	s.Release(ctx, tiers.ReleaseParams{Key: held, Now: t0, Token: 1})                                                    // terminal
+	var after int
+	if err := s.r.QueryRow(`SELECT count(*) FROM audit_log`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Fatalf("audit rows after 300 missing-key and 5 refused calls = %d, want %d (unchanged)", after, before)
 	}
 }
 
@@ -281,7 +328,7 @@ func TestOperationErrors(t *testing.T) {
 	mustClaim(t, s, claimAt("evt_done", t0))
 	mustTransition(t, s, "evt_done", 1, t0, tiers.StateFailed, nil)
 	mustClaim(t, s, claimAt("evt_rel", t0))
-	if _, err := s.Release(ctx, tiers.ReleaseParams{Key: key("evt_rel"), Now: t0, Token: 1}); err != nil {
+	if _, err := s.Release(ctx, tiers.ReleaseParams{Key: key("evt_rel"), Now: t0, Token: 1, SecretHash: ownerHash}); err != nil {
 		t.Fatal(err)
 	}
 	now := t0.Add(2 * lease)
@@ -293,51 +340,55 @@ func TestOperationErrors(t *testing.T) {
 		wantState tiers.State // *TransitionError's Current, when want is nil
 	}{
 		{"transition with the taken-over token", func() error {
-			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_open"), Now: now, Token: 1, To: tiers.StateProcessing})
+			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_open"), Now: now, Token: 1, SecretHash: ownerHash, To: tiers.StateProcessing})
 			return err
 		}, tiers.ErrStaleToken, 0},
 		{"transition with a token never issued", func() error {
-			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_open"), Now: now, Token: 3, To: tiers.StateProcessing})
+			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_open"), Now: now, Token: 3, SecretHash: ownerHash, To: tiers.StateProcessing})
 			return err
 		}, tiers.ErrStaleToken, 0},
 		{"transition of a released token", func() error {
-			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_rel"), Now: now, Token: 1, To: tiers.StateProcessing})
+			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_rel"), Now: now, Token: 1, SecretHash: ownerHash, To: tiers.StateProcessing})
 			return err
 		}, tiers.ErrStaleToken, 0},
+		{"transition with the current token and another secret", func() error {
+			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_open"), Now: now, Token: 2, SecretHash: make([]byte, tiers.SecretHashBytes), To: tiers.StateProcessing})
+			return err
+		}, tiers.ErrNotOwner, 0},
 		{"transition not allowed", func() error {
-			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_open"), Now: now, Token: 2, To: tiers.StateSettled})
+			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_open"), Now: now, Token: 2, SecretHash: ownerHash, To: tiers.StateSettled})
 			return err
 		}, nil, tiers.StateReceived},
 		{"transition of an unknown key", func() error {
-			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_none"), Now: now, Token: 1, To: tiers.StateProcessing})
+			_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_none"), Now: now, Token: 1, SecretHash: ownerHash, To: tiers.StateProcessing})
 			return err
 		}, tiers.ErrNotFound, 0},
 		{"renew with a stale token", func() error {
-			_, err := s.Renew(ctx, tiers.RenewParams{Key: key("evt_open"), Now: now, Token: 1, Lease: lease})
+			_, err := s.Renew(ctx, tiers.RenewParams{Key: key("evt_open"), Now: now, Token: 1, SecretHash: ownerHash, Lease: lease})
 			return err
 		}, tiers.ErrStaleToken, 0},
 		{"renew of a released token", func() error {
-			_, err := s.Renew(ctx, tiers.RenewParams{Key: key("evt_rel"), Now: now, Token: 1, Lease: lease})
+			_, err := s.Renew(ctx, tiers.RenewParams{Key: key("evt_rel"), Now: now, Token: 1, SecretHash: ownerHash, Lease: lease})
 			return err
 		}, tiers.ErrStaleToken, 0},
 		{"renew of a terminal record", func() error {
-			_, err := s.Renew(ctx, tiers.RenewParams{Key: key("evt_done"), Now: now, Token: 1, Lease: lease})
+			_, err := s.Renew(ctx, tiers.RenewParams{Key: key("evt_done"), Now: now, Token: 1, SecretHash: ownerHash, Lease: lease})
 			return err
 		}, nil, tiers.StateFailed},
 		{"renew of an unknown key", func() error {
-			_, err := s.Renew(ctx, tiers.RenewParams{Key: key("evt_none"), Now: now, Token: 1, Lease: lease})
+			_, err := s.Renew(ctx, tiers.RenewParams{Key: key("evt_none"), Now: now, Token: 1, SecretHash: ownerHash, Lease: lease})
 			return err
 		}, tiers.ErrNotFound, 0},
 		{"release with a stale token", func() error {
-			_, err := s.Release(ctx, tiers.ReleaseParams{Key: key("evt_open"), Now: now, Token: 1})
+			_, err := s.Release(ctx, tiers.ReleaseParams{Key: key("evt_open"), Now: now, Token: 1, SecretHash: ownerHash})
 			return err
 		}, tiers.ErrStaleToken, 0},
 		{"release of a terminal record", func() error {
-			_, err := s.Release(ctx, tiers.ReleaseParams{Key: key("evt_done"), Now: now, Token: 1})
+			_, err := s.Release(ctx, tiers.ReleaseParams{Key: key("evt_done"), Now: now, Token: 1, SecretHash: ownerHash})
 			return err
 		}, nil, tiers.StateFailed},
 		{"release of an unknown key", func() error {
-			_, err := s.Release(ctx, tiers.ReleaseParams{Key: key("evt_none"), Now: now, Token: 1})
+			_, err := s.Release(ctx, tiers.ReleaseParams{Key: key("evt_none"), Now: now, Token: 1, SecretHash: ownerHash})
 			return err
 		}, tiers.ErrNotFound, 0},
 		{"get of an unknown key", func() error {
@@ -376,7 +427,7 @@ func TestContextErrorsPassThrough(t *testing.T) {
 	calls := map[string]func() error{
 		"Claim": func() error { _, err := s.Claim(cancelled, claimAt("evt_1", t0)); return err },
 		"Transition": func() error {
-			_, _, err := s.Transition(cancelled, tiers.TransitionParams{Key: key("evt_1"), Now: t0, Token: 1, To: tiers.StateFailed})
+			_, _, err := s.Transition(cancelled, tiers.TransitionParams{Key: key("evt_1"), Now: t0, Token: 1, SecretHash: ownerHash, To: tiers.StateFailed})
 			return err
 		},
 		"Get":   func() error { _, err := s.Get(cancelled, key("evt_1")); return err },
@@ -539,4 +590,54 @@ func BenchmarkClaimDuplicate(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkClaimNewConcurrent claims new keys from 50 goroutines, as the
+// service's callers do, with each Durability: group commit is what keeps
+// FULL's fsync per transaction from costing one per claim.
+func BenchmarkClaimNewConcurrent(b *testing.B) {
+	for _, d := range []Durability{DurabilityFull, DurabilityRelaxed} {
+		b.Run(d.String(), func(b *testing.B) {
+			s, err := New(context.Background(), Config{Path: tempPath(b), Durability: d})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			var n atomic.Int64
+			b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := s.Claim(context.Background(), claimAt(fmt.Sprint("evt_", n.Add(1)), t0)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(s.commit.committed.Load())/float64(max(1, s.commit.batches.Load())), "writes/txn")
+		})
+	}
+}
+
+// TestRowsFromBeforeLeaseSecrets covers a record claimed by a binary that
+// stored no salt or secret hash (schema version 1): nobody can prove
+// ownership of it, so every fenced write is refused as not the owner, and
+// the next takeover gives it an owner that can.
+func TestRowsFromBeforeLeaseSecrets(t *testing.T) {
+	s := newStore(t, tempPath(t))
+	ctx := context.Background()
+	mustClaim(t, s, claimAt("evt_old", t0))
+	if _, err := s.w.Exec(`UPDATE claims SET salt = NULL, secret_hash = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	for _, hash := range [][]byte{nil, ownerHash} {
+		_, _, err := s.Transition(ctx, tiers.TransitionParams{Key: key("evt_old"), Now: t0, Token: 1, SecretHash: hash, To: tiers.StateProcessing})
+		if !errors.Is(err, tiers.ErrNotOwner) {
+			t.Fatalf("Transition(row without a secret hash, hash %x) error = %v, want ErrNotOwner", hash, err)
+		}
+	}
+	res := mustClaim(t, s, claimAt("evt_old", t0.Add(lease)))
+	if res.Outcome != tiers.OutcomeAcquired || res.Reason != tiers.ReasonLeaseExpired || !bytes.Equal(res.Record.SecretHash, ownerHash) {
+		t.Fatalf("Claim(after the lease) = %v/%v hash %x, want ACQUIRED/LEASE_EXPIRED with the claimant's hash", res.Outcome, res.Reason, res.Record.SecretHash)
+	}
+	mustTransition(t, s, "evt_old", res.Record.Token, t0.Add(lease), tiers.StateProcessing, nil)
 }

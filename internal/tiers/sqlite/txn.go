@@ -13,7 +13,8 @@ import (
 // connection: parsing them again for every claim would cost about a quarter of
 // a claim's CPU time.
 type stmts struct {
-	read, upsert, audit *sql.Stmt
+	read, upsert, audit            *sql.Stmt
+	savepoint, release, rollbackTo *sql.Stmt // batch.go
 }
 
 func prepare(ctx context.Context, db *sql.DB) (*stmts, error) {
@@ -22,7 +23,10 @@ func prepare(ctx context.Context, db *sql.DB) (*stmts, error) {
 	for _, p := range []struct {
 		dst   **sql.Stmt
 		query string
-	}{{&st.read, selectRecord}, {&st.upsert, upsertRecord}, {&st.audit, insertAudit}} {
+	}{
+		{&st.read, selectRecord}, {&st.upsert, upsertRecord}, {&st.audit, insertAudit},
+		{&st.savepoint, savepointSQL}, {&st.release, releaseSQL}, {&st.rollbackTo, rollbackToSQL},
+	} {
 		if *p.dst, err = db.PrepareContext(ctx, p.query); err != nil {
 			st.close()
 			return nil, err
@@ -33,7 +37,7 @@ func prepare(ctx context.Context, db *sql.DB) (*stmts, error) {
 
 func (st *stmts) close() error {
 	var errs []error
-	for _, s := range []*sql.Stmt{st.read, st.upsert, st.audit} {
+	for _, s := range []*sql.Stmt{st.read, st.upsert, st.audit, st.savepoint, st.release, st.rollbackTo} {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}
@@ -41,12 +45,21 @@ func (st *stmts) close() error {
 	return errors.Join(errs...)
 }
 
-// txn is one write transaction: the read of the current record, the write of
-// the decided one and its audit row, all under the write lock.
+// txn is one write transaction of the committer (batch.go): for each write
+// in it, the read of the current record, the write of the decided one and
+// its audit row, all under the write lock.
 type txn struct {
+	// ctx is the batch's, never a caller's: a statement interrupted by one
+	// caller leaving would roll back every caller's write (batch.go).
 	ctx context.Context
 	tx  *sql.Tx
 	st  *stmts
+}
+
+// exec runs one of the prepared statements that take no arguments.
+func (t *txn) exec(st *sql.Stmt) error {
+	_, err := t.tx.StmtContext(t.ctx, st).ExecContext(t.ctx)
+	return err
 }
 
 // read returns the record of k, or nil when there is none.
@@ -66,32 +79,47 @@ func (t *txn) audit(a auditRow) error {
 	return err
 }
 
-// write runs fn in one BEGIN IMMEDIATE transaction on the single write
-// connection and commits it. Claims of every key queue for that connection
-// (in database/sql, honouring ctx), which is what makes concurrent claims of
-// one key serialize. fn returns only storage errors; a decision that refuses
-// the operation (stale token, …) is carried out of fn by the caller so that
-// its audit row still commits.
+// write runs fn in the committer's next transaction (batch.go) and returns
+// once that transaction has committed, or fn or the transaction failed.
+// Writes of every key queue for the one committer, which is what makes
+// concurrent claims of one key serialize. fn returns only storage errors; a
+// decision that refuses the operation (stale token, …) is carried out of fn
+// by the caller so that its audit row still commits. fn runs on the
+// committer's goroutine and must use t's context, never the caller's.
 //
-// An error from write means nothing was committed: SQLite either commits the
-// whole transaction or none of it, and database/sql rolls back rather than
-// commits once ctx is done.
+// An error from fn or from BEGIN means nothing was written for this call.
+// A failed COMMIT may have written it (batch.go says how each caller stays
+// correct), and so may a call whose ctx ends while it waits: see below.
 func (s *Store) write(ctx context.Context, op string, fn func(t *txn) error) error {
 	if s.closed.Load() {
 		return tiers.Unavailable("sqlite", errClosed)
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return s.fail(ctx, op, err)
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	if err := fn(&txn{ctx: ctx, tx: tx, st: s.wst}); err != nil {
-		tx.Rollback()
-		return s.fail(ctx, op, err)
+	q := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	if err := s.commit.enqueue(ctx, q); err != nil {
+		if errors.Is(err, errClosed) {
+			return tiers.Unavailable("sqlite", err) // closed since the check above
+		}
+		return err // ctx's: the caller left before its write was queued
 	}
-	if err := tx.Commit(); err != nil {
-		return s.fail(ctx, op, err)
+	select {
+	case err := <-q.done:
+		if err != nil {
+			return s.fail(ctx, op, err)
+		}
+		return nil
+	case <-ctx.Done():
+		// May have been written: the write may still commit, or have
+		// committed already, since the committer checks a caller's context only before running its
+		// write, and never stops a transaction for one caller. Like a
+		// claim whose answer was lost on the wire, an ACQUIRED that
+		// committed unheard holds the key under its lease (answered
+		// IN_PROGRESS, never DUPLICATE, until it runs out); a settling
+		// Transition repeated with the same token changes nothing.
+		return ctx.Err()
 	}
-	return nil
 }
 
 // fail translates a storage error; a store closed under a running call is

@@ -1,6 +1,7 @@
 package tierstest
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -80,6 +81,25 @@ var fastCases = []struct {
 	{"record fields round-trip", testFastRoundTrip},
 	{"records that may change hands go to the durable tier", testFastTakeover},
 	{"payload mismatch and attempt_id", testFastMismatchAttempt},
+	{"an attempt_id meeting another claim's marker asks the durable tier", testFastAskDurable},
+}
+
+func testFastAskDurable(t *testing.T, fe *fastEnv) {
+	fe.reserve("k", "n1")
+	withAttempt := func(r *tiers.ReserveParams) { r.AttemptID = "att-1" }
+	fe.want("k", fe.reserve("k", "n2", withAttempt), tiers.FastAskDurable, tiers.OutcomeUnspecified)
+	// Without an attempt_id the marker still answers IN_PROGRESS.
+	fe.want("k", fe.reserve("k", "n3"), tiers.FastDecided, tiers.OutcomeInProgress)
+	// Our own marker is ours, attempt_id or not.
+	fe.want("k", fe.reserve("k", "n1", withAttempt), tiers.FastReserved, tiers.OutcomeUnspecified)
+	// Asking placed no marker: once n1's is gone, the key is free.
+	if err := fe.f.Abort(fe.e.ctx(), fe.e.key("k"), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	fe.want("k", fe.reserve("k", "n4"), tiers.FastReserved, tiers.OutcomeUnspecified)
+	// A record, not a marker, decides as before.
+	fe.put(fe.record("r"))
+	fe.want("r", fe.reserve("r", "n5", withAttempt), tiers.FastDecided, tiers.OutcomeInProgress)
 }
 
 func testFastReserve(t *testing.T, fe *fastEnv) {
@@ -151,7 +171,7 @@ func testFastVersions(t *testing.T, fe *fastEnv) {
 }
 
 func testFastRoundTrip(t *testing.T, fe *fastEnv) {
-	p := fe.e.params("k:scope")
+	p := fe.e.params("k\x1fscope")
 	p.PayloadHash = sha("payload")
 	p.AttemptID = "att"
 	rec := tiers.NewRecord(p)
@@ -159,8 +179,8 @@ func testFastRoundTrip(t *testing.T, fe *fastEnv) {
 	rec.Result = []byte{0, 1, 2, 255}
 	rec.UpdatedAt = rec.UpdatedAt.Add(time.Minute)
 	fe.put(rec)
-	res := fe.reserve("k:scope", "n1")
-	fe.want("k:scope", res, tiers.FastDecided, tiers.OutcomeDuplicate)
+	res := fe.reserve("k\x1fscope", "n1")
+	fe.want("k\x1fscope", res, tiers.FastDecided, tiers.OutcomeDuplicate)
 	if diff := cmp.Diff(rec, res.Record); diff != "" {
 		t.Fatalf("record round trip (-put +reserved):\n%s", diff)
 	}
@@ -198,6 +218,11 @@ func testFastMismatchAttempt(t *testing.T, fe *fastEnv) {
 	fe.want("k", res, tiers.FastDecided, tiers.OutcomeAcquired)
 	if res.Reason != tiers.ReasonNew || res.Record.Token != 1 {
 		t.Fatalf("Reserve(same attempt) reason/token = %v/%d, want NEW/1", res.Reason, res.Record.Token)
+	}
+	// The owner's salt and secret hash come back, so the service can give
+	// the retrying owner the same lease secret.
+	if !bytes.Equal(res.Record.Salt, p.Salt) || !bytes.Equal(res.Record.SecretHash, p.SecretHash) {
+		t.Fatalf("Reserve(same attempt) salt/secret hash = %x/%x, want the owner's %x/%x", res.Record.Salt, res.Record.SecretHash, p.Salt, p.SecretHash)
 	}
 	fe.want("k", fe.reserve("k", "n", func(r *tiers.ReserveParams) { r.AttemptID = "att-2" }), tiers.FastDecided, tiers.OutcomeInProgress)
 }

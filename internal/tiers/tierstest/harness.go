@@ -7,6 +7,7 @@ package tierstest
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"testing"
@@ -66,8 +67,17 @@ func (e *env) key(k string) tiers.Key {
 	return tiers.Key{Namespace: e.ns, Provider: "stripe", Key: k}
 }
 
+// params is a claim of k by pod-a. Like the service, it gives every claim a
+// salt and secret hash of its own; a store that acquires must keep them.
 func (e *env) params(k string) tiers.ClaimParams {
-	return tiers.ClaimParams{Key: e.key(k), Now: e.clk.Now(), Lease: lease, TTL: stripeTTL, Holder: "pod-a"}
+	return tiers.ClaimParams{Key: e.key(k), Now: e.clk.Now(), Lease: lease, TTL: stripeTTL, Holder: "pod-a",
+		Salt: randBytes(tiers.SaltBytes), SecretHash: secretHash()}
+}
+
+// secretHash is the hash of a fresh random lease secret.
+func secretHash() []byte {
+	h := sha256.Sum256(randBytes(16))
+	return h[:]
 }
 
 func (e *env) ctx() context.Context {
@@ -99,12 +109,38 @@ func (e *env) mustOutcome(p tiers.ClaimParams, want tiers.Outcome, wantReason ti
 	return res
 }
 
-func (e *env) transition(k string, token uint64, to tiers.State, result []byte) (tiers.Record, bool, error) {
-	return e.store.Transition(e.ctx(), tiers.TransitionParams{Key: e.key(k), Now: e.clk.Now(), Token: token, To: to, Result: result})
+// owner is what a holder presents on a fenced write: the token and secret
+// hash of the record its claim acquired. The suite presents the stored hash
+// itself; hashing the secret is the service's job.
+type owner struct {
+	token uint64
+	hash  []byte
 }
 
-// mustTransition moves k through the given states with token.
-func (e *env) mustTransition(k string, token uint64, states ...tiers.State) tiers.Record {
+// ownerOf is the owner of acquired record r.
+func ownerOf(r tiers.Record) owner { return owner{token: r.Token, hash: r.SecretHash} }
+
+// stale is o presenting a token one past its own (never issued).
+func (o owner) stale() owner { return owner{token: o.token + 1, hash: o.hash} }
+
+// stranger is o's token with a secret hash that is not o's: what a caller
+// that learned the token from Get could present.
+func (o owner) stranger() owner { return owner{token: o.token, hash: secretHash()} }
+
+func (e *env) transition(k string, o owner, to tiers.State, result []byte) (tiers.Record, bool, error) {
+	return e.store.Transition(e.ctx(), tiers.TransitionParams{Key: e.key(k), Now: e.clk.Now(), Token: o.token, SecretHash: o.hash, To: to, Result: result})
+}
+
+func (e *env) renew(k string, o owner, d time.Duration) (tiers.Record, error) {
+	return e.store.Renew(e.ctx(), tiers.RenewParams{Key: e.key(k), Now: e.clk.Now(), Token: o.token, SecretHash: o.hash, Lease: d})
+}
+
+func (e *env) release(k string, o owner) (tiers.Record, error) {
+	return e.store.Release(e.ctx(), tiers.ReleaseParams{Key: e.key(k), Now: e.clk.Now(), Token: o.token, SecretHash: o.hash})
+}
+
+// mustTransition moves k through the given states as owner o.
+func (e *env) mustTransition(k string, o owner, states ...tiers.State) tiers.Record {
 	e.t.Helper()
 	var rec tiers.Record
 	for _, to := range states {
@@ -113,9 +149,9 @@ func (e *env) mustTransition(k string, token uint64, states ...tiers.State) tier
 			result = []byte("result-of-" + k)
 		}
 		var err error
-		rec, _, err = e.transition(k, token, to, result)
+		rec, _, err = e.transition(k, o, to, result)
 		if err != nil {
-			e.t.Fatalf("Transition(%q, token %d, →%v) error = %v", k, token, to, err)
+			e.t.Fatalf("Transition(%q, token %d, →%v) error = %v", k, o.token, to, err)
 		}
 		if rec.State != to {
 			e.t.Fatalf("Transition(%q, →%v) state = %v", k, to, rec.State)
@@ -124,12 +160,14 @@ func (e *env) mustTransition(k string, token uint64, states ...tiers.State) tier
 	return rec
 }
 
-func randHex(n int) string {
+func randHex(n int) string { return hex.EncodeToString(randBytes(n)) }
+
+func randBytes(n int) []byte {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
 		panic(err)
 	}
-	return hex.EncodeToString(b)
+	return b
 }
 
 func sha(s string) []byte {
@@ -153,5 +191,16 @@ func wantTransitionError(t *testing.T, call string, err error, current tiers.Sta
 	}
 	if te.Current != current {
 		t.Fatalf("%s error current state = %v, want %v", call, te.Current, current)
+	}
+}
+
+func wantResultMismatch(t *testing.T, call string, err error, current tiers.State) {
+	t.Helper()
+	var rm *tiers.ResultMismatchError
+	if !errors.As(err, &rm) {
+		t.Fatalf("%s error = %v, want *tiers.ResultMismatchError", call, err)
+	}
+	if rm.Current != current {
+		t.Fatalf("%s error current state = %v, want %v", call, rm.Current, current)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -32,13 +34,15 @@ var storeCases = []struct {
 	{"lease is never taken over before it ends", testLeaseNotBeforeEnd},
 	{"lease takeover fences the old holder", testLeaseTakeover},
 	{"expired lease without takeover keeps the token valid", testExpiredLeaseTokenValid},
-	{"repeat transition is a no-op success", testRepeatTransition},
+	{"repeat transition is a no-op success, with another result an error", testRepeatTransition},
 	{"every transition is checked against the state machine", testTransitionMatrix},
 	{"unknown key is not found", testNotFound},
 	{"renew extends the lease and is fenced", testRenew},
 	{"release lets the next claim acquire", testRelease},
 	{"release of a terminal record or with a stale token fails", testReleaseRefused},
 	{"attempt_id retry returns the same acquisition", testAttemptID},
+	{"only the owner's secret may write, even with the current token", testNotOwner},
+	{"every takeover stores the new owner's salt and secret hash", testTakeoverNewOwner},
 	{"payload mismatch", testPayloadMismatch},
 	{"wait returns the result when the holder settles in time", testWaitSettled},
 	{"wait acquires when the holder releases", testWaitReleased},
@@ -63,6 +67,21 @@ func testNewKey(t *testing.T, e *env) {
 	}
 	if r.Holder != "pod-a" || !bytes.Equal(r.PayloadHash, p.PayloadHash) {
 		t.Errorf("Claim(new) holder/payload = %q/%x, want pod-a/%x", r.Holder, r.PayloadHash, p.PayloadHash)
+	}
+	wantOwner(t, "Claim(new)", r, p)
+	got, err := e.store.Get(e.ctx(), e.key("evt_new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOwner(t, "Get(new)", got, p)
+}
+
+// wantOwner checks that r carries the ownership fields of claim p.
+func wantOwner(t *testing.T, call string, r tiers.Record, p tiers.ClaimParams) {
+	t.Helper()
+	if !bytes.Equal(r.Salt, p.Salt) || !bytes.Equal(r.SecretHash, p.SecretHash) || r.AttemptID != p.AttemptID {
+		t.Errorf("%s salt/secret hash/attempt = %x/%x/%q, want the claimant's %x/%x/%q",
+			call, r.Salt, r.SecretHash, r.AttemptID, p.Salt, p.SecretHash, p.AttemptID)
 	}
 }
 
@@ -119,7 +138,7 @@ func testInProgress(t *testing.T, e *env) {
 
 func testSettledDuplicate(t *testing.T, e *env) {
 	res := e.mustOutcome(e.params("evt_s"), tiers.OutcomeAcquired, tiers.ReasonNew)
-	e.mustTransition("evt_s", res.Record.Token, tiers.StateProcessing, tiers.StateSettled)
+	e.mustTransition("evt_s", ownerOf(res.Record), tiers.StateProcessing, tiers.StateSettled)
 	for range 2 {
 		dup := e.mustOutcome(e.params("evt_s"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
 		if string(dup.Record.Result) != "result-of-evt_s" || dup.Record.State != tiers.StateSettled {
@@ -130,7 +149,7 @@ func testSettledDuplicate(t *testing.T, e *env) {
 
 func testFailedDuplicate(t *testing.T, e *env) {
 	res := e.mustOutcome(e.params("evt_f"), tiers.OutcomeAcquired, tiers.ReasonNew)
-	e.mustTransition("evt_f", res.Record.Token, tiers.StateFailed)
+	e.mustTransition("evt_f", ownerOf(res.Record), tiers.StateFailed)
 	dup := e.mustOutcome(e.params("evt_f"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
 	if dup.Record.State != tiers.StateFailed {
 		t.Fatalf("Claim(failed) state = %v, want FAILED", dup.Record.State)
@@ -140,7 +159,7 @@ func testFailedDuplicate(t *testing.T, e *env) {
 func testWindowBoundary(t *testing.T, e *env) {
 	first := e.clk.Now()
 	res := e.mustOutcome(e.params("evt_w"), tiers.OutcomeAcquired, tiers.ReasonNew)
-	e.mustTransition("evt_w", res.Record.Token, tiers.StateProcessing, tiers.StateSettled)
+	e.mustTransition("evt_w", ownerOf(res.Record), tiers.StateProcessing, tiers.StateSettled)
 
 	e.clk.Set(first.Add(stripeTTL - time.Second))
 	e.mustOutcome(e.params("evt_w"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
@@ -172,7 +191,7 @@ func testLeaseNotBeforeEnd(t *testing.T, e *env) {
 
 func testLeaseTakeover(t *testing.T, e *env) {
 	a := e.mustOutcome(e.params("evt_t"), tiers.OutcomeAcquired, tiers.ReasonNew)
-	e.mustTransition("evt_t", a.Record.Token, tiers.StateProcessing)
+	e.mustTransition("evt_t", ownerOf(a.Record), tiers.StateProcessing)
 	e.clk.Advance(lease + time.Second)
 	p := e.params("evt_t")
 	p.Holder = "pod-b"
@@ -180,9 +199,9 @@ func testLeaseTakeover(t *testing.T, e *env) {
 	if b.Record.Token != a.Record.Token+1 || b.Record.State != tiers.StateProcessing || b.Record.Attempt != 2 {
 		t.Fatalf("takeover token/state/attempt = %d/%v/%d, want %d/PROCESSING/2", b.Record.Token, b.Record.State, b.Record.Attempt, a.Record.Token+1)
 	}
-	_, _, err := e.transition("evt_t", a.Record.Token, tiers.StateSettled, []byte("old"))
+	_, _, err := e.transition("evt_t", ownerOf(a.Record), tiers.StateSettled, []byte("old"))
 	wantErr(t, "Transition(old holder)", err, tiers.ErrStaleToken)
-	rec := e.mustTransition("evt_t", b.Record.Token, tiers.StateSettled)
+	rec := e.mustTransition("evt_t", ownerOf(b.Record), tiers.StateSettled)
 	if string(rec.Result) != "result-of-evt_t" {
 		t.Fatalf("Transition(new holder) result = %q", rec.Result)
 	}
@@ -191,13 +210,13 @@ func testLeaseTakeover(t *testing.T, e *env) {
 func testExpiredLeaseTokenValid(t *testing.T, e *env) {
 	a := e.mustOutcome(e.params("evt_x"), tiers.OutcomeAcquired, tiers.ReasonNew)
 	e.clk.Advance(10 * lease)
-	e.mustTransition("evt_x", a.Record.Token, tiers.StateProcessing, tiers.StateSettled)
+	e.mustTransition("evt_x", ownerOf(a.Record), tiers.StateProcessing, tiers.StateSettled)
 	e.mustOutcome(e.params("evt_x"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
 }
 
 func testRepeatTransition(t *testing.T, e *env) {
 	a := e.mustOutcome(e.params("evt_r"), tiers.OutcomeAcquired, tiers.ReasonNew)
-	tok := a.Record.Token
+	tok := ownerOf(a.Record)
 	if _, changed, err := e.transition("evt_r", tok, tiers.StateValidated, nil); err != nil || !changed {
 		t.Fatalf("Transition(→VALIDATED) = changed %v, %v; want true, nil", changed, err)
 	}
@@ -208,9 +227,30 @@ func testRepeatTransition(t *testing.T, e *env) {
 	if _, _, err := e.transition("evt_r", tok, tiers.StateSettled, []byte("first")); err != nil {
 		t.Fatal(err)
 	}
-	rec, changed, err := e.transition("evt_r", tok, tiers.StateSettled, []byte("second"))
+	rec, changed, err := e.transition("evt_r", tok, tiers.StateSettled, []byte("first"))
 	if err != nil || changed || string(rec.Result) != "first" {
-		t.Fatalf("repeat Transition(→SETTLED) = result %q changed %v, %v; want first false nil", rec.Result, changed, err)
+		t.Fatalf("repeat Transition(→SETTLED, same result) = result %q changed %v, %v; want first false nil", rec.Result, changed, err)
+	}
+	// The same target with another result is not a repeat: the caller must
+	// learn that its result was not stored.
+	_, _, err = e.transition("evt_r", tok, tiers.StateSettled, []byte("second"))
+	wantResultMismatch(t, "repeat Transition(→SETTLED, other result)", err, tiers.StateSettled)
+	if rec, err := e.store.Get(e.ctx(), e.key("evt_r")); err != nil || string(rec.Result) != "first" {
+		t.Fatalf("after a refused result: Get = result %q, %v; want first", rec.Result, err)
+	}
+	dup := e.mustOutcome(e.params("evt_r"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
+	if string(dup.Record.Result) != "first" {
+		t.Fatalf("Claim(after a refused result) result = %q, want first", dup.Record.Result)
+	}
+
+	f := e.mustOutcome(e.params("evt_rf"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	if _, _, err := e.transition("evt_rf", ownerOf(f.Record), tiers.StateFailed, []byte("declined")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = e.transition("evt_rf", ownerOf(f.Record), tiers.StateFailed, nil)
+	wantResultMismatch(t, "repeat Transition(→FAILED, no result)", err, tiers.StateFailed)
+	if _, changed, err := e.transition("evt_rf", ownerOf(f.Record), tiers.StateFailed, []byte("declined")); err != nil || changed {
+		t.Fatalf("repeat Transition(→FAILED, same result) = changed %v, %v; want false nil", changed, err)
 	}
 }
 
@@ -232,8 +272,8 @@ func testTransitionMatrix(t *testing.T, e *env) {
 			}
 			k := "evt_m_" + from.String() + "_" + to.String()
 			a := e.mustOutcome(e.params(k), tiers.OutcomeAcquired, tiers.ReasonNew)
-			e.mustTransition(k, a.Record.Token, pathTo[from]...)
-			_, _, err := e.transition(k, a.Record.Token, to, nil)
+			e.mustTransition(k, ownerOf(a.Record), pathTo[from]...)
+			_, _, err := e.transition(k, ownerOf(a.Record), to, nil)
 			if tiers.CanTransition(from, to) {
 				if err != nil {
 					t.Errorf("Transition(%v→%v) error = %v, want allowed", from, to, err)
@@ -253,11 +293,12 @@ func testNotFound(t *testing.T, e *env) {
 	k := e.key("evt_none")
 	now := e.clk.Now()
 	ctx := e.ctx()
-	_, _, err := e.store.Transition(ctx, tiers.TransitionParams{Key: k, Now: now, Token: 1, To: tiers.StateProcessing})
+	hash := secretHash()
+	_, _, err := e.store.Transition(ctx, tiers.TransitionParams{Key: k, Now: now, Token: 1, SecretHash: hash, To: tiers.StateProcessing})
 	wantErr(t, "Transition(unknown)", err, tiers.ErrNotFound)
-	_, err = e.store.Renew(ctx, tiers.RenewParams{Key: k, Now: now, Token: 1, Lease: lease})
+	_, err = e.store.Renew(ctx, tiers.RenewParams{Key: k, Now: now, Token: 1, SecretHash: hash, Lease: lease})
 	wantErr(t, "Renew(unknown)", err, tiers.ErrNotFound)
-	_, err = e.store.Release(ctx, tiers.ReleaseParams{Key: k, Now: now, Token: 1})
+	_, err = e.store.Release(ctx, tiers.ReleaseParams{Key: k, Now: now, Token: 1, SecretHash: hash})
 	wantErr(t, "Release(unknown)", err, tiers.ErrNotFound)
 	_, err = e.store.Get(ctx, k)
 	wantErr(t, "Get(unknown)", err, tiers.ErrNotFound)
@@ -266,33 +307,32 @@ func testNotFound(t *testing.T, e *env) {
 func testRenew(t *testing.T, e *env) {
 	a := e.mustOutcome(e.params("evt_rn"), tiers.OutcomeAcquired, tiers.ReasonNew)
 	e.clk.Advance(lease - time.Second)
-	rec, err := e.store.Renew(e.ctx(), tiers.RenewParams{Key: e.key("evt_rn"), Now: e.clk.Now(), Token: a.Record.Token, Lease: 5 * time.Minute})
+	rec, err := e.renew("evt_rn", ownerOf(a.Record), 5*time.Minute)
 	if err != nil || !rec.LeaseExpiresAt.Equal(e.clk.Now().Add(5*time.Minute)) {
 		t.Fatalf("Renew = lease %v, %v; want %v", rec.LeaseExpiresAt, err, e.clk.Now().Add(5*time.Minute))
 	}
 	e.clk.Advance(4 * time.Minute) // past the original lease, within the renewed one
 	e.mustOutcome(e.params("evt_rn"), tiers.OutcomeInProgress, tiers.ReasonUnspecified)
 
-	_, err = e.store.Renew(e.ctx(), tiers.RenewParams{Key: e.key("evt_rn"), Now: e.clk.Now(), Token: a.Record.Token + 1, Lease: lease})
+	_, err = e.renew("evt_rn", ownerOf(a.Record).stale(), lease)
 	wantErr(t, "Renew(wrong token)", err, tiers.ErrStaleToken)
 
-	e.mustTransition("evt_rn", a.Record.Token, tiers.StateProcessing, tiers.StateSettled)
-	_, err = e.store.Renew(e.ctx(), tiers.RenewParams{Key: e.key("evt_rn"), Now: e.clk.Now(), Token: a.Record.Token, Lease: lease})
+	e.mustTransition("evt_rn", ownerOf(a.Record), tiers.StateProcessing, tiers.StateSettled)
+	_, err = e.renew("evt_rn", ownerOf(a.Record), lease)
 	wantTransitionError(t, "Renew(settled)", err, tiers.StateSettled)
 }
 
 func testRelease(t *testing.T, e *env) {
 	a := e.mustOutcome(e.params("evt_rl"), tiers.OutcomeAcquired, tiers.ReasonNew)
-	e.mustTransition("evt_rl", a.Record.Token, tiers.StateProcessing)
-	rp := tiers.ReleaseParams{Key: e.key("evt_rl"), Now: e.clk.Now(), Token: a.Record.Token}
-	rec, err := e.store.Release(e.ctx(), rp)
+	e.mustTransition("evt_rl", ownerOf(a.Record), tiers.StateProcessing)
+	rec, err := e.release("evt_rl", ownerOf(a.Record))
 	if err != nil || !rec.Released {
 		t.Fatalf("Release = released %v, %v; want true, nil", rec.Released, err)
 	}
-	if _, err := e.store.Release(e.ctx(), rp); err != nil {
+	if _, err := e.release("evt_rl", ownerOf(a.Record)); err != nil {
 		t.Fatalf("repeat Release error = %v, want nil (handlers retry their own calls)", err)
 	}
-	_, _, err = e.transition("evt_rl", a.Record.Token, tiers.StateSettled, nil)
+	_, _, err = e.transition("evt_rl", ownerOf(a.Record), tiers.StateSettled, nil)
 	wantErr(t, "Transition(released token)", err, tiers.ErrStaleToken)
 
 	b := e.mustOutcome(e.params("evt_rl"), tiers.OutcomeAcquired, tiers.ReasonReleased)
@@ -304,10 +344,10 @@ func testRelease(t *testing.T, e *env) {
 
 func testReleaseRefused(t *testing.T, e *env) {
 	a := e.mustOutcome(e.params("evt_rr"), tiers.OutcomeAcquired, tiers.ReasonNew)
-	_, err := e.store.Release(e.ctx(), tiers.ReleaseParams{Key: e.key("evt_rr"), Now: e.clk.Now(), Token: a.Record.Token + 1})
+	_, err := e.release("evt_rr", ownerOf(a.Record).stale())
 	wantErr(t, "Release(stale)", err, tiers.ErrStaleToken)
-	e.mustTransition("evt_rr", a.Record.Token, tiers.StateFailed)
-	_, err = e.store.Release(e.ctx(), tiers.ReleaseParams{Key: e.key("evt_rr"), Now: e.clk.Now(), Token: a.Record.Token})
+	e.mustTransition("evt_rr", ownerOf(a.Record), tiers.StateFailed)
+	_, err = e.release("evt_rr", ownerOf(a.Record))
 	wantTransitionError(t, "Release(failed)", err, tiers.StateFailed)
 	e.mustOutcome(e.params("evt_rr"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
 }
@@ -315,13 +355,28 @@ func testReleaseRefused(t *testing.T, e *env) {
 func testAttemptID(t *testing.T, e *env) {
 	p := e.params("evt_a")
 	p.AttemptID = "att-1"
+	first := p
 	a := e.mustOutcome(p, tiers.OutcomeAcquired, tiers.ReasonNew)
-	e.clk.Advance(time.Second)
-	p.Now = e.clk.Now()
-	again := e.mustOutcome(p, tiers.OutcomeAcquired, tiers.ReasonNew)
-	if again.Record.Token != a.Record.Token || again.Record.Attempt != 1 {
-		t.Fatalf("Claim(same attempt_id) token/attempt = %d/%d, want %d/1", again.Record.Token, again.Record.Attempt, a.Record.Token)
+	// The service sends a fresh salt and secret hash with every call; a
+	// repeated attempt is answered with the stored ones, so the service
+	// can derive the same secret again, and nothing is overwritten. Twice:
+	// with a fast tier the second repeat is answered by it.
+	for range 2 {
+		e.clk.Advance(time.Second)
+		p = e.params("evt_a")
+		p.AttemptID = "att-1"
+		again := e.mustOutcome(p, tiers.OutcomeAcquired, tiers.ReasonNew)
+		if again.Record.Token != a.Record.Token || again.Record.Attempt != 1 {
+			t.Fatalf("Claim(same attempt_id) token/attempt = %d/%d, want %d/1", again.Record.Token, again.Record.Attempt, a.Record.Token)
+		}
+		wantOwner(t, "Claim(same attempt_id)", again.Record, first)
 	}
+	got, err := e.store.Get(e.ctx(), e.key("evt_a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOwner(t, "Get(after repeated attempts)", got, first)
+	e.mustTransition("evt_a", ownerOf(a.Record), tiers.StateValidated)
 	other := e.params("evt_a")
 	other.AttemptID = "att-2"
 	e.mustOutcome(other, tiers.OutcomeInProgress, tiers.ReasonUnspecified)
@@ -343,7 +398,7 @@ func testPayloadMismatch(t *testing.T, e *env) {
 	other.PayloadHash = sha("two")
 	e.mustOutcome(other, tiers.OutcomePayloadMismatch, tiers.ReasonUnspecified)
 	e.mustOutcome(e.params("evt_p"), tiers.OutcomeInProgress, tiers.ReasonUnspecified) // unknown hash matches
-	e.mustTransition("evt_p", a.Record.Token, tiers.StateProcessing, tiers.StateSettled)
+	e.mustTransition("evt_p", ownerOf(a.Record), tiers.StateProcessing, tiers.StateSettled)
 	e.mustOutcome(other, tiers.OutcomePayloadMismatch, tiers.ReasonUnspecified)
 	e.mustOutcome(p, tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
 	// A mismatch never takes over an expired lease either.
@@ -393,10 +448,10 @@ func (e *env) startWaiter(k string, wait time.Duration) (<-chan tiers.ClaimResul
 
 func testWaitSettled(t *testing.T, e *env) {
 	a := e.mustOutcome(e.params("evt_wt"), tiers.OutcomeAcquired, tiers.ReasonNew)
-	e.mustTransition("evt_wt", a.Record.Token, tiers.StateProcessing)
+	e.mustTransition("evt_wt", ownerOf(a.Record), tiers.StateProcessing)
 	done, waiting := e.startWaiter("evt_wt", 20*time.Second)
 	<-waiting
-	e.mustTransition("evt_wt", a.Record.Token, tiers.StateSettled)
+	e.mustTransition("evt_wt", ownerOf(a.Record), tiers.StateSettled)
 	res := <-done
 	if res.Outcome != tiers.OutcomeDuplicate || string(res.Record.Result) != "result-of-evt_wt" {
 		t.Fatalf("ClaimWait = %v result %q, want DUPLICATE result-of-evt_wt", res.Outcome, res.Record.Result)
@@ -407,7 +462,7 @@ func testWaitReleased(t *testing.T, e *env) {
 	a := e.mustOutcome(e.params("evt_wr"), tiers.OutcomeAcquired, tiers.ReasonNew)
 	done, waiting := e.startWaiter("evt_wr", 20*time.Second)
 	<-waiting
-	if _, err := e.store.Release(e.ctx(), tiers.ReleaseParams{Key: e.key("evt_wr"), Now: e.clk.Now(), Token: a.Record.Token}); err != nil {
+	if _, err := e.release("evt_wr", ownerOf(a.Record)); err != nil {
 		t.Fatal(err)
 	}
 	res := <-done
@@ -430,7 +485,7 @@ func testWaitTimeout(t *testing.T, e *env) {
 
 func testRestart(t *testing.T, e *env) {
 	a := e.mustOutcome(e.params("evt_rs"), tiers.OutcomeAcquired, tiers.ReasonNew)
-	e.mustTransition("evt_rs", a.Record.Token, tiers.StateProcessing, tiers.StateSettled)
+	e.mustTransition("evt_rs", ownerOf(a.Record), tiers.StateProcessing, tiers.StateSettled)
 	b := e.mustOutcome(e.params("evt_rs_open"), tiers.OutcomeAcquired, tiers.ReasonNew)
 	e.restart()
 	dup := e.mustOutcome(e.params("evt_rs"), tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
@@ -438,7 +493,7 @@ func testRestart(t *testing.T, e *env) {
 		t.Fatalf("Claim(after restart) result = %q", dup.Record.Result)
 	}
 	e.mustOutcome(e.params("evt_rs_open"), tiers.OutcomeInProgress, tiers.ReasonUnspecified)
-	e.mustTransition("evt_rs_open", b.Record.Token, tiers.StateProcessing)
+	e.mustTransition("evt_rs_open", ownerOf(b.Record), tiers.StateProcessing)
 }
 
 func testIsolation(t *testing.T, e *env) {
@@ -464,4 +519,110 @@ func testGet(t *testing.T, e *env) {
 	}
 	// Get has no side effects: the holder still owns the key.
 	e.mustOutcome(e.params("evt_g"), tiers.OutcomeInProgress, tiers.ReasonUnspecified)
+}
+
+// testNotOwner presents the current token with a secret hash that is not its
+// owner's, as a caller that read the token with Get would: every write is
+// ErrNotOwner and changes nothing, including the repeat of a transition that
+// already happened (which the owner gets as a no-op success). A stale token
+// is still named stale first.
+func testNotOwner(t *testing.T, e *env) {
+	const k = "evt_no"
+	a := e.mustOutcome(e.params(k), tiers.OutcomeAcquired, tiers.ReasonNew)
+	own := ownerOf(a.Record)
+	e.mustTransition(k, own, tiers.StateValidated)
+	before, err := e.store.Get(e.ctx(), e.key(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(time.Second)
+	for _, o := range []struct {
+		desc string
+		who  owner
+	}{
+		{"another secret", own.stranger()},
+		{"no secret", owner{token: own.token}},
+		{"a hash of the wrong size", owner{token: own.token, hash: own.hash[:16]}},
+	} {
+		_, _, err := e.transition(k, o.who, tiers.StateProcessing, nil)
+		wantErr(t, "Transition(→PROCESSING, "+o.desc+")", err, tiers.ErrNotOwner)
+		_, _, err = e.transition(k, o.who, tiers.StateValidated, nil)
+		wantErr(t, "Transition(repeat →VALIDATED, "+o.desc+")", err, tiers.ErrNotOwner)
+		_, _, err = e.transition(k, o.who, tiers.StateFailed, []byte("forged"))
+		wantErr(t, "Transition(→FAILED, "+o.desc+")", err, tiers.ErrNotOwner)
+		_, err = e.renew(k, o.who, 10*time.Minute)
+		wantErr(t, "Renew("+o.desc+")", err, tiers.ErrNotOwner)
+		_, err = e.release(k, o.who)
+		wantErr(t, "Release("+o.desc+")", err, tiers.ErrNotOwner)
+	}
+	_, _, err = e.transition(k, own.stranger().stale(), tiers.StateProcessing, nil)
+	wantErr(t, "Transition(stale token, another secret)", err, tiers.ErrStaleToken)
+
+	after, err := e.store.Get(e.ctx(), e.key(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Fatalf("record changed by refused writes (-before +after):\n%s", diff)
+	}
+	// The key is still the owner's: another claim is IN_PROGRESS, and the
+	// owner's own writes go through.
+	e.mustOutcome(e.params(k), tiers.OutcomeInProgress, tiers.ReasonUnspecified)
+	if _, _, err := e.transition(k, own, tiers.StateValidated, nil); err != nil {
+		t.Fatalf("repeat Transition(→VALIDATED) by the owner error = %v, want a no-op success", err)
+	}
+	e.mustTransition(k, own, tiers.StateProcessing, tiers.StateSettled)
+	// Settled: a stranger's repeat of the settle is still refused as not the
+	// owner, never answered as a no-op or by the state machine.
+	_, _, err = e.transition(k, own.stranger(), tiers.StateSettled, []byte("forged"))
+	wantErr(t, "Transition(repeat →SETTLED, another secret)", err, tiers.ErrNotOwner)
+	_, err = e.release(k, own.stranger())
+	wantErr(t, "Release(settled, another secret)", err, tiers.ErrNotOwner)
+
+	// A released record: the owner's repeat is a no-op, a stranger's is not.
+	b := e.mustOutcome(e.params(k+"_rl"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	if _, err := e.release(k+"_rl", ownerOf(b.Record)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.release(k+"_rl", ownerOf(b.Record).stranger())
+	wantErr(t, "Release(released, another secret)", err, tiers.ErrNotOwner)
+	if _, err := e.release(k+"_rl", ownerOf(b.Record)); err != nil {
+		t.Fatalf("repeat Release by the owner error = %v, want nil", err)
+	}
+}
+
+// testTakeoverNewOwner checks that each way ownership changes hands stores
+// the new claimant's salt and secret hash: the old owner's secret no longer
+// writes, even with the new token, and the new owner's does.
+func testTakeoverNewOwner(t *testing.T, e *env) {
+	start := e.clk.Now()
+	const k = "evt_own"
+	a := e.mustOutcome(e.params(k), tiers.OutcomeAcquired, tiers.ReasonNew)
+	prev := ownerOf(a.Record)
+	takeover := func(reason tiers.Reason) {
+		t.Helper()
+		p := e.params(k)
+		p.Holder = "pod-" + reason.String()
+		res := e.mustOutcome(p, tiers.OutcomeAcquired, reason)
+		wantOwner(t, "Claim("+reason.String()+")", res.Record, p)
+		got, err := e.store.Get(e.ctx(), e.key(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOwner(t, "Get(after "+reason.String()+")", got, p)
+		_, err = e.renew(k, owner{token: res.Record.Token, hash: prev.hash}, lease)
+		wantErr(t, "Renew(new token, previous owner's secret)", err, tiers.ErrNotOwner)
+		if _, err := e.renew(k, ownerOf(res.Record), lease); err != nil {
+			t.Fatalf("Renew(new owner) after %v error = %v", reason, err)
+		}
+		prev = ownerOf(res.Record)
+	}
+	e.clk.Advance(lease + time.Second)
+	takeover(tiers.ReasonLeaseExpired)
+	if _, err := e.release(k, prev); err != nil {
+		t.Fatal(err)
+	}
+	takeover(tiers.ReasonReleased)
+	e.clk.Set(start.Add(stripeTTL + time.Second))
+	takeover(tiers.ReasonWindowExpired)
 }

@@ -1,6 +1,7 @@
 package twotier_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -94,8 +95,12 @@ func (f *fixture) params(k string) tiers.ClaimParams {
 	return tiers.ClaimParams{
 		Key: tiers.Key{Namespace: "billing", Provider: "stripe", Key: k},
 		Now: f.clk.Now(), Lease: time.Minute, TTL: 84 * time.Hour, Holder: "pod-a",
+		Salt: bytes.Repeat([]byte{1}, tiers.SaltBytes), SecretHash: ownerHash,
 	}
 }
+
+// ownerHash is the secret hash of every claim of these tests.
+var ownerHash = bytes.Repeat([]byte{2}, tiers.SecretHashBytes)
 
 func (f *fixture) claim(k string, want tiers.Outcome, wantBy tiers.Tier) tiers.ClaimResult {
 	f.t.Helper()
@@ -114,7 +119,7 @@ func (f *fixture) claim(k string, want tiers.Outcome, wantBy tiers.Tier) tiers.C
 func (f *fixture) settle(k string, token uint64, result string) {
 	f.t.Helper()
 	for _, to := range []tiers.State{tiers.StateProcessing, tiers.StateSettled} {
-		p := tiers.TransitionParams{Key: f.params(k).Key, Now: f.clk.Now(), Token: token, To: to}
+		p := tiers.TransitionParams{Key: f.params(k).Key, Now: f.clk.Now(), Token: token, SecretHash: ownerHash, To: to}
 		if to == tiers.StateSettled {
 			p.Result = []byte(result)
 		}

@@ -43,9 +43,10 @@ type Config struct {
 	LocalEntries int
 	// LocalBytes bounds the results held by the local cache. Default 64 MiB.
 	LocalBytes int64
-	// CleanupTimeout bounds the rollback of a pending marker after a failed
-	// durable step (it runs even when the caller's context is done).
-	// Default 1s.
+	// CleanupTimeout bounds each fast-tier step that follows a durable one:
+	// the repair of the fast tier after a durable write, and the rollback
+	// of a pending marker after a failed durable step. Both run on a
+	// context of their own, even when the caller's is done. Default 1s.
 	CleanupTimeout time.Duration
 	// Observer receives events; nil means none.
 	Observer Observer
@@ -141,7 +142,7 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 			s.remember(fr.Record)
 		}
 		return tiers.ClaimResult{Outcome: fr.Outcome, Reason: fr.Reason, Record: fr.Record, ServedBy: tiers.TierFast}, nil
-	case tiers.FastTakeover:
+	case tiers.FastTakeover, tiers.FastAskDurable:
 		return s.claimDurable(ctx, p, true)
 	}
 
@@ -149,13 +150,19 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 	// own marker so the provider's retry is not answered IN_PROGRESS by it.
 	res, err := s.durable.Claim(ctx, p)
 	if err != nil {
-		s.abort(p.Key, nonce)
+		s.abort(ctx, p.Key, nonce)
 		return res, err
 	}
 	if res.Outcome != tiers.OutcomeAcquired || res.Reason != tiers.ReasonNew {
 		s.cfg.Observer.FastFalseNegative()
 	}
-	s.repair(ctx, res.Record)
+	if err := s.repair(ctx, res.Record); err != nil {
+		// The record did not replace our marker. Left there, the marker
+		// would answer every claim of the key IN_PROGRESS until PendingTTL
+		// on the strength of nothing the fast tier holds; withdrawn, the
+		// next claim asks the durable tier, which has the record.
+		s.abort(ctx, p.Key, nonce)
+	}
 	if res.Outcome == tiers.OutcomeDuplicate {
 		s.remember(res.Record)
 	}
@@ -178,26 +185,44 @@ func (s *Store) claimDurable(ctx context.Context, p tiers.ClaimParams, fastUp bo
 	return res, nil
 }
 
-// repair copies a durable record into the fast tier. It is best effort: a
-// fast tier that misses an update only ever answers IN_PROGRESS (retryable)
-// or defers to the durable tier; it cannot invent a DUPLICATE, because it
-// holds a terminal record only after the durable tier committed it.
-func (s *Store) repair(ctx context.Context, rec tiers.Record) {
-	if err := s.fast.Put(ctx, rec); err != nil && ctx.Err() == nil {
-		s.cfg.Observer.TierError(tiers.TierFast, "put", err)
-	}
+// cleanup is the context of a fast-tier step that follows a durable one: it
+// keeps ctx's values (the trace) but not its cancellation, and is bounded by
+// CleanupTimeout. The durable write has happened whether or not the caller
+// is still there to hear of it, so the fast tier must learn of it too.
+func (s *Store) cleanup(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CleanupTimeout)
 }
 
-// abort deletes our pending marker after a failed durable step. It runs on a
-// context of its own: the caller's may already be done, and a marker left
-// behind would answer the provider's retry IN_PROGRESS until PendingTTL.
+// repair copies a durable record into the fast tier, whether it is new or a
+// repeat (Put is ordered by window and version, so an older copy never
+// replaces a newer one). It must reach the fast tier even when the caller
+// has gone: a fast tier left holding PROCESSING answers IN_PROGRESS for an
+// event that others were told is DUPLICATE, until the lease ends. When it
+// fails anyway, the fast tier only ever answers IN_PROGRESS (retryable) or
+// defers to the durable tier; it cannot invent a DUPLICATE, because it holds
+// a terminal record only after the durable tier committed it.
+func (s *Store) repair(ctx context.Context, rec tiers.Record) error {
+	ctx, cancel := s.cleanup(ctx)
+	defer cancel()
+	err := s.fast.Put(ctx, rec)
+	if err != nil {
+		s.cfg.Observer.TierError(tiers.TierFast, "put", err)
+	}
+	return err
+}
+
+// abort deletes our pending marker after a failed durable step or a failed
+// repair. It runs on a context of its own: the caller's may already be done,
+// and a marker left behind would answer the provider's retry IN_PROGRESS
+// until PendingTTL.
 //
 // The durable step may have committed before failing (a timeout after the
 // statement was sent). Then the row exists without a fast-tier copy: the
-// retry reaches the durable tier, finds a live lease (IN_PROGRESS, retryable)
-// and, once it ends, takes over (ACQUIRED/LEASE_EXPIRED). Never a DUPLICATE.
-func (s *Store) abort(k tiers.Key, nonce string) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CleanupTimeout)
+// retry reaches the durable tier, finds a live lease (IN_PROGRESS, retryable;
+// the same ACQUIRED for the same attempt_id) and, once it ends, takes over
+// (ACQUIRED/LEASE_EXPIRED). Never a DUPLICATE.
+func (s *Store) abort(ctx context.Context, k tiers.Key, nonce string) {
+	ctx, cancel := s.cleanup(ctx)
 	defer cancel()
 	if err := s.fast.Abort(ctx, k, nonce); err != nil {
 		s.cfg.Observer.TierError(tiers.TierFast, "abort", err)
@@ -210,15 +235,15 @@ func (s *Store) remember(rec tiers.Record) {
 	}
 }
 
-// Transition commits to the durable tier, then refreshes the fast tier.
+// Transition commits to the durable tier, then refreshes the fast tier. A
+// repeat (changed=false) refreshes it too: the handler repeats a call whose
+// reply it lost, and the first call's refresh may have been lost with it.
 func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers.Record, bool, error) {
 	rec, changed, err := s.durable.Transition(ctx, p)
 	if err != nil {
 		return rec, changed, err
 	}
-	if changed {
-		s.repair(ctx, rec)
-	}
+	s.repair(ctx, rec)
 	s.remember(rec)
 	return rec, changed, nil
 }
@@ -233,7 +258,8 @@ func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, e
 }
 
 // Release commits to the durable tier, then refreshes the fast tier so the
-// next claim there is sent to the durable tier to take over.
+// next claim there is sent to the durable tier to take over (a repeated
+// release refreshes it as well).
 func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Record, error) {
 	rec, err := s.durable.Release(ctx, p)
 	if err == nil {

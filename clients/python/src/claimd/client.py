@@ -18,7 +18,8 @@ from claimd._gen.idempotency.v1 import claim_pb2 as pb
 from claimd._gen.idempotency.v1 import claim_pb2_grpc as pb_grpc
 from claimd.errors import Unavailable
 from claimd.retry import RetryPolicy, call_with_retry
-from claimd.types import Claim, Delivery, EventState, Record, Transitioned
+from claimd.security import TLSConfig, TokenProvider, channel_credentials
+from claimd.types import Claim, Delivery, EventState, Lease, Record, Transitioned
 
 if TYPE_CHECKING:
     from claimd.guard import Guard, GuardResult
@@ -29,10 +30,10 @@ Seconds = float | timedelta
 """Seconds is a duration: a number of seconds or a timedelta."""
 
 DEFAULT_KEEPALIVE = 300.0
-"""DEFAULT_KEEPALIVE is the keepalive ping interval in seconds. grpc-go
-servers (claimd sets no keepalive policy) answer pings more frequent than
-every 5 minutes with GOAWAY too_many_pings, so the client never pings
-faster."""
+"""DEFAULT_KEEPALIVE is the keepalive ping interval in seconds. claimd
+permits pings every 10 seconds, with or without calls in flight, and answers
+more frequent ones with GOAWAY too_many_pings; lower this (not below 10)
+behind a load balancer that drops idle connections sooner."""
 
 
 def _seconds(v: Seconds) -> float:
@@ -47,6 +48,10 @@ def _duration(v: Seconds | None) -> duration_pb2.Duration | None:
     return d
 
 
+def _lease(held: Claim | Lease) -> Lease:
+    return held.lease if isinstance(held, Claim) else held
+
+
 def default_holder() -> str:
     """default_holder names this process for claimd's audit trail: host/pid."""
     return f"{socket.gethostname()}/{os.getpid()}"[:255]
@@ -59,9 +64,20 @@ class Client:
     timeout bounds each attempt of a call (a Claim that waits gets its wait
     on top); retry says how calls that fail with UNAVAILABLE are retried.
     connect_timeout bounds one connection attempt. holder is recorded with
-    every claim for audit (default: host/pid). credentials select TLS (default
-    plaintext); interceptors wrap every call; options are extra gRPC channel
-    arguments, which override the client's own.
+    every claim for audit (default: host/pid). interceptors wrap every call;
+    options are extra gRPC channel arguments, which override the client's own.
+
+    Security: tls=TLSConfig(ca_file=..., cert_file=..., key_file=...,
+    server_name=...) connects over TLS (tls=True: TLS with the system roots),
+    with a client certificate for a claimd that requires mTLS. token is the
+    bearer token ("claimd token new"), a str or a callable asked before every
+    call attempt (rotation); it is sent as "authorization: Bearer <token>"
+    and appears in no repr, log line or error. Plaintext is the default only
+    for a loopback target (127.0.0.1, [::1], localhost, unix:), checked again
+    at each connection; any other target without tls raises ValueError unless
+    insecure=True, and a token is never sent in plaintext off loopback
+    (insecure=True with a token raises ValueError). credentials replaces tls
+    with channel credentials of your own.
 
     Use it as a context manager, or call close().
     """
@@ -75,12 +91,18 @@ class Client:
         connect_timeout: float = 5.0,
         keepalive: float = DEFAULT_KEEPALIVE,
         holder: str | None = None,
+        token: str | TokenProvider | None = None,
+        tls: TLSConfig | bool | None = None,
+        insecure: bool = False,
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
         options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"Client.timeout: {timeout} must be > 0")
+        creds, security_options = channel_credentials(
+            target, token=token, tls=tls, insecure=insecure, credentials=credentials
+        )
         self.target = target
         self.timeout = timeout
         self.retry = retry if retry is not None else RetryPolicy()
@@ -98,11 +120,12 @@ class Client:
             "grpc.initial_reconnect_backoff_ms": 200,
             "grpc.max_reconnect_backoff_ms": 5_000,
         }
+        opts.update(dict(security_options))
         opts.update(dict(options))
-        if credentials is None:
+        if creds is None:
             self._raw = grpc.insecure_channel(target, options=list(opts.items()))
         else:
-            self._raw = grpc.secure_channel(target, credentials, options=list(opts.items()))
+            self._raw = grpc.secure_channel(target, creds, options=list(opts.items()))
         channel: grpc.Channel = self._raw
         if interceptors:
             channel = grpc.intercept_channel(self._raw, *interceptors)
@@ -179,23 +202,24 @@ class Client:
 
     def transition(
         self,
-        namespace: str,
-        provider: str,
-        key: str,
-        fencing_token: int,
+        claim: Claim | Lease,
         to: EventState,
         *,
         result: bytes = b"",
         extend_lease: Seconds | None = None,
     ) -> Transitioned:
-        """transition moves the event to state to, fenced by fencing_token.
-        result is stored with SETTLED or FAILED and returned to duplicates.
-        Raises StaleToken, InvalidTransition or NotFound."""
+        """transition moves the event to state to, as the owner of claim (an
+        ACQUIRED Claim or its Lease: the token and lease secret). result is
+        stored with SETTLED or FAILED and returned to duplicates. Raises
+        StaleToken, NotOwner, InvalidTransition or NotFound; ValueError for a
+        claim that was not ACQUIRED."""
+        lease = _lease(claim)
         req = pb.TransitionRequest(
-            namespace=namespace,
-            provider=provider,
-            key=key,
-            fencing_token=fencing_token,
+            namespace=lease.namespace,
+            provider=lease.provider,
+            key=lease.key,
+            fencing_token=lease.fencing_token,
+            lease_secret=lease.lease_secret,
             to=pb.EventState.Name(to),
             result=result,
             extend_lease=_duration(extend_lease),
@@ -203,36 +227,39 @@ class Client:
         resp: pb.TransitionResponse = self._call(self._stub.Transition, req)
         return Transitioned(record=Record.from_pb(resp.record), changed=resp.changed)
 
-    def renew(
-        self,
-        namespace: str,
-        provider: str,
-        key: str,
-        fencing_token: int,
-        *,
-        lease: Seconds | None = None,
-    ) -> Record:
-        """renew extends the holder's lease to now + lease (default: the
-        provider's). Raises StaleToken once another holder took over."""
+    def renew(self, claim: Claim | Lease, *, lease: Seconds | None = None) -> Record:
+        """renew extends the lease of claim's owner to now + lease (default:
+        the provider's). Raises StaleToken once another holder took over."""
+        held = _lease(claim)
         req = pb.RenewRequest(
-            namespace=namespace,
-            provider=provider,
-            key=key,
-            fencing_token=fencing_token,
+            namespace=held.namespace,
+            provider=held.provider,
+            key=held.key,
+            fencing_token=held.fencing_token,
+            lease_secret=held.lease_secret,
             lease=_duration(lease),
         )
         resp: pb.RenewResponse = self._call(self._stub.Renew, req)
         return Record.from_pb(resp.record)
 
-    def release(self, namespace: str, provider: str, key: str, fencing_token: int) -> Record:
-        """release gives the key back: the side effect did not happen, and the
-        next delivery acquires it with reason RELEASED."""
-        req = pb.ReleaseRequest(namespace=namespace, provider=provider, key=key, fencing_token=fencing_token)
+    def release(self, claim: Claim | Lease) -> Record:
+        """release gives the key of claim back: the side effect did not
+        happen, and the next delivery acquires it with reason RELEASED."""
+        lease = _lease(claim)
+        req = pb.ReleaseRequest(
+            namespace=lease.namespace,
+            provider=lease.provider,
+            key=lease.key,
+            fencing_token=lease.fencing_token,
+            lease_secret=lease.lease_secret,
+        )
         resp: pb.ReleaseResponse = self._call(self._stub.Release, req)
         return Record.from_pb(resp.record)
 
     def get(self, namespace: str, provider: str, key: str) -> Record:
-        """get reads a record from the durable tier. Raises NotFound."""
+        """get reads a record from the durable tier. Raises NotFound. The
+        record shows the fencing token but never the lease secret: reading a
+        record does not let anyone write it."""
         req = pb.GetRequest(namespace=namespace, provider=provider, key=key)
         resp: pb.GetResponse = self._call(self._stub.Get, req)
         return Record.from_pb(resp.record)
@@ -278,10 +305,13 @@ class Client:
         lease: Seconds | None = None,
         holder: str | None = None,
         wait: Seconds | None = None,
-    ) -> Callable[[Callable[Concatenate[Guard, P], bytes]], Callable[Concatenate[str | Delivery, P], GuardResult]]:
-        """guarded decorates fn(guard, *args) -> result bytes. The decorated
+    ) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[Concatenate[str | Delivery, P], GuardResult]]:
+        """guarded decorates fn(guard, *args) -> result. The decorated
         function takes the delivery first (an event id or a Delivery) and
-        returns the GuardResult; fn runs only when the claim is acquired."""
+        returns the GuardResult; fn runs only when the claim is acquired.
+        fn's result is stored as Guard.settle encodes it: bytes as they are,
+        str as UTF-8, None as empty, a dict, list or other JSON value as
+        compact JSON."""
         from claimd.guard import guarded
 
         return guarded(self, namespace, provider, scope=scope, lease=lease, holder=holder, wait=wait)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import grpc
+from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 ERROR_DOMAIN = "claimd.dev"
@@ -21,7 +22,9 @@ class ClaimdError(Exception):
     code is the gRPC status code (None for a client-side decision such as
     PayloadMismatch), reason the ErrorInfo reason the server attached
     (e.g. "STALE_TOKEN"; "" when none), metadata the ErrorInfo metadata
-    (INVALID_TRANSITION carries "current_state" and "to").
+    (INVALID_TRANSITION carries "current_state" and "to"; a refused principal
+    "principal"), retry_after the google.rpc.RetryInfo delay in seconds
+    (None when the server sent none).
     """
 
     def __init__(
@@ -31,12 +34,14 @@ class ClaimdError(Exception):
         code: grpc.StatusCode | None = None,
         reason: str = "",
         metadata: Mapping[str, str] | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.reason = reason
         self.metadata: Mapping[str, str] = dict(metadata or {})
+        self.retry_after = retry_after
 
     def __str__(self) -> str:
         code = self.code.name if self.code is not None else "CLIENT"
@@ -47,6 +52,12 @@ class ClaimdError(Exception):
 class StaleToken(ClaimdError):
     """StaleToken: another holder took the key over (or this token was
     released); the caller no longer owns the delivery and must not settle it."""
+
+
+class NotOwner(ClaimdError):
+    """NotOwner: the fencing token is the current one but the lease secret is
+    not its owner's (PERMISSION_DENIED). Only the lease of an ACQUIRED claim
+    writes a record; a token read with get does not."""
 
 
 class InvalidTransition(ClaimdError):
@@ -67,6 +78,27 @@ class Unavailable(ClaimdError):
     status. A Transition that timed out may still have been applied."""
 
 
+class Unauthenticated(ClaimdError):
+    """Unauthenticated: claimd requires credentials and the call's were
+    missing or unknown. reason says which: CREDENTIALS_MISSING,
+    TOKEN_MALFORMED, TOKEN_UNKNOWN (revoked, mistyped, another server's),
+    IDENTITY_UNKNOWN (the client certificate names no principal) or
+    PRINCIPAL_CONFLICT. Nothing was written; retrying changes nothing until
+    the token or certificate is fixed."""
+
+
+class PermissionDenied(ClaimdError):
+    """PermissionDenied: the caller's principal (metadata["principal"]) may
+    not use the namespace (reason NAMESPACE_DENIED) or call the method
+    (ROLE_DENIED, METHOD_DENIED). Nothing was written."""
+
+
+class ResourceExhausted(ClaimdError):
+    """ResourceExhausted: the caller's principal is over its rate limit
+    (reason RATE_LIMITED), still after the client's retries; retry_after says
+    in how many seconds claimd admits a call again. Nothing was written."""
+
+
 class PayloadMismatch(ClaimdError):
     """PayloadMismatch: the key was claimed before with a different payload.
     A Claim reports it as an outcome, not an error; the guard returns it as
@@ -82,21 +114,39 @@ class PermanentError(Exception):
     """
 
 
-def _error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
+def _details(err: grpc.RpcError) -> list[any_pb2.Any]:
     trailing = getattr(err, "trailing_metadata", None)
     if trailing is None:
-        return None
+        return []
     for key, value in trailing() or ():
-        if key != _STATUS_DETAILS_KEY or not isinstance(value, bytes):
-            continue
-        st = status_pb2.Status.FromString(value)
-        for detail in st.details:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                if info.domain == ERROR_DOMAIN:
-                    return info
+        if key == _STATUS_DETAILS_KEY and isinstance(value, bytes):
+            return list(status_pb2.Status.FromString(value).details)
+    return []
+
+
+def _error_info(details: list[any_pb2.Any]) -> error_details_pb2.ErrorInfo | None:
+    for detail in details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            if info.domain == ERROR_DOMAIN:
+                return info
     return None
+
+
+def _retry_delay(details: list[any_pb2.Any]) -> float | None:
+    for detail in details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            seconds: float = info.retry_delay.ToTimedelta().total_seconds()
+            return max(0.0, seconds)
+    return None
+
+
+def retry_delay(err: grpc.RpcError) -> float | None:
+    """retry_delay is the RetryInfo delay, in seconds, a failed call carries."""
+    return _retry_delay(_details(err))
 
 
 def from_rpc_error(err: grpc.RpcError) -> ClaimdError:
@@ -107,17 +157,26 @@ def from_rpc_error(err: grpc.RpcError) -> ClaimdError:
     details_fn = getattr(err, "details", None)
     code: grpc.StatusCode = code_fn() if code_fn is not None else grpc.StatusCode.UNKNOWN
     message = (details_fn() if details_fn is not None else None) or str(err)
-    info = _error_info(err)
+    details = _details(err)
+    info = _error_info(details)
     reason = info.reason if info is not None else ""
     metadata = dict(info.metadata) if info is not None else {}
 
     cls: type[ClaimdError] = ClaimdError
     if reason == "STALE_TOKEN":
         cls = StaleToken
+    elif reason == "NOT_OWNER":
+        cls = NotOwner
     elif reason == "INVALID_TRANSITION":
         cls = InvalidTransition
     elif code == grpc.StatusCode.NOT_FOUND:
         cls = NotFound
     elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         cls = Unavailable
-    return cls(message, code=code, reason=reason, metadata=metadata)
+    elif code == grpc.StatusCode.UNAUTHENTICATED:
+        cls = Unauthenticated
+    elif code == grpc.StatusCode.PERMISSION_DENIED:
+        cls = PermissionDenied
+    elif code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        cls = ResourceExhausted
+    return cls(message, code=code, reason=reason, metadata=metadata, retry_after=_retry_delay(details))

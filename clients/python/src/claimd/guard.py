@@ -11,18 +11,30 @@ the result, 200), fail (FAILED for a PermanentError, 200: the provider must
 stop retrying) or release (any other exception, 500: the next delivery
 acquires with RELEASED). Every other outcome answers without running the
 block: DUPLICATE 200 with the stored result, IN_PROGRESS 409 with
-Retry-After, PAYLOAD_MISMATCH 422, claimd unreachable 503.
+Retry-After, PAYLOAD_MISMATCH 422, claimd unreachable 503, this principal
+over its rate limit 503 with claimd's Retry-After, credentials refused
+(UNAUTHENTICATED, PERMISSION_DENIED) 500: a 5xx, so the provider retries.
 
-Once the side effect may have happened (the block returned or called
-settle), the guard never releases: a settle that fails leaves the record
-PROCESSING, and whoever takes it over after the lease sees LEASE_EXPIRED with
-state PROCESSING and must check its own books before acting again.
+A result is encoded by the rule every claimd guard (Go, Python, TypeScript)
+follows: bytes-like as they are, str as UTF-8, None as empty, anything else
+(dict, list, number, bool) as compact JSON in UTF-8 (json.dumps with no
+spaces, non-ASCII kept as UTF-8, NaN and infinities refused). A result that
+cannot be encoded is settled as empty and reported in GuardResult.error.
+
+Only an exception raised by the handler before it returned may release the
+claim. Once the side effect may have happened (the handler returned, or the
+block reached settle() or fail()), nothing releases: a result that cannot be
+encoded or stored is settled without it, and a settle that fails or is
+interrupted leaves the record PROCESSING, so whoever takes it over after the
+lease sees LEASE_EXPIRED with state PROCESSING and must check its own books
+before acting again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import math
 import threading
@@ -35,8 +47,10 @@ from claimd.errors import (
     ClaimdError,
     InvalidTransition,
     NotFound,
+    NotOwner,
     PayloadMismatch,
     PermanentError,
+    ResourceExhausted,
     StaleToken,
     Unavailable,
 )
@@ -66,7 +80,9 @@ class GuardResult:
     200); retry_after the Retry-After seconds for 409 and 503; outcome the
     Claim's outcome (None when the Claim itself failed); ran whether the
     guarded code ran; error the exception behind a non-2xx answer, a
-    PermanentError, or a PayloadMismatch; claim the Claim, when there is one.
+    PermanentError, a PayloadMismatch, or why a settled result was not
+    stored (over 64 KiB, or not encodable); claim the Claim, when there is
+    one.
     """
 
     status: int
@@ -87,6 +103,33 @@ def _seconds_until(t: datetime | None, minimum: int = 1) -> int:
     if t is None:
         return minimum
     return max(minimum, math.ceil((t - datetime.now(timezone.utc)).total_seconds()))
+
+
+def _refused(err: ClaimdError) -> tuple[int, bytes, int | None]:
+    """_refused is the answer to a claimd call that failed before the handler
+    ran: 503 with Retry-After when claimd could not answer or this principal
+    is over its rate limit (claimd's RetryInfo delay), 500 otherwise. Both
+    are 5xx: the side effect did not run, so the provider must retry."""
+    if isinstance(err, ResourceExhausted):
+        wait = math.ceil(err.retry_after) if err.retry_after else UNAVAILABLE_RETRY_AFTER
+        return 503, b"claimd rate limit reached", max(1, wait)
+    if isinstance(err, Unavailable):
+        return 503, b"claimd unavailable", UNAVAILABLE_RETRY_AFTER
+    return 500, b"claim failed", None
+
+
+def _encode(result: object) -> bytes:
+    """_encode applies the guards' result rule (see the module doc). It
+    raises what the encoder raises for a value it cannot encode: TypeError
+    for an unknown type, ValueError for NaN, a cycle or text that is not
+    UTF-8."""
+    if result is None:
+        return b""
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return bytes(result)
+    if isinstance(result, str):
+        return result.encode("utf-8")
+    return json.dumps(result, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def _failure_text(err: BaseException) -> bytes:
@@ -121,8 +164,8 @@ class _Heartbeat:
         g, c = self._guard, self._guard.claim
         while not self._stop.wait(self._interval):
             try:
-                rec = g.client.renew(c.namespace, c.provider, c.key, c.fencing_token, lease=g.lease)
-            except (StaleToken, NotFound) as err:
+                rec = g.client.renew(c, lease=g.lease)
+            except (StaleToken, NotOwner, NotFound) as err:
                 g._lose(err)
                 return
             except InvalidTransition:
@@ -144,11 +187,12 @@ class Guard:
     cancelled is set when another holder took over (check it between steps;
     check() raises StaleToken then). After the block, result is the answer.
 
-    While the guard owns the claim, an Exception from the block is handled
-    (it becomes the result's error; the claim is released, or failed for a
-    PermanentError) and does not propagate; a BaseException (SystemExit,
-    KeyboardInterrupt) releases the claim and propagates. Exceptions raised
-    when nothing is owned, or after settle() or fail(), propagate untouched.
+    While the guard owns the claim and the block has not reached settle() or
+    fail(), an Exception from the block is handled (it becomes the result's
+    error; the claim is released, or failed for a PermanentError) and does
+    not propagate; a BaseException (SystemExit, KeyboardInterrupt) releases
+    the claim and propagates. Exceptions raised when nothing is owned, or
+    after settle() or fail() began, never release and propagate untouched.
     """
 
     def __init__(
@@ -183,6 +227,9 @@ class Guard:
         self._heartbeat: _Heartbeat | None = None
         self._result: GuardResult | None = None
         self._ran = False
+        # _done is set as settle() or fail() begins: the side effect may have
+        # happened, and from then on nothing may release the claim.
+        self._done = False
         self._lease_seconds = 1.0
 
     @property
@@ -213,6 +260,9 @@ class Guard:
             raise self._lost
 
     def __enter__(self) -> Guard:
+        return self._open()
+
+    def _open(self) -> Guard:
         try:
             claim = self.client.claim(
                 self.namespace,
@@ -225,10 +275,14 @@ class Guard:
                 holder=self._holder,
                 wait=self._wait,
             )
-        except Unavailable as err:
-            self._result = GuardResult(503, b"claimd unavailable", UNAVAILABLE_RETRY_AFTER, error=err)
+        except (Unavailable, ResourceExhausted) as err:
+            status, body, retry = _refused(err)
+            self._result = GuardResult(status, body, retry, error=err)
             return self
         except ClaimdError as err:
+            # UNAUTHENTICATED and PERMISSION_DENIED land here: this receiver's
+            # credentials or grants are wrong, which only an operator fixes.
+            # 500 and not 4xx, so that the provider keeps retrying meanwhile.
             log.error("claimd: claim %s/%s failed: %s", self.namespace, self.provider, err)
             self._result = GuardResult(500, b"claim failed", error=err)
             return self
@@ -254,40 +308,46 @@ class Guard:
         # A repeat of PROCESSING is a no-op on the server, so a LEASE_EXPIRED
         # taker whose predecessor got that far passes through.
         try:
-            moved = self.client.transition(
-                claim.namespace, claim.provider, claim.key, claim.fencing_token, EventState.PROCESSING
-            )
-        except StaleToken as err:
+            moved = self.client.transition(claim, EventState.PROCESSING)
+        except (StaleToken, NotOwner) as err:
             self._result = self._answer_lost(err)
             return
         except ClaimdError as err:
             self._release_quietly()
-            status = 503 if isinstance(err, Unavailable) else 500
-            retry = UNAVAILABLE_RETRY_AFTER if status == 503 else None
-            self._result = GuardResult(
-                status,
-                b"claimd unavailable" if status == 503 else b"claim failed",
-                retry,
-                outcome=claim.outcome,
-                error=err,
-                claim=claim,
-            )
+            status, body, retry = _refused(err)
+            self._result = GuardResult(status, body, retry, outcome=claim.outcome, error=err, claim=claim)
             return
         if moved.record.lease is not None:
             self._lease_seconds = moved.record.lease.total_seconds()
         self._heartbeat = _Heartbeat(self, moved.record)
         self._heartbeat.start()
 
-    def settle(self, result: bytes = b"") -> None:
+    def settle(self, result: object = b"") -> None:
         """settle records the side effect as done: SETTLED with result, which
-        duplicates get back (at most 64 KiB; a larger one is answered to this
-        delivery but not stored). Leaving the block without settle() or
-        fail() settles with an empty result."""
-        self._finish(EventState.SETTLED, result, None)
+        duplicates get back. result is encoded by the guards' rule: bytes,
+        bytearray or memoryview as they are, str as UTF-8, None as empty,
+        anything else (dict, list, number, bool) as compact JSON in UTF-8.
+        The encoded result is stored up to 64 KiB; a larger one is answered
+        to this delivery but not stored, and one that cannot be encoded (an
+        arbitrary object, NaN) is settled as empty: either way the event is
+        SETTLED, never released, and result.error says what was lost.
+        Leaving the block without settle() or fail() settles with an empty
+        result."""
+        self._done = True
+        try:
+            body = _encode(result)
+        except Exception as err:  # whatever the encoder raises, the side effect happened
+            log.error(
+                "claimd: result of type %s cannot be encoded (%s); settling without it", type(result).__name__, err
+            )
+            self._finish(EventState.SETTLED, b"", err)
+            return
+        self._finish(EventState.SETTLED, body, None)
 
     def fail(self, reason: str | BaseException) -> None:
         """fail records the event as failed for good: FAILED with the reason's
         text (bounded to 1 KiB), answered 200 so the provider stops retrying."""
+        self._done = True
         err = reason if isinstance(reason, BaseException) else PermanentError(reason)
         self._finish(EventState.FAILED, _failure_text(err), err)
 
@@ -312,13 +372,14 @@ class Guard:
             error = error or ValueError(f"result is {len(body)} bytes, over {MAX_RESULT_BYTES}; not stored")
             stored = b""
         try:
-            self.client.transition(claim.namespace, claim.provider, claim.key, claim.fencing_token, to, result=stored)
-        except StaleToken as err:
+            self.client.transition(claim, to, result=stored)
+        except (StaleToken, NotOwner) as err:
             self._result = self._answer_lost(err)
             return
-        except ClaimdError as err:
+        except Exception as err:
             # Ambiguous: the transition may or may not have been applied.
-            # Either way the record is not released; see the module doc.
+            # Either way the record is not released, whatever failed (claimd,
+            # the network, a bug in this client); see the module doc.
             log.error("claimd: %s %s/%s/%s failed: %s", to.name, claim.namespace, claim.provider, claim.key, err)
             status, retry = (503, UNAVAILABLE_RETRY_AFTER) if isinstance(err, Unavailable) else (500, None)
             self._result = GuardResult(
@@ -333,14 +394,31 @@ class Guard:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        if not self.acquired:
-            # Nothing is owned, or the answer was decided inside the block
-            # (settle, fail): an exception now has nothing to undo.
-            return False
-        self._ran = True
         if exc is None:
-            self.settle(b"")
+            if self.acquired:
+                self.settle(b"")  # the block ended: its work is done
             return False
+        return self._handler_raised(exc)
+
+    def _handler_raised(self, exc: BaseException) -> bool:
+        """_handler_raised ends the work after exc escaped the handler (or
+        the with-block) and says whether to swallow exc. It is the only path
+        to a release, and releases only when the handler raised before it
+        returned: once settle() or fail() began, the side effect may have
+        happened."""
+        if self._done:
+            if self._result is None:
+                # settle() or fail() was itself interrupted (KeyboardInterrupt
+                # mid-call): whether it was recorded is unknown. Keep the
+                # claim; its lease hands it over with state PROCESSING.
+                self._stop_heartbeat()
+                self._result = GuardResult(
+                    500, b"settle failed", outcome=Outcome.ACQUIRED, ran=True, error=exc, claim=self._claim
+                )
+            return False
+        if not self.acquired:
+            return False  # nothing is owned: an exception has nothing to undo
+        self._ran = True
         if isinstance(exc, PermanentError):
             self.fail(exc)
             return True
@@ -382,9 +460,11 @@ class Guard:
             self._heartbeat = None
 
     def _release_quietly(self) -> None:
+        # Callers: _start (before the handler ran) and _handler_raised
+        # (after the handler raised, before settle() or fail() began).
         c = self.claim
         try:
-            self.client.release(c.namespace, c.provider, c.key, c.fencing_token)
+            self.client.release(c)
         except ClaimdError as err:
             # The lease runs out on its own; the next delivery then takes over.
             log.warning("claimd: release %s/%s/%s failed: %s", c.namespace, c.provider, c.key, err)
@@ -399,11 +479,15 @@ def guarded(
     lease: Seconds | None = None,
     holder: str | None = None,
     wait: Seconds | None = None,
-) -> Callable[[Callable[Concatenate[Guard, P], bytes]], Callable[Concatenate[str | Delivery, P], GuardResult]]:
-    """guarded is Client.guarded: fn(guard, *args, **kwargs) -> bytes becomes
-    f(event_id_or_delivery, *args, **kwargs) -> GuardResult."""
+) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[Concatenate[str | Delivery, P], GuardResult]]:
+    """guarded is Client.guarded: fn(guard, *args, **kwargs) -> result becomes
+    f(event_id_or_delivery, *args, **kwargs) -> GuardResult. fn's result is
+    settled as Guard.settle encodes it (bytes as they are, str as UTF-8,
+    None as empty, anything else as compact JSON); an exception from fn
+    releases the claim (fails it, for a PermanentError), and once fn has
+    returned nothing releases it."""
 
-    def decorate(fn: Callable[Concatenate[Guard, P], bytes]) -> Callable[Concatenate[str | Delivery, P], GuardResult]:
+    def decorate(fn: Callable[Concatenate[Guard, P], object]) -> Callable[Concatenate[str | Delivery, P], GuardResult]:
         @functools.wraps(fn)
         def run(key: str | Delivery, /, *args: P.args, **kwargs: P.kwargs) -> GuardResult:
             g = Guard(
@@ -417,11 +501,19 @@ def guarded(
                 holder=holder,
                 wait=wait,
             )
-            with g:
-                if g.acquired:
-                    body = fn(g, *args, **kwargs)
-                    if g.acquired:  # fn may have called settle() or fail() itself
-                        g.settle(body)
+            g._open()
+            if not g.acquired:
+                return g.result
+            try:
+                returned = fn(g, *args, **kwargs)
+            except BaseException as exc:
+                if g._handler_raised(exc):
+                    return g.result
+                raise
+            # fn returned: the side effect may have happened. The settle is
+            # out of the try above, so no path from here leads to a release.
+            if g.acquired:  # fn may have called settle() or fail() itself
+                g.settle(returned)
             return g.result
 
         return run

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import grpc
 
-from claimd.errors import from_rpc_error
+from claimd.errors import from_rpc_error, retry_delay
 
 T = TypeVar("T")
 
@@ -23,6 +23,11 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class RetryPolicy:
     """RetryPolicy bounds the client's retries of one call.
+
+    Calls that fail with a code in retryable are retried, and so is a rate
+    limit's RESOURCE_EXHAUSTED that carries a RetryInfo: never sooner than
+    its delay, and not at all when the delay would end past total_timeout
+    (the call then raises ResourceExhausted at once).
 
     max_attempts counts the first try (1 disables retries). Backoff before
     retry n is uniform in [0, min(max_backoff, initial_backoff *
@@ -66,9 +71,17 @@ def call_with_retry(policy: RetryPolicy, attempt_timeout: float, fn: Callable[[f
             return fn(max(0.001, min(attempt_timeout, remaining)))
         except grpc.RpcError as err:
             code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
-            if code not in policy.retryable or attempt >= policy.max_attempts:
-                raise from_rpc_error(err) from err
             wait = policy.backoff(attempt)
+            retryable = code in policy.retryable
+            if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                # A rate limit says when to come back. Without a RetryInfo
+                # the refusal is something else (a message over a size
+                # limit), which repeating does not change.
+                delay = retry_delay(err)
+                retryable = delay is not None
+                wait = max(wait, delay or 0.0)
+            if not retryable or attempt >= policy.max_attempts:
+                raise from_rpc_error(err) from err
             # Another attempt needs time to wait and then to be answered;
             # give up now rather than start one that cannot finish.
             if time.monotonic() + wait >= deadline:

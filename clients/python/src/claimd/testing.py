@@ -66,11 +66,17 @@ class ClaimdServer:
         *,
         extra_args: tuple[str, ...] = (),
         startup_timeout: float = 30.0,
+        health_credentials: grpc.ChannelCredentials | None = None,
     ) -> ClaimdServer:
         """start launches `claimd serve` on 127.0.0.1:0 (gRPC and HTTP) with
         its embedded tiers under data_dir, reads the addresses from its
         "claimd serving" log line, and returns once health reports SERVING.
-        On any failure the process is stopped and RuntimeError raised."""
+        On any failure the process is stopped and RuntimeError raised.
+
+        For a claimd that serves TLS (extra_args name --tls-cert and the
+        rest), health_credentials are what the health check connects with:
+        grpc.ssl_channel_credentials trusting its CA, with a client
+        certificate when it requires one."""
         data_dir.mkdir(parents=True, exist_ok=True)
         log_path = data_dir.with_name(data_dir.name + ".log")
         proc = subprocess.Popen(
@@ -92,7 +98,7 @@ class ClaimdServer:
         server = cls(proc, log_path)
         server._drain.start()
         try:
-            server._await_serving(time.monotonic() + startup_timeout)
+            server._await_serving(time.monotonic() + startup_timeout, health_credentials)
         except BaseException:
             server.stop()
             raise
@@ -114,14 +120,19 @@ class ClaimdServer:
                 if isinstance(entry, dict) and entry.get("msg") == "claimd serving":
                     self._serving.put(entry)
 
-    def _await_serving(self, deadline: float) -> None:
+    def _await_serving(self, deadline: float, credentials: grpc.ChannelCredentials | None) -> None:
         try:
             entry = self._serving.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
             raise RuntimeError(f"claimd (pid {self.pid}) logged no 'claimd serving' line:\n{self.tail()}") from None
         self.grpc_address = str(entry["grpc"])
         self.http_address = str(entry["http"])
-        with grpc.insecure_channel(self.grpc_address) as ch:
+        channel = (
+            grpc.insecure_channel(self.grpc_address)
+            if credentials is None
+            else grpc.secure_channel(self.grpc_address, credentials)
+        )
+        with channel as ch:
             stub = health_pb2_grpc.HealthStub(ch)
             try:
                 for resp in stub.Watch(health_pb2.HealthCheckRequest(), timeout=max(0.1, deadline - time.monotonic())):

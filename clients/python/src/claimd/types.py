@@ -114,9 +114,27 @@ class Delivery:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """Lease is the owner's handle on a claimed record: what Client.transition,
+    renew and release present. fencing_token is a sequence number anyone may
+    read (get shows it); lease_secret, which only the ACQUIRED answer carried,
+    is what proves ownership, so keep a Lease as private as a password while
+    the claim runs (its repr leaves the secret out). Take it from
+    Claim.lease, or pass the Claim itself."""
+
+    namespace: str
+    provider: str
+    key: str
+    fencing_token: int
+    lease_secret: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
 class Claim:
     """Claim is the decision on a delivery (ClaimResponse), with the namespace
-    and provider it was asked for so follow-up calls need only this value."""
+    and provider it was asked for so follow-up calls need only this value.
+    An ACQUIRED claim also carries the lease secret (left out of its repr):
+    pass the Claim, or its lease, to transition, renew and release."""
 
     namespace: str
     provider: str
@@ -135,11 +153,20 @@ class Claim:
     served_by: Tier
     holder: str
     attempt_id: str = ""
+    lease_secret: bytes = field(default=b"", repr=False)
 
     @property
     def acquired(self) -> bool:
         """acquired is true when the caller owns the delivery and must act."""
         return self.outcome == Outcome.ACQUIRED
+
+    @property
+    def lease(self) -> Lease:
+        """lease is the owner's handle on the record. It raises ValueError
+        unless the claim was ACQUIRED: no other answer owns anything."""
+        if not self.acquired or not self.lease_secret:
+            raise ValueError(f"Claim.lease: the claim of {self.key!r} was {self.outcome.name}, not ACQUIRED")
+        return Lease(self.namespace, self.provider, self.key, self.fencing_token, self.lease_secret)
 
     @classmethod
     def from_pb(cls, namespace: str, provider: str, attempt_id: str, m: pb.ClaimResponse) -> Claim:
@@ -162,6 +189,7 @@ class Claim:
             served_by=_enum(Tier, m.served_by),
             holder=m.holder,
             attempt_id=attempt_id,
+            lease_secret=m.lease_secret,
         )
 
 

@@ -2,7 +2,9 @@
 --
 -- $1 namespace, $2 provider, $3 key, $4 now (the service clock),
 -- $5 lease end (now + lease), $6 window end (now + ttl),
--- $7 the claimant's payload hash (NULL when unknown), $8 holder, $9 attempt_id.
+-- $7 the claimant's payload hash (NULL when unknown), $8 holder, $9 attempt_id
+-- (the service's fingerprint), $10 salt, $11 secret hash: written, like holder
+-- and attempt_id, only by an acquisition.
 --
 -- c inserts the record (ACQUIRED/NEW) or, when the key exists, takes it over
 -- exactly when tiers.Decide would: the window is over, or the payloads do not
@@ -21,10 +23,10 @@
 -- key) is invisible to s: the caller then reads it with a new statement.
 WITH c AS (
     INSERT INTO claims AS r (namespace, provider, key, state, token, version, attempt, reason,
-                             released, holder, attempt_id, payload_sha256, result,
+                             released, holder, attempt_id, salt, secret_hash, payload_sha256, result,
                              first_seen_at, lease_expires_at, window_expires_at, updated_at)
     VALUES ($1, $2, $3, {RECEIVED}, 1, 1, 1, {NEW},
-            false, $8, $9, $7::bytea, NULL,
+            false, $8, $9, $10::bytea, $11::bytea, $7::bytea, NULL,
             $4, $5, $6, $4)
     ON CONFLICT (namespace, provider, key) DO UPDATE SET
         token      = r.token + 1,
@@ -36,6 +38,8 @@ WITH c AS (
         released   = false,
         holder     = $8,
         attempt_id = $9,
+        salt       = $10::bytea,
+        secret_hash = $11::bytea,
         lease_expires_at = $5,
         updated_at = $4,
         -- A new window or a release starts the state machine again; an

@@ -1,9 +1,10 @@
 -- release gives the key back on behalf of the holder of token $5, with its
 -- audit row: the next claim acquires it (RELEASED, token + 1).
 --
--- $1 namespace, $2 provider, $3 key, $4 now, $5 token. The WHERE clause is
--- tiers.ApplyRelease's success condition; a repeated release matches nothing
--- and the caller answers it from the row as a no-op.
+-- $1 namespace, $2 provider, $3 key, $4 now, $5 token, $6 the hash of the
+-- lease secret presented. The WHERE clause is tiers.ApplyRelease's success
+-- condition; a repeated release matches nothing and the caller answers it
+-- from the row as a no-op (for the owner's secret only).
 WITH u AS (
     UPDATE claims SET
         released         = true,
@@ -11,7 +12,7 @@ WITH u AS (
         version          = version + 1,
         updated_at       = $4
     WHERE namespace = $1 AND provider = $2 AND key = $3
-      AND token = $5 AND NOT released AND state NOT IN ({SETTLED}, {FAILED})
+      AND token = $5 AND secret_hash = $6::bytea AND NOT released AND state NOT IN ({SETTLED}, {FAILED})
     RETURNING {RECORD}
 ),
 a AS (

@@ -3,12 +3,16 @@
 -- $1 namespace, $2 provider, $3 key, $4 now, $5 target state,
 -- $6 whether to store $7 as the result (a terminal target), $7 result,
 -- $8 the new lease end or NULL to keep it, $9 token,
--- $10 the states the target may be reached from (tiers.AllowedFrom).
+-- $10 the states the target may be reached from (tiers.AllowedFrom),
+-- $11 the hash of the lease secret presented (always 32 bytes: fenced.go
+-- sends none other).
 --
 -- The WHERE clause is tiers.ApplyTransition's success condition: the current
--- token, not released, and an allowed predecessor state. No row means one of
--- them failed (or the key is absent); the caller reads the row and lets
--- ApplyTransition name the error, or the no-op repeat.
+-- token and its owner's secret hash, not released, and an allowed
+-- predecessor state. No row means one of them failed (or the key is absent);
+-- the caller reads the row and lets ApplyTransition name the error (stale
+-- token before not owner before the state), or the no-op repeat, which
+-- ApplyTransition grants only to the owner's secret too.
 WITH u AS (
     UPDATE claims SET
         state            = $5,
@@ -17,7 +21,7 @@ WITH u AS (
         result           = CASE WHEN $6::boolean THEN $7::bytea ELSE result END,
         lease_expires_at = coalesce($8::timestamptz, lease_expires_at)
     WHERE namespace = $1 AND provider = $2 AND key = $3
-      AND token = $9 AND NOT released AND state = ANY ($10::smallint[])
+      AND token = $9 AND secret_hash = $11::bytea AND NOT released AND state = ANY ($10::smallint[])
     RETURNING {RECORD}
 ),
 a AS (

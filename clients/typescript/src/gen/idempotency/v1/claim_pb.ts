@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file idempotency/v1/claim.proto.
  */
 export const file_idempotency_v1_claim: GenFile = /*@__PURE__*/
-  fileDesc("ChppZGVtcG90ZW5jeS92MS9jbGFpbS5wcm90bxIOaWRlbXBvdGVuY3kudjEigAEKCERlbGl2ZXJ5EjYKB2hlYWRlcnMYASADKAsyJS5pZGVtcG90ZW5jeS52MS5EZWxpdmVyeS5IZWFkZXJzRW50cnkSDAoEYm9keRgCIAEoDBouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKaAgoMQ2xhaW1SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRISCghldmVudF9pZBgDIAEoCUgAEiwKCGRlbGl2ZXJ5GAQgASgLMhguaWRlbXBvdGVuY3kudjEuRGVsaXZlcnlIABINCgVzY29wZRgFIAEoCRIWCg5wYXlsb2FkX3NoYTI1NhgGIAEoDBIoCgVsZWFzZRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZob2xkZXIYCCABKAkSEgoKYXR0ZW1wdF9pZBgJIAEoCRInCgR3YWl0GAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQgUKA2tleSKBBAoNQ2xhaW1SZXNwb25zZRIoCgdvdXRjb21lGAEgASgOMhcuaWRlbXBvdGVuY3kudjEuT3V0Y29tZRImCgZyZWFzb24YAiABKA4yFi5pZGVtcG90ZW5jeS52MS5SZWFzb24SCwoDa2V5GAMgASgJEi0KCmtleV9zb3VyY2UYBCABKA4yGS5pZGVtcG90ZW5jeS52MS5LZXlTb3VyY2USFQoNZmVuY2luZ190b2tlbhgFIAEoBBIpCgVzdGF0ZRgGIAEoDjIaLmlkZW1wb3RlbmN5LnYxLkV2ZW50U3RhdGUSNAoQbGVhc2VfZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoRd2luZG93X2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKA3R0bBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdhdHRlbXB0GAogASgNEjEKDWZpcnN0X3NlZW5fYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgMIAEoDBInCglzZXJ2ZWRfYnkYDSABKA4yFC5pZGVtcG90ZW5jeS52MS5UaWVyEg4KBmhvbGRlchgOIAEoCSKnAwoGUmVjb3JkEhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRILCgNrZXkYAyABKAkSKQoFc3RhdGUYBCABKA4yGi5pZGVtcG90ZW5jeS52MS5FdmVudFN0YXRlEhUKDWZlbmNpbmdfdG9rZW4YBSABKAQSDgoGaG9sZGVyGAYgASgJEg8KB2F0dGVtcHQYByABKA0SEAoIcmVsZWFzZWQYCCABKAgSMQoNZmlyc3Rfc2Vlbl9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoQbGVhc2VfZXhwaXJlc19hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoRd2luZG93X2V4cGlyZXNfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDnBheWxvYWRfc2hhMjU2GA0gASgMEg4KBnJlc3VsdBgOIAEoDCLFAQoRVHJhbnNpdGlvblJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhAKCHByb3ZpZGVyGAIgASgJEgsKA2tleRgDIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAQgASgEEiYKAnRvGAUgASgOMhouaWRlbXBvdGVuY3kudjEuRXZlbnRTdGF0ZRIOCgZyZXN1bHQYBiABKAwSLwoMZXh0ZW5kX2xlYXNlGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIk0KElRyYW5zaXRpb25SZXNwb25zZRImCgZyZWNvcmQYASABKAsyFi5pZGVtcG90ZW5jeS52MS5SZWNvcmQSDwoHY2hhbmdlZBgCIAEoCCKBAQoMUmVuZXdSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRILCgNrZXkYAyABKAkSFQoNZmVuY2luZ190b2tlbhgEIAEoBBIoCgVsZWFzZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI3Cg1SZW5ld1Jlc3BvbnNlEiYKBnJlY29yZBgBIAEoCzIWLmlkZW1wb3RlbmN5LnYxLlJlY29yZCJZCg5SZWxlYXNlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDa2V5GAMgASgJEhUKDWZlbmNpbmdfdG9rZW4YBCABKAQiOQoPUmVsZWFzZVJlc3BvbnNlEiYKBnJlY29yZBgBIAEoCzIWLmlkZW1wb3RlbmN5LnYxLlJlY29yZCI+CgpHZXRSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRILCgNrZXkYAyABKAkiNQoLR2V0UmVzcG9uc2USJgoGcmVjb3JkGAEgASgLMhYuaWRlbXBvdGVuY3kudjEuUmVjb3JkKoYBCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBPVVRDT01FX0FDUVVJUkVEEAESFQoRT1VUQ09NRV9EVVBMSUNBVEUQAhIXChNPVVRDT01FX0lOX1BST0dSRVNTEAMSHAoYT1VUQ09NRV9QQVlMT0FEX01JU01BVENIEAQqegoGUmVhc29uEhYKElJFQVNPTl9VTlNQRUNJRklFRBAAEg4KClJFQVNPTl9ORVcQARITCg9SRUFTT05fUkVMRUFTRUQQAhIYChRSRUFTT05fTEVBU0VfRVhQSVJFRBADEhkKFVJFQVNPTl9XSU5ET1dfRVhQSVJFRBAEKqsBCgpFdmVudFN0YXRlEhsKF0VWRU5UX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoURVZFTlRfU1RBVEVfUkVDRUlWRUQQARIZChVFVkVOVF9TVEFURV9WQUxJREFURUQQAhIaChZFVkVOVF9TVEFURV9QUk9DRVNTSU5HEAMSFwoTRVZFTlRfU1RBVEVfU0VUVExFRBAEEhYKEkVWRU5UX1NUQVRFX0ZBSUxFRBAFKowBCglLZXlTb3VyY2USGgoWS0VZX1NPVVJDRV9VTlNQRUNJRklFRBAAEhcKE0tFWV9TT1VSQ0VfRVZFTlRfSUQQARIVChFLRVlfU09VUkNFX0hFQURFUhACEhkKFUtFWV9TT1VSQ0VfQk9EWV9GSUVMRBADEhgKFEtFWV9TT1VSQ0VfQk9EWV9IQVNIEAQqTQoEVGllchIUChBUSUVSX1VOU1BFQ0lGSUVEEAASDgoKVElFUl9MT0NBTBABEg0KCVRJRVJfRkFTVBACEhAKDFRJRVJfRFVSQUJMRRADMvsCCgxDbGFpbVNlcnZpY2USRAoFQ2xhaW0SHC5pZGVtcG90ZW5jeS52MS5DbGFpbVJlcXVlc3QaHS5pZGVtcG90ZW5jeS52MS5DbGFpbVJlc3BvbnNlElMKClRyYW5zaXRpb24SIS5pZGVtcG90ZW5jeS52MS5UcmFuc2l0aW9uUmVxdWVzdBoiLmlkZW1wb3RlbmN5LnYxLlRyYW5zaXRpb25SZXNwb25zZRJECgVSZW5ldxIcLmlkZW1wb3RlbmN5LnYxLlJlbmV3UmVxdWVzdBodLmlkZW1wb3RlbmN5LnYxLlJlbmV3UmVzcG9uc2USSgoHUmVsZWFzZRIeLmlkZW1wb3RlbmN5LnYxLlJlbGVhc2VSZXF1ZXN0Gh8uaWRlbXBvdGVuY3kudjEuUmVsZWFzZVJlc3BvbnNlEj4KA0dldBIaLmlkZW1wb3RlbmN5LnYxLkdldFJlcXVlc3QaGy5pZGVtcG90ZW5jeS52MS5HZXRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChppZGVtcG90ZW5jeS92MS9jbGFpbS5wcm90bxIOaWRlbXBvdGVuY3kudjEigAEKCERlbGl2ZXJ5EjYKB2hlYWRlcnMYASADKAsyJS5pZGVtcG90ZW5jeS52MS5EZWxpdmVyeS5IZWFkZXJzRW50cnkSDAoEYm9keRgCIAEoDBouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKaAgoMQ2xhaW1SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRISCghldmVudF9pZBgDIAEoCUgAEiwKCGRlbGl2ZXJ5GAQgASgLMhguaWRlbXBvdGVuY3kudjEuRGVsaXZlcnlIABINCgVzY29wZRgFIAEoCRIWCg5wYXlsb2FkX3NoYTI1NhgGIAEoDBIoCgVsZWFzZRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZob2xkZXIYCCABKAkSEgoKYXR0ZW1wdF9pZBgJIAEoCRInCgR3YWl0GAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQgUKA2tleSKXBAoNQ2xhaW1SZXNwb25zZRIoCgdvdXRjb21lGAEgASgOMhcuaWRlbXBvdGVuY3kudjEuT3V0Y29tZRImCgZyZWFzb24YAiABKA4yFi5pZGVtcG90ZW5jeS52MS5SZWFzb24SCwoDa2V5GAMgASgJEi0KCmtleV9zb3VyY2UYBCABKA4yGS5pZGVtcG90ZW5jeS52MS5LZXlTb3VyY2USFQoNZmVuY2luZ190b2tlbhgFIAEoBBIpCgVzdGF0ZRgGIAEoDjIaLmlkZW1wb3RlbmN5LnYxLkV2ZW50U3RhdGUSNAoQbGVhc2VfZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoRd2luZG93X2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKA3R0bBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdhdHRlbXB0GAogASgNEjEKDWZpcnN0X3NlZW5fYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgMIAEoDBInCglzZXJ2ZWRfYnkYDSABKA4yFC5pZGVtcG90ZW5jeS52MS5UaWVyEg4KBmhvbGRlchgOIAEoCRIUCgxsZWFzZV9zZWNyZXQYDyABKAwipwMKBlJlY29yZBIRCgluYW1lc3BhY2UYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDa2V5GAMgASgJEikKBXN0YXRlGAQgASgOMhouaWRlbXBvdGVuY3kudjEuRXZlbnRTdGF0ZRIVCg1mZW5jaW5nX3Rva2VuGAUgASgEEg4KBmhvbGRlchgGIAEoCRIPCgdhdHRlbXB0GAcgASgNEhAKCHJlbGVhc2VkGAggASgIEjEKDWZpcnN0X3NlZW5fYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjQKEGxlYXNlX2V4cGlyZXNfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEXdpbmRvd19leHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5wYXlsb2FkX3NoYTI1NhgNIAEoDBIOCgZyZXN1bHQYDiABKAwi2wEKEVRyYW5zaXRpb25SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRILCgNrZXkYAyABKAkSFQoNZmVuY2luZ190b2tlbhgEIAEoBBImCgJ0bxgFIAEoDjIaLmlkZW1wb3RlbmN5LnYxLkV2ZW50U3RhdGUSDgoGcmVzdWx0GAYgASgMEi8KDGV4dGVuZF9sZWFzZRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxsZWFzZV9zZWNyZXQYCCABKAwiTQoSVHJhbnNpdGlvblJlc3BvbnNlEiYKBnJlY29yZBgBIAEoCzIWLmlkZW1wb3RlbmN5LnYxLlJlY29yZBIPCgdjaGFuZ2VkGAIgASgIIpcBCgxSZW5ld1JlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhAKCHByb3ZpZGVyGAIgASgJEgsKA2tleRgDIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAQgASgEEigKBWxlYXNlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhQKDGxlYXNlX3NlY3JldBgGIAEoDCI3Cg1SZW5ld1Jlc3BvbnNlEiYKBnJlY29yZBgBIAEoCzIWLmlkZW1wb3RlbmN5LnYxLlJlY29yZCJvCg5SZWxlYXNlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDa2V5GAMgASgJEhUKDWZlbmNpbmdfdG9rZW4YBCABKAQSFAoMbGVhc2Vfc2VjcmV0GAUgASgMIjkKD1JlbGVhc2VSZXNwb25zZRImCgZyZWNvcmQYASABKAsyFi5pZGVtcG90ZW5jeS52MS5SZWNvcmQiPgoKR2V0UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDa2V5GAMgASgJIjUKC0dldFJlc3BvbnNlEiYKBnJlY29yZBgBIAEoCzIWLmlkZW1wb3RlbmN5LnYxLlJlY29yZCqGAQoHT3V0Y29tZRIXChNPVVRDT01FX1VOU1BFQ0lGSUVEEAASFAoQT1VUQ09NRV9BQ1FVSVJFRBABEhUKEU9VVENPTUVfRFVQTElDQVRFEAISFwoTT1VUQ09NRV9JTl9QUk9HUkVTUxADEhwKGE9VVENPTUVfUEFZTE9BRF9NSVNNQVRDSBAEKnoKBlJlYXNvbhIWChJSRUFTT05fVU5TUEVDSUZJRUQQABIOCgpSRUFTT05fTkVXEAESEwoPUkVBU09OX1JFTEVBU0VEEAISGAoUUkVBU09OX0xFQVNFX0VYUElSRUQQAxIZChVSRUFTT05fV0lORE9XX0VYUElSRUQQBCqrAQoKRXZlbnRTdGF0ZRIbChdFVkVOVF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFEVWRU5UX1NUQVRFX1JFQ0VJVkVEEAESGQoVRVZFTlRfU1RBVEVfVkFMSURBVEVEEAISGgoWRVZFTlRfU1RBVEVfUFJPQ0VTU0lORxADEhcKE0VWRU5UX1NUQVRFX1NFVFRMRUQQBBIWChJFVkVOVF9TVEFURV9GQUlMRUQQBSqMAQoJS2V5U291cmNlEhoKFktFWV9TT1VSQ0VfVU5TUEVDSUZJRUQQABIXChNLRVlfU09VUkNFX0VWRU5UX0lEEAESFQoRS0VZX1NPVVJDRV9IRUFERVIQAhIZChVLRVlfU09VUkNFX0JPRFlfRklFTEQQAxIYChRLRVlfU09VUkNFX0JPRFlfSEFTSBAEKk0KBFRpZXISFAoQVElFUl9VTlNQRUNJRklFRBAAEg4KClRJRVJfTE9DQUwQARINCglUSUVSX0ZBU1QQAhIQCgxUSUVSX0RVUkFCTEUQAzL7AgoMQ2xhaW1TZXJ2aWNlEkQKBUNsYWltEhwuaWRlbXBvdGVuY3kudjEuQ2xhaW1SZXF1ZXN0Gh0uaWRlbXBvdGVuY3kudjEuQ2xhaW1SZXNwb25zZRJTCgpUcmFuc2l0aW9uEiEuaWRlbXBvdGVuY3kudjEuVHJhbnNpdGlvblJlcXVlc3QaIi5pZGVtcG90ZW5jeS52MS5UcmFuc2l0aW9uUmVzcG9uc2USRAoFUmVuZXcSHC5pZGVtcG90ZW5jeS52MS5SZW5ld1JlcXVlc3QaHS5pZGVtcG90ZW5jeS52MS5SZW5ld1Jlc3BvbnNlEkoKB1JlbGVhc2USHi5pZGVtcG90ZW5jeS52MS5SZWxlYXNlUmVxdWVzdBofLmlkZW1wb3RlbmN5LnYxLlJlbGVhc2VSZXNwb25zZRI+CgNHZXQSGi5pZGVtcG90ZW5jeS52MS5HZXRSZXF1ZXN0GhsuaWRlbXBvdGVuY3kudjEuR2V0UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Delivery is a raw webhook delivery; the server derives the key from it by
@@ -94,8 +94,11 @@ export type ClaimRequest = Message<"idempotency.v1.ClaimRequest"> & {
 
   /**
    * scope optionally qualifies the unit of work (e.g. a transfer status); it
-   * becomes part of the canonical key as "<key>:<scope>". Same rules as
-   * event_id; the whole key is at most 255 bytes.
+   * becomes part of the canonical key as <key> U+001F <scope>: the key, the
+   * unit separator (one byte, 0x1F), the scope. Same rules as event_id, so
+   * neither part holds a control character and no two (key, scope) pairs,
+   * scoped or not, share a canonical key; the whole key is at most 255
+   * bytes. A key without a scope is the key as sent.
    *
    * @generated from field: string scope = 5;
    */
@@ -127,8 +130,15 @@ export type ClaimRequest = Message<"idempotency.v1.ClaimRequest"> & {
 
   /**
    * attempt_id is an optional caller nonce (at most 128 bytes): a Claim
-   * repeated with the same attempt_id while that attempt holds the lease
-   * returns the same ACQUIRED and token again.
+   * repeated with the same attempt_id, by the same authenticated principal
+   * and with the same holder, while that attempt holds the lease returns the
+   * same ACQUIRED, token and lease_secret again (a client retrying its own
+   * timed-out call). The same attempt_id from another principal or another
+   * holder is an ordinary claim (IN_PROGRESS while the lease is live). claimd
+   * stores only a fingerprint of it, never the value. Within its principal and
+   * holder an attempt_id is a credential for the claim's lease secret while the
+   * lease lives, so make it unguessable (the clients draw 16 random bytes),
+   * never derived from the event.
    *
    * @generated from field: string attempt_id = 9;
    */
@@ -190,8 +200,9 @@ export type ClaimResponse = Message<"idempotency.v1.ClaimResponse"> & {
 
   /**
    * fencing_token grows by one each time ownership changes hands; present it
-   * on every Transition, Renew and Release. Set for ACQUIRED only: the token
-   * is the owner's capability, never handed to a duplicate or a waiter.
+   * on every Transition, Renew and Release, and to downstream systems that
+   * fence writes by it. Set for ACQUIRED only. It is a sequence number, not
+   * a secret: ownership is proved by lease_secret.
    *
    * @generated from field: uint64 fencing_token = 5;
    */
@@ -263,6 +274,18 @@ export type ClaimResponse = Message<"idempotency.v1.ClaimResponse"> & {
    * @generated from field: string holder = 14;
    */
   holder: string;
+
+  /**
+   * lease_secret is the owner's capability (16 bytes), set for ACQUIRED only:
+   * present it with fencing_token on Transition, Renew and Release. No other
+   * answer carries it (not a duplicate, a waiter, IN_PROGRESS, nor Get), and
+   * claimd keeps only its hash. Keep it as private as a password for the
+   * length of the claim; a repeated Claim with the same attempt_id, principal
+   * and holder gets the same secret back.
+   *
+   * @generated from field: bytes lease_secret = 15;
+   */
+  leaseSecret: Uint8Array;
 };
 
 /**
@@ -273,7 +296,8 @@ export const ClaimResponseSchema: GenMessage<ClaimResponse> = /*@__PURE__*/
   messageDesc(file_idempotency_v1_claim, 2);
 
 /**
- * Record is the stored state of one (namespace, provider, key).
+ * Record is the stored state of one (namespace, provider, key). It never
+ * carries the lease secret.
  *
  * @generated from message idempotency.v1.Record
  */
@@ -307,7 +331,7 @@ export type Record = Message<"idempotency.v1.Record"> & {
   state: EventState;
 
   /**
-   * fencing_token of the current owner.
+   * fencing_token of the current owner (a sequence number, not a secret).
    *
    * @generated from field: uint64 fencing_token = 5;
    */
@@ -441,6 +465,15 @@ export type TransitionRequest = Message<"idempotency.v1.TransitionRequest"> & {
    * @generated from field: google.protobuf.Duration extend_lease = 7;
    */
   extendLease?: Duration | undefined;
+
+  /**
+   * lease_secret that Claim returned with fencing_token; required, exactly
+   * 16 bytes. A secret that is not the current owner's is PERMISSION_DENIED
+   * (NOT_OWNER) and writes nothing.
+   *
+   * @generated from field: bytes lease_secret = 8;
+   */
+  leaseSecret: Uint8Array;
 };
 
 /**
@@ -519,6 +552,15 @@ export type RenewRequest = Message<"idempotency.v1.RenewRequest"> & {
    * @generated from field: google.protobuf.Duration lease = 5;
    */
   lease?: Duration | undefined;
+
+  /**
+   * lease_secret that Claim returned with fencing_token; required, exactly
+   * 16 bytes. A secret that is not the current owner's is PERMISSION_DENIED
+   * (NOT_OWNER) and writes nothing.
+   *
+   * @generated from field: bytes lease_secret = 6;
+   */
+  leaseSecret: Uint8Array;
 };
 
 /**
@@ -582,6 +624,15 @@ export type ReleaseRequest = Message<"idempotency.v1.ReleaseRequest"> & {
    * @generated from field: uint64 fencing_token = 4;
    */
   fencingToken: bigint;
+
+  /**
+   * lease_secret that Claim returned with fencing_token; required, exactly
+   * 16 bytes. A secret that is not the current owner's is PERMISSION_DENIED
+   * (NOT_OWNER) and writes nothing.
+   *
+   * @generated from field: bytes lease_secret = 5;
+   */
+  leaseSecret: Uint8Array;
 };
 
 /**
@@ -918,7 +969,18 @@ export const TierSchema: GenEnum<Tier> = /*@__PURE__*/
  * ClaimService answers, atomically and durably, whether a webhook delivery is
  * the first one and who may act on it. Every handler calls Claim before its
  * side effect, then moves the event forward with Transition (or gives it back
- * with Release), presenting the fencing token that Claim returned.
+ * with Release), presenting the fencing token and the lease secret that its
+ * ACQUIRED answer carried.
+ *
+ * Ownership. Two values come with an ACQUIRED answer, with different jobs:
+ *   - fencing_token is the monotonic fencing number: it grows by one each
+ *     time ownership changes hands, so a downstream system can refuse a write
+ *     stamped with an older number. It is not a secret (Get shows it).
+ *   - lease_secret is the owner's capability: 16 unguessable bytes that
+ *     only the ACQUIRED answer ever carries, stored by claimd only as a hash.
+ *     Transition, Renew and Release must present both; a caller that knows
+ *     the token but not the secret is refused with PERMISSION_DENIED
+ *     (ErrorInfo reason NOT_OWNER) and changes nothing.
  *
  * @generated from service idempotency.v1.ClaimService
  */
@@ -937,10 +999,14 @@ export const ClaimService: GenService<{
     output: typeof ClaimResponseSchema;
   },
   /**
-   * Transition moves the event forward, fenced by token. Repeating a
-   * transition that already happened with the same token succeeds and changes
+   * Transition moves the event forward, fenced by token and lease secret.
+   * Repeating a transition that already happened with the same token and
+   * secret (and, to SETTLED or FAILED, the same result) succeeds and changes
    * nothing. Errors: FAILED_PRECONDITION with ErrorInfo reason
-   * INVALID_TRANSITION or STALE_TOKEN, NOT_FOUND.
+   * INVALID_TRANSITION, STALE_TOKEN or RESULT_MISMATCH (SETTLED or FAILED
+   * again with another result: the stored one stands), PERMISSION_DENIED/
+   * NOT_OWNER (the current token with a secret that is not its owner's),
+   * NOT_FOUND.
    *
    * @generated from rpc idempotency.v1.ClaimService.Transition
    */
@@ -952,7 +1018,7 @@ export const ClaimService: GenService<{
   /**
    * Renew extends the live holder's lease (a heartbeat for long work).
    * Errors: FAILED_PRECONDITION/STALE_TOKEN, FAILED_PRECONDITION/INVALID_TRANSITION
-   * on a terminal record, NOT_FOUND.
+   * on a terminal record, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
    *
    * @generated from rpc idempotency.v1.ClaimService.Renew
    */
@@ -964,7 +1030,8 @@ export const ClaimService: GenService<{
   /**
    * Release gives the key back: the side effect did not happen and a retry
    * may try again. The next Claim gets ACQUIRED/RELEASED with token+1.
-   * Errors: FAILED_PRECONDITION on a terminal record or a stale token.
+   * Errors: FAILED_PRECONDITION on a terminal record or a stale token,
+   * PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
    *
    * @generated from rpc idempotency.v1.ClaimService.Release
    */
@@ -975,7 +1042,8 @@ export const ClaimService: GenService<{
   },
   /**
    * Get reads a record from the durable tier for on-call debugging. It has
-   * no side effects. Errors: NOT_FOUND.
+   * no side effects, and never carries the lease secret: reading a record
+   * does not let anyone write it. Errors: NOT_FOUND.
    *
    * @generated from rpc idempotency.v1.ClaimService.Get
    */

@@ -116,7 +116,7 @@ class ClaimRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., event_id: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ..., scope: _Optional[str] = ..., payload_sha256: _Optional[bytes] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., holder: _Optional[str] = ..., attempt_id: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ClaimResponse(_message.Message):
-    __slots__ = ("outcome", "reason", "key", "key_source", "fencing_token", "state", "lease_expires_at", "window_expires_at", "ttl", "attempt", "first_seen_at", "result", "served_by", "holder")
+    __slots__ = ("outcome", "reason", "key", "key_source", "fencing_token", "state", "lease_expires_at", "window_expires_at", "ttl", "attempt", "first_seen_at", "result", "served_by", "holder", "lease_secret")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +131,7 @@ class ClaimResponse(_message.Message):
     RESULT_FIELD_NUMBER: _ClassVar[int]
     SERVED_BY_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
     outcome: Outcome
     reason: Reason
     key: str
@@ -145,7 +146,8 @@ class ClaimResponse(_message.Message):
     result: bytes
     served_by: Tier
     holder: str
-    def __init__(self, outcome: _Optional[_Union[Outcome, str]] = ..., reason: _Optional[_Union[Reason, str]] = ..., key: _Optional[str] = ..., key_source: _Optional[_Union[KeySource, str]] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[EventState, str]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempt: _Optional[int] = ..., first_seen_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[bytes] = ..., served_by: _Optional[_Union[Tier, str]] = ..., holder: _Optional[str] = ...) -> None: ...
+    lease_secret: bytes
+    def __init__(self, outcome: _Optional[_Union[Outcome, str]] = ..., reason: _Optional[_Union[Reason, str]] = ..., key: _Optional[str] = ..., key_source: _Optional[_Union[KeySource, str]] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[EventState, str]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempt: _Optional[int] = ..., first_seen_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[bytes] = ..., served_by: _Optional[_Union[Tier, str]] = ..., holder: _Optional[str] = ..., lease_secret: _Optional[bytes] = ...) -> None: ...
 
 class Record(_message.Message):
     __slots__ = ("namespace", "provider", "key", "state", "fencing_token", "holder", "attempt", "released", "first_seen_at", "lease_expires_at", "window_expires_at", "updated_at", "payload_sha256", "result")
@@ -180,7 +182,7 @@ class Record(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., state: _Optional[_Union[EventState, str]] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., attempt: _Optional[int] = ..., released: _Optional[bool] = ..., first_seen_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., payload_sha256: _Optional[bytes] = ..., result: _Optional[bytes] = ...) -> None: ...
 
 class TransitionRequest(_message.Message):
-    __slots__ = ("namespace", "provider", "key", "fencing_token", "to", "result", "extend_lease")
+    __slots__ = ("namespace", "provider", "key", "fencing_token", "to", "result", "extend_lease", "lease_secret")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -188,6 +190,7 @@ class TransitionRequest(_message.Message):
     TO_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     EXTEND_LEASE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     provider: str
     key: str
@@ -195,7 +198,8 @@ class TransitionRequest(_message.Message):
     to: EventState
     result: bytes
     extend_lease: _duration_pb2.Duration
-    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., to: _Optional[_Union[EventState, str]] = ..., result: _Optional[bytes] = ..., extend_lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    lease_secret: bytes
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., to: _Optional[_Union[EventState, str]] = ..., result: _Optional[bytes] = ..., extend_lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_secret: _Optional[bytes] = ...) -> None: ...
 
 class TransitionResponse(_message.Message):
     __slots__ = ("record", "changed")
@@ -206,18 +210,20 @@ class TransitionResponse(_message.Message):
     def __init__(self, record: _Optional[_Union[Record, _Mapping]] = ..., changed: _Optional[bool] = ...) -> None: ...
 
 class RenewRequest(_message.Message):
-    __slots__ = ("namespace", "provider", "key", "fencing_token", "lease")
+    __slots__ = ("namespace", "provider", "key", "fencing_token", "lease", "lease_secret")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     provider: str
     key: str
     fencing_token: int
     lease: _duration_pb2.Duration
-    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    lease_secret: bytes
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_secret: _Optional[bytes] = ...) -> None: ...
 
 class RenewResponse(_message.Message):
     __slots__ = ("record",)
@@ -226,16 +232,18 @@ class RenewResponse(_message.Message):
     def __init__(self, record: _Optional[_Union[Record, _Mapping]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("namespace", "provider", "key", "fencing_token")
+    __slots__ = ("namespace", "provider", "key", "fencing_token", "lease_secret")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     provider: str
     key: str
     fencing_token: int
-    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+    lease_secret: bytes
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lease_secret: _Optional[bytes] = ...) -> None: ...
 
 class ReleaseResponse(_message.Message):
     __slots__ = ("record",)

@@ -29,7 +29,18 @@ class ClaimServiceStub:
     """ClaimService answers, atomically and durably, whether a webhook delivery is
     the first one and who may act on it. Every handler calls Claim before its
     side effect, then moves the event forward with Transition (or gives it back
-    with Release), presenting the fencing token that Claim returned.
+    with Release), presenting the fencing token and the lease secret that its
+    ACQUIRED answer carried.
+
+    Ownership. Two values come with an ACQUIRED answer, with different jobs:
+    - fencing_token is the monotonic fencing number: it grows by one each
+    time ownership changes hands, so a downstream system can refuse a write
+    stamped with an older number. It is not a secret (Get shows it).
+    - lease_secret is the owner's capability: 16 unguessable bytes that
+    only the ACQUIRED answer ever carries, stored by claimd only as a hash.
+    Transition, Renew and Release must present both; a caller that knows
+    the token but not the secret is refused with PERMISSION_DENIED
+    (ErrorInfo reason NOT_OWNER) and changes nothing.
     """
 
     def __init__(self, channel):
@@ -69,7 +80,18 @@ class ClaimServiceServicer:
     """ClaimService answers, atomically and durably, whether a webhook delivery is
     the first one and who may act on it. Every handler calls Claim before its
     side effect, then moves the event forward with Transition (or gives it back
-    with Release), presenting the fencing token that Claim returned.
+    with Release), presenting the fencing token and the lease secret that its
+    ACQUIRED answer carried.
+
+    Ownership. Two values come with an ACQUIRED answer, with different jobs:
+    - fencing_token is the monotonic fencing number: it grows by one each
+    time ownership changes hands, so a downstream system can refuse a write
+    stamped with an older number. It is not a secret (Get shows it).
+    - lease_secret is the owner's capability: 16 unguessable bytes that
+    only the ACQUIRED answer ever carries, stored by claimd only as a hash.
+    Transition, Renew and Release must present both; a caller that knows
+    the token but not the secret is refused with PERMISSION_DENIED
+    (ErrorInfo reason NOT_OWNER) and changes nothing.
     """
 
     def Claim(self, request, context):
@@ -83,10 +105,14 @@ class ClaimServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Transition(self, request, context):
-        """Transition moves the event forward, fenced by token. Repeating a
-        transition that already happened with the same token succeeds and changes
+        """Transition moves the event forward, fenced by token and lease secret.
+        Repeating a transition that already happened with the same token and
+        secret (and, to SETTLED or FAILED, the same result) succeeds and changes
         nothing. Errors: FAILED_PRECONDITION with ErrorInfo reason
-        INVALID_TRANSITION or STALE_TOKEN, NOT_FOUND.
+        INVALID_TRANSITION, STALE_TOKEN or RESULT_MISMATCH (SETTLED or FAILED
+        again with another result: the stored one stands), PERMISSION_DENIED/
+        NOT_OWNER (the current token with a secret that is not its owner's),
+        NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -95,7 +121,7 @@ class ClaimServiceServicer:
     def Renew(self, request, context):
         """Renew extends the live holder's lease (a heartbeat for long work).
         Errors: FAILED_PRECONDITION/STALE_TOKEN, FAILED_PRECONDITION/INVALID_TRANSITION
-        on a terminal record, NOT_FOUND.
+        on a terminal record, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -104,7 +130,8 @@ class ClaimServiceServicer:
     def Release(self, request, context):
         """Release gives the key back: the side effect did not happen and a retry
         may try again. The next Claim gets ACQUIRED/RELEASED with token+1.
-        Errors: FAILED_PRECONDITION on a terminal record or a stale token.
+        Errors: FAILED_PRECONDITION on a terminal record or a stale token,
+        PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -112,7 +139,8 @@ class ClaimServiceServicer:
 
     def Get(self, request, context):
         """Get reads a record from the durable tier for on-call debugging. It has
-        no side effects. Errors: NOT_FOUND.
+        no side effects, and never carries the lease secret: reading a record
+        does not let anyone write it. Errors: NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -158,7 +186,18 @@ class ClaimService:
     """ClaimService answers, atomically and durably, whether a webhook delivery is
     the first one and who may act on it. Every handler calls Claim before its
     side effect, then moves the event forward with Transition (or gives it back
-    with Release), presenting the fencing token that Claim returned.
+    with Release), presenting the fencing token and the lease secret that its
+    ACQUIRED answer carried.
+
+    Ownership. Two values come with an ACQUIRED answer, with different jobs:
+    - fencing_token is the monotonic fencing number: it grows by one each
+    time ownership changes hands, so a downstream system can refuse a write
+    stamped with an older number. It is not a secret (Get shows it).
+    - lease_secret is the owner's capability: 16 unguessable bytes that
+    only the ACQUIRED answer ever carries, stored by claimd only as a hash.
+    Transition, Renew and Release must present both; a caller that knows
+    the token but not the secret is refused with PERMISSION_DENIED
+    (ErrorInfo reason NOT_OWNER) and changes nothing.
     """
 
     @staticmethod

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Bounds on what one client can hold of the server (issue 10 §6). A caller
+// past a bound is slowed or refused; the server's memory and goroutines
+// are not.
+const (
+	// defaultMaxRequestBytes bounds one gRPC request. The largest legitimate
+	// one is a Claim carrying a delivery: the provider's body (Stripe, Adyen
+	// and Shopify bodies are kilobytes) and its headers. gRPC's own 4 MiB,
+	// made explicit; GitHub allows 25 MB payloads, so a caller that sends
+	// whole GitHub deliveries raises --max-request-bytes or sends event_id.
+	defaultMaxRequestBytes = 4 << 20
+	// maxConcurrentStreams bounds the calls in flight on one connection
+	// (each may wait up to MaxWait). Past it the client queues new calls
+	// (HTTP/2 SETTINGS) instead of failing them; 1024 is far above the 50
+	// to 64 callers per connection of BENCHMARKS.md.
+	maxConcurrentStreams = 1024
+	// maxConnectionIdle closes a connection with no call for this long
+	// (GOAWAY; clients reconnect on their next call), so idle connections
+	// of vanished clients do not accumulate.
+	maxConnectionIdle = 5 * time.Minute
+	// connectionTimeout bounds a new connection's TLS handshake and HTTP/2
+	// preface (grpc-go's default is 120s: a slow-handshake flood).
+	connectionTimeout = 10 * time.Second
+	// maxHeaderListBytes bounds a call's metadata (grpc-go's default is 16
+	// MiB); tokens and trace headers need a few hundred bytes.
+	maxHeaderListBytes = 64 << 10
+
+	// The HTTP listener serves /metrics, /healthz and /readyz: small GETs.
+	httpReadHeaderTimeout = 5 * time.Second
+	httpReadTimeout       = 10 * time.Second
+	httpWriteTimeout      = 30 * time.Second // a /metrics scrape is written well within it
+	// defaultHTTPIdleTimeout closes a keep-alive connection with no
+	// request for this long. Without it (and no ReadTimeout) net/http keeps
+	// an idle connection forever.
+	defaultHTTPIdleTimeout = 2 * time.Minute
+	httpMaxHeaderBytes     = 64 << 10
+)
+
+// limitOptions are the gRPC server's bounds; maxRequest is
+// --max-request-bytes. A larger request is refused RESOURCE_EXHAUSTED
+// before it is decoded.
+func limitOptions(maxRequest int) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxRequest),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
+		grpc.ConnectionTimeout(connectionTimeout),
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
+	}
+}
+
+// keepaliveOptions let clients ping every 10s, even without a call in flight
+// (grpc-go's default policy would answer pings more often than every 5
+// minutes with GOAWAY too_many_pings, cutting off clients that keep
+// connections alive through load balancers),
+// have the server ping idle connections so dead peers are noticed, and
+// close connections that carry no call for maxConnectionIdle.
+func keepaliveOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Minute, Timeout: 20 * time.Second, MaxConnectionIdle: maxConnectionIdle}),
+	}
+}
+
+// newHTTPServer is the HTTP listener's server with every timeout set;
+// idle is --http-idle-timeout. Its own errors (TLS handshakes that fail)
+// go to log at Info: a scanner must not fill the log with warnings.
+func newHTTPServer(h http.Handler, idle time.Duration, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      httpWriteTimeout,
+		IdleTimeout:       idle,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelInfo),
+	}
+}

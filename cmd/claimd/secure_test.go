@@ -1,0 +1,311 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/auth"
+	"github.com/claimd/claimd/internal/testenv"
+)
+
+// runBounded runs claimd to its exit, failing the test when it is still
+// running after a minute (a check that let it serve).
+func runBounded(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("claimd %s still running after a minute; want it refused at start\n%s", strings.Join(args, " "), out)
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+// serverFiles are a server certificate for 127.0.0.1 issued by a test CA,
+// and an empty token file that stands for --auth-file.
+type serverFiles struct {
+	ca       *testenv.CA
+	cert     *testenv.Leaf
+	authFile string
+}
+
+func newServerFiles(t *testing.T) serverFiles {
+	ca := testenv.NewCA(t, "claimd test CA")
+	authPath := filepath.Join(t.TempDir(), "auth.yaml")
+	body := "version: 1\nprincipals:\n  hooks:\n    tokens: [\"" + auth.HashToken(auth.NewToken()) + "\"]\n    namespaces: [billing]\n    roles: [claim]\n"
+	if err := os.WriteFile(authPath, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return serverFiles{ca: ca, cert: ca.Issue(t, "claimd", "127.0.0.1", "localhost"), authFile: authPath}
+}
+
+func TestExposureRefused(t *testing.T) {
+	f := newServerFiles(t)
+	tlsFlags := []string{"--tls-cert", f.cert.CertFile, "--tls-key", f.cert.KeyFile}
+	tests := []struct {
+		desc    string
+		args    []string
+		want    []string // in the output
+		notWant []string
+	}{
+		{
+			desc: "public gRPC, nothing",
+			args: []string{"--listen", "0.0.0.0:0"},
+			want: []string{"--listen 0.0.0.0:", "not a loopback address", "add --tls-cert and --tls-key, and --auth-file or --tls-client-ca", "--insecure"},
+		},
+		{
+			desc:    "public gRPC with TLS, no authentication",
+			args:    append([]string{"--listen", "0.0.0.0:0"}, tlsFlags...),
+			want:    []string{"--listen 0.0.0.0:", "add --auth-file or --tls-client-ca"},
+			notWant: []string{"add --tls-cert"},
+		},
+		{
+			desc:    "public gRPC with a token file, no TLS",
+			args:    []string{"--listen", "0.0.0.0:0", "--auth-file", f.authFile},
+			want:    []string{"add --tls-cert and --tls-key"},
+			notWant: []string{"--auth-file or"},
+		},
+		{
+			desc:    "public HTTP, nothing",
+			args:    []string{"--http-listen", "0.0.0.0:0"},
+			want:    []string{"--http-listen 0.0.0.0:", "/metrics would be open", "add --tls-cert and --tls-key, and --tls-client-ca"},
+			notWant: []string{"--listen 127"},
+		},
+		{
+			desc:    "public HTTP with TLS and tokens: /metrics has no token check",
+			args:    append([]string{"--http-listen", "0.0.0.0:0", "--auth-file", f.authFile}, tlsFlags...),
+			want:    []string{"add --tls-client-ca"},
+			notWant: []string{"add --tls-cert"},
+		},
+		{
+			desc: "key without certificate",
+			args: []string{"--tls-key", f.cert.KeyFile},
+			want: []string{"--tls-cert and --tls-key go together"},
+		},
+		{
+			desc: "client CA without TLS",
+			args: []string{"--tls-client-ca", f.ca.File()},
+			want: []string{"--tls-client-ca needs --tls-cert"},
+		},
+	}
+	for _, tc := range tests {
+		args := append([]string{"serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, tc.args...)
+		out, code := runBounded(t, args...)
+		if code != 2 {
+			t.Errorf("%s: exit = %d, want 2 (refused at start)\n%s", tc.desc, code, out)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output does not say %q:\n%s", tc.desc, w, out)
+			}
+		}
+		for _, w := range tc.notWant {
+			if strings.Contains(out, w) {
+				t.Errorf("%s: output says %q, which was given:\n%s", tc.desc, w, out)
+			}
+		}
+	}
+}
+
+// TestInsecureServesWithWarning: --insecure lets a public listener serve
+// without TLS, and says so every time it starts.
+func TestInsecureServesWithWarning(t *testing.T) {
+	p := start(t, "--listen", "0.0.0.0:0", "--http-listen", "0.0.0.0:0", "--insecure", "--data-dir", t.TempDir())
+	w := p.logs.wait(t, "warning about --insecure", func(r map[string]any) bool {
+		return r["level"] == "WARN" && strings.HasPrefix(fmt.Sprint(r["msg"]), "--insecure")
+	})
+	if waived := fmt.Sprint(w["waived"]); !strings.Contains(waived, "--listen") || !strings.Contains(waived, "--http-listen") {
+		t.Errorf("--insecure warning waived = %s, want both listeners named", waived)
+	}
+	conn, err := grpc.NewClient(loopback(t, p.grpc), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitServing(t, conn)
+	p.stop(t)
+}
+
+// loopback is addr's port on 127.0.0.1: a listener bound to 0.0.0.0 is
+// reached there, and the test CA's certificate names it.
+func loopback(t *testing.T, addr string) string {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// TestTLSListeners runs claimd with mTLS on a public gRPC address (allowed
+// without --insecure: TLS and client certificates) and checks who gets in.
+func TestTLSListeners(t *testing.T) {
+	f := newServerFiles(t)
+	other := testenv.NewCA(t, "other CA")
+	client, stranger := f.ca.Issue(t, "spiffe://claimd.test/billing"), other.Issue(t, "spiffe://claimd.test/billing")
+	p := start(t, "--listen", "0.0.0.0:0", "--tls-cert", f.cert.CertFile, "--tls-key", f.cert.KeyFile,
+		"--tls-client-ca", f.ca.File(), "--reflection=false", "--data-dir", t.TempDir())
+	grpcAddr := loopback(t, p.grpc)
+
+	dial := func(creds credentials.TransportCredentials) *grpc.ClientConn {
+		conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	clientTLS := func(cert *testenv.Leaf) *tls.Config {
+		c := &tls.Config{RootCAs: f.ca.Pool()}
+		if cert != nil {
+			// Present it even when the server's CA list does not name its
+			// issuer, as an attacker would.
+			c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert.TLS, nil }
+		}
+		return c
+	}
+
+	conn := dial(credentials.NewTLS(clientTLS(client)))
+	waitServing(t, conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pb.NewClaimServiceClient(conn).Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe", Key: &pb.ClaimRequest_EventId{EventId: "evt_mtls"}})
+	if err != nil || c.Outcome != pb.Outcome_OUTCOME_ACQUIRED {
+		t.Fatalf("Claim over mTLS = %v, %v; want ACQUIRED", c, err)
+	}
+	rc, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err == nil {
+		_, err = rc.Recv()
+	}
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("reflection with --reflection=false = %v, want Unimplemented", err)
+	}
+
+	for _, tc := range []struct {
+		desc  string
+		creds credentials.TransportCredentials
+	}{
+		{"no client certificate", credentials.NewTLS(clientTLS(nil))},
+		{"client certificate of another CA", credentials.NewTLS(clientTLS(stranger))},
+		{"plaintext", insecure.NewCredentials()},
+	} {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := healthpb.NewHealthClient(dial(tc.creds)).Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("%s: Health.Check = %v, want Unavailable (connection refused at the handshake)", tc.desc, err)
+		}
+	}
+
+	httpsClient := func(cert *testenv.Leaf) *http.Client {
+		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS(cert)}}
+	}
+	base := "https://" + p.http
+	for _, tc := range []struct {
+		desc   string
+		client *http.Client
+		url    string
+		want   int
+	}{
+		{"probe without a certificate", httpsClient(nil), base + "/healthz", http.StatusOK},
+		{"readiness without a certificate", httpsClient(nil), base + "/readyz", http.StatusOK},
+		{"metrics without a certificate", httpsClient(nil), base + "/metrics", http.StatusForbidden},
+		{"metrics with a certificate of the CA", httpsClient(client), base + "/metrics", http.StatusOK},
+		{"plaintext", &http.Client{Timeout: 10 * time.Second}, "http://" + p.http + "/healthz", http.StatusBadRequest},
+	} {
+		res, err := tc.client.Get(tc.url)
+		if err != nil {
+			t.Errorf("%s: GET %s: %v", tc.desc, tc.url, err)
+			continue
+		}
+		res.Body.Close()
+		if res.StatusCode != tc.want {
+			t.Errorf("%s: GET %s = %d, want %d", tc.desc, tc.url, res.StatusCode, tc.want)
+		}
+	}
+	_, err = httpsClient(stranger).Get(base + "/metrics")
+	if err == nil {
+		t.Errorf("metrics with a certificate of another CA: GET succeeded, want the handshake refused")
+	}
+	p.stop(t)
+}
+
+// TestBoundedResources: an idle keep-alive HTTP connection is closed, and a
+// gRPC request over --max-request-bytes is refused RESOURCE_EXHAUSTED while
+// one under it is served.
+func TestBoundedResources(t *testing.T) {
+	p := start(t, "--http-idle-timeout", "200ms", "--max-request-bytes", "65536", "--data-dir", t.TempDir())
+
+	nc, err := net.Dial("tcp", p.http)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(nc, "GET /healthz HTTP/1.1\r\nHost: claimd\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(nc)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || res.Close {
+		t.Fatalf("GET /healthz = %d (close %v), want 200 on a kept-alive connection", res.StatusCode, res.Close)
+	}
+	// The read ends when the server hangs up; without an idle timeout it
+	// would run into the 10s deadline instead.
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("read on the idle keep-alive connection = %v, want EOF (closed by the server)", err)
+	}
+
+	conn := p.conn(t)
+	waitServing(t, conn)
+	claims := pb.NewClaimServiceClient(conn)
+	claim := func(id string, size int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		body := fmt.Sprintf(`{"id":%q,"pad":%q}`, id, strings.Repeat("x", size))
+		_, err := claims.Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe", Key: &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Body: []byte(body)}}})
+		return err
+	}
+	if err := claim("evt_small", 32<<10); err != nil {
+		t.Errorf("Claim with a 32 KiB delivery = %v, want it served", err)
+	}
+	err = claim("evt_big", 64<<10)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("Claim with a 64 KiB delivery over --max-request-bytes 65536 = %v, want ResourceExhausted", err)
+	}
+	p.stop(t)
+}

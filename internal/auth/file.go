@@ -1,0 +1,505 @@
+package auth
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// SchemaVersion is the version of the auth file schema this package reads;
+// a file states it in its `version` field.
+const SchemaVersion = 1
+
+// DefaultRate applies to a principal that sets no rate when the file sets no
+// default_rate. One replica answers several thousand claims a second, so a
+// principal held to this leaves room for the others.
+var DefaultRate = Rate{PerSecond: 1000, Burst: 2000}
+
+// nameSyntax is the shape of principal names and namespaces (the API's
+// namespace pattern): safe in a log line and a metric label.
+const nameSyntax = `[a-z0-9][a-z0-9_.-]{0,62}`
+
+var (
+	namePattern   = regexp.MustCompile(`^` + nameSyntax + `$`)
+	prefixPattern = regexp.MustCompile(`^([a-z0-9][a-z0-9_.-]{0,61})?\*$`)
+)
+
+// CheckPrincipalName returns an error unless name can name a principal of
+// an auth file.
+func CheckPrincipalName(name string) error {
+	if !namePattern.MatchString(name) {
+		return fmt.Errorf("principal name %s must match %s", clip(name), nameSyntax)
+	}
+	return nil
+}
+
+// maxIdentityBytes bounds an identity of the file; certificates' SANs are
+// far shorter.
+const maxIdentityBytes = 1024
+
+// Config is a validated auth file.
+type Config struct {
+	// Principals, sorted by name.
+	Principals []*PrincipalConfig
+	// DefaultRate applies to the principals that set none.
+	DefaultRate Rate
+}
+
+// PrincipalConfig is one principal of the file.
+type PrincipalConfig struct {
+	Name string
+	// TokenHashes are the SHA-256 sums of the principal's bearer tokens.
+	TokenHashes [][sha256.Size]byte
+	// Identities are client certificate identities in the file's notation:
+	// "spiffe://…" or "uri:…" (a URI SAN), "dns:…" (a DNS SAN, lower case),
+	// "cn:…" (the subject common name).
+	Identities []string
+	// Namespaces the principal may use: exact names, or a prefix ending in
+	// "*" ("*" alone is every namespace).
+	Namespaces []string
+	Roles      Roles
+	Rate       Rate
+}
+
+// Rate is a token bucket: PerSecond calls a second on average, Burst at
+// once. Unlimited turns the bucket off.
+type Rate struct {
+	PerSecond float64
+	Burst     int
+	Unlimited bool
+}
+
+// String renders r as the file writes it.
+func (r Rate) String() string {
+	if r.Unlimited {
+		return "unlimited"
+	}
+	return fmt.Sprintf("{per_second: %s, burst: %d}", strconv.FormatFloat(r.PerSecond, 'g', -1, 64), r.Burst)
+}
+
+// ValidationError is one rule an auth file breaks. Parse returns all of
+// them, joined with errors.Join, so one run shows every mistake in a file.
+type ValidationError struct {
+	File    string // the name given to Parse
+	Line    int    // 1-based; 0 when the file as a whole is at fault
+	Subject string // the principal concerned, or ""
+	Msg     string // the rule broken
+}
+
+// Error renders e as "file:line: subject: msg", the shape compilers use.
+func (e *ValidationError) Error() string {
+	s := e.File
+	if e.Line > 0 {
+		s += ":" + strconv.Itoa(e.Line)
+	}
+	if e.Subject != "" {
+		s += ": " + e.Subject
+	}
+	return s + ": " + e.Msg
+}
+
+// LoadFile reads and parses the auth file at path.
+func LoadFile(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// Parse parses and validates an auth file; name identifies it in errors.
+// The file is refused, with every rule it breaks, when: a field is unknown,
+// missing or given twice; version is not SchemaVersion; there is no
+// principal; a principal name does not match [a-z0-9][a-z0-9_.-]{0,62}; a
+// principal has no token and no identity, no namespace or no role; a token
+// is not "sha256:" and 64 lowercase hex digits, or is listed twice
+// (within a principal or across principals); an identity is not one of
+// spiffe://, uri:, dns:, cn: or is listed twice; a namespace is neither a
+// name nor a prefix ending in "*"; a role is not claim, read or admin; a
+// rate is not "unlimited" or {per_second > 0, burst >= 1}. Anchors and
+// aliases are refused: a reviewer must read every grant where it applies.
+func Parse(name string, data []byte) (*Config, error) {
+	l := &loader{file: name, tokens: map[[sha256.Size]byte]string{}, identities: map[string]string{}}
+	root := l.parse(data)
+	if root == nil {
+		return nil, l.joined()
+	}
+	cfg := l.document(root)
+	if len(l.errs) > 0 {
+		return nil, l.joined()
+	}
+	return cfg, nil
+}
+
+type loader struct {
+	file string
+	errs []error
+	// tokens and identities map what was seen to the principal listing it.
+	tokens     map[[sha256.Size]byte]string
+	identities map[string]string
+}
+
+func (l *loader) errorf(n *yaml.Node, subject, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	l.errs = append(l.errs, &ValidationError{File: l.file, Line: line, Subject: subject, Msg: fmt.Sprintf(format, args...)})
+}
+
+// joined returns the errors in the order of the file's lines.
+func (l *loader) joined() error {
+	slices.SortStableFunc(l.errs, func(a, b error) int {
+		return cmp.Compare(a.(*ValidationError).Line, b.(*ValidationError).Line)
+	})
+	return errors.Join(l.errs...)
+}
+
+// yamlLine matches the line yaml.v3 puts in its syntax errors.
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// parse returns the root mapping of the single YAML document in data.
+func (l *loader) parse(data []byte) *yaml.Node {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			l.errorf(nil, "", "file is empty: want version and principals")
+		} else {
+			l.yamlError(err)
+		}
+		return nil
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); err == nil {
+		l.errorf(&next, "", "a second YAML document: an auth file holds one")
+		return nil
+	} else if !errors.Is(err, io.EOF) {
+		l.yamlError(err)
+		return nil
+	}
+	if len(doc.Content) == 0 {
+		l.errorf(nil, "", "file is empty: want version and principals")
+		return nil
+	}
+	root := doc.Content[0]
+	if l.aliases(root) {
+		return nil
+	}
+	if root.Kind != yaml.MappingNode {
+		l.errorf(root, "", "the file must be a mapping with version and principals")
+		return nil
+	}
+	return root
+}
+
+// yamlError records a syntax error. yaml.v3 names the line of the
+// offending token (scanner errors) or, counted from 0, of the construct
+// around it (parser errors); either way the reader is sent near the fault.
+func (l *loader) yamlError(err error) {
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		if strings.HasPrefix(m[2], "did not find expected") {
+			line++
+		}
+		l.errs = append(l.errs, &ValidationError{File: l.file, Line: line, Msg: "YAML syntax: " + m[2]})
+		return
+	}
+	l.errs = append(l.errs, &ValidationError{File: l.file, Msg: "YAML: " + err.Error()})
+}
+
+// aliases reports (and records) anchors and aliases under n: they let one
+// principal silently inherit another's grants.
+func (l *loader) aliases(n *yaml.Node) bool {
+	if n.Kind == yaml.AliasNode || n.Anchor != "" {
+		l.errorf(n, "", "anchors and aliases are not allowed: write each grant out")
+		return true
+	}
+	found := false
+	for _, c := range n.Content {
+		found = l.aliases(c) || found
+	}
+	return found
+}
+
+// field is one key: value pair of a mapping.
+type field struct {
+	key, value *yaml.Node
+}
+
+// fields returns the pairs of mapping n, refusing keys outside allowed (when
+// allowed is non-nil) and keys given twice.
+func (l *loader) fields(n *yaml.Node, subject string, allowed []string) []field {
+	var out []field
+	seen := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			l.errorf(k, subject, "keys must be plain names")
+			continue
+		}
+		if allowed != nil && !slices.Contains(allowed, k.Value) {
+			l.errorf(k, subject, "unknown field %s (want one of %s)", clip(k.Value), strings.Join(allowed, ", "))
+			continue
+		}
+		if seen[k.Value] {
+			l.errorf(k, subject, "%s is given twice", clip(k.Value))
+			continue
+		}
+		seen[k.Value] = true
+		out = append(out, field{k, v})
+	}
+	return out
+}
+
+var topFields = []string{"version", "default_rate", "principals"}
+
+func (l *loader) document(root *yaml.Node) *Config {
+	vals := map[string]*yaml.Node{}
+	for _, f := range l.fields(root, "", topFields) {
+		vals[f.key.Value] = f.value
+	}
+	if v := vals["version"]; v == nil {
+		l.errorf(root, "", "version is required (this schema is version %d)", SchemaVersion)
+	} else if v.Kind != yaml.ScalarNode || v.Value != strconv.Itoa(SchemaVersion) {
+		l.errorf(v, "", "version must be %d: this claimd reads auth schema version %d only", SchemaVersion, SchemaVersion)
+	}
+	cfg := &Config{DefaultRate: DefaultRate}
+	if v := vals["default_rate"]; v != nil {
+		cfg.DefaultRate, _ = l.rate(v, "", "default_rate")
+	}
+	n := vals["principals"]
+	if n == nil {
+		l.errorf(root, "", "principals is required")
+		return nil
+	}
+	if n.Kind != yaml.MappingNode || len(n.Content) == 0 {
+		l.errorf(n, "", "principals must be a mapping of at least one principal name to its grants")
+		return nil
+	}
+	for _, f := range l.fields(n, "", nil) {
+		if p := l.principal(f.key, f.value, cfg.DefaultRate); p != nil {
+			cfg.Principals = append(cfg.Principals, p)
+		}
+	}
+	slices.SortFunc(cfg.Principals, func(a, b *PrincipalConfig) int { return cmp.Compare(a.Name, b.Name) })
+	return cfg
+}
+
+var principalFields = []string{"tokens", "identities", "namespaces", "roles", "rate"}
+
+// principal validates one principal entry; it returns nil if any rule is
+// broken (the errors are recorded).
+func (l *loader) principal(key, n *yaml.Node, defaultRate Rate) *PrincipalConfig {
+	name := key.Value
+	before := len(l.errs)
+	subject := name
+	if !namePattern.MatchString(name) {
+		subject = clip(name)
+		l.errorf(key, subject, "principal name must match %s", nameSyntax)
+	}
+	if n.Kind != yaml.MappingNode {
+		l.errorf(n, subject, "must be a mapping of %s", strings.Join(principalFields, ", "))
+		return nil
+	}
+	vals := map[string]*yaml.Node{}
+	for _, f := range l.fields(n, subject, principalFields) {
+		vals[f.key.Value] = f.value
+	}
+	p := &PrincipalConfig{Name: name, Rate: defaultRate}
+	for _, v := range l.list(vals["tokens"], subject, "tokens") {
+		h, ok := parseHash(v.Value)
+		switch {
+		case !ok && strings.HasPrefix(v.Value, TokenPrefix):
+			// Never echo it: it is most likely a live token.
+			l.errorf(v, subject, "tokens lists a token itself, not its hash: list %q and the hash that `claimd token new` prints, and treat that token as leaked", hashPrefix+"…")
+		case !ok:
+			l.errorf(v, subject, "a token must be listed as %q and 64 lowercase hex digits (the value `claimd token new` prints)", hashPrefix)
+		case l.tokens[h] == name:
+			l.errorf(v, subject, "this token hash is listed twice")
+		case l.tokens[h] != "":
+			l.errorf(v, subject, "this token hash is also listed by principal %s: a token names exactly one principal", l.tokens[h])
+		default:
+			l.tokens[h] = name
+			p.TokenHashes = append(p.TokenHashes, h)
+		}
+	}
+	for _, v := range l.list(vals["identities"], subject, "identities") {
+		id, err := parseIdentity(v.Value)
+		switch {
+		case err != nil:
+			l.errorf(v, subject, "identity %s: %v", clip(v.Value), err)
+		case l.identities[id] == name:
+			l.errorf(v, subject, "identity %s is listed twice", clip(v.Value))
+		case l.identities[id] != "":
+			l.errorf(v, subject, "identity %s is also listed by principal %s: an identity names exactly one principal", clip(v.Value), l.identities[id])
+		default:
+			l.identities[id] = name
+			p.Identities = append(p.Identities, id)
+		}
+	}
+	if vals["tokens"] == nil && vals["identities"] == nil {
+		l.errorf(key, subject, "a principal needs tokens or identities (or both): without them nobody can act as it")
+	}
+	for _, v := range l.list(vals["namespaces"], subject, "namespaces") {
+		switch {
+		case !namePattern.MatchString(v.Value) && !prefixPattern.MatchString(v.Value):
+			l.errorf(v, subject, "namespace %s must be a namespace (%s) or a prefix of one followed by * (as in payouts-*; * alone is every namespace)", clip(v.Value), nameSyntax)
+		case slices.Contains(p.Namespaces, v.Value):
+			l.errorf(v, subject, "namespace %s is listed twice", v.Value)
+		default:
+			p.Namespaces = append(p.Namespaces, v.Value)
+		}
+	}
+	if vals["namespaces"] == nil {
+		l.errorf(key, subject, `namespaces is required: list the namespaces this principal may use ("*" for every one)`)
+	}
+	for _, v := range l.list(vals["roles"], subject, "roles") {
+		r, ok := roleNames[v.Value]
+		switch {
+		case !ok:
+			l.errorf(v, subject, "role %s is not one of claim, read, admin", clip(v.Value))
+		case p.Roles&r != 0:
+			l.errorf(v, subject, "role %s is listed twice", v.Value)
+		default:
+			p.Roles |= r
+		}
+	}
+	if vals["roles"] == nil {
+		l.errorf(key, subject, "roles is required: claim, read and/or admin")
+	}
+	if v := vals["rate"]; v != nil {
+		p.Rate, _ = l.rate(v, subject, "rate")
+	}
+	if len(l.errs) > before {
+		return nil
+	}
+	return p
+}
+
+// list returns the items of a non-empty sequence of non-empty scalars; n
+// may be nil (the field is absent).
+func (l *loader) list(n *yaml.Node, subject, fieldName string) []*yaml.Node {
+	if n == nil {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		l.errorf(n, subject, "%s must be a list of at least one value, as in [a, b]", fieldName)
+		return nil
+	}
+	var out []*yaml.Node
+	for _, v := range n.Content {
+		if v.Kind != yaml.ScalarNode || v.Value == "" {
+			l.errorf(v, subject, "%s must list non-empty single values", fieldName)
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// rate parses "unlimited" or {per_second: N, burst: N}.
+func (l *loader) rate(n *yaml.Node, subject, fieldName string) (Rate, bool) {
+	if n.Kind == yaml.ScalarNode && n.Value == "unlimited" {
+		return Rate{Unlimited: true}, true
+	}
+	if n.Kind != yaml.MappingNode {
+		l.errorf(n, subject, `%s must be "unlimited" or {per_second: N, burst: N}`, fieldName)
+		return Rate{}, false
+	}
+	var r Rate
+	var perSecond, burst *yaml.Node
+	for _, f := range l.fields(n, subject, []string{"per_second", "burst"}) {
+		if f.key.Value == "per_second" {
+			perSecond = f.value
+		} else {
+			burst = f.value
+		}
+	}
+	ok := true
+	if perSecond == nil {
+		l.errorf(n, subject, "%s.per_second is required", fieldName)
+		ok = false
+	} else if v, err := strconv.ParseFloat(perSecond.Value, 64); perSecond.Kind != yaml.ScalarNode || err != nil || !(v > 0) || math.IsInf(v, 0) {
+		l.errorf(perSecond, subject, "%s.per_second must be a number > 0", fieldName)
+		ok = false
+	} else {
+		r.PerSecond = v
+	}
+	if burst == nil {
+		l.errorf(n, subject, "%s.burst is required", fieldName)
+		ok = false
+	} else if v, err := strconv.Atoi(burst.Value); burst.Kind != yaml.ScalarNode || err != nil || v < 1 {
+		l.errorf(burst, subject, "%s.burst must be a whole number >= 1", fieldName)
+		ok = false
+	} else {
+		r.Burst = v
+	}
+	return r, ok
+}
+
+// parseIdentity normalises an identity of the file to the form identities()
+// derives from a certificate.
+func parseIdentity(s string) (string, error) {
+	if len(s) > maxIdentityBytes {
+		return "", fmt.Errorf("is %d bytes, more than %d", len(s), maxIdentityBytes)
+	}
+	if strings.ContainsFunc(s, unicode.IsControl) {
+		return "", errors.New("contains a control character")
+	}
+	kind, rest, _ := strings.Cut(s, ":")
+	switch {
+	case kind == "spiffe" && strings.HasPrefix(rest, "//") && len(rest) > 2:
+		return s, nil
+	case kind == "uri" && strings.HasPrefix(rest, "spiffe://") && len(rest) > len("spiffe://"):
+		return rest, nil // one spelling per identity, so duplicates are found
+	case kind == "uri" && strings.Contains(rest, ":"):
+		return s, nil
+	case kind == "dns" && rest != "":
+		return "dns:" + strings.ToLower(rest), nil
+	case kind == "cn" && rest != "":
+		return s, nil
+	}
+	return "", errors.New("must be spiffe://… or uri:<URI> (a URI SAN), dns:<name> (a DNS SAN) or cn:<name> (the subject common name)")
+}
+
+// maxEcho bounds what an error message or log line repeats of a value it
+// refuses.
+const maxEcho = 48
+
+// clip quotes s for a message, cut to maxEcho bytes with its full length
+// said: a hostile or mistaken value is never echoed in full.
+func clip(s string) string {
+	c, cut := clipped(s)
+	if !cut {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(c) + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// clipped returns s cut to at most maxEcho bytes on a character boundary,
+// and whether it was cut.
+func clipped(s string) (string, bool) {
+	if len(s) <= maxEcho {
+		return s, false
+	}
+	cut := maxEcho
+	for cut > 0 && !utf8RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut], true
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -1,0 +1,265 @@
+package auth
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// ServerOptions returns the unary and stream interceptors as server
+// options. Chain them after the metrics and tracing interceptors, so that
+// refused calls are counted and traced like any other.
+func (a *Authenticator) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(a.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(a.StreamServerInterceptor()),
+	}
+}
+
+// UnaryServerInterceptor authenticates each call, applies the principal's
+// rate limit, checks the method's role and the request's namespace, and
+// hands the call on with the Principal in its context (see FromContext).
+// A refused call never reaches the handler, so it writes nothing. Health
+// checks pass untouched.
+func (a *Authenticator) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if open(info.FullMethod) {
+			return handler(ctx, req)
+		}
+		c, err := a.admit(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		if err := a.checkNamespace(ctx, c, req); err != nil {
+			return nil, err
+		}
+		return handler(NewContext(ctx, c.principal()), req)
+	}
+}
+
+// StreamServerInterceptor is UnaryServerInterceptor for streams (server
+// reflection, Health.Watch): a stream is admitted when it opens, and each
+// message a namespaced method receives is checked before the handler sees
+// it.
+func (a *Authenticator) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if open(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		c, err := a.admit(ss.Context(), info.FullMethod)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &admittedStream{ServerStream: ss, ctx: NewContext(ss.Context(), c.principal()), a: a, c: c})
+	}
+}
+
+type admittedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+	a   *Authenticator
+	c   call
+}
+
+func (s *admittedStream) Context() context.Context { return s.ctx }
+
+func (s *admittedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.a.checkNamespace(s.ctx, s.c, m)
+}
+
+// open reports whether a method needs no credentials: health checks, which
+// load balancers and kubelets make without any.
+func open(method string) bool { return strings.HasPrefix(method, healthPrefix) }
+
+// call is an admitted call: who makes it and what its method requires.
+type call struct {
+	method string
+	rule   rule
+	p      *principal
+	via    string
+}
+
+func (c call) principal() Principal { return c.p.context(c.via) }
+
+// admit authenticates the caller, spends one token of its rate limit and
+// checks that its roles allow the method. Server reflection needs an
+// authenticated caller and no particular role.
+func (a *Authenticator) admit(ctx context.Context, method string) (call, error) {
+	st := a.cur.Load()
+	c := call{method: method}
+	var reason, msg string
+	c.p, c.via, reason, msg = authenticate(ctx, st)
+	if reason != "" {
+		return c, a.unauthenticated(ctx, method, reason, msg)
+	}
+	if err := a.limit(c); err != nil {
+		return c, err
+	}
+	r, ok := a.rules[method]
+	switch {
+	case ok:
+		c.rule = r
+	case strings.HasPrefix(method, reflectionPrefix):
+		c.rule = rule{name: "ServerReflectionInfo"}
+	default:
+		return c, a.denied(ctx, c, ReasonMethodDenied, "", fmt.Sprintf("method %s is open to no role", clip(method)))
+	}
+	if c.rule.role != 0 && !c.p.cfg.Roles.Has(c.rule.role) {
+		return c, a.denied(ctx, c, ReasonRoleDenied, "", fmt.Sprintf("principal %s (roles %s) may not call %s: it needs role %s",
+			c.p.cfg.Name, c.p.cfg.Roles, c.rule.name, c.rule.role))
+	}
+	return c, nil
+}
+
+// authenticate finds the principal of the call's credentials: a bearer
+// token, a verified client certificate, or both (they must then name the
+// same principal). A token that is sent must be valid, whatever the
+// certificate says. reason is "" on success.
+func authenticate(ctx context.Context, st *state) (p *principal, via, reason, msg string) {
+	var byToken *principal
+	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
+	switch {
+	case len(vals) > 1:
+		return nil, "", ReasonTokenMalformed, "send one authorization metadata value, not several"
+	case len(vals) == 1:
+		tok, ok := bearer(vals[0])
+		if !ok {
+			return nil, "", ReasonTokenMalformed, `authorization metadata must be "Bearer <token>"`
+		}
+		if byToken = st.byToken(tok); byToken == nil {
+			return nil, "", ReasonTokenUnknown, "the bearer token is not in the auth file (revoked, mistyped, or meant for another server)"
+		}
+	}
+	ids := peerIdentities(ctx)
+	var byCert *principal
+	for _, id := range ids {
+		if byCert = st.identities[id]; byCert != nil {
+			break
+		}
+	}
+	switch {
+	case byToken != nil && byCert != nil && byToken != byCert:
+		return nil, "", ReasonPrincipalConflict, fmt.Sprintf("the bearer token names principal %s but the client certificate names %s: send the credentials of one principal",
+			byToken.cfg.Name, byCert.cfg.Name)
+	case byToken != nil && byCert != nil:
+		return byToken, "token+mtls", "", ""
+	case byToken != nil:
+		return byToken, "token", "", ""
+	case byCert != nil:
+		return byCert, "mtls", "", ""
+	case len(ids) > 0:
+		return nil, "", ReasonIdentityUnknown, fmt.Sprintf("no principal of the auth file lists the client certificate's identities (first: %s)", clip(ids[0]))
+	}
+	return nil, "", ReasonCredentialsMissing, "authentication required: send metadata authorization: Bearer <token>, or a client certificate signed by the server's client CA"
+}
+
+// bearer returns the token of an authorization value "Bearer <token>"
+// (the scheme in any case, RFC 9110).
+func bearer(v string) (string, bool) {
+	scheme, tok, ok := strings.Cut(v, " ")
+	tok = strings.TrimSpace(tok)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" || len(tok) > maxTokenBytes {
+		return "", false
+	}
+	return tok, true
+}
+
+// limit spends one token of the principal's bucket, or refuses the call
+// with RESOURCE_EXHAUSTED and how long until a token is back: the caller
+// is told to come back rather than held, and a refused call costs its
+// principal nothing.
+func (a *Authenticator) limit(c call) error {
+	lim := c.p.limiter
+	if lim == nil {
+		return nil
+	}
+	now := a.opts.Clock.Now()
+	if lim.AllowN(now, 1) {
+		return nil
+	}
+	// Read after the refusal, not reserved: a reservation would count the
+	// concurrent refused calls and overstate the wait.
+	delay := time.Duration((1 - lim.TokensAt(now)) / float64(lim.Limit()) * float64(time.Second))
+	delay = max(delay, time.Millisecond)
+	a.met.rateLimited.WithLabelValues(c.p.cfg.Name).Inc()
+	a.opts.Logger.Debug("call refused: rate limit", "principal", c.p.cfg.Name, "method", c.method, "retry_after", delay.String())
+	return withDetails(codes.ResourceExhausted,
+		fmt.Sprintf("principal %s is over its rate limit %s: retry after %s", c.p.cfg.Name, c.p.cfg.Rate, delay),
+		&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain, Metadata: map[string]string{"principal": c.p.cfg.Name}},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
+}
+
+// checkNamespace refuses a namespaced request whose namespace the principal
+// may not use (or that carries none).
+func (a *Authenticator) checkNamespace(ctx context.Context, c call, req any) error {
+	if !c.rule.namespaced {
+		return nil
+	}
+	r, ok := req.(interface{ GetNamespace() string })
+	if !ok {
+		return a.denied(ctx, c, ReasonNamespaceDenied, "", fmt.Sprintf("%s carries no namespace", c.rule.name))
+	}
+	ns := r.GetNamespace()
+	if c.p.allows(ns) {
+		return nil
+	}
+	return a.denied(ctx, c, ReasonNamespaceDenied, ns, fmt.Sprintf("principal %s may not use namespace %s", c.p.cfg.Name, clip(ns)))
+}
+
+// denied refuses an authenticated call: PERMISSION_DENIED, counted and
+// logged with the principal (never its token, and the namespace clipped).
+func (a *Authenticator) denied(ctx context.Context, c call, reason, ns, msg string) error {
+	a.met.denied.WithLabelValues(reason).Inc()
+	method := c.rule.name
+	if method == "" {
+		method = c.method // grpc-go runs interceptors for registered methods only
+	}
+	args := []any{"principal", c.p.cfg.Name, "via", c.via, "method", method, "reason", reason, "peer", peerAddr(ctx)}
+	if ns != "" {
+		short, cut := clipped(ns)
+		args = append(args, "namespace", short)
+		if cut {
+			args = append(args, "namespace_bytes", len(ns))
+		}
+	}
+	a.opts.Logger.Warn("call refused", args...)
+	return withDetails(codes.PermissionDenied, msg,
+		&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: map[string]string{"principal": c.p.cfg.Name}})
+}
+
+// unauthenticated refuses a call without valid credentials. Anybody who can
+// reach the port can make these, so their log lines are rate limited (the
+// counter still sees every one).
+func (a *Authenticator) unauthenticated(ctx context.Context, method, reason, msg string) error {
+	a.met.denied.WithLabelValues(reason).Inc()
+	if a.unauthLog.AllowN(a.opts.Clock.Now(), 1) {
+		args := []any{"method", method, "reason", reason, "peer", peerAddr(ctx)}
+		if n := a.suppressed.Swap(0); n > 0 {
+			args = append(args, "suppressed_since_last", n)
+		}
+		a.opts.Logger.Warn("call refused: unauthenticated", args...)
+	} else {
+		a.suppressed.Add(1)
+	}
+	return withDetails(codes.Unauthenticated, msg, &errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain})
+}
+
+func withDetails(c codes.Code, msg string, details ...protoadapt.MessageV1) error {
+	st := status.New(c, msg)
+	if with, err := st.WithDetails(details...); err == nil {
+		st = with
+	}
+	return st.Err()
+}

@@ -1,0 +1,98 @@
+package auth
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Reasons of the ErrorInfo of a refused call (domain ErrorDomain), and the
+// values of claimd_auth_denied_total's reason label. Clients branch on
+// these, not on messages.
+const (
+	ReasonCredentialsMissing = "CREDENTIALS_MISSING" // no token and no verified client certificate
+	ReasonTokenMalformed     = "TOKEN_MALFORMED"     // the authorization header is not one "Bearer <token>"
+	ReasonTokenUnknown       = "TOKEN_UNKNOWN"       // no principal lists the token's hash
+	ReasonIdentityUnknown    = "IDENTITY_UNKNOWN"    // no principal lists the certificate's identities
+	ReasonPrincipalConflict  = "PRINCIPAL_CONFLICT"  // token and certificate name different principals
+	ReasonRoleDenied         = "ROLE_DENIED"         // the principal lacks the method's role
+	ReasonNamespaceDenied    = "NAMESPACE_DENIED"    // the principal may not use the request's namespace
+	ReasonMethodDenied       = "METHOD_DENIED"       // the method is in no role's table
+	ReasonRateLimited        = "RATE_LIMITED"        // the principal's token bucket is empty (RESOURCE_EXHAUSTED)
+)
+
+// ErrorDomain is the ErrorInfo domain of every error claimd returns (the
+// same as internal/service's; auth cannot import service, which reads the
+// Principal from here).
+const ErrorDomain = "claimd.dev"
+
+var deniedReasons = []string{
+	ReasonCredentialsMissing, ReasonTokenMalformed, ReasonTokenUnknown, ReasonIdentityUnknown,
+	ReasonPrincipalConflict, ReasonRoleDenied, ReasonNamespaceDenied, ReasonMethodDenied,
+}
+
+// authMetrics are the auth package's collectors. No label carries a token,
+// a key or a namespace: reasons are the constants above and principals are
+// the auth file's names.
+type authMetrics struct {
+	denied      *prometheus.CounterVec
+	rateLimited *prometheus.CounterVec
+	reloads     *prometheus.CounterVec
+	lastOK      prometheus.Gauge
+	principals  prometheus.Gauge
+}
+
+func newAuthMetrics() *authMetrics {
+	m := &authMetrics{
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimd_auth_denied_total",
+			Help: "Calls refused by authentication (UNAUTHENTICATED) or authorization (PERMISSION_DENIED), by ErrorInfo reason. Nothing was written for any of them.",
+		}, []string{"reason"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimd_auth_rate_limited_total",
+			Help: "Calls refused with RESOURCE_EXHAUSTED because the principal's token bucket (auth file: rate, default_rate) was empty, by principal.",
+		}, []string{"principal"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimd_auth_reloads_total",
+			Help: "Reloads of the auth file (SIGHUP or a change on disk), by result: success, or failure (the previous file stays in force).",
+		}, []string{"result"}),
+		lastOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "claimd_auth_last_reload_successful",
+			Help: "1 when the last load of the auth file succeeded, 0 when the file on disk is broken and an older one is in force.",
+		}),
+		principals: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "claimd_auth_principals",
+			Help: "Principals of the auth file in force.",
+		}),
+	}
+	for _, r := range deniedReasons {
+		m.denied.WithLabelValues(r)
+	}
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
+	return m
+}
+
+func (m *authMetrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.denied, m.rateLimited, m.reloads, m.lastOK, m.principals} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loaded records a file put in force (at start or by a reload), and
+// creates its principals' series at zero so the first refusal shows in
+// rate().
+func (m *authMetrics) loaded(st *state) {
+	m.lastOK.Set(1)
+	m.principals.Set(float64(len(st.principals)))
+	for _, p := range st.principals {
+		m.rateLimited.WithLabelValues(p.cfg.Name)
+	}
+}
+
+// reloadDone counts a successful reload.
+func (m *authMetrics) reloadDone() { m.reloads.WithLabelValues("success").Inc() }
+
+func (m *authMetrics) reloadFailed() {
+	m.reloads.WithLabelValues("failure").Inc()
+	m.lastOK.Set(0)
+}
