@@ -66,7 +66,7 @@ func main() {
 	flag.IntVar(&o.groups, "keys-in-flight", 8, "keys raced at once")
 	flag.IntVar(&o.racers, "racers", 4, "callers racing on each key")
 	flag.IntVar(&o.replicas, "replicas", 2, "claimd replicas on one Redis and one PostgreSQL")
-	flag.IntVar(&o.maxKeys, "max-keys", 3000, "keys per scenario at most")
+	flag.IntVar(&o.maxKeys, "max-keys", 5000, "keys per scenario at most")
 	flag.Float64Var(&o.releaseRate, "release-rate", 0.1, "share of owners that Release instead of settling (hands the key to a loser)")
 	flag.StringVar(&scen, "scenarios", "", "comma-separated subset of the scenarios (default: all)")
 	flag.BoolVar(&o.crash, "crash-matrix", true, "run the crash-point matrix")

@@ -152,7 +152,7 @@ func (r *report) writeMarkdown(path string) error {
 	p("Each scenario starts fresh replicas (%d claimd on one Redis and one PostgreSQL, or one embedded claimd on SQLite) and a fresh database. ", o.replicas)
 	p("Load: %d keys in flight, %d callers racing on each (%d callers), each call to a random replica; every delivery claims with an attempt_id of its own and retries its own failed calls with it; ", o.groups, o.racers, o.groups*o.racers)
 	p("the owner moves the key to PROCESSING and then SETTLED with a result (%.0f%% of owners Release instead, handing the key to a loser); a loser answered IN_PROGRESS comes back as a new delivery until it sees DUPLICATE. ", o.releaseRate*100)
-	p("Keys are started for %s; the fault begins at a third of that and lasts about %s; then every key's callers have %s to finish and every key is probed on every replica. ", o.duration, max(time.Second, o.duration/6), o.converge)
+	p("Keys are started for %s (%d at most); the fault begins at a third of that and lasts about %s; then every key's callers have %s to finish and every key is probed on every replica. ", o.duration, o.maxKeys, max(time.Second, o.duration/6), o.converge)
 	p("The provider's lease is 1h, longer than the run, so no lease ends by itself. ")
 	p("*Time to recover*: from the end of the fault (restart done, window closed) to the last failed call.\n\n")
 	p("| scenario | tiers | fault | keys | calls | errors by code | violations | time to recover |\n")
