@@ -90,10 +90,10 @@ func TestCommandHelpShowsItsOwnFlags(t *testing.T) {
 		args []string
 		want []string // exactly these flags, in help's (sorted) order
 	}{
-		{[]string{"migrate", "--help"}, []string{"config", "data-dir", "log-format", "log-level", "postgres-schema", "postgres-url"}},
-		{[]string{"help", "migrate"}, []string{"config", "data-dir", "log-format", "log-level", "postgres-schema", "postgres-url"}},
+		{[]string{"migrate", "--help"}, []string{"config", "data-dir", "log-format", "log-level", "postgres-schema", "postgres-url", "sqlite-durability"}},
+		{[]string{"help", "migrate"}, []string{"config", "data-dir", "log-format", "log-level", "postgres-schema", "postgres-url", "sqlite-durability"}},
 		{[]string{"providers", "-h"}, []string{"check", "config", "dump", "horizon-review-age", "providers"}},
-		{[]string{"prune", "--help"}, []string{"batch", "config", "data-dir", "dry-run", "grace", "log-format", "log-level", "postgres-schema", "postgres-url", "retention"}},
+		{[]string{"prune", "--help"}, []string{"batch", "config", "data-dir", "dry-run", "grace", "log-format", "log-level", "postgres-schema", "postgres-url", "retention", "sqlite-durability"}},
 		{[]string{"token", "new", "--help"}, []string{"config", "principal"}},
 		{[]string{"token", "--help"}, []string{"config", "principal"}},
 		{[]string{"version", "--help"}, nil},
@@ -360,9 +360,9 @@ func TestMigrateSaysWhatItApplied(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"the default schema, migrated", nil, nil, "postgres schema claimd: up to date at version 2\n"},
-		{"a new schema", nil, []string{"--postgres-schema", "billing"}, "postgres schema billing: applied 0001_claims, 0002_audit; now at version 2\n"},
-		{"that schema again", []string{"CLAIMD_POSTGRES_SCHEMA=billing"}, nil, "postgres schema billing: up to date at version 2\n"},
+		{"the default schema, migrated", nil, nil, "postgres schema claimd: up to date at version 3\n"},
+		{"a new schema", nil, []string{"--postgres-schema", "billing"}, "postgres schema billing: applied 0001_claims, 0002_audit, 0003_lease_secret; now at version 3\n"},
+		{"that schema again", []string{"CLAIMD_POSTGRES_SCHEMA=billing"}, nil, "postgres schema billing: up to date at version 3\n"},
 	}
 	for _, tc := range tests {
 		r := runEnv(t, append(tc.env, "CLAIMD_POSTGRES_URL="+url), append([]string{"migrate"}, tc.args...)...)
