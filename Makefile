@@ -53,7 +53,7 @@ HELM      := $(TOOLS_DIR)/stamps/helm@$(HELM_VERSION)
 # path_hint tells how to run the installed tools by name.
 path_hint = echo "installed in $(TOOLS_BIN); to run by name: export PATH=\"$(TOOLS_BIN):\$$PATH\""
 
-.PHONY: help build run test generate checkgenerate lint tools buf protoc-gen-go protoc-gen-go-grpc grpcurl ghz helm-tool bench image helm clean
+.PHONY: help build run test generate checkgenerate lint tools buf protoc-gen-go protoc-gen-go-grpc grpcurl ghz helm-tool bench chaos image helm clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-19s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -90,6 +90,9 @@ lint: $(BUF) ## buf lint + buf format + go vet + gofmt
 
 bench: $(GHZ) ## load scenarios (ghz and cmd/claimload) against claimd and its baselines in one run -> BENCHMARKS.md; BENCH_DURATION=2s for a smoke run
 	./scripts/bench.sh
+
+chaos: ## fault injection (Redis flush/kill, PostgreSQL immediate stop, replica kill -9, lost replies, crash points) with history checks -> RELIABILITY.md; exits 1 on a violation; CHAOS_DURATION=5s for the short form
+	./scripts/chaos.sh
 
 tools: $(GEN_TOOLS) $(GRPCURL) $(GHZ) $(HELM) ## install every pinned tool (buf, protoc plugins, grpcurl, ghz, helm); or one: make grpcurl
 	@$(path_hint)

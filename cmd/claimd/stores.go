@@ -67,7 +67,8 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 			pg.Close()
 			return nil, fmt.Errorf("redis: %w", err)
 		}
-		st.store, st.mode, st.fastKind = twotier.New(rd, pg, twotier.Config{Observer: obs}), "redis+postgres", "redis"
+		f, d := crashPoints(rd, pg) // no-ops unless built with -tags chaos
+		st.store, st.mode, st.fastKind = twotier.New(f, d, twotier.Config{Observer: obs}), "redis+postgres", "redis"
 		st.sources.FastLiveKeys = rd.LiveKeys
 		st.sources.FastEviction = func(ctx context.Context) (metrics.Eviction, error) { return redisEviction(ctx, rd) }
 		st.redis = rd
@@ -86,8 +87,9 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 		return nil, fmt.Errorf("sqlite %s: %w", path, err)
 	}
 	fast := memory.New(memory.Config{})
+	f, d := crashPoints(fast, lite) // no-ops unless built with -tags chaos
 	return &stores{
-		store: twotier.New(fast, lite, twotier.Config{Observer: obs}), durable: lite, mode: "embedded (" + path + ")",
+		store: twotier.New(f, d, twotier.Config{Observer: obs}), durable: lite, mode: "embedded (" + path + ")",
 		durability: durability.String(),
 		fastKind:   "memory", durableKind: "sqlite",
 		sources: metrics.Sources{

@@ -76,6 +76,36 @@ func (s *Server) Start(t testing.TB) {
 	}
 }
 
+// Crash stops the server abruptly: it sends sig to the server process alone
+// (SIGKILL for Redis's kill -9; SIGQUIT is PostgreSQL's immediate shutdown,
+// what pg_ctl -m immediate sends: no checkpoint, crash recovery at the next
+// start) and waits for it to exit, killing the process group after
+// stopTimeout. Fault tools without a *testing.T call it, then Restart.
+func (s *Server) Crash(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.proc
+	if p == nil {
+		return fmt.Errorf("%s is not running", s.name)
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	select {
+	case <-p.done:
+		s.proc = nil
+		return nil
+	case <-time.After(stopTimeout):
+		s.killLocked()
+		return fmt.Errorf("%s did not exit within %v of %v; killed", s.name, stopTimeout, sig)
+	}
+}
+
+// Restart starts a stopped or crashed server again on the same port and
+// data directory and waits until it answers; Start for tools without a
+// *testing.T.
+func (s *Server) Restart() error { return s.start() }
+
 // Close stops the server if it runs and removes its directory. It is safe to
 // call more than once.
 func (s *Server) Close() error {

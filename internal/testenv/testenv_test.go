@@ -2,7 +2,10 @@ package testenv_test
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -166,6 +169,78 @@ func TestPrivateServerStopAndStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestCrashAndRestart(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc  string
+		start func(t *testing.T) *testenv.Server
+		sig   syscall.Signal
+		ping  func(ctx context.Context, url string) error
+	}{
+		{desc: "redis kill -9", start: func(t *testing.T) *testenv.Server { return testenv.StartRedis(t) }, sig: syscall.SIGKILL, ping: pingRedis},
+		{
+			desc: "postgres immediate shutdown keeps committed rows",
+			start: func(t *testing.T) *testenv.Server {
+				return testenv.StartPostgresWith(t, testenv.Options{Durable: true}, migrate)
+			},
+			sig: syscall.SIGQUIT,
+			ping: func(ctx context.Context, url string) error {
+				conn, err := pgx.Connect(ctx, url)
+				if err != nil {
+					return err
+				}
+				defer conn.Close(ctx)
+				var n int
+				if err := conn.QueryRow(ctx, `SELECT count(*) FROM marker`).Scan(&n); err != nil {
+					return err
+				}
+				if n != 1 {
+					return fmt.Errorf("marker rows = %d, want 1", n)
+				}
+				return nil
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			s := tc.start(t)
+			if strings.HasPrefix(s.URL(), "postgres") {
+				if err := withConn(ctx, s.URL(), `INSERT INTO marker VALUES (1)`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tc.ping(ctx, s.URL()); err != nil {
+				t.Fatalf("%s before Crash: %v", s.URL(), err)
+			}
+			if err := s.Crash(tc.sig); err != nil {
+				t.Fatalf("Crash(%v): %v", tc.sig, err)
+			}
+			if err := tc.ping(ctx, s.URL()); err == nil {
+				t.Fatalf("%s after Crash: want an error, got none", s.URL())
+			}
+			if err := s.Restart(); err != nil {
+				t.Fatalf("Restart: %v", err)
+			}
+			if err := tc.ping(ctx, s.URL()); err != nil {
+				t.Fatalf("%s after Restart: %v", s.URL(), err)
+			}
+		})
+	}
+}
+
+// withConn runs one statement on a new connection to url.
+func withConn(ctx context.Context, url, sql string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
 }
 
 func TestServersForTools(t *testing.T) {

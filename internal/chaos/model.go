@@ -1,0 +1,175 @@
+package chaos
+
+import (
+	"fmt"
+
+	"github.com/anishathalye/porcupine"
+	"google.golang.org/grpc/codes"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+)
+
+// register is the state of one key in the sequential model: DESIGN §2 and
+// tiers.Decide with a lease longer than the run, so that a lease never ends
+// by itself and time need not be modelled. The zero value is an absent key.
+type register struct {
+	Exists    bool
+	Token     uint64
+	State     pb.EventState
+	AttemptID string // the current holder's attempt (it is also its holder text)
+	Released  bool
+	Result    string
+}
+
+func (r register) String() string {
+	if !r.Exists {
+		return "absent"
+	}
+	s := fmt.Sprintf("t%d %s by %s", r.Token, stateName(r.State), r.AttemptID)
+	if r.Released {
+		s += " (released)"
+	}
+	if r.Result != "" {
+		s += fmt.Sprintf(" result %q", r.Result)
+	}
+	return s
+}
+
+// Reasons of FAILED_PRECONDITION that the model predicts.
+const (
+	reasonStale   = "STALE_TOKEN"
+	reasonInvalid = "INVALID_TRANSITION"
+)
+
+// transitions are the allowed moves of DESIGN §2.
+var transitions = map[pb.EventState][]pb.EventState{
+	pb.EventState_EVENT_STATE_RECEIVED:   {pb.EventState_EVENT_STATE_VALIDATED, pb.EventState_EVENT_STATE_PROCESSING, pb.EventState_EVENT_STATE_FAILED},
+	pb.EventState_EVENT_STATE_VALIDATED:  {pb.EventState_EVENT_STATE_PROCESSING, pb.EventState_EVENT_STATE_FAILED},
+	pb.EventState_EVENT_STATE_PROCESSING: {pb.EventState_EVENT_STATE_SETTLED, pb.EventState_EVENT_STATE_FAILED},
+}
+
+func terminal(s pb.EventState) bool {
+	return s == pb.EventState_EVENT_STATE_SETTLED || s == pb.EventState_EVENT_STATE_FAILED
+}
+
+func canTransition(from, to pb.EventState) bool {
+	for _, t := range transitions[from] {
+		if t == to {
+			return true
+		}
+	}
+	return false
+}
+
+// step applies the request of in to r and says whether out (nil: the call
+// failed, its outcome is unknown) is an answer the register could give.
+func step(r register, in, out *Op) (bool, register) {
+	switch in.Kind {
+	case KindClaim:
+		return stepClaim(r, in, out)
+	case KindTransition:
+		return stepTransition(r, in, out)
+	case KindRelease:
+		return stepRelease(r, in, out)
+	}
+	return false, r
+}
+
+func stepClaim(r register, in, out *Op) (bool, register) {
+	// The stated relaxation: IN_PROGRESS from a pending marker promises
+	// nothing about the record and changes nothing.
+	if out != nil && out.FromMarker() {
+		return true, r
+	}
+	acquired := func(token uint64) bool {
+		return out == nil || (out.Outcome == pb.Outcome_OUTCOME_ACQUIRED && out.AckToken == token)
+	}
+	switch {
+	case !r.Exists:
+		next := register{Exists: true, Token: 1, State: pb.EventState_EVENT_STATE_RECEIVED, AttemptID: in.AttemptID}
+		return acquired(1), next
+	case terminal(r.State):
+		return out == nil || (out.Outcome == pb.Outcome_OUTCOME_DUPLICATE && out.AckResult == r.Result), r
+	case in.AttemptID != "" && in.AttemptID == r.AttemptID && !r.Released:
+		return acquired(r.Token), r
+	case r.Released:
+		next := register{Exists: true, Token: r.Token + 1, State: pb.EventState_EVENT_STATE_RECEIVED, AttemptID: in.AttemptID}
+		return acquired(next.Token), next
+	}
+	return out == nil || (out.Outcome == pb.Outcome_OUTCOME_IN_PROGRESS && out.AckHolder == r.AttemptID), r
+}
+
+// refused is the answer of a fenced call the register refuses.
+func refused(out *Op, code codes.Code, reason string) bool {
+	if out == nil {
+		return true
+	}
+	return out.Code == code && (reason == "" || out.ErrReason == "" || out.ErrReason == reason)
+}
+
+func stepTransition(r register, in, out *Op) (bool, register) {
+	switch {
+	case !r.Exists:
+		return refused(out, codes.NotFound, ""), r
+	case in.Token != r.Token || r.Released:
+		return refused(out, codes.FailedPrecondition, reasonStale), r
+	case r.State == in.To:
+		return out == nil || (out.Code == codes.OK && !out.Changed && out.AckState == r.State && out.AckResult == r.Result), r
+	case !canTransition(r.State, in.To):
+		return refused(out, codes.FailedPrecondition, reasonInvalid), r
+	}
+	next := r
+	next.State = in.To
+	if terminal(in.To) {
+		next.Result = in.Result
+	}
+	return out == nil || (out.Code == codes.OK && out.Changed && out.AckState == next.State && out.AckResult == next.Result), next
+}
+
+func stepRelease(r register, in, out *Op) (bool, register) {
+	switch {
+	case !r.Exists:
+		return refused(out, codes.NotFound, ""), r
+	case in.Token != r.Token:
+		return refused(out, codes.FailedPrecondition, reasonStale), r
+	case terminal(r.State):
+		return refused(out, codes.FailedPrecondition, reasonInvalid), r
+	}
+	next := r
+	next.Released = true
+	return out == nil || (out.Code == codes.OK && out.Released), next
+}
+
+// Model is the claim register of one key for porcupine. An operation's Input
+// and Output are both the *Op; an Output of nil is a call that failed and may
+// or may not have taken effect, which the history gives a return time of
+// "never" so that it can be placed anywhere after its invocation.
+func Model() porcupine.Model {
+	return porcupine.Model{
+		Init: func() any { return register{} },
+		Step: func(state, input, output any) (bool, any) {
+			out, _ := output.(*Op)
+			return step(state.(register), input.(*Op), out)
+		},
+		Equal: func(a, b any) bool { return a.(register) == b.(register) },
+		DescribeOperation: func(input, output any) string {
+			in := input.(*Op)
+			if out, ok := output.(*Op); ok && out != nil {
+				return fmt.Sprintf("c%d@%s %s", in.Client, in.Replica, out.String())
+			}
+			return fmt.Sprintf("c%d@%s %s → failed (%s), maybe applied", in.Client, in.Replica, in.requestString(), in.Code)
+		},
+		DescribeState: func(state any) string { return state.(register).String() },
+	}
+}
+
+// requestString is the request half of String.
+func (o *Op) requestString() string {
+	switch o.Kind {
+	case KindClaim:
+		return fmt.Sprintf("Claim(%s)", o.AttemptID)
+	case KindTransition:
+		return fmt.Sprintf("Transition(t%d→%s)", o.Token, stateName(o.To))
+	}
+	return fmt.Sprintf("Release(t%d)", o.Token)
+}
