@@ -137,18 +137,21 @@ func call[T any](ctx context.Context, c *Client, op string, extra time.Duration,
 	}
 }
 
-// backoffFor is the pause after the given failed attempt (1-based): the
-// base doubled per attempt, capped, with "equal jitter" (half fixed, half
-// random) so that a fleet of receivers does not retry in lockstep while
-// each still waits a little.
+// backoffFor is the pause after the given failed attempt (1-based): "full
+// jitter" (clients/GUARD.md), uniform in [0, backoffCeiling], so that a
+// fleet of receivers cut off by one outage does not come back in lockstep.
 func backoffFor(p RetryPolicy, attempt int) time.Duration {
+	return rand.N(backoffCeiling(p, attempt) + 1)
+}
+
+// backoffCeiling is the most backoffFor pauses after the given failed
+// attempt: the base doubled per attempt, capped.
+func backoffCeiling(p RetryPolicy, attempt int) time.Duration {
 	d := p.BaseBackoff
 	for i := 1; i < attempt && d < p.MaxBackoff; i++ {
 		d *= 2
 	}
-	d = min(d, p.MaxBackoff)
-	half := d / 2
-	return half + rand.N(d-half+1)
+	return min(d, p.MaxBackoff)
 }
 
 // fitsDeadline reports whether a pause of d leaves ctx time to try again:

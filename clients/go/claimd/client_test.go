@@ -152,7 +152,7 @@ func TestErrors(t *testing.T) {
 	}
 	stranger := claimd.Lease{Ref: open.Ref(), FencingToken: read.GetFencingToken(), LeaseSecret: []byte("0123456789abcdef")}
 
-	sentinels := []error{claimd.ErrStaleToken, claimd.ErrNotOwner, claimd.ErrInvalidTransition, claimd.ErrNotFound,
+	sentinels := []error{claimd.ErrStaleToken, claimd.ErrNotOwner, claimd.ErrInvalidTransition, claimd.ErrResultMismatch, claimd.ErrNotFound,
 		claimd.ErrProviderNotFound, claimd.ErrInvalidArgument, claimd.ErrUnavailable}
 	tests := []struct {
 		desc       string
@@ -168,6 +168,14 @@ func TestErrors(t *testing.T) {
 				return err
 			},
 			want: claimd.ErrInvalidTransition, wantCode: codes.FailedPrecondition, wantReason: claimd.ErrorReasonInvalidTransition,
+		},
+		{
+			desc: "settle repeated with another result",
+			call: func() error {
+				_, _, err := c.Transition(ctx, claimd.TransitionRequest{Lease: second.Lease(), To: claimd.StateSettled, Result: []byte("another")})
+				return err
+			},
+			want: claimd.ErrResultMismatch, wantCode: codes.FailedPrecondition, wantReason: claimd.ErrorReasonResultMismatch,
 		},
 		{
 			desc: "renew with a stale token",

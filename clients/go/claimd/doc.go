@@ -27,9 +27,12 @@
 // Every call retries UNAVAILABLE under a bounded RetryPolicy, and a retried
 // Claim keeps its attempt_id so that claimd answers the same ACQUIRED.
 // Errors are *Error values that match ErrStaleToken, ErrNotOwner,
-// ErrInvalidTransition, ErrNotFound, ErrProviderNotFound, ErrInvalidArgument,
-// ErrUnavailable, ErrUnauthenticated, ErrPermissionDenied and
-// ErrResourceExhausted with errors.Is.
+// ErrInvalidTransition, ErrResultMismatch, ErrNotFound, ErrProviderNotFound,
+// ErrInvalidArgument, ErrUnavailable, ErrUnauthenticated,
+// ErrPermissionDenied and ErrResourceExhausted with errors.Is.
+//
+// Guard follows the contract every claimd guard shares, written in
+// clients/GUARD.md and checked by the scenarios in clients/guardspec.
 //
 // A claimd that requires TLS and credentials is dialed with WithTLSFiles
 // (or WithTLS) and WithToken (or WithTokenSource); plaintext is the default

@@ -17,6 +17,7 @@ const ErrorDomain = "claimd.dev"
 // the sentinels below), never on message text.
 const (
 	ErrorReasonInvalidTransition  = "INVALID_TRANSITION"
+	ErrorReasonResultMismatch     = "RESULT_MISMATCH"
 	ErrorReasonStaleToken         = "STALE_TOKEN"
 	ErrorReasonNotOwner           = "NOT_OWNER"
 	ErrorReasonRecordNotFound     = "RECORD_NOT_FOUND"
@@ -51,6 +52,10 @@ var (
 	// ErrInvalidTransition: the state machine does not allow the move, e.g.
 	// the record is already SETTLED or FAILED.
 	ErrInvalidTransition = errors.New("claimd: invalid transition")
+	// ErrResultMismatch: SETTLED or FAILED repeated, with the current
+	// token, carrying another result than the stored one. Nothing was
+	// written: the first result stands.
+	ErrResultMismatch = errors.New("claimd: terminal already, with another result")
 	// ErrNotFound: no record for (namespace, provider, key).
 	ErrNotFound = errors.New("claimd: record not found")
 	// ErrProviderNotFound: the provider name is not registered on the server.
@@ -126,6 +131,8 @@ func (e *Error) Is(target error) bool {
 		return e.Reason == ErrorReasonNotOwner
 	case ErrInvalidTransition:
 		return e.Reason == ErrorReasonInvalidTransition
+	case ErrResultMismatch:
+		return e.Reason == ErrorReasonResultMismatch
 	case ErrNotFound:
 		return e.Code == codes.NotFound && e.Reason != ErrorReasonProviderNotFound
 	case ErrProviderNotFound:

@@ -13,15 +13,22 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Bounds the guard applies to what it stores.
+// Bounds and answers of the guard, the same in every claimd client
+// (clients/GUARD.md, "Constants").
 const (
 	// MaxResultBytes is claimd's limit on a stored result.
 	MaxResultBytes = 64 << 10
 	// MaxFailureText bounds the error text stored as a FAILED event's result.
 	MaxFailureText = 1 << 10
 	// UnavailableRetryAfter is the Retry-After answered when claimd cannot be
-	// asked.
+	// asked, or could not record an outcome.
 	UnavailableRetryAfter = 5 * time.Second
+	// SupersededRetryAfter is the Retry-After answered when another holder
+	// took the key over: its lease is unknown here, and the provider's
+	// retry then meets IN_PROGRESS with the right Retry-After.
+	SupersededRetryAfter = time.Second
+	// minHeartbeat is the shortest renewal interval, for very short leases.
+	minHeartbeat = 100 * time.Millisecond
 )
 
 // GuardFunc does the side effect of one delivery that the caller owns. It
@@ -66,9 +73,12 @@ const (
 	// (500, so that the provider retries once it is fixed); fn did not run.
 	Rejected
 	// Settled: fn succeeded and the event is SETTLED (200, fn's result).
+	// Also when fn had already ended the event itself through the typed
+	// calls (Outcome.Err then matches ErrResultMismatch or
+	// ErrInvalidTransition, and the stored result stands).
 	Settled
 	// Failed: fn failed permanently and the event is FAILED (200, so the
-	// provider stops retrying).
+	// provider stops retrying); likewise when fn had ended it itself.
 	Failed
 	// Released: fn failed retryably and the key was given back (500, the
 	// provider's retry runs fn again).
@@ -136,7 +146,9 @@ func (o Outcome) Respond(w http.ResponseWriter) {
 	_, _ = w.Write(o.Body)
 }
 
-// Guard runs fn at most once per delivery, as far as claimd can tell:
+// Guard runs fn at most once per delivery, as far as claimd can tell. It
+// follows the contract every claimd guard shares (clients/GUARD.md, whose
+// table gives the status, Retry-After and body of each outcome):
 //
 //   - It claims the delivery. DUPLICATE, IN_PROGRESS and PAYLOAD_MISMATCH
 //     answer at once without running fn; so does a claimd that cannot be
@@ -235,15 +247,23 @@ func (c *Client) run(ctx context.Context, req ClaimRequest, cl Claim, fn GuardFu
 			c.opts.logger.Warn(tooLarge.Error(), "key", lease.Key)
 		}
 		if _, _, err := c.Transition(detached, TransitionRequest{Lease: lease, To: StateSettled, Result: stored}); err != nil {
-			return c.settleFailed(cl, err)
+			if !endedAlready(err) {
+				return c.settleFailed(cl, err)
+			}
+			c.endedByHandler(lease, err)
+			tooLarge = errors.Join(tooLarge, err)
 		}
 		return Outcome{Status: http.StatusOK, Body: result, Disposition: Settled, Claim: cl, Ran: true, Err: tooLarge}
 	case IsPermanent(fnErr):
 		text := []byte(truncate(fnErr.Error(), MaxFailureText))
 		if _, _, err := c.Transition(detached, TransitionRequest{Lease: lease, To: StateFailed, Result: text}); err != nil {
-			o := c.settleFailed(cl, err)
-			o.Err = errors.Join(fnErr, err)
-			return o
+			if !endedAlready(err) {
+				o := c.settleFailed(cl, err)
+				o.Err = errors.Join(fnErr, err)
+				return o
+			}
+			c.endedByHandler(lease, err)
+			fnErr = errors.Join(fnErr, err)
 		}
 		return Outcome{Status: http.StatusOK, Body: text, Disposition: Failed, Claim: cl, Ran: true, Err: fnErr}
 	case mayHaveHappened(cl):
@@ -277,6 +297,28 @@ func (c *Client) run(ctx context.Context, req ClaimRequest, cl Claim, fn GuardFu
 // lease secret is not the owner's. Either way Guard must not settle or
 // release it.
 func notOurs(err error) bool { return errors.Is(err, ErrStaleToken) || errors.Is(err, ErrNotOwner) }
+
+// endedAlready reports whether err says that the record is SETTLED or
+// FAILED already under the caller's own token, with another outcome or
+// result than the one just sent: fn ended the event itself through the
+// typed calls. The event's outcome is recorded, so the provider may stop
+// retrying; the stored result stands and duplicates get it.
+func endedAlready(err error) bool {
+	if errors.Is(err, ErrResultMismatch) {
+		return true
+	}
+	var e *Error
+	if !errors.As(err, &e) || !errors.Is(e, ErrInvalidTransition) {
+		return false
+	}
+	cur := e.Metadata["current_state"]
+	return cur == StateSettled.String() || cur == StateFailed.String()
+}
+
+// endedByHandler logs that fn ended the event itself.
+func (c *Client) endedByHandler(l Lease, err error) {
+	c.opts.logger.Warn("claimd: the handler ended the event itself; its stored outcome stands", "key", l.Key, "err", err)
+}
 
 // mayHaveHappened reports whether cl took the key over from a holder that
 // had started the side effect. Such a key is never released by Guard:
@@ -325,7 +367,7 @@ func (c *Client) failedCall(err error, cl Claim) Outcome {
 func (c *Client) superseded(cl Claim, err error, ran bool) Outcome {
 	return Outcome{
 		Status: http.StatusConflict, Body: []byte("delivery taken over by another holder; retry later\n"),
-		RetryAfter: time.Second, Disposition: Superseded, Claim: cl, Ran: ran, Err: err,
+		RetryAfter: SupersededRetryAfter, Disposition: Superseded, Claim: cl, Ran: ran, Err: err,
 	}
 }
 
@@ -351,14 +393,14 @@ func (c *Client) heartbeatEvery(lease time.Duration, cl Claim) time.Duration {
 	if lease <= 0 {
 		lease = cl.GetLeaseExpiresAt().AsTime().Sub(c.opts.now())
 	}
-	return max(lease/3, 100*time.Millisecond)
+	return max(lease/3, minHeartbeat)
 }
 
 // heartbeat renews l every interval until stop is called. When a renewal
-// reports a stale token (or a secret that is not the owner's) it calls
-// onStale and stops; other errors are logged and the next tick tries again
-// (fencing keeps a lapsed lease safe). stop waits for the goroutine to end
-// and may be called twice.
+// reports a stale token, a secret that is not the owner's or no record at
+// all, it calls onStale and stops; other errors are logged and the next
+// tick tries again (fencing keeps a lapsed lease safe). stop waits for the
+// goroutine to end and may be called twice.
 func (c *Client) heartbeat(ctx context.Context, l Lease, lease, every time.Duration, onStale func(error)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -379,7 +421,7 @@ func (c *Client) heartbeat(ctx context.Context, l Lease, lease, every time.Durat
 			rcancel()
 			switch {
 			case err == nil, ctx.Err() != nil:
-			case notOurs(err):
+			case notOurs(err), errors.Is(err, ErrNotFound):
 				onStale(err)
 				return
 			case errors.Is(err, ErrInvalidTransition):

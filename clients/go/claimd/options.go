@@ -33,8 +33,10 @@ const (
 type RetryPolicy struct {
 	// MaxAttempts counts the first try; 1 disables retries. Default 4.
 	MaxAttempts int
-	// BaseBackoff is the backoff before the second attempt; it doubles on
-	// each retry, with jitter. Default 50ms.
+	// BaseBackoff bounds the backoff before the second attempt; the bound
+	// doubles on each retry, and the pause is uniform below it ("full
+	// jitter", as every claimd client does: see clients/GUARD.md).
+	// Default 50ms.
 	BaseBackoff time.Duration
 	// MaxBackoff caps one backoff. Default 1s.
 	MaxBackoff time.Duration

@@ -36,6 +36,9 @@ import {
   type TokenProvider,
 } from "./security.js";
 
+/** DEFAULT_TIMEOUT_MS bounds one attempt of a call unless ClientOptions.timeoutMs says otherwise. */
+export const DEFAULT_TIMEOUT_MS = 5_000;
+
 /**
  * ClientOptions configures createClient. Every field is optional; missing
  * ones mean the defaults given.
@@ -280,7 +283,7 @@ export function createClient(target: string, opts: ClientOptions = {}): ClaimdCl
     createConnectClient(ProviderService, transport),
     session,
     resolveRetryPolicy(opts.retry),
-    opts.timeoutMs ?? 5_000,
+    opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
     opts.holder ?? `${hostname()}/${process.pid}`,
   );
 }

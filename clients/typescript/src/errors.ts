@@ -12,6 +12,7 @@ export const ERROR_DOMAIN = "claimd.dev";
  */
 export const ErrorReason = {
   INVALID_TRANSITION: "INVALID_TRANSITION",
+  RESULT_MISMATCH: "RESULT_MISMATCH",
   STALE_TOKEN: "STALE_TOKEN",
   NOT_OWNER: "NOT_OWNER",
   RECORD_NOT_FOUND: "RECORD_NOT_FOUND",
@@ -95,6 +96,25 @@ export class InvalidTransitionError extends ClaimdError {
   }
 }
 
+/**
+ * ResultMismatchError: SETTLED or FAILED repeated, with the current token,
+ * carrying another result than the stored one. Nothing was written: the
+ * first result stands.
+ */
+export class ResultMismatchError extends ClaimdError {
+  /** currentState is the record's state as the server reported it. */
+  get currentState(): string | undefined {
+    return this.metadata["current_state"];
+  }
+}
+
+/**
+ * InvalidArgumentError: claimd rejected the request's fields (a delivery it
+ * cannot derive a key from, a bad namespace). Nothing was written, and
+ * sending it again changes nothing.
+ */
+export class InvalidArgumentError extends ClaimdError {}
+
 /** RecordNotFoundError: no record for (namespace, provider, key). */
 export class RecordNotFoundError extends ClaimdError {}
 
@@ -127,6 +147,7 @@ export class PermissionDeniedError extends ClaimdError {}
 export class ResourceExhaustedError extends ClaimdError {}
 
 const byCode: Partial<Record<Code, typeof ClaimdError>> = {
+  [Code.InvalidArgument]: InvalidArgumentError,
   [Code.Unauthenticated]: UnauthenticatedError,
   [Code.PermissionDenied]: PermissionDeniedError,
   [Code.ResourceExhausted]: ResourceExhaustedError,
@@ -136,6 +157,7 @@ const byReason: Record<string, typeof ClaimdError> = {
   [ErrorReason.STALE_TOKEN]: StaleTokenError,
   [ErrorReason.NOT_OWNER]: NotOwnerError,
   [ErrorReason.INVALID_TRANSITION]: InvalidTransitionError,
+  [ErrorReason.RESULT_MISMATCH]: ResultMismatchError,
   [ErrorReason.RECORD_NOT_FOUND]: RecordNotFoundError,
   [ErrorReason.PROVIDER_NOT_FOUND]: ProviderNotFoundError,
   [ErrorReason.DURABLE_TIER_UNAVAILABLE]: DurableTierUnavailableError,

@@ -1,8 +1,19 @@
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 
 import { bytes, type ClaimdClient, type ClaimInput, type Lease, leaseOf } from "./client.js";
-import { ClaimdError, NotOwnerError, ResourceExhaustedError, StaleTokenError, toClaimdError } from "./errors.js";
-import { type ClaimResponse, EventState, Outcome } from "./gen/idempotency/v1/claim_pb.js";
+import {
+  ClaimdError,
+  Code,
+  InvalidArgumentError,
+  InvalidTransitionError,
+  NotOwnerError,
+  RecordNotFoundError,
+  ResourceExhaustedError,
+  ResultMismatchError,
+  StaleTokenError,
+  toClaimdError,
+} from "./errors.js";
+import { type ClaimResponse, EventState, Outcome, Reason } from "./gen/idempotency/v1/claim_pb.js";
 
 /**
  * PermanentError marks a failure that no retry can fix (a malformed event, a
@@ -27,6 +38,47 @@ export function permanent(err: unknown): PermanentError {
 
 /** MAX_RESULT_BYTES is the most claimd stores as a result (64 KiB). */
 export const MAX_RESULT_BYTES = 64 << 10;
+
+/** MAX_FAILURE_BYTES bounds the error text stored with FAILED (1 KiB), in every claimd guard. */
+export const MAX_FAILURE_BYTES = 1 << 10;
+
+/**
+ * UNAVAILABLE_RETRY_AFTER_S is the Retry-After, in seconds, of a 503 when
+ * claimd could not be asked or could not record an outcome.
+ */
+export const UNAVAILABLE_RETRY_AFTER_S = 5;
+
+/**
+ * SUPERSEDED_RETRY_AFTER_S is the Retry-After, in seconds, of a 409 when
+ * another holder took the key over: its lease is unknown here, and the
+ * provider's retry meets IN_PROGRESS with the right Retry-After.
+ */
+export const SUPERSEDED_RETRY_AFTER_S = 1;
+
+/** MIN_HEARTBEAT_MS is the shortest renewal interval, for very short leases. */
+export const MIN_HEARTBEAT_MS = 100;
+
+/**
+ * heartbeatEveryMs is a third of the lease, at least MIN_HEARTBEAT_MS: two
+ * renewals may fail before the lease runs out.
+ */
+export function heartbeatEveryMs(leaseMs: number): number {
+  return Math.max(MIN_HEARTBEAT_MS, Math.floor(leaseMs / 3));
+}
+
+/** The bodies of the answers that are not a result, the same in every claimd guard (clients/GUARD.md). */
+const answers = {
+  inProgress: "delivery in progress elsewhere; retry later\n",
+  payloadMismatch: "payload differs from an earlier delivery with the same key\n",
+  rejected: "delivery rejected by claimd\n",
+  refused: "claimd refused the delivery\n",
+  rateLimited: "claimd rate limit reached; retry later\n",
+  unavailable: "claimd unavailable; retry later\n",
+  unexpected: "unexpected answer from claimd\n",
+  takenOver: "delivery taken over by another holder; retry later\n",
+  handlerFailed: "processing failed; retry later\n",
+  unsettled: "could not record the outcome; retry later\n",
+} as const;
 
 /**
  * GuardHandler does the side effect of an ACQUIRED delivery and returns the
@@ -73,10 +125,8 @@ export interface GuardLogger {
 
 /** GuardOptions tunes guard; every field is optional. */
 export interface GuardOptions {
-  /** renewEveryMs overrides the heartbeat period (default a third of the lease). */
+  /** renewEveryMs overrides the heartbeat period (default a third of the lease, at least 100 ms). */
   renewEveryMs?: number;
-  /** maxFailureBytes bounds the error text stored with FAILED. Default 4096. */
-  maxFailureBytes?: number;
   /** logger for alerts. Default: one JSON line on stderr via console.warn. */
   logger?: GuardLogger;
 }
@@ -86,18 +136,22 @@ const consoleLogger: GuardLogger = {
 };
 
 /**
- * guard runs handler at most once per delivery, as far as claimd can tell:
+ * guard runs handler at most once per delivery, as far as claimd can tell.
+ * It follows the contract every claimd guard shares, clients/GUARD.md, whose
+ * table gives the status, Retry-After and body of every outcome. In short:
  *
  *   ACQUIRED         → PROCESSING, heartbeat, handler; then SETTLED → 200 with
  *                      the result, or Release → 500 (retryable error), or
  *                      FAILED → 200 (PermanentError). Only a handler that
- *                      throws (or rejects) is released: once it returned,
- *                      the side effect may have happened, and nothing —
- *                      an unencodable or oversized result, a failed
- *                      settle — leads to a release.
+ *                      throws (or rejects) is released, and never on a key
+ *                      taken over from PROCESSING: once it returned, the
+ *                      side effect may have happened, and nothing — an
+ *                      unencodable or oversized result, a failed settle —
+ *                      leads to a release (a failed settle is 503).
  *   DUPLICATE        → 200 with the stored result; handler not called.
  *   IN_PROGRESS      → 409, Retry-After until the holder's lease ends.
  *   PAYLOAD_MISMATCH → 422, and a warning for alerting.
+ *   INVALID_ARGUMENT (a delivery claimd cannot key) → 400; handler not called.
  *   claimd unreachable or too slow → 503, Retry-After 5; handler not called.
  *   rate limited (RESOURCE_EXHAUSTED) → 503, Retry-After from claimd's RetryInfo.
  *   UNAUTHENTICATED, PERMISSION_DENIED → 500 and a warning; handler not called.
@@ -119,29 +173,54 @@ export async function guard(
     if (!(e instanceof ClaimdError)) {
       throw e;
     }
-    if (!e.unavailable && !(e instanceof ResourceExhaustedError)) {
+    const answer = failed(e, undefined, false);
+    if (answer.status === 500) {
       // Refused credentials or grants, an unknown provider: an operator must see it.
       log.warn("claimd: claim refused", { namespace: request.namespace, provider: request.provider, error: e.message });
     }
-    return failed(e, undefined, false);
+    return answer;
   }
   const base = { outcome: claim.outcome, claim, ran: false };
   switch (claim.outcome) {
     case Outcome.DUPLICATE:
       return { ...base, status: 200, body: claim.result };
     case Outcome.IN_PROGRESS:
-      return { ...base, status: 409, body: text("in progress elsewhere; retry later"), retryAfter: secondsUntil(claim.leaseExpiresAt) };
+      return { ...base, status: 409, body: text(answers.inProgress), retryAfter: secondsUntil(claim.leaseExpiresAt) };
     case Outcome.PAYLOAD_MISMATCH:
       log.warn("claimd: payload mismatch: same key, different payload", {
         namespace: request.namespace,
         provider: request.provider,
         key: claim.key,
       });
-      return { ...base, status: 422, body: text(`payload differs from the first delivery of ${claim.key}`) };
+      return { ...base, status: 422, body: text(answers.payloadMismatch) };
     case Outcome.ACQUIRED:
       return runAcquired(client, request, claim, handler, opts, log);
   }
-  return { ...base, status: 500, body: text("unexpected claim outcome"), error: new Error(`claimd: unexpected outcome ${claim.outcome}`) };
+  return { ...base, status: 500, body: text(answers.unexpected), error: new Error(`claimd: unexpected outcome ${claim.outcome}`) };
+}
+
+/**
+ * takenOverFromProcessing reports whether claim took the key over from a
+ * holder that had started the side effect. Such a key is never released:
+ * Release resets the state to RECEIVED, and the next holder would no longer
+ * learn that it must check before acting.
+ */
+function takenOverFromProcessing(claim: ClaimResponse): boolean {
+  return claim.reason === Reason.LEASE_EXPIRED && claim.state === EventState.PROCESSING;
+}
+
+/**
+ * endedAlready reports whether a settle or fail found the record SETTLED or
+ * FAILED already under this guard's own token: the handler ended the event
+ * itself through the typed calls. The outcome is recorded, so the provider
+ * may stop retrying; the stored result stands.
+ */
+function endedAlready(err: ClaimdError): boolean {
+  if (err instanceof ResultMismatchError) {
+    return true;
+  }
+  const cur = err instanceof InvalidTransitionError ? err.currentState : undefined;
+  return cur === "EVENT_STATE_SETTLED" || cur === "EVENT_STATE_FAILED";
 }
 
 async function runAcquired(
@@ -162,12 +241,17 @@ async function runAcquired(
     if (notOurs(err)) {
       return { ...lost(err, claim, log, request), ran: false }; // released and re-claimed under us
     }
-    await releaseQuietly(client, ref, log);
+    // The handler did not run: give the key back so that the provider's
+    // retry need not wait out the lease (not after a takeover from
+    // PROCESSING; if the release fails, the lease frees the key).
+    if (!takenOverFromProcessing(claim)) {
+      await releaseQuietly(client, ref, log);
+    }
     return failed(err, claim, false);
   }
 
   const leaseMs = await leaseMsOf(client, request, claim);
-  const hb = new Heartbeat(client, ref, request.leaseMs, opts.renewEveryMs ?? Math.max(10, Math.floor(leaseMs / 3)), log);
+  const hb = new Heartbeat(client, ref, request.leaseMs, opts.renewEveryMs ?? heartbeatEveryMs(leaseMs), log);
   hb.start();
   let returned: unknown;
   let handlerErr: unknown;
@@ -192,7 +276,7 @@ async function runAcquired(
     return settle(client, ref, claim, returned, log, request);
   }
   if (handlerErr instanceof PermanentError) {
-    const why = truncate(handlerErr.message, opts.maxFailureBytes ?? 4096);
+    const why = truncate(handlerErr.message, MAX_FAILURE_BYTES);
     try {
       await client.transition({ ...ref, to: EventState.FAILED, result: why });
     } catch (e) {
@@ -200,13 +284,24 @@ async function runAcquired(
       if (notOurs(err)) {
         return lost(err, claim, log, request);
       }
-      await releaseQuietly(client, ref, log);
-      return { ...failed(err, claim, true), error: handlerErr };
+      if (!endedAlready(err)) {
+        // The handler ran: never release (GUARD.md row 19).
+        return { ...unsettled(err, claim, log), error: handlerErr };
+      }
+      log.warn("claimd: the handler ended the event itself; its stored outcome stands", { key: claim.key, error: err.message });
     }
     return { ...ran, status: 200, body: why, error: handlerErr };
   }
-  await releaseQuietly(client, ref, log);
-  return { ...ran, status: 500, body: text("handler failed; retry later"), error: handlerErr };
+  const failedAnswer = { ...ran, status: 500, body: text(answers.handlerFailed), error: handlerErr };
+  if (takenOverFromProcessing(claim)) {
+    log.warn("claimd: handler failed on a key taken over from PROCESSING; leaving it to its lease", {
+      key: claim.key,
+      error: handlerErr instanceof Error ? handlerErr.message : String(handlerErr),
+    });
+    return failedAnswer;
+  }
+  const notReleased = await releaseQuietly(client, ref, log);
+  return notReleased ? { ...lost(notReleased, claim, log, request), error: handlerErr } : failedAnswer;
 }
 
 /**
@@ -245,9 +340,30 @@ async function settle(
     await client.transition({ ...ref, to: EventState.SETTLED, result: stored });
   } catch (e) {
     const err = toClaimdError(e);
-    return notOurs(err) ? lost(err, claim, log, request) : failed(err, claim, true);
+    if (notOurs(err)) {
+      return lost(err, claim, log, request);
+    }
+    if (!endedAlready(err)) {
+      return unsettled(err, claim, log);
+    }
+    log.warn("claimd: the handler ended the event itself; its stored outcome stands", { key: claim.key, error: err.message });
+    notStored ??= err;
   }
   return { outcome: claim.outcome, claim, ran: true, status: 200, body, ...(notStored ? { error: notStored } : {}) };
+}
+
+/**
+ * unsettled answers a handler that ran but whose outcome could not be
+ * recorded: 503, and the key is not released (the side effect may have
+ * happened). The record stays PROCESSING until its lease ends; the next
+ * holder then acquires it with LEASE_EXPIRED and state PROCESSING.
+ */
+function unsettled(err: ClaimdError, claim: ClaimResponse, log: GuardLogger): GuardResult {
+  log.warn("claimd: recording the outcome failed after the handler ran; the next holder takes over with state PROCESSING", {
+    key: claim.key,
+    error: err.message,
+  });
+  return { outcome: claim.outcome, claim, ran: true, status: 503, body: text(answers.unsettled), retryAfter: UNAVAILABLE_RETRY_AFTER_S, error: err };
 }
 
 /**
@@ -260,22 +376,26 @@ function notOurs(err: ClaimdError): boolean {
 }
 
 /**
- * failed answers a claimd error: 503 when claimd did not answer or this
- * principal is over its rate limit (Retry-After: claimd's RetryInfo delay),
- * 500 when it refused (a bug or a misconfiguration that must be seen: an
- * unknown provider, UNAUTHENTICATED, PERMISSION_DENIED). Both are 5xx: when
- * the handler did not run, the provider must deliver again.
+ * failed answers a claimd error before the handler ran (GUARD.md rows 4-9):
+ * 400 for a request claimd will never accept (a delivery it cannot key), 503
+ * when claimd did not answer or this principal is over its rate limit
+ * (Retry-After: claimd's RetryInfo delay), 500 when it refused (a
+ * misconfiguration that must be seen: an unknown provider, UNAUTHENTICATED,
+ * PERMISSION_DENIED). A 5xx, so that the provider delivers again.
  */
 function failed(err: ClaimdError, claim: ClaimResponse | undefined, ran: boolean): GuardResult {
   const base = { outcome: claim?.outcome, ran, error: err, ...(claim ? { claim } : {}) };
+  if (err instanceof InvalidArgumentError) {
+    return { ...base, status: 400, body: text(answers.rejected) };
+  }
   if (err instanceof ResourceExhaustedError) {
-    const retryAfter = err.retryAfterMs !== undefined ? Math.max(1, Math.ceil(err.retryAfterMs / 1000)) : 5;
-    return { ...base, status: 503, body: text("claimd rate limit reached; retry later"), retryAfter };
+    const retryAfter = err.retryAfterMs !== undefined ? Math.max(1, Math.ceil(err.retryAfterMs / 1000)) : UNAVAILABLE_RETRY_AFTER_S;
+    return { ...base, status: 503, body: text(answers.rateLimited), retryAfter };
   }
-  if (err.unavailable) {
-    return { ...base, status: 503, body: text("claimd unavailable; retry later"), retryAfter: 5 };
+  if (err.unavailable || err.code === Code.Canceled) {
+    return { ...base, status: 503, body: text(answers.unavailable), retryAfter: UNAVAILABLE_RETRY_AFTER_S };
   }
-  return { ...base, status: 500, body: text("claimd refused the call") };
+  return { ...base, status: 500, body: text(answers.refused) };
 }
 
 function lost(err: ClaimdError, claim: ClaimResponse, log: GuardLogger, request: ClaimInput): GuardResult {
@@ -286,22 +406,41 @@ function lost(err: ClaimdError, claim: ClaimResponse, log: GuardLogger, request:
     fencing_token: claim.fencingToken,
     error: err.message,
   });
-  return { outcome: claim.outcome, claim, ran: true, status: 409, body: text("ownership lost; retry later"), retryAfter: 1, error: err };
+  return {
+    outcome: claim.outcome,
+    claim,
+    ran: true,
+    status: 409,
+    body: text(answers.takenOver),
+    retryAfter: SUPERSEDED_RETRY_AFTER_S,
+    error: err,
+  };
 }
 
-async function releaseQuietly(client: ClaimdClient, ref: Lease, log: GuardLogger): Promise<void> {
+/**
+ * releaseQuietly gives the key back. It returns the error when the claim
+ * turned out not to be ours any more (STALE_TOKEN, NOT_OWNER); any other
+ * failure is logged, and the lease frees the key instead.
+ */
+async function releaseQuietly(client: ClaimdClient, ref: Lease, log: GuardLogger): Promise<ClaimdError | undefined> {
   try {
     await client.release(ref);
   } catch (e) {
-    // The lease runs out by itself; the next delivery then takes over.
-    log.warn("claimd: release failed; the key frees when its lease ends", { key: ref.key, error: toClaimdError(e).message });
+    const err = toClaimdError(e);
+    if (notOurs(err)) {
+      return err;
+    }
+    log.warn("claimd: release failed; the key frees when its lease ends", { key: ref.key, error: err.message });
   }
+  return undefined;
 }
 
 /**
  * Heartbeat renews the lease while the handler runs. Renewals are chained
- * (never overlapping); a transient failure is retried on the next beat,
- * while a refusal (STALE_TOKEN: another holder took over) aborts the signal.
+ * (never overlapping). STALE_TOKEN, NOT_OWNER or NOT_FOUND (another holder
+ * took over) abort the signal; INVALID_TRANSITION (the handler ended the
+ * event itself) stops the heartbeat; any other failure is retried on the
+ * next beat.
  */
 class Heartbeat {
   private readonly controller = new AbortController();
@@ -343,7 +482,11 @@ class Heartbeat {
       );
     } catch (e) {
       const err = toClaimdError(e);
-      if (err.unavailable) {
+      if (err instanceof InvalidTransitionError) {
+        this.stopped = true; // terminal already: nothing left to renew, nothing lost
+        return;
+      }
+      if (!notOurs(err) && !(err instanceof RecordNotFoundError)) {
         this.log.warn("claimd: lease renewal failed; retrying", { key: this.ref.key, error: err.message });
         return;
       }

@@ -23,19 +23,33 @@ export {
   DurableTierUnavailableError,
   ERROR_DOMAIN,
   ErrorReason,
+  InvalidArgumentError,
   InvalidTransitionError,
   NotOwnerError,
   PermissionDeniedError,
   ProviderNotFoundError,
   RecordNotFoundError,
   ResourceExhaustedError,
+  ResultMismatchError,
   StaleTokenError,
   toClaimdError,
   UnauthenticatedError,
   type ErrorInfo,
 } from "./errors.js";
 export { isLoopbackHost, type TlsOptions, type TokenProvider } from "./security.js";
-export { guard, MAX_RESULT_BYTES, permanent, PermanentError, type GuardHandler, type GuardLogger, type GuardOptions, type GuardResult } from "./guard.js";
+export {
+  guard,
+  MAX_FAILURE_BYTES,
+  MAX_RESULT_BYTES,
+  permanent,
+  PermanentError,
+  SUPERSEDED_RETRY_AFTER_S,
+  UNAVAILABLE_RETRY_AFTER_S,
+  type GuardHandler,
+  type GuardLogger,
+  type GuardOptions,
+  type GuardResult,
+} from "./guard.js";
 export { backoffMs, resolveRetryPolicy, type RetryPolicy } from "./retry.js";
 export {
   EventState,

@@ -11,9 +11,9 @@ import { Code, isTransient, toClaimdError } from "./errors.js";
 export interface RetryPolicy {
   /** maxAttempts counts the first try; 1 disables retries. Default 4. */
   maxAttempts?: number;
-  /** initialBackoffMs is the ceiling of the first pause. Default 100. */
+  /** initialBackoffMs is the ceiling of the first pause. Default 50. */
   initialBackoffMs?: number;
-  /** maxBackoffMs caps every pause. Default 2000. */
+  /** maxBackoffMs caps every pause. Default 1000. */
   maxBackoffMs?: number;
   /** multiplier grows the ceiling after each attempt. Default 2. */
   multiplier?: number;
@@ -30,11 +30,11 @@ export type ResolvedRetryPolicy = Required<RetryPolicy>;
 /** resolveRetryPolicy fills in defaults and clamps nonsense to sane bounds. */
 export function resolveRetryPolicy(p: RetryPolicy = {}): ResolvedRetryPolicy {
   const pos = (v: number | undefined, d: number) => (v !== undefined && v > 0 ? v : d);
-  const initialBackoffMs = pos(p.initialBackoffMs, 100);
+  const initialBackoffMs = pos(p.initialBackoffMs, 50);
   return {
     maxAttempts: Math.max(1, Math.floor(pos(p.maxAttempts, 4))),
     initialBackoffMs,
-    maxBackoffMs: Math.max(initialBackoffMs, pos(p.maxBackoffMs, 2000)),
+    maxBackoffMs: Math.max(initialBackoffMs, pos(p.maxBackoffMs, 1000)),
     multiplier: Math.max(1, pos(p.multiplier, 2)),
     totalTimeoutMs: pos(p.totalTimeoutMs, 10_000),
   };
@@ -42,13 +42,17 @@ export function resolveRetryPolicy(p: RetryPolicy = {}): ResolvedRetryPolicy {
 
 /**
  * backoffMs is the pause before attempt `attempt + 1` (attempt counts from 1):
- * "full jitter" below an exponentially growing ceiling, so that many clients
- * cut off by one outage do not come back in lockstep. random is injectable
- * for tests.
+ * "full jitter", uniform below an exponentially growing ceiling, so that many
+ * clients cut off by one outage do not come back in lockstep — the formula
+ * of every claimd client (clients/GUARD.md). random is injectable for tests.
  */
 export function backoffMs(p: ResolvedRetryPolicy, attempt: number, random: () => number = Math.random): number {
-  const ceiling = Math.min(p.maxBackoffMs, p.initialBackoffMs * p.multiplier ** (attempt - 1));
-  return Math.floor(ceiling * (0.5 + random() / 2));
+  return Math.floor(backoffCeilingMs(p, attempt) * random());
+}
+
+/** backoffCeilingMs is the most backoffMs pauses before attempt `attempt + 1`. */
+export function backoffCeilingMs(p: ResolvedRetryPolicy, attempt: number): number {
+  return Math.min(p.maxBackoffMs, p.initialBackoffMs * p.multiplier ** (attempt - 1));
 }
 
 /** AttemptOptions is what one attempt of a call may use. */

@@ -9,6 +9,7 @@ import {
   ClaimdError,
   createClient,
   EventState,
+  InvalidArgumentError,
   InvalidTransitionError,
   KeySource,
   leaseOf,
@@ -18,6 +19,7 @@ import {
   Reason,
   RecordNotFoundError,
   resolveRetryPolicy,
+  ResultMismatchError,
   StaleTokenError,
   type ClaimdClient,
 } from "../src/index.js";
@@ -201,7 +203,20 @@ describe("errors carry code and ErrorInfo reason", () => {
       call: () => client.claim({ namespace: "Not Valid", provider: "stripe", eventId: eventId() }),
       code: Code.InvalidArgument,
       reason: "INVALID_ARGUMENT",
-      cls: ClaimdError,
+      cls: InvalidArgumentError,
+    },
+    {
+      desc: "settle repeated with another result",
+      call: async () => {
+        const req = { namespace: NS, provider: "stripe", eventId: eventId() };
+        const lease = leaseOf(req, await client.claim(req));
+        await client.transition({ ...lease, to: EventState.PROCESSING });
+        await client.transition({ ...lease, to: EventState.SETTLED, result: "first" });
+        await client.transition({ ...lease, to: EventState.SETTLED, result: "another" });
+      },
+      code: Code.FailedPrecondition,
+      reason: "RESULT_MISMATCH",
+      cls: ResultMismatchError,
     },
   ];
   for (const tc of cases) {
@@ -315,7 +330,8 @@ describe("retries", () => {
   test("backoff grows, is capped and jittered", () => {
     const p = resolveRetryPolicy({ initialBackoffMs: 100, maxBackoffMs: 1000, multiplier: 2 });
     const cases = [
-      { desc: "first, low draw", attempt: 1, random: 0, want: 50 },
+      { desc: "first, low draw (full jitter reaches zero)", attempt: 1, random: 0, want: 0 },
+      { desc: "first, middle draw", attempt: 1, random: 0.5, want: 50 },
       { desc: "first, high draw", attempt: 1, random: 0.999999, want: 99 },
       { desc: "third", attempt: 3, random: 0.999999, want: 399 },
       { desc: "capped", attempt: 10, random: 0.999999, want: 999 },

@@ -66,6 +66,18 @@ class InvalidTransition(ClaimdError):
     it is."""
 
 
+class ResultMismatch(ClaimdError):
+    """ResultMismatch: SETTLED or FAILED repeated, with the current token,
+    carrying another result than the stored one. Nothing was written: the
+    first result stands. metadata["current_state"] names the state."""
+
+
+class InvalidArgument(ClaimdError):
+    """InvalidArgument: claimd rejected the request's fields (a delivery it
+    cannot derive a key from, a bad namespace); nothing was written, and
+    sending it again changes nothing."""
+
+
 class NotFound(ClaimdError):
     """NotFound: no such record (reason RECORD_NOT_FOUND) or no such provider
     (reason PROVIDER_NOT_FOUND)."""
@@ -169,6 +181,10 @@ def from_rpc_error(err: grpc.RpcError) -> ClaimdError:
         cls = NotOwner
     elif reason == "INVALID_TRANSITION":
         cls = InvalidTransition
+    elif reason == "RESULT_MISMATCH":
+        cls = ResultMismatch
+    elif code == grpc.StatusCode.INVALID_ARGUMENT:
+        cls = InvalidArgument
     elif code == grpc.StatusCode.NOT_FOUND:
         cls = NotFound
     elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):

@@ -5,15 +5,18 @@
             g.settle(charge(g.claim))
     respond(g.result.status, g.result.body, g.result.headers)
 
-Claim; on ACQUIRED move to PROCESSING and renew the lease from a background
-thread (about every lease/3) while the block runs; then settle (SETTLED with
-the result, 200), fail (FAILED for a PermanentError, 200: the provider must
-stop retrying) or release (any other exception, 500: the next delivery
-acquires with RELEASED). Every other outcome answers without running the
-block: DUPLICATE 200 with the stored result, IN_PROGRESS 409 with
-Retry-After, PAYLOAD_MISMATCH 422, claimd unreachable 503, this principal
-over its rate limit 503 with claimd's Retry-After, credentials refused
-(UNAUTHENTICATED, PERMISSION_DENIED) 500: a 5xx, so the provider retries.
+The guard follows the contract every claimd guard shares, clients/GUARD.md,
+whose table gives the status, Retry-After and body of every outcome (the
+scenarios in clients/guardspec check it). In short: Claim; on ACQUIRED move to
+PROCESSING and renew the lease from a background thread (every lease/3) while
+the block runs; then settle (SETTLED with the result, 200), fail (FAILED for a
+PermanentError, 200: the provider must stop retrying) or release (any other
+Exception, 500: the next delivery acquires with RELEASED). Every other outcome
+answers without running the block: DUPLICATE 200 with the stored result,
+IN_PROGRESS 409 with Retry-After, PAYLOAD_MISMATCH 422, a delivery claimd
+cannot key 400, claimd unreachable 503, this principal over its rate limit 503
+with claimd's Retry-After, credentials refused (UNAUTHENTICATED,
+PERMISSION_DENIED) 500: a 5xx, so the provider retries.
 
 A result is encoded by the rule every claimd guard (Go, Python, TypeScript)
 follows: bytes-like as they are, str as UTF-8, None as empty, anything else
@@ -21,13 +24,17 @@ follows: bytes-like as they are, str as UTF-8, None as empty, anything else
 spaces, non-ASCII kept as UTF-8, NaN and infinities refused). A result that
 cannot be encoded is settled as empty and reported in GuardResult.error.
 
-Only an exception raised by the handler before it returned may release the
+Only an Exception raised by the handler before it returned may release the
 claim. Once the side effect may have happened (the handler returned, or the
 block reached settle() or fail()), nothing releases: a result that cannot be
 encoded or stored is settled without it, and a settle that fails or is
 interrupted leaves the record PROCESSING, so whoever takes it over after the
 lease sees LEASE_EXPIRED with state PROCESSING and must check its own books
-before acting again.
+before acting again. Nor is a BaseException that is not an Exception
+(KeyboardInterrupt, SystemExit, CancelledError) a statement that nothing
+happened: it propagates and leaves the claim to its lease. And a key taken
+over from a holder that had reached PROCESSING is never released, whatever
+the block does: the next holder must learn again that someone may have acted.
 """
 
 from __future__ import annotations
@@ -43,18 +50,22 @@ from datetime import datetime, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Concatenate, ParamSpec
 
+import grpc
+
 from claimd.errors import (
     ClaimdError,
+    InvalidArgument,
     InvalidTransition,
     NotFound,
     NotOwner,
     PayloadMismatch,
     PermanentError,
     ResourceExhausted,
+    ResultMismatch,
     StaleToken,
     Unavailable,
 )
-from claimd.types import MAX_RESULT_BYTES, Claim, Delivery, EventState, Outcome, Record
+from claimd.types import MAX_RESULT_BYTES, Claim, Delivery, EventState, Outcome, Reason, Record
 
 if TYPE_CHECKING:
     from claimd.client import Client, Seconds
@@ -64,12 +75,31 @@ log = logging.getLogger("claimd")
 P = ParamSpec("P")
 
 UNAVAILABLE_RETRY_AFTER = 5
-"""UNAVAILABLE_RETRY_AFTER is the Retry-After, in seconds, of a 503."""
+"""UNAVAILABLE_RETRY_AFTER is the Retry-After, in seconds, of a 503 when
+claimd could not be asked or could not record an outcome."""
+
+SUPERSEDED_RETRY_AFTER = 1
+"""SUPERSEDED_RETRY_AFTER is the Retry-After, in seconds, of a 409 when
+another holder took the key over: its lease is unknown here, and the
+provider's retry meets IN_PROGRESS with the right Retry-After."""
 
 MAX_FAILURE_BYTES = 1024
 """MAX_FAILURE_BYTES bounds the error text stored as a FAILED record's result."""
 
-_MIN_HEARTBEAT = 0.05  # seconds; a floor for very short leases
+_MIN_HEARTBEAT = 0.1  # seconds; a floor for very short leases (GUARD.md)
+
+# The bodies of the answers that are not a result, the same in every claimd
+# guard (clients/GUARD.md).
+_IN_PROGRESS = b"delivery in progress elsewhere; retry later\n"
+_PAYLOAD_MISMATCH = b"payload differs from an earlier delivery with the same key\n"
+_REJECTED = b"delivery rejected by claimd\n"
+_REFUSED = b"claimd refused the delivery\n"
+_RATE_LIMITED = b"claimd rate limit reached; retry later\n"
+_UNAVAILABLE = b"claimd unavailable; retry later\n"
+_UNEXPECTED = b"unexpected answer from claimd\n"
+_TAKEN_OVER = b"delivery taken over by another holder; retry later\n"
+_HANDLER_FAILED = b"processing failed; retry later\n"
+_UNSETTLED = b"could not record the outcome; retry later\n"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,15 +137,39 @@ def _seconds_until(t: datetime | None, minimum: int = 1) -> int:
 
 def _refused(err: ClaimdError) -> tuple[int, bytes, int | None]:
     """_refused is the answer to a claimd call that failed before the handler
-    ran: 503 with Retry-After when claimd could not answer or this principal
-    is over its rate limit (claimd's RetryInfo delay), 500 otherwise. Both
-    are 5xx: the side effect did not run, so the provider must retry."""
+    ran (GUARD.md rows 4-9): 400 for a request claimd will never accept (a
+    delivery it cannot key), 503 with Retry-After when claimd could not
+    answer or this principal is over its rate limit (claimd's RetryInfo
+    delay), 500 otherwise (credentials, grants, an unknown provider: only an
+    operator fixes those, and the provider must keep retrying meanwhile)."""
+    if isinstance(err, InvalidArgument):
+        return 400, _REJECTED, None
     if isinstance(err, ResourceExhausted):
         wait = math.ceil(err.retry_after) if err.retry_after else UNAVAILABLE_RETRY_AFTER
-        return 503, b"claimd rate limit reached", max(1, wait)
-    if isinstance(err, Unavailable):
-        return 503, b"claimd unavailable", UNAVAILABLE_RETRY_AFTER
-    return 500, b"claim failed", None
+        return 503, _RATE_LIMITED, max(1, wait)
+    if isinstance(err, Unavailable) or err.code == grpc.StatusCode.CANCELLED:
+        return 503, _UNAVAILABLE, UNAVAILABLE_RETRY_AFTER
+    return 500, _REFUSED, None
+
+
+def _ended_already(err: ClaimdError) -> bool:
+    """_ended_already reports whether a settle or fail found the record
+    SETTLED or FAILED already under this guard's own token: the block ended
+    the event itself through the typed calls. The outcome is recorded; the
+    stored result stands."""
+    if isinstance(err, ResultMismatch):
+        return True
+    return isinstance(err, InvalidTransition) and err.metadata.get("current_state") in (
+        "EVENT_STATE_SETTLED",
+        "EVENT_STATE_FAILED",
+    )
+
+
+def _taken_over_from_processing(claim: Claim) -> bool:
+    """_taken_over_from_processing reports whether claim took the key over
+    from a holder that had started the side effect: such a key is never
+    released (a release resets the state to RECEIVED and would hide it)."""
+    return claim.reason == Reason.LEASE_EXPIRED and claim.state == EventState.PROCESSING
 
 
 def _encode(result: object) -> bytes:
@@ -189,10 +243,12 @@ class Guard:
 
     While the guard owns the claim and the block has not reached settle() or
     fail(), an Exception from the block is handled (it becomes the result's
-    error; the claim is released, or failed for a PermanentError) and does
-    not propagate; a BaseException (SystemExit, KeyboardInterrupt) releases
-    the claim and propagates. Exceptions raised when nothing is owned, or
-    after settle() or fail() began, never release and propagate untouched.
+    error; the claim is released — unless it was taken over from
+    PROCESSING —, or failed for a PermanentError) and does not propagate; a
+    BaseException that is not an Exception (SystemExit, KeyboardInterrupt)
+    stops the heartbeat, leaves the claim to its lease and propagates.
+    Exceptions raised when nothing is owned, or after settle() or fail()
+    began, never release and propagate untouched.
     """
 
     def __init__(
@@ -230,7 +286,6 @@ class Guard:
         # _done is set as settle() or fail() begins: the side effect may have
         # happened, and from then on nothing may release the claim.
         self._done = False
-        self._lease_seconds = 1.0
 
     @property
     def acquired(self) -> bool:
@@ -275,33 +330,32 @@ class Guard:
                 holder=self._holder,
                 wait=self._wait,
             )
-        except (Unavailable, ResourceExhausted) as err:
-            status, body, retry = _refused(err)
-            self._result = GuardResult(status, body, retry, error=err)
-            return self
         except ClaimdError as err:
-            # UNAUTHENTICATED and PERMISSION_DENIED land here: this receiver's
-            # credentials or grants are wrong, which only an operator fixes.
-            # 500 and not 4xx, so that the provider keeps retrying meanwhile.
-            log.error("claimd: claim %s/%s failed: %s", self.namespace, self.provider, err)
-            self._result = GuardResult(500, b"claim failed", error=err)
+            status, body, retry = _refused(err)
+            if status == 500:
+                # UNAUTHENTICATED and PERMISSION_DENIED land here: this
+                # receiver's credentials or grants are wrong, which only an
+                # operator fixes. 500 and not 4xx, so that the provider keeps
+                # retrying meanwhile.
+                log.error("claimd: claim %s/%s failed: %s", self.namespace, self.provider, err)
+            self._result = GuardResult(status, body, retry, error=err)
             return self
         self._claim = claim
         if claim.outcome == Outcome.DUPLICATE:
             self._result = GuardResult(200, claim.result, outcome=claim.outcome, claim=claim)
         elif claim.outcome == Outcome.IN_PROGRESS:
             self._result = GuardResult(
-                409, b"in progress", _seconds_until(claim.lease_expires_at), outcome=claim.outcome, claim=claim
+                409, _IN_PROGRESS, _seconds_until(claim.lease_expires_at), outcome=claim.outcome, claim=claim
             )
         elif claim.outcome == Outcome.PAYLOAD_MISMATCH:
             mismatch = PayloadMismatch(f"key {claim.key!r} was claimed with a different payload")
-            log.warning("claimd: %s/%s: %s", claim.namespace, claim.provider, mismatch)
-            self._result = GuardResult(422, b"payload mismatch", outcome=claim.outcome, error=mismatch, claim=claim)
+            log.error("claimd: %s/%s: %s", claim.namespace, claim.provider, mismatch)
+            self._result = GuardResult(422, _PAYLOAD_MISMATCH, outcome=claim.outcome, error=mismatch, claim=claim)
         elif claim.outcome == Outcome.ACQUIRED:
             self._start(claim)
         else:
             unknown = ClaimdError(f"claim answered outcome {claim.outcome!r}")
-            self._result = GuardResult(500, b"claim failed", outcome=claim.outcome, error=unknown, claim=claim)
+            self._result = GuardResult(500, _UNEXPECTED, outcome=claim.outcome, error=unknown, claim=claim)
         return self
 
     def _start(self, claim: Claim) -> None:
@@ -313,12 +367,15 @@ class Guard:
             self._result = self._answer_lost(err)
             return
         except ClaimdError as err:
-            self._release_quietly()
+            # The block did not run: give the key back so that the
+            # provider's retry need not wait out the lease (unless it was
+            # taken over from PROCESSING; if the release fails, the lease
+            # frees the key).
+            if not _taken_over_from_processing(claim):
+                self._release_quietly()
             status, body, retry = _refused(err)
             self._result = GuardResult(status, body, retry, outcome=claim.outcome, error=err, claim=claim)
             return
-        if moved.record.lease is not None:
-            self._lease_seconds = moved.record.lease.total_seconds()
         self._heartbeat = _Heartbeat(self, moved.record)
         self._heartbeat.start()
 
@@ -346,7 +403,8 @@ class Guard:
 
     def fail(self, reason: str | BaseException) -> None:
         """fail records the event as failed for good: FAILED with the reason's
-        text (bounded to 1 KiB), answered 200 so the provider stops retrying."""
+        text (bounded to 1 KiB on a character boundary), answered 200 so the
+        provider stops retrying."""
         self._done = True
         err = reason if isinstance(reason, BaseException) else PermanentError(reason)
         self._finish(EventState.FAILED, _failure_text(err), err)
@@ -376,17 +434,29 @@ class Guard:
         except (StaleToken, NotOwner) as err:
             self._result = self._answer_lost(err)
             return
-        except Exception as err:
-            # Ambiguous: the transition may or may not have been applied.
-            # Either way the record is not released, whatever failed (claimd,
-            # the network, a bug in this client); see the module doc.
-            log.error("claimd: %s %s/%s/%s failed: %s", to.name, claim.namespace, claim.provider, claim.key, err)
-            status, retry = (503, UNAVAILABLE_RETRY_AFTER) if isinstance(err, Unavailable) else (500, None)
-            self._result = GuardResult(
-                status, b"settle failed", retry, outcome=claim.outcome, ran=True, error=err, claim=claim
+        except ClaimdError as err:
+            if not _ended_already(err):
+                self._result = self._unsettled(to, err)
+                return
+            # The block ended the event itself; its stored outcome stands,
+            # and the provider may stop retrying.
+            log.warning(
+                "claimd: %s/%s/%s was ended by the handler itself: %s", claim.namespace, claim.provider, claim.key, err
             )
+            error = error or err
+        except Exception as err:
+            self._result = self._unsettled(to, err)
             return
         self._result = GuardResult(200, body, outcome=claim.outcome, ran=True, error=error, claim=claim)
+
+    def _unsettled(self, to: EventState, err: Exception) -> GuardResult:
+        # Ambiguous: the transition may or may not have been applied. Either
+        # way the record is not released, whatever failed (claimd, the
+        # network, a bug in this client); see the module doc.
+        c = self._claim
+        assert c is not None
+        log.error("claimd: %s %s/%s/%s failed: %s", to.name, c.namespace, c.provider, c.key, err)
+        return GuardResult(503, _UNSETTLED, UNAVAILABLE_RETRY_AFTER, outcome=c.outcome, ran=True, error=err, claim=c)
 
     def __exit__(
         self,
@@ -403,9 +473,10 @@ class Guard:
     def _handler_raised(self, exc: BaseException) -> bool:
         """_handler_raised ends the work after exc escaped the handler (or
         the with-block) and says whether to swallow exc. It is the only path
-        to a release, and releases only when the handler raised before it
-        returned: once settle() or fail() began, the side effect may have
-        happened."""
+        to a release, and releases only when the handler raised an Exception
+        before it returned, on a key not taken over from PROCESSING: once
+        settle() or fail() began, or when the block was interrupted, the
+        side effect may have happened."""
         if self._done:
             if self._result is None:
                 # settle() or fail() was itself interrupted (KeyboardInterrupt
@@ -413,23 +484,49 @@ class Guard:
                 # claim; its lease hands it over with state PROCESSING.
                 self._stop_heartbeat()
                 self._result = GuardResult(
-                    500, b"settle failed", outcome=Outcome.ACQUIRED, ran=True, error=exc, claim=self._claim
+                    503,
+                    _UNSETTLED,
+                    UNAVAILABLE_RETRY_AFTER,
+                    outcome=Outcome.ACQUIRED,
+                    ran=True,
+                    error=exc,
+                    claim=self._claim,
                 )
             return False
         if not self.acquired:
             return False  # nothing is owned: an exception has nothing to undo
+        claim = self.claim
         self._ran = True
         if isinstance(exc, PermanentError):
             self.fail(exc)
             return True
         self._stop_heartbeat()
+        failed = GuardResult(500, _HANDLER_FAILED, outcome=claim.outcome, ran=True, error=exc, claim=claim)
         if self._lost is not None:
             self._result = dataclasses.replace(self._answer_lost(self._lost), error=exc)
-        else:
-            self._release_quietly()
-            self._result = GuardResult(
-                500, b"handler failed", outcome=Outcome.ACQUIRED, ran=True, error=exc, claim=self._claim
+        elif not isinstance(exc, Exception):
+            # An interruption, not the handler saying that nothing happened:
+            # leave the claim to its lease, and let it propagate.
+            log.warning(
+                "claimd: %s/%s/%s interrupted (%r); the key frees at its lease end",
+                claim.namespace,
+                claim.provider,
+                claim.key,
+                exc,
             )
+            self._result = failed
+        elif _taken_over_from_processing(claim):
+            log.warning(
+                "claimd: handler failed on %s/%s/%s taken over from PROCESSING; leaving the key to its lease: %s",
+                claim.namespace,
+                claim.provider,
+                claim.key,
+                exc,
+            )
+            self._result = failed
+        else:
+            lost = self._release_quietly()
+            self._result = dataclasses.replace(self._answer_lost(lost), error=exc) if lost is not None else failed
         return isinstance(exc, Exception)
 
     def _lose(self, err: ClaimdError) -> None:
@@ -440,14 +537,14 @@ class Guard:
             log.warning("claimd: lost %s/%s/%s (token %d): %s", c.namespace, c.provider, c.key, c.fencing_token, err)
 
     def _answer_lost(self, err: ClaimdError) -> GuardResult:
-        # Another holder owns the delivery now: answer like IN_PROGRESS, for
-        # about one lease.
+        # Another holder owns the delivery now: come back shortly, and meet
+        # its IN_PROGRESS with the right Retry-After.
         if self._lost is None:
             self._lose(err)
         return GuardResult(
             409,
-            b"taken over",
-            max(1, math.ceil(self._lease_seconds)),
+            _TAKEN_OVER,
+            SUPERSEDED_RETRY_AFTER,
             outcome=Outcome.ACQUIRED,
             ran=self._ran,
             error=err,
@@ -459,15 +556,20 @@ class Guard:
             self._heartbeat.stop()
             self._heartbeat = None
 
-    def _release_quietly(self) -> None:
-        # Callers: _start (before the handler ran) and _handler_raised
-        # (after the handler raised, before settle() or fail() began).
+    def _release_quietly(self) -> ClaimdError | None:
+        """_release_quietly gives the key back and returns the error when the
+        claim turned out not to be ours any more (StaleToken, NotOwner).
+        Callers: _start (before the handler ran) and _handler_raised (after
+        the handler raised, before settle() or fail() began)."""
         c = self.claim
         try:
             self.client.release(c)
+        except (StaleToken, NotOwner) as err:
+            return err
         except ClaimdError as err:
             # The lease runs out on its own; the next delivery then takes over.
             log.warning("claimd: release %s/%s/%s failed: %s", c.namespace, c.provider, c.key, err)
+        return None
 
 
 def guarded(

@@ -1,9 +1,10 @@
 """Retry of the client's own calls: exponential backoff with full jitter,
 bounded in attempts and in total time, on the codes that mean "claimd did not
-get to answer". Every claimd call is safe to repeat: Transition, Renew and
-Release are no-ops when repeated with the same token, Get has no effect, and
-a Claim is repeated with the same attempt_id so the server answers the same
-ACQUIRED and token instead of IN_PROGRESS."""
+get to answer" — the policy every claimd client shares (clients/GUARD.md).
+Every claimd call is safe to repeat: Transition, Renew and Release are no-ops
+when repeated with the same token, Get has no effect, and a Claim is repeated
+with the same attempt_id so the server answers the same ACQUIRED and token
+instead of IN_PROGRESS."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ T = TypeVar("T")
 class RetryPolicy:
     """RetryPolicy bounds the client's retries of one call.
 
-    Calls that fail with a code in retryable are retried, and so is a rate
+    Calls that fail with a code in retryable are retried (UNAVAILABLE, and
+    DEADLINE_EXCEEDED of an attempt while the call still has time: a Claim
+    is repeated with its attempt_id), and so is a rate
     limit's RESOURCE_EXHAUSTED that carries a RetryInfo: never sooner than
     its delay, and not at all when the delay would end past total_timeout
     (the call then raises ResourceExhausted at once).
@@ -40,7 +43,7 @@ class RetryPolicy:
     max_backoff: float = 1.0
     multiplier: float = 2.0
     total_timeout: float = 10.0
-    retryable: frozenset[grpc.StatusCode] = frozenset({grpc.StatusCode.UNAVAILABLE})
+    retryable: frozenset[grpc.StatusCode] = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:

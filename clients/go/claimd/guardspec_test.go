@@ -1,0 +1,642 @@
+package claimd_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/claimd/claimd/clients/go/claimd"
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+)
+
+// The guard contract's scenarios (clients/guardspec/README.md describes the
+// format). Every field is decoded strictly: a field this runner does not
+// know fails the test, so the file cannot say more than the runners check.
+
+// specPath is clients/guardspec/scenarios.json, from this package's
+// directory (go test runs in it).
+var specPath = filepath.Join("..", "..", "guardspec", "scenarios.json")
+
+type guardSpec struct {
+	Doc           string            `json:"doc"`
+	Constants     specConstants     `json:"constants"`
+	RowCount      int               `json:"row_count"`
+	UncoveredRows map[string]string `json:"uncovered_rows"`
+	Scenarios     []scenario        `json:"scenarios"`
+}
+
+type specConstants struct {
+	MaxResultBytes         int `json:"max_result_bytes"`
+	MaxFailureTextBytes    int `json:"max_failure_text_bytes"`
+	UnavailableRetryAfterS int `json:"unavailable_retry_after_s"`
+	SupersededRetryAfterS  int `json:"superseded_retry_after_s"`
+	HeartbeatDivisor       int `json:"heartbeat_divisor"`
+	HeartbeatFloorMS       int `json:"heartbeat_floor_ms"`
+	Retry                  struct {
+		MaxAttempts      int `json:"max_attempts"`
+		BaseBackoffMS    int `json:"base_backoff_ms"`
+		MaxBackoffMS     int `json:"max_backoff_ms"`
+		Multiplier       int `json:"multiplier"`
+		TotalTimeoutMS   int `json:"total_timeout_ms"`
+		AttemptTimeoutMS int `json:"attempt_timeout_ms"`
+	} `json:"retry"`
+}
+
+type scenario struct {
+	Name        string        `json:"name"`
+	Row         int           `json:"row"`
+	Doc         string        `json:"doc"`
+	Unreachable bool          `json:"unreachable"`
+	Arrange     []arrangeStep `json:"arrange"`
+	Deliveries  []delivery    `json:"deliveries"`
+	HandlerRuns *int          `json:"handler_runs"`
+}
+
+type arrangeStep struct {
+	Op      string    `json:"op"`
+	LeaseMS int64     `json:"lease_ms"`
+	To      string    `json:"to"`
+	Result  *specBody `json:"result"`
+}
+
+type delivery struct {
+	Request *specRequest `json:"request"`
+	Handler *specHandler `json:"handler"`
+	Faults  []specFault  `json:"faults"`
+	Expect  *specExpect  `json:"expect"`
+}
+
+type specRequest struct {
+	Provider string            `json:"provider"`
+	Body     *specText         `json:"body"`
+	Headers  map[string]string `json:"headers"`
+	LeaseMS  int64             `json:"lease_ms"`
+	WaitMS   int64             `json:"wait_ms"`
+}
+
+type specHandler struct {
+	Returns      *specValue `json:"returns"`
+	Raises       *specRaise `json:"raises"`
+	SettleItself *specBody  `json:"settle_itself"`
+	FailItself   *specBody  `json:"fail_itself"`
+	TakenOver    bool       `json:"taken_over"`
+	OutliveLease bool       `json:"outlive_lease"`
+}
+
+type specRaise struct {
+	Message   specText `json:"message"`
+	Permanent bool     `json:"permanent"`
+}
+
+// specValue is what a handler returns. A Go handler returns bytes, so a
+// JSON value is returned as its compact text: what the other guards'
+// encoders must write for it.
+type specValue struct {
+	Text *specText       `json:"text"`
+	B64  *string         `json:"b64"`
+	JSON json.RawMessage `json:"json"`
+	None bool            `json:"none"`
+}
+
+type specFault struct {
+	Call         string `json:"call"`
+	Code         string `json:"code"`
+	Reason       string `json:"reason"`
+	RetryDelayMS int64  `json:"retry_delay_ms"`
+}
+
+type specExpect struct {
+	Status     *int            `json:"status"`
+	RetryAfter *specRetryAfter `json:"retry_after"`
+	Body       *specBody       `json:"body"`
+	Ran        *bool           `json:"ran"`
+	Claim      *specClaim      `json:"claim"`
+	Record     *specRecord     `json:"record"`
+}
+
+type specClaim struct {
+	Outcome      string  `json:"outcome"`
+	Reason       string  `json:"reason"`
+	State        string  `json:"state"`
+	FencingToken *uint64 `json:"fencing_token"`
+}
+
+type specRecord struct {
+	State        string    `json:"state"`
+	Released     *bool     `json:"released"`
+	FencingToken *uint64   `json:"fencing_token"`
+	Result       *specBody `json:"result"`
+}
+
+// specText is a string, or {"prefix", "repeat", "times"} for long ones.
+type specText string
+
+func (t *specText) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*t = specText(s)
+		return nil
+	}
+	var r struct {
+		Prefix string `json:"prefix"`
+		Repeat string `json:"repeat"`
+		Times  int    `json:"times"`
+	}
+	if err := strictDecode(b, &r); err != nil {
+		return fmt.Errorf("text: want a string or {prefix, repeat, times}: %w", err)
+	}
+	if r.Repeat == "" || r.Times <= 0 {
+		return fmt.Errorf("text: repeat and a positive times are required")
+	}
+	*t = specText(r.Prefix + strings.Repeat(r.Repeat, r.Times))
+	return nil
+}
+
+// specBody is {"text": Text} or {"b64": "..."}: exact bytes.
+type specBody []byte
+
+func (sb *specBody) UnmarshalJSON(b []byte) error {
+	var v struct {
+		Text *specText `json:"text"`
+		B64  *string   `json:"b64"`
+	}
+	if err := strictDecode(b, &v); err != nil {
+		return fmt.Errorf("body: %w", err)
+	}
+	switch {
+	case (v.Text == nil) == (v.B64 == nil):
+		return errors.New("body: want exactly one of text and b64")
+	case v.Text != nil:
+		*sb = []byte(*v.Text)
+	default:
+		raw, err := base64.StdEncoding.DecodeString(*v.B64)
+		if err != nil {
+			return fmt.Errorf("body: b64: %w", err)
+		}
+		*sb = raw
+	}
+	return nil
+}
+
+// specRetryAfter is a number of seconds or {"min", "max"}.
+type specRetryAfter struct{ Min, Max int }
+
+func (r *specRetryAfter) UnmarshalJSON(b []byte) error {
+	var n int
+	if json.Unmarshal(b, &n) == nil {
+		r.Min, r.Max = n, n
+		return nil
+	}
+	var v struct {
+		Min *int `json:"min"`
+		Max *int `json:"max"`
+	}
+	if err := strictDecode(b, &v); err != nil || v.Min == nil || v.Max == nil {
+		return fmt.Errorf("retry_after: want a number or {min, max} (%v)", err)
+	}
+	r.Min, r.Max = *v.Min, *v.Max
+	return nil
+}
+
+func strictDecode(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data")
+	}
+	return nil
+}
+
+// loadSpec reads and checks the scenario file: strict fields, and the
+// required ones present.
+func loadSpec(t *testing.T) guardSpec {
+	t.Helper()
+	raw, err := os.ReadFile(specPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec guardSpec
+	if err := strictDecode(raw, &spec); err != nil {
+		t.Fatalf("%s: %v", specPath, err)
+	}
+	seen := map[string]bool{}
+	for i, sc := range spec.Scenarios {
+		where := fmt.Sprintf("%s: scenario %d (%q)", specPath, i, sc.Name)
+		switch {
+		case sc.Name == "" || seen[sc.Name]:
+			t.Fatalf("%s: a unique name is required", where)
+		case sc.Row < 1 || sc.Row > spec.RowCount:
+			t.Fatalf("%s: row %d is not a row of GUARD.md (1..%d)", where, sc.Row, spec.RowCount)
+		case len(sc.Deliveries) == 0 || sc.HandlerRuns == nil:
+			t.Fatalf("%s: deliveries and handler_runs are required", where)
+		}
+		seen[sc.Name] = true
+		for j, d := range sc.Deliveries {
+			e := d.Expect
+			if e == nil || e.Status == nil || e.Body == nil || e.Ran == nil {
+				t.Fatalf("%s: delivery %d: expect with status, body and ran is required", where, j+1)
+			}
+			if h := d.Handler; h != nil && (h.Returns == nil) == (h.Raises == nil) {
+				t.Fatalf("%s: delivery %d: a handler needs exactly one of returns and raises", where, j+1)
+			}
+		}
+	}
+	return spec
+}
+
+// TestGuardSpecCoverage: every row of the contract has a scenario, or a
+// reason why none can express it.
+func TestGuardSpecCoverage(t *testing.T) {
+	spec := loadSpec(t)
+	covered := map[int]bool{}
+	for _, sc := range spec.Scenarios {
+		covered[sc.Row] = true
+	}
+	for row := 1; row <= spec.RowCount; row++ {
+		_, excused := spec.UncoveredRows[strconv.Itoa(row)]
+		if covered[row] == excused {
+			t.Errorf("GUARD.md row %d: covered by a scenario %v, listed in uncovered_rows %v; want exactly one", row, covered[row], excused)
+		}
+	}
+}
+
+// TestGuardSpecConstants: this client's numbers are the contract's.
+func TestGuardSpecConstants(t *testing.T) {
+	c := loadSpec(t).Constants
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	tests := []struct {
+		name      string
+		got, want any
+	}{
+		{"MaxResultBytes", claimd.MaxResultBytes, c.MaxResultBytes},
+		{"MaxFailureText", claimd.MaxFailureText, c.MaxFailureTextBytes},
+		{"UnavailableRetryAfter", claimd.UnavailableRetryAfter, time.Duration(c.UnavailableRetryAfterS) * time.Second},
+		{"SupersededRetryAfter", claimd.SupersededRetryAfter, time.Duration(c.SupersededRetryAfterS) * time.Second},
+		{"DefaultCallTimeout", claimd.DefaultCallTimeout, ms(c.Retry.AttemptTimeoutMS)},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("claimd.%s = %v, want %v (clients/guardspec constants)", tt.name, tt.got, tt.want)
+		}
+	}
+	// The retry policy's defaults and the heartbeat are internal: see
+	// TestGuardSpecInternalConstants.
+}
+
+// TestGuardSpec runs every scenario against the suite's claimd.
+func TestGuardSpec(t *testing.T) {
+	t.Parallel()
+	spec := loadSpec(t)
+	for _, sc := range spec.Scenarios {
+		t.Run(sc.Name, func(t *testing.T) {
+			t.Parallel()
+			runScenario(t, sc)
+		})
+	}
+}
+
+// faultSet fails the named calls of the guard's client without sending
+// them.
+type faultSet struct {
+	mu     sync.Mutex
+	faults []specFault
+}
+
+func (f *faultSet) set(faults []specFault) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults = faults
+}
+
+func (f *faultSet) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	f.mu.Lock()
+	faults := f.faults
+	f.mu.Unlock()
+	for _, fl := range faults {
+		if callName(req) == fl.Call {
+			return fl.status()
+		}
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// callName names a request as the scenarios' faults do.
+func callName(req any) string {
+	switch r := req.(type) {
+	case *pb.ClaimRequest:
+		return "claim"
+	case *pb.RenewRequest:
+		return "renew"
+	case *pb.ReleaseRequest:
+		return "release"
+	case *pb.TransitionRequest:
+		switch r.GetTo() {
+		case claimd.StateProcessing:
+			return "start"
+		case claimd.StateSettled:
+			return "settle"
+		case claimd.StateFailed:
+			return "fail"
+		}
+	}
+	return ""
+}
+
+func (fl specFault) status() error {
+	var code codes.Code
+	if err := code.UnmarshalJSON([]byte(strconv.Quote(fl.Code))); err != nil {
+		return fmt.Errorf("guardspec: fault code %q: %v", fl.Code, err)
+	}
+	st := status.New(code, "injected by guardspec")
+	var details []protoadapt.MessageV1
+	if fl.Reason != "" {
+		details = append(details, &errdetails.ErrorInfo{Reason: fl.Reason, Domain: claimd.ErrorDomain})
+	}
+	if fl.RetryDelayMS > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(fl.RetryDelayMS) * time.Millisecond)})
+	}
+	for _, d := range details {
+		var err error
+		if st, err = st.WithDetails(d); err != nil {
+			return err
+		}
+	}
+	return st.Err()
+}
+
+func runScenario(t *testing.T, sc scenario) {
+	ctx := ctxT(t)
+	id := eventID(t)
+	plain := dial(t, shared.Addr) // the other holder, and the reader of records
+	faults := &faultSet{}
+	target, opts := shared.Addr, []claimd.Option{claimd.WithLogger(quiet), claimd.WithDialOptions(grpc.WithChainUnaryInterceptor(faults.intercept))}
+	if sc.Unreachable {
+		target, opts = closedPort(t), append(opts, claimd.WithLazyConnect())
+	}
+	// The guard's client keeps the default retry policy: the contract's.
+	g, err := claimd.Dial(ctx, target, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+
+	var other claimd.Lease
+	for i, step := range sc.Arrange {
+		if err := arrange(ctx, plain, id, step, &other); err != nil {
+			t.Fatalf("arrange step %d (%s): %v", i+1, step.Op, err)
+		}
+	}
+
+	var runs atomic.Int64
+	for i, d := range sc.Deliveries {
+		req := claimRequest(id, d.Request)
+		faults.set(d.Faults)
+		var ran atomic.Bool
+		out := g.Guard(ctx, req, func(fnCtx context.Context, cl claimd.Claim) ([]byte, error) {
+			runs.Add(1)
+			ran.Store(true)
+			return handle(t, ctx, fnCtx, plain, req, cl, d.Handler)
+		})
+		faults.set(nil)
+		checkDelivery(t, ctx, plain, fmt.Sprintf("delivery %d", i+1), id, req, out, ran.Load(), d.Expect)
+	}
+	if got := int(runs.Load()); got != *sc.HandlerRuns {
+		t.Errorf("handler runs over %d deliveries = %d, want %d", len(sc.Deliveries), got, *sc.HandlerRuns)
+	}
+}
+
+func arrange(ctx context.Context, plain *claimd.Client, id string, step arrangeStep, other *claimd.Lease) error {
+	switch step.Op {
+	case "claim":
+		cl, err := plain.Claim(ctx, claimd.ClaimRequest{
+			Namespace: namespace, Provider: "stripe", EventID: id,
+			Lease: time.Duration(step.LeaseMS) * time.Millisecond, Holder: "guardspec-other",
+		})
+		if err != nil {
+			return err
+		}
+		if !cl.Acquired() {
+			return fmt.Errorf("claim outcome %v, want ACQUIRED", cl.GetOutcome())
+		}
+		*other = cl.Lease()
+	case "transition":
+		to, ok := pb.EventState_value["EVENT_STATE_"+step.To]
+		if !ok {
+			return fmt.Errorf("unknown state %q", step.To)
+		}
+		var result []byte
+		if step.Result != nil {
+			result = *step.Result
+		}
+		_, _, err := plain.Transition(ctx, claimd.TransitionRequest{Lease: *other, To: pb.EventState(to), Result: result})
+		return err
+	case "release":
+		_, err := plain.Release(ctx, *other)
+		return err
+	default:
+		return fmt.Errorf("unknown op %q", step.Op)
+	}
+	return nil
+}
+
+func claimRequest(id string, r *specRequest) claimd.ClaimRequest {
+	req := claimd.ClaimRequest{Namespace: namespace, Provider: "stripe", EventID: id}
+	if r == nil {
+		return req
+	}
+	if r.Provider != "" {
+		req.Provider = r.Provider
+	}
+	if r.Body != nil {
+		req.EventID = ""
+		req.Delivery = &claimd.Delivery{Headers: r.Headers, Body: []byte(strings.ReplaceAll(string(*r.Body), "{event_id}", id))}
+	}
+	req.Lease = time.Duration(r.LeaseMS) * time.Millisecond
+	req.Wait = time.Duration(r.WaitMS) * time.Millisecond
+	return req
+}
+
+// handle is the scenario's handler. What goes wrong inside it is a test
+// error, reported at once; the handler then fails retryably.
+func handle(t *testing.T, ctx, fnCtx context.Context, plain *claimd.Client, req claimd.ClaimRequest, cl claimd.Claim, h *specHandler) ([]byte, error) {
+	if h == nil {
+		return nil, nil
+	}
+	fail := func(format string, args ...any) ([]byte, error) {
+		err := fmt.Errorf("handler: "+format, args...)
+		t.Error(err)
+		return nil, err
+	}
+	for to, result := range map[pb.EventState]*specBody{claimd.StateSettled: h.SettleItself, claimd.StateFailed: h.FailItself} {
+		if result == nil {
+			continue
+		}
+		if _, _, err := plain.Transition(ctx, claimd.TransitionRequest{Lease: cl.Lease(), To: to, Result: *result}); err != nil {
+			return fail("Transition(%v) itself: %v", to, err)
+		}
+	}
+	if h.TakenOver {
+		if _, err := plain.Release(ctx, cl.Lease()); err != nil {
+			return fail("Release: %v", err)
+		}
+		taker := req
+		taker.Holder, taker.Lease, taker.Wait = "guardspec-taker", 0, 0
+		if tc, err := plain.Claim(ctx, taker); err != nil || !tc.Acquired() {
+			return fail("the taker's Claim = %v, %v; want ACQUIRED", tc.GetOutcome(), err)
+		}
+		select {
+		case <-fnCtx.Done():
+		case <-time.After(10 * time.Second):
+			return fail("not cancelled within 10s of the takeover")
+		}
+	}
+	if h.OutliveLease {
+		if err := outliveLease(ctx, plain, req, cl); err != nil {
+			return fail("%v", err)
+		}
+	}
+	if r := h.Raises; r != nil {
+		err := errors.New(string(r.Message))
+		if r.Permanent {
+			err = claimd.Permanent(err)
+		}
+		return nil, err
+	}
+	v := h.Returns
+	switch {
+	case v.Text != nil:
+		return []byte(*v.Text), nil
+	case v.B64 != nil:
+		return base64.StdEncoding.DecodeString(*v.B64)
+	case v.JSON != nil:
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, v.JSON); err != nil {
+			return fail("json: %v", err)
+		}
+		return buf.Bytes(), nil
+	}
+	return nil, nil
+}
+
+// outliveLease works until claimd's record shows a renewal and the lease
+// the claim was granted has passed, then checks that a competing claim
+// still meets a live lease. Polling claimd is the observable condition; the
+// interval is not synchronisation.
+func outliveLease(ctx context.Context, plain *claimd.Client, req claimd.ClaimRequest, cl claimd.Claim) error {
+	first := cl.GetLeaseExpiresAt().AsTime()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, err := plain.Get(ctx, claimd.Ref{Namespace: req.Namespace, Provider: req.Provider, Key: cl.GetKey()})
+		if err != nil {
+			return err
+		}
+		if rec.GetLeaseExpiresAt().AsTime().After(first) && rec.GetUpdatedAt().AsTime().After(first) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no renewal past the first lease (%v) within 10s: %v", first, rec)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	competing := req
+	competing.Holder, competing.Lease, competing.Wait = "guardspec-competitor", 0, 0
+	o, err := plain.Claim(ctx, competing)
+	if err != nil || !o.InProgress() {
+		return fmt.Errorf("competing Claim past the first lease = %v, %v; want IN_PROGRESS", o.GetOutcome(), err)
+	}
+	return nil
+}
+
+func checkDelivery(t *testing.T, ctx context.Context, plain *claimd.Client, what, id string, req claimd.ClaimRequest, out claimd.Outcome, ran bool, e *specExpect) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	out.Respond(w)
+	if w.Code != *e.Status {
+		t.Errorf("%s: status %d, want %d (disposition %v, err %v)", what, w.Code, *e.Status, out.Disposition, out.Err)
+	}
+	ra := w.Header().Get("Retry-After")
+	switch {
+	case e.RetryAfter == nil && ra != "":
+		t.Errorf("%s: Retry-After %q, want none", what, ra)
+	case e.RetryAfter != nil:
+		n, err := strconv.Atoi(ra)
+		if err != nil || n < e.RetryAfter.Min || n > e.RetryAfter.Max {
+			t.Errorf("%s: Retry-After %q, want %d..%d", what, ra, e.RetryAfter.Min, e.RetryAfter.Max)
+		}
+	}
+	if got, want := w.Body.Bytes(), []byte(*e.Body); !bytes.Equal(got, want) {
+		t.Errorf("%s: body %s, want %s", what, clipBytes(got), clipBytes(want))
+	}
+	if ran != *e.Ran || out.Ran != ran {
+		t.Errorf("%s: handler ran %v (Outcome.Ran %v), want %v", what, ran, out.Ran, *e.Ran)
+	}
+	if c := e.Claim; c != nil {
+		got := out.Claim
+		if got.ClaimResponse == nil {
+			t.Errorf("%s: no claim answer, want %+v", what, *c)
+		} else {
+			checkEnum(t, what+": claim outcome", got.GetOutcome().String(), "OUTCOME_", c.Outcome)
+			checkEnum(t, what+": claim reason", got.GetReason().String(), "REASON_", c.Reason)
+			checkEnum(t, what+": claim state", got.GetState().String(), "EVENT_STATE_", c.State)
+			if c.FencingToken != nil && got.GetFencingToken() != *c.FencingToken {
+				t.Errorf("%s: claim fencing token %d, want %d", what, got.GetFencingToken(), *c.FencingToken)
+			}
+		}
+	}
+	if r := e.Record; r != nil {
+		rec, err := plain.Get(ctx, claimd.Ref{Namespace: namespace, Provider: req.Provider, Key: id})
+		if err != nil {
+			t.Errorf("%s: Get(%q) = %v", what, id, err)
+			return
+		}
+		checkEnum(t, what+": record state", rec.GetState().String(), "EVENT_STATE_", r.State)
+		if r.Released != nil && rec.GetReleased() != *r.Released {
+			t.Errorf("%s: record released %v, want %v", what, rec.GetReleased(), *r.Released)
+		}
+		if r.FencingToken != nil && rec.GetFencingToken() != *r.FencingToken {
+			t.Errorf("%s: record fencing token %d, want %d", what, rec.GetFencingToken(), *r.FencingToken)
+		}
+		if r.Result != nil && !bytes.Equal(rec.GetResult(), *r.Result) {
+			t.Errorf("%s: record result %s, want %s", what, clipBytes(rec.GetResult()), clipBytes(*r.Result))
+		}
+	}
+}
+
+// checkEnum compares a generated enum's name with the scenario's, which
+// leaves out the prefix; an empty want checks nothing.
+func checkEnum(t *testing.T, what, got, prefix, want string) {
+	t.Helper()
+	if want != "" && got != prefix+want {
+		t.Errorf("%s = %s, want %s%s", what, got, prefix, want)
+	}
+}
+
+// clipBytes quotes b for a failure message, clipped: results reach 64 KiB.
+func clipBytes(b []byte) string {
+	if len(b) <= 80 {
+		return strconv.Quote(string(b))
+	}
+	return fmt.Sprintf("%q… (%d bytes)", b[:80], len(b))
+}

@@ -1,0 +1,461 @@
+"""The guard contract's scenarios (clients/guardspec/scenarios.json, format in
+clients/guardspec/README.md) against a real claimd, through both forms of the
+Python guard: the decorator and the with-block. The file is read strictly: a
+field this runner does not know fails the run, so the file cannot say more
+than the runners check."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import error_details_pb2, status_pb2
+from test_retry import closed_port
+
+from claimd import (
+    ERROR_DOMAIN,
+    MAX_RESULT_BYTES,
+    Claim,
+    Client,
+    Delivery,
+    EventState,
+    Guard,
+    GuardResult,
+    Lease,
+    Outcome,
+    PermanentError,
+    RetryPolicy,
+)
+from claimd import guard as guard_module
+from claimd._gen.idempotency.v1 import claim_pb2 as pb
+from claimd.testing import ClaimdServer
+
+SPEC_PATH = Path(__file__).resolve().parents[2] / "guardspec" / "scenarios.json"
+
+# --- reading the file strictly ---------------------------------------------
+
+
+class SpecError(ValueError):
+    """SpecError is a scenario file this runner cannot read as written."""
+
+
+def _fields(obj: Any, where: str, required: set[str], optional: set[str] = frozenset()) -> dict[str, Any]:  # type: ignore[assignment]
+    if not isinstance(obj, dict):
+        raise SpecError(f"{where}: want an object, got {type(obj).__name__}")
+    unknown = set(obj) - required - optional
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {sorted(unknown)}")
+    missing = required - set(obj)
+    if missing:
+        raise SpecError(f"{where}: missing field(s) {sorted(missing)}")
+    return obj
+
+
+def _text(v: Any, where: str) -> str:
+    if isinstance(v, str):
+        return v
+    r = _fields(v, where, {"repeat", "times"}, {"prefix"})
+    if not isinstance(r["times"], int) or r["times"] <= 0 or not r["repeat"]:
+        raise SpecError(f"{where}: repeat and a positive times are required")
+    return str(r.get("prefix", "")) + str(r["repeat"]) * r["times"]
+
+
+def _body(v: Any, where: str) -> bytes:
+    b = _fields(v, where, set(), {"text", "b64"})
+    if len(b) != 1:
+        raise SpecError(f"{where}: want exactly one of text and b64")
+    if "text" in b:
+        return _text(b["text"], where + ".text").encode("utf-8")
+    return base64.b64decode(b["b64"], validate=True)
+
+
+_STATES = {"RECEIVED", "VALIDATED", "PROCESSING", "SETTLED", "FAILED"}
+_CALLS = {"claim", "start", "settle", "fail", "release", "renew"}
+
+
+def _check_scenario(sc: Any, where: str, row_count: int) -> None:
+    _fields(sc, where, {"name", "row", "deliveries", "handler_runs"}, {"doc", "unreachable", "arrange"})
+    if not 1 <= sc["row"] <= row_count:
+        raise SpecError(f"{where}: row {sc['row']} is not a row of GUARD.md (1..{row_count})")
+    for i, step in enumerate(sc.get("arrange", [])):
+        w = f"{where}.arrange[{i}]"
+        op = _fields(step, w, {"op"}, {"lease_ms", "to", "result"})["op"]
+        if op == "claim":
+            _fields(step, w, {"op", "lease_ms"})
+        elif op == "transition":
+            _fields(step, w, {"op", "to"}, {"result"})
+            if step["to"] not in _STATES:
+                raise SpecError(f"{w}: unknown state {step['to']!r}")
+            if "result" in step:
+                _body(step["result"], w + ".result")
+        elif op == "release":
+            _fields(step, w, {"op"})
+        else:
+            raise SpecError(f"{w}: unknown op {op!r}")
+    if not sc["deliveries"]:
+        raise SpecError(f"{where}: at least one delivery")
+    for i, d in enumerate(sc["deliveries"]):
+        w = f"{where}.deliveries[{i}]"
+        _fields(d, w, {"expect"}, {"request", "handler", "faults"})
+        if "request" in d:
+            r = _fields(d["request"], w + ".request", set(), {"provider", "body", "headers", "lease_ms", "wait_ms"})
+            if "body" in r:
+                _text(r["body"], w + ".request.body")
+        if "handler" in d:
+            h = _fields(
+                d["handler"],
+                w + ".handler",
+                set(),
+                {"returns", "raises", "settle_itself", "fail_itself", "taken_over", "outlive_lease"},
+            )
+            if ("returns" in h) == ("raises" in h):
+                raise SpecError(f"{w}.handler: want exactly one of returns and raises")
+            if "returns" in h:
+                v = _fields(h["returns"], w + ".handler.returns", set(), {"text", "b64", "json", "none"})
+                if len(v) != 1:
+                    raise SpecError(f"{w}.handler.returns: want exactly one of text, b64, json, none")
+                if "text" in v:
+                    _text(v["text"], w + ".handler.returns.text")
+            else:
+                _text(_fields(h["raises"], w + ".handler.raises", {"message"}, {"permanent"})["message"], w)
+            for k in ("settle_itself", "fail_itself"):
+                if k in h:
+                    _body(h[k], f"{w}.handler.{k}")
+        for j, f in enumerate(d.get("faults", [])):
+            f = _fields(f, f"{w}.faults[{j}]", {"call", "code"}, {"reason", "retry_delay_ms"})
+            if f["call"] not in _CALLS or f["code"] not in grpc.StatusCode.__members__:
+                raise SpecError(f"{w}.faults[{j}]: unknown call {f['call']!r} or code {f['code']!r}")
+        e = _fields(d["expect"], w + ".expect", {"status", "body", "ran"}, {"retry_after", "claim", "record"})
+        _body(e["body"], w + ".expect.body")
+        if isinstance(e.get("retry_after"), dict):
+            _fields(e["retry_after"], w + ".expect.retry_after", {"min", "max"})
+        if "claim" in e:
+            _fields(e["claim"], w + ".expect.claim", set(), {"outcome", "reason", "state", "fencing_token"})
+        if "record" in e:
+            rec = _fields(e["record"], w + ".expect.record", set(), {"state", "released", "fencing_token", "result"})
+            if "result" in rec:
+                _body(rec["result"], w + ".expect.record.result")
+
+
+def load_spec() -> dict[str, Any]:
+    """load_spec reads scenarios.json and checks every field of it."""
+    spec: dict[str, Any] = json.loads(SPEC_PATH.read_text(encoding="utf-8"))
+    _fields(spec, str(SPEC_PATH), {"doc", "constants", "row_count", "uncovered_rows", "scenarios"})
+    c = _fields(
+        spec["constants"],
+        "constants",
+        {
+            "max_result_bytes",
+            "max_failure_text_bytes",
+            "unavailable_retry_after_s",
+            "superseded_retry_after_s",
+            "heartbeat_divisor",
+            "heartbeat_floor_ms",
+            "retry",
+        },
+    )
+    _fields(
+        c["retry"],
+        "constants.retry",
+        {"max_attempts", "base_backoff_ms", "max_backoff_ms", "multiplier", "total_timeout_ms", "attempt_timeout_ms"},
+    )
+    names = set()
+    for i, sc in enumerate(spec["scenarios"]):
+        where = f"scenarios[{i}]"
+        _check_scenario(sc, where, spec["row_count"])
+        if sc["name"] in names:
+            raise SpecError(f"{where}: name {sc['name']!r} is not unique")
+        names.add(sc["name"])
+    return spec
+
+
+SPEC = load_spec()
+
+
+def test_every_row_has_a_scenario_or_a_reason() -> None:
+    covered = {sc["row"] for sc in SPEC["scenarios"]}
+    excused = {int(r) for r in SPEC["uncovered_rows"]}
+    for row in range(1, SPEC["row_count"] + 1):
+        assert (row in covered) != (row in excused), (
+            f"GUARD.md row {row}: covered {row in covered}, in uncovered_rows {row in excused}; want exactly one"
+        )
+
+
+def test_constants_are_the_contracts(monkeypatch: pytest.MonkeyPatch) -> None:
+    c = SPEC["constants"]
+    r = c["retry"]
+    assert c["max_result_bytes"] == MAX_RESULT_BYTES
+    assert c["max_failure_text_bytes"] == guard_module.MAX_FAILURE_BYTES
+    assert c["unavailable_retry_after_s"] == guard_module.UNAVAILABLE_RETRY_AFTER
+    assert c["superseded_retry_after_s"] == guard_module.SUPERSEDED_RETRY_AFTER
+    assert c["heartbeat_floor_ms"] == guard_module._MIN_HEARTBEAT * 1000
+    policy = RetryPolicy()
+    assert (policy.max_attempts, policy.initial_backoff * 1000, policy.max_backoff * 1000) == (
+        r["max_attempts"],
+        r["base_backoff_ms"],
+        r["max_backoff_ms"],
+    )
+    assert (policy.multiplier, policy.total_timeout * 1000) == (r["multiplier"], r["total_timeout_ms"])
+    assert Client.__init__.__kwdefaults__["timeout"] * 1000 == r["attempt_timeout_ms"]
+    # Full jitter: uniform in [0, min(cap, base * multiplier^(n-1))].
+    bounds: list[tuple[float, float]] = []
+    monkeypatch.setattr(random, "uniform", lambda a, b: bounds.append((a, b)) or b)
+    for n in range(1, 7):
+        policy.backoff(n)
+    want = [
+        (0, min(r["max_backoff_ms"], r["base_backoff_ms"] * r["multiplier"] ** (n - 1)) / 1000) for n in range(1, 7)
+    ]
+    assert [lo for lo, _ in bounds] == [0] * len(want), bounds
+    assert [hi for _, hi in bounds] == pytest.approx([hi for _, hi in want]), bounds
+    # The heartbeat paces itself at a third of the lease, and no faster than the floor.
+    pace = guard_module._Heartbeat._pace
+    assert pace(SimpleNamespace(lease=timedelta(seconds=3))) == pytest.approx(3 / c["heartbeat_divisor"])
+    assert pace(SimpleNamespace(lease=timedelta(milliseconds=1))) == pytest.approx(c["heartbeat_floor_ms"] / 1000)
+
+
+# --- faults ------------------------------------------------------------------
+
+
+class InjectedError(grpc.RpcError, grpc.Call):  # type: ignore[misc]
+    """InjectedError is a call that failed without reaching claimd."""
+
+    def __init__(self, code: grpc.StatusCode, status: status_pb2.Status) -> None:
+        self._code = code
+        self._status = status
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._status.message
+
+    def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
+        return (("grpc-status-details-bin", self._status.SerializeToString()),)
+
+
+_TO_CALL = {EventState.PROCESSING.name: "start", EventState.SETTLED.name: "settle", EventState.FAILED.name: "fail"}
+
+
+class Faults(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Faults fails the named calls of the guard's client, every attempt."""
+
+    def __init__(self) -> None:
+        self.active: list[dict[str, Any]] = []
+
+    def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
+        method = details.method.rsplit("/", 1)[-1]
+        call = method.lower()
+        if method == "Transition":
+            call = _TO_CALL.get(pb.EventState.Name(request.to).removeprefix("EVENT_STATE_"), "")
+        for f in self.active:
+            if f["call"] == call:
+                raise self._error(f)
+        return continuation(details, request)
+
+    @staticmethod
+    def _error(f: dict[str, Any]) -> InjectedError:
+        code = grpc.StatusCode[f["code"]]
+        st = status_pb2.Status(code=code.value[0], message="injected by guardspec")
+        if "reason" in f:
+            d = any_pb2.Any()
+            d.Pack(error_details_pb2.ErrorInfo(reason=f["reason"], domain=ERROR_DOMAIN))
+            st.details.append(d)
+        if "retry_delay_ms" in f:
+            delay = duration_pb2.Duration()
+            delay.FromMilliseconds(f["retry_delay_ms"])
+            d = any_pb2.Any()
+            d.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+            st.details.append(d)
+        return InjectedError(code, st)
+
+
+# --- running a scenario --------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """Run is one scenario's state: its key, the plain client that plays the
+    other holder and reads records, and what went wrong inside handlers."""
+
+    ns: str
+    evt: str
+    plain: Client
+    runs: int = 0
+    problems: list[str] = field(default_factory=list)
+    other: Lease | None = None
+
+
+def _arrange(run: Run, step: dict[str, Any]) -> None:
+    if step["op"] == "claim":
+        c = run.plain.claim(run.ns, "stripe", event_id=run.evt, lease=step["lease_ms"] / 1000, holder="guardspec-other")
+        assert c.acquired, f"arrange: claim outcome {c.outcome.name}, want ACQUIRED"
+        run.other = c.lease
+    elif step["op"] == "transition":
+        assert run.other is not None
+        result = _body(step["result"], "result") if "result" in step else b""
+        run.plain.transition(run.other, EventState[step["to"]], result=result)
+    else:
+        assert run.other is not None
+        run.plain.release(run.other)
+
+
+def _delivery_key(run: Run, request: dict[str, Any]) -> dict[str, Any]:
+    if "body" in request:
+        body = _text(request["body"], "body").replace("{event_id}", run.evt).encode("utf-8")
+        return {"delivery": Delivery(dict(request.get("headers", {})), body)}
+    return {"event_id": run.evt}
+
+
+def _behave(run: Run, g: Guard, request: dict[str, Any], h: dict[str, Any] | None) -> object:
+    """_behave is the scenario's handler, run by the guard with g."""
+    run.runs += 1
+    if h is None:
+        return None
+    claim = g.claim
+    for key, state in (("settle_itself", EventState.SETTLED), ("fail_itself", EventState.FAILED)):
+        if key in h:
+            run.plain.transition(claim, state, result=_body(h[key], key))
+    if h.get("taken_over"):
+        run.plain.release(claim)
+        taker = run.plain.claim(
+            run.ns, request.get("provider", "stripe"), holder="guardspec-taker", **_delivery_key(run, request)
+        )
+        if not taker.acquired:
+            run.problems.append(f"the taker's claim: {taker.outcome.name}, want ACQUIRED")
+        elif not g.cancelled.wait(10):
+            run.problems.append("the handler was not cancelled within 10s of the takeover")
+    if h.get("outlive_lease"):
+        _outlive_lease(run, claim, request)
+    if "raises" in h:
+        message = _text(h["raises"]["message"], "message")
+        if h["raises"].get("permanent"):
+            raise PermanentError(message)
+        raise ConnectionError(message)
+    v = h["returns"]
+    if "text" in v:
+        return _text(v["text"], "text")
+    if "b64" in v:
+        return base64.b64decode(v["b64"])
+    if "json" in v:
+        return v["json"]
+    return None
+
+
+def _outlive_lease(run: Run, claim: Claim, request: dict[str, Any]) -> None:
+    """_outlive_lease works until claimd's record shows a renewal past the
+    lease the claim was granted, then checks that a competing claim still
+    meets a live lease. It polls claimd, an observable condition."""
+    first = claim.lease_expires_at
+    assert first is not None
+    deadline = time.monotonic() + 10
+    while True:
+        rec = run.plain.get(run.ns, claim.provider, claim.key)
+        if rec.lease_expires_at and rec.updated_at and rec.lease_expires_at > first and rec.updated_at > first:
+            break
+        if time.monotonic() > deadline:
+            run.problems.append(f"no renewal past the first lease ({first}) within 10s: {rec}")
+            return
+        time.sleep(0.05)
+    other = run.plain.claim(run.ns, claim.provider, holder="guardspec-competitor", **_delivery_key(run, request))
+    if other.outcome != Outcome.IN_PROGRESS:
+        run.problems.append(f"a competing claim past the first lease: {other.outcome.name}, want IN_PROGRESS")
+
+
+def _deliver(run: Run, client: Client, form: str, d: dict[str, Any]) -> tuple[GuardResult, bool]:
+    request = d.get("request", {})
+    provider = request.get("provider", "stripe")
+    lease = request["lease_ms"] / 1000 if "lease_ms" in request else None
+    wait = request["wait_ms"] / 1000 if "wait_ms" in request else None
+    before = run.runs
+    key = _delivery_key(run, request)
+    if form == "decorator":
+
+        @client.guarded(run.ns, provider, lease=lease, wait=wait)
+        def handle(g: Guard) -> object:
+            return _behave(run, g, request, d.get("handler"))
+
+        arg = key.get("event_id") or key["delivery"]
+        result = handle(arg)
+    else:
+        with client.guard(run.ns, provider, lease=lease, wait=wait, **key) as g:
+            if g.acquired:
+                g.settle(_behave(run, g, request, d.get("handler")))
+        result = g.result
+    return result, run.runs > before
+
+
+def _check(run: Run, what: str, r: GuardResult, ran: bool, e: dict[str, Any]) -> None:
+    assert not run.problems, f"{what}: inside the handler: {run.problems}"
+    assert r.status == e["status"], f"{what}: status {r.status}, want {e['status']} (error {r.error!r})"
+    ra = e.get("retry_after")
+    header = r.headers.get("Retry-After")
+    if ra is None:
+        assert header is None, f"{what}: Retry-After {header!r}, want none"
+    else:
+        lo, hi = (ra["min"], ra["max"]) if isinstance(ra, dict) else (ra, ra)
+        assert header is not None and lo <= int(header) <= hi, f"{what}: Retry-After {header!r}, want {lo}..{hi}"
+    want = _body(e["body"], "body")
+    assert r.body == want, f"{what}: body {r.body[:80]!r} ({len(r.body)} bytes), want {want[:80]!r} ({len(want)})"
+    assert ran == e["ran"] == r.ran, f"{what}: handler ran {ran} (result.ran {r.ran}), want {e['ran']}"
+    if "claim" in e:
+        c = r.claim
+        assert c is not None, f"{what}: no claim answer, want {e['claim']}"
+        got = {
+            "outcome": c.outcome.name,
+            "reason": c.reason.name,
+            "state": c.state.name,
+            "fencing_token": c.fencing_token,
+        }
+        assert {k: got[k] for k in e["claim"]} == e["claim"], f"{what}: claim {got}, want {e['claim']}"
+    if "record" in e:
+        rec = run.plain.get(run.ns, "stripe", run.evt)
+        got = {"state": rec.state.name, "released": rec.released, "fencing_token": rec.fencing_token}
+        want_rec = {k: v for k, v in e["record"].items() if k != "result"}
+        assert {k: got[k] for k in want_rec} == want_rec, f"{what}: record {got}, want {want_rec}"
+        if "result" in e["record"]:
+            stored = _body(e["record"]["result"], "result")
+            assert rec.result == stored, f"{what}: stored result {rec.result[:80]!r}, want {stored[:80]!r}"
+
+
+@pytest.fixture
+def plain(claimd_server: ClaimdServer) -> Iterator[Client]:
+    with Client(claimd_server.grpc_address) as c:
+        yield c
+
+
+@pytest.mark.parametrize("form", ["decorator", "with-block"])
+@pytest.mark.parametrize("sc", SPEC["scenarios"], ids=[sc["name"] for sc in SPEC["scenarios"]])
+def test_scenario(sc: dict[str, Any], form: str, claimd_server: ClaimdServer, plain: Client, ns: str, evt: str) -> None:
+    run = Run(ns=ns, evt=evt, plain=plain)
+    faults = Faults()
+    target = closed_port() if sc.get("unreachable") else claimd_server.grpc_address
+    # The guard's client keeps the default retry policy: the contract's.
+    with Client(target, interceptors=[faults]) as client:
+        for step in sc.get("arrange", []):
+            _arrange(run, step)
+        for i, d in enumerate(sc["deliveries"]):
+            faults.active = d.get("faults", [])
+            try:
+                result, ran = _deliver(run, client, form, d)
+            finally:
+                faults.active = []
+            _check(run, f"delivery {i + 1}", result, ran, d["expect"])
+    assert run.runs == sc["handler_runs"], f"handler runs = {run.runs}, want {sc['handler_runs']}"
+
+
+def test_a_field_the_runner_does_not_know_fails_it() -> None:
+    sc = json.loads(json.dumps(SPEC["scenarios"][0]))
+    sc["deliveries"][0]["expect"]["stauts"] = 200
+    with pytest.raises(SpecError, match="stauts"):
+        _check_scenario(sc, "scenario", SPEC["row_count"])
