@@ -27,7 +27,13 @@ import (
 const (
 	DefaultShards     = 64
 	DefaultMaxEntries = 1 << 18
+	DefaultMaxBytes   = 256 << 20
 )
+
+// entryOverhead approximates what an entry costs beyond its variable-length
+// fields: the map slot, the record's fixed fields, the times and the string
+// and slice headers. It keeps MaxBytes honest for records with tiny keys.
+const entryOverhead = 320
 
 // evictionSample is how many entries of a full shard are looked at to choose
 // one to evict (the one expiring soonest). Like Redis's sampled eviction it
@@ -44,6 +50,11 @@ type Config struct {
 	// another entry of it: this is a cache, and a lost entry only sends the
 	// next claim of its key to the durable tier.
 	MaxEntries int
+	// MaxBytes bounds the bytes the entries hold (keys, holders, attempt
+	// fingerprints, hashes and results, plus a fixed overhead per entry),
+	// split across the shards like MaxEntries. Results may be 64 KiB each,
+	// so a bound by entries alone would let 2^18 large results hold 16 GiB.
+	MaxBytes int64
 }
 
 // Store is the in-process fast tier. It is safe for concurrent use.
@@ -56,9 +67,11 @@ type Store struct {
 var _ tiers.Fast = (*Store)(nil)
 
 type shard struct {
-	mu  sync.Mutex
-	m   map[tiers.Key]entry
-	max int
+	mu       sync.Mutex
+	m        map[tiers.Key]entry
+	max      int
+	maxBytes int64
+	bytes    int64 // the sum of size() over m
 }
 
 // entry is a cached record or a pending marker. The marker stands for a claim
@@ -83,6 +96,15 @@ func (e *entry) holdsAtLeast(rec tiers.Record) bool {
 	return e.rec.Version >= rec.Version
 }
 
+// size is what e counts against MaxBytes.
+func (e *entry) size() int64 {
+	r := &e.rec
+	n := entryOverhead + len(r.Key.Namespace) + len(r.Key.Provider) + len(r.Key.Key) +
+		len(r.Holder) + len(r.AttemptID) + len(r.PayloadHash) + len(r.Result) +
+		len(r.Salt) + len(r.SecretHash) + len(e.nonce)
+	return int64(n)
+}
+
 // expiredAt reports whether e no longer exists at now: an entry lives up to,
 // not including, its expiry instant, like a record's window.
 func (e *entry) expiredAt(now time.Time) bool { return !now.Before(e.expires) }
@@ -95,6 +117,9 @@ func New(cfg Config) *Store {
 	if cfg.MaxEntries <= 0 {
 		cfg.MaxEntries = DefaultMaxEntries
 	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
 	// Split MaxEntries exactly: the shard capacities add up to it.
 	n := min(cfg.Shards, cfg.MaxEntries)
 	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, n)}
@@ -103,6 +128,7 @@ func New(cfg Config) *Store {
 		if i < cfg.MaxEntries%n {
 			s.shards[i].max++
 		}
+		s.shards[i].maxBytes = cfg.MaxBytes / int64(n)
 		s.shards[i].m = make(map[tiers.Key]entry)
 	}
 	return s
@@ -156,7 +182,7 @@ func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastR
 
 	e, ok := sh.m[p.Key]
 	if ok && e.pending && e.expiredAt(p.Now) {
-		delete(sh.m, p.Key)
+		sh.remove(p.Key)
 		ok = false
 	}
 	if !ok {
@@ -181,7 +207,7 @@ func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastR
 	r := &e.rec
 	switch {
 	case r.WindowOver(p.Now):
-		delete(sh.m, p.Key)
+		sh.remove(p.Key)
 		return tiers.FastResult{Verdict: tiers.FastTakeover}, nil
 	case tiers.PayloadsDiffer(r.PayloadHash, p.PayloadHash):
 		return decided(tiers.OutcomePayloadMismatch, tiers.ReasonUnspecified, *r), nil
@@ -220,7 +246,7 @@ func (s *Store) Put(ctx context.Context, rec tiers.Record) error {
 	if !rec.WindowExpiresAt.After(rec.UpdatedAt) {
 		// Over when it was written: nothing to cache, but what it
 		// replaces is stale.
-		delete(sh.m, rec.Key)
+		sh.remove(rec.Key)
 		return nil
 	}
 	sh.insert(rec.Key, entry{rec: clone(rec), expires: rec.WindowExpiresAt})
@@ -236,18 +262,34 @@ func (s *Store) Abort(ctx context.Context, k tiers.Key, nonce string) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e, ok := sh.m[k]; ok && e.pending && e.nonce == nonce {
-		delete(sh.m, k)
+		sh.remove(k)
 	}
 	return nil
 }
 
-// insert stores e under k, first evicting another entry if the shard is full.
-// Callers hold sh.mu.
+// insert stores e under k, first evicting other entries while the shard
+// would hold more than its entries or bytes. An entry larger than the whole
+// shard's budget is not cached at all (the durable tier still answers for
+// it). Callers hold sh.mu.
 func (sh *shard) insert(k tiers.Key, e entry) {
-	if _, ok := sh.m[k]; !ok && len(sh.m) >= sh.max {
+	sh.remove(k)
+	size := e.size()
+	if size > sh.maxBytes {
+		return
+	}
+	for len(sh.m) > 0 && (len(sh.m) >= sh.max || sh.bytes+size > sh.maxBytes) {
 		sh.evictOne()
 	}
 	sh.m[k] = e
+	sh.bytes += size
+}
+
+// remove deletes k's entry, if any, and its bytes. Callers hold sh.mu.
+func (sh *shard) remove(k tiers.Key) {
+	if e, ok := sh.m[k]; ok {
+		sh.bytes -= e.size()
+		delete(sh.m, k)
+	}
 }
 
 // evictOne deletes the entry expiring soonest among a few: expired entries
@@ -268,7 +310,7 @@ func (sh *shard) evictOne() {
 		}
 	}
 	if seen > 0 {
-		delete(sh.m, victim)
+		sh.remove(victim)
 	}
 }
 
@@ -281,7 +323,7 @@ func (s *Store) Sweep(now time.Time) int {
 		sh.mu.Lock()
 		for k, e := range sh.m {
 			if e.expiredAt(now) {
-				delete(sh.m, k)
+				sh.remove(k)
 				n++
 			}
 		}
@@ -303,6 +345,18 @@ func (s *Store) Len() int {
 	return n
 }
 
+// Bytes returns the bytes the entries count against Config.MaxBytes.
+func (s *Store) Bytes() int64 {
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.bytes
+		sh.mu.Unlock()
+	}
+	return n
+}
+
 // Ping reports whether the store is open.
 func (s *Store) Ping(ctx context.Context) error { return s.check(ctx) }
 
@@ -313,6 +367,7 @@ func (s *Store) Close() error {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		clear(sh.m)
+		sh.bytes = 0
 		sh.mu.Unlock()
 	}
 	return nil
