@@ -90,8 +90,8 @@ func TestCommandHelpShowsItsOwnFlags(t *testing.T) {
 		args []string
 		want []string // exactly these flags, in help's (sorted) order
 	}{
-		{[]string{"migrate", "--help"}, []string{"config", "data-dir", "log-format", "log-level", "postgres-schema", "postgres-url", "sqlite-durability"}},
-		{[]string{"help", "migrate"}, []string{"config", "data-dir", "log-format", "log-level", "postgres-schema", "postgres-url", "sqlite-durability"}},
+		{[]string{"migrate", "--help"}, []string{"config", "data-dir", "log-format", "log-level", "partition-claims", "postgres-schema", "postgres-url", "sqlite-durability"}},
+		{[]string{"help", "migrate"}, []string{"config", "data-dir", "log-format", "log-level", "partition-claims", "postgres-schema", "postgres-url", "sqlite-durability"}},
 		{[]string{"providers", "-h"}, []string{"check", "config", "dump", "horizon-review-age", "providers"}},
 		{[]string{"prune", "--help"}, []string{"batch", "config", "data-dir", "dry-run", "grace", "log-format", "log-level", "postgres-schema", "postgres-url", "retention", "sqlite-durability"}},
 		{[]string{"token", "new", "--help"}, []string{"config", "principal"}},
@@ -363,12 +363,24 @@ func TestMigrateSaysWhatItApplied(t *testing.T) {
 		{"the default schema, migrated", nil, nil, "postgres schema claimd: up to date at version 3\n"},
 		{"a new schema", nil, []string{"--postgres-schema", "billing"}, "postgres schema billing: applied 0001_claims, 0002_audit, 0003_lease_secret; now at version 3\n"},
 		{"that schema again", []string{"CLAIMD_POSTGRES_SCHEMA=billing"}, nil, "postgres schema billing: up to date at version 3\n"},
+		{"partitioned once", []string{"CLAIMD_POSTGRES_SCHEMA=billing"}, []string{"--partition-claims", "4"},
+			"postgres schema billing: up to date at version 3\npostgres schema billing: claims hash-partitioned by identity into 4 partitions\n"},
 	}
 	for _, tc := range tests {
 		r := runEnv(t, append(tc.env, "CLAIMD_POSTGRES_URL="+url), append([]string{"migrate"}, tc.args...)...)
 		if r.code != 0 || r.stdout != tc.want {
 			t.Errorf("%s: claimd migrate = exit %d, %q %q; want %q", tc.desc, r.code, r.stdout, r.stderr, tc.want)
 		}
+	}
+	// Once is enough: a second conversion is refused, and so is one without
+	// PostgreSQL.
+	r := runEnv(t, []string{"CLAIMD_POSTGRES_URL=" + url, "CLAIMD_POSTGRES_SCHEMA=billing"}, "migrate", "--partition-claims", "4")
+	if r.code == 0 || !strings.Contains(r.stderr, "already partitioned") {
+		t.Errorf("claimd migrate --partition-claims again = exit %d, %q; want a refusal saying it is already partitioned", r.code, r.stderr)
+	}
+	r = runEnv(t, nil, "migrate", "--data-dir", t.TempDir(), "--partition-claims", "4")
+	if r.code != 2 || !strings.Contains(r.stderr, "--partition-claims needs --postgres-url") {
+		t.Errorf("claimd migrate --partition-claims (embedded) = exit %d, %q; want exit 2 naming --postgres-url", r.code, r.stderr)
 	}
 }
 

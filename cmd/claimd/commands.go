@@ -53,18 +53,33 @@ func bindMigrate(fs *flag.FlagSet, c *commonConfig) {
 // runMigrate applies the durable tier's pending migrations and says which
 // it applied, or that there were none.
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var c commonConfig
+	var (
+		c          commonConfig
+		partitions int
+	)
 	fs := newFlagSet("migrate")
 	bindMigrate(fs, &c)
+	fs.IntVar(&partitions, "partition-claims", 0, fmt.Sprintf("PostgreSQL only, once, at low traffic: after migrating, hash-partition the claims table by identity into this many partitions (%d to %d; see docs/scaling.md); 0 leaves it as it is",
+		postgres.MinClaimPartitions, postgres.MaxClaimPartitions))
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if partitions != 0 && c.PostgresURL == "" {
+		return fmt.Errorf("%w: --partition-claims needs --postgres-url: the embedded tier has one claims table", errUsage)
+	}
 	if c.PostgresURL != "" {
-		res, err := postgres.MigrateWith(ctx, postgres.Config{URL: c.PostgresURL, Schema: c.PostgresSchema})
+		cfg := postgres.Config{URL: c.PostgresURL, Schema: c.PostgresSchema}
+		res, err := postgres.MigrateWith(ctx, cfg)
 		if err != nil {
 			return fmt.Errorf("migrate postgres: %w", err)
 		}
 		fmt.Fprintf(stdout, "postgres schema %s: %s\n", c.PostgresSchema, res)
+		if partitions != 0 {
+			if err := postgres.PartitionClaims(ctx, cfg, partitions); err != nil {
+				return fmt.Errorf("migrate postgres: %w", err)
+			}
+			fmt.Fprintf(stdout, "postgres schema %s: claims hash-partitioned by identity into %d partitions\n", c.PostgresSchema, partitions)
+		}
 		return nil
 	}
 	// The embedded tier migrates when it opens.

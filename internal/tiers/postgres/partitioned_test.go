@@ -2,10 +2,9 @@ package postgres_test
 
 import (
 	"context"
-	"fmt"
+	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
+	"time"
 
 	"github.com/claimd/claimd/internal/testenv"
 	"github.com/claimd/claimd/internal/tiers"
@@ -16,50 +15,6 @@ import (
 // hashPartitions is how many partitions the test splits claims into.
 const hashPartitions = 8
 
-// partitionClaims turns the migrated claims table of the database at url
-// into one hash-partitioned on its whole primary key, as docs/scaling.md
-// describes: the partition key is the record's identity, so the primary
-// key, and with it the uniqueness every claim relies on, still holds
-// across partitions.
-func partitionClaims(t *testing.T, url string) {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	stmts := []string{
-		// The tables live in claimd's schema; new ones go there too.
-		`SET LOCAL search_path TO ` + postgres.DefaultSchema,
-		`ALTER TABLE claims RENAME TO claims_plain`,
-		`CREATE TABLE claims (LIKE claims_plain INCLUDING DEFAULTS INCLUDING CONSTRAINTS)
-			PARTITION BY HASH (namespace, provider, key)`,
-		`ALTER TABLE claims ADD PRIMARY KEY (namespace, provider, key)`,
-	}
-	for i := range hashPartitions {
-		stmts = append(stmts, fmt.Sprintf(`CREATE TABLE claims_p%d PARTITION OF claims
-			FOR VALUES WITH (MODULUS %d, REMAINDER %d) WITH (fillfactor = 80)`, i, hashPartitions, i))
-	}
-	stmts = append(stmts,
-		`INSERT INTO claims SELECT * FROM claims_plain`,
-		`DROP TABLE claims_plain`,
-		`CREATE INDEX claims_window_expires_at ON claims (window_expires_at)`,
-	)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range stmts {
-		if _, err := tx.Exec(ctx, s); err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestConformanceHashPartitionedClaims holds the PostgreSQL tier to the
 // storage contract with its claims table hash-partitioned by identity (the
 // option docs/scaling.md describes for a table past one primary's comfort):
@@ -67,7 +22,9 @@ func partitionClaims(t *testing.T, url string) {
 func TestConformanceHashPartitionedClaims(t *testing.T) {
 	tierstest.RunDurable(t, func(t *testing.T) func(t *testing.T) tiers.Durable {
 		url := testenv.Postgres(t, postgres.Migrate)
-		partitionClaims(t, url)
+		if err := postgres.PartitionClaims(context.Background(), postgres.Config{URL: url}, hashPartitions); err != nil {
+			t.Fatalf("PartitionClaims() error = %v", err)
+		}
 		return func(t *testing.T) tiers.Durable {
 			s, err := postgres.New(context.Background(), postgres.Config{URL: url})
 			if err != nil {
@@ -76,4 +33,45 @@ func TestConformanceHashPartitionedClaims(t *testing.T) {
 			return s
 		}
 	})
+}
+
+// TestPartitionClaimsKeepsRowsAndRefusesTwice: the rows claimed before the
+// conversion are there after it, and a second conversion or a partition
+// count out of bounds is refused without touching the table.
+func TestPartitionClaimsKeepsRowsAndRefusesTwice(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.Postgres(t, postgres.Migrate)
+	s, err := postgres.New(ctx, postgres.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tiers.ClaimParams{Key: tiers.Key{Namespace: "billing", Provider: "stripe", Key: "evt_before"}, Now: time.Now(), Lease: time.Minute, TTL: time.Hour, Holder: "pod-a"}
+	if _, err := s.Claim(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for _, n := range []int{1, postgres.MaxClaimPartitions + 1} {
+		if err := postgres.PartitionClaims(ctx, postgres.Config{URL: url}, n); err == nil || !strings.Contains(err.Error(), "partitions, want") {
+			t.Errorf("PartitionClaims(%d) error = %v, want the bounds", n, err)
+		}
+	}
+	if err := postgres.PartitionClaims(ctx, postgres.Config{URL: url}, 4); err != nil {
+		t.Fatalf("PartitionClaims(4) error = %v", err)
+	}
+	if err := postgres.PartitionClaims(ctx, postgres.Config{URL: url}, 4); err == nil || !strings.Contains(err.Error(), "already partitioned") {
+		t.Errorf("PartitionClaims again error = %v, want already partitioned", err)
+	}
+	s, err = postgres.New(ctx, postgres.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rec, err := s.Get(ctx, p.Key)
+	if err != nil || rec.Holder != "pod-a" {
+		t.Fatalf("Get(evt_before) after partitioning = %+v, %v; want pod-a's record", rec, err)
+	}
+	p.Holder = "pod-b"
+	if res, err := s.Claim(ctx, p); err != nil || res.Outcome != tiers.OutcomeInProgress {
+		t.Fatalf("Claim(evt_before) after partitioning = %v, %v; want IN_PROGRESS (the unique key still holds)", res.Outcome, err)
+	}
 }
