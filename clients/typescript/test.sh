@@ -2,7 +2,8 @@
 # Tests the TypeScript client and the Node example against a real claimd:
 # installs npm packages when missing or stale, checks that src/gen is what
 # `npm run generate` produces, builds, builds claimd (and testca, which makes
-# the secured tests' certificates), runs both test suites.
+# the secured tests' certificates), runs both test suites (test/package.test.ts
+# packs the package and installs the tarball in a fresh project outside the repo).
 # Works from any directory; exits non-zero on any failure.
 set -euo pipefail
 
