@@ -16,10 +16,12 @@ from google.protobuf import duration_pb2
 
 from claimd._gen.idempotency.v1 import claim_pb2 as pb
 from claimd._gen.idempotency.v1 import claim_pb2_grpc as pb_grpc
+from claimd._gen.idempotency.v1 import provider_pb2 as provider_pb
+from claimd._gen.idempotency.v1 import provider_pb2_grpc as provider_grpc
 from claimd.errors import Unavailable
 from claimd.retry import RetryPolicy, call_with_retry
 from claimd.security import TLSConfig, TokenProvider, channel_credentials
-from claimd.types import Claim, Delivery, EventState, Lease, Record, Transitioned
+from claimd.types import Claim, Delivery, EventState, Lease, Provider, Record, Transitioned
 
 if TYPE_CHECKING:
     from claimd.guard import Guard, GuardResult
@@ -55,6 +57,33 @@ def _lease(held: Claim | Lease) -> Lease:
 def default_holder() -> str:
     """default_holder names this process for claimd's audit trail: host/pid."""
     return f"{socket.gethostname()}/{os.getpid()}"[:255]
+
+
+def channel_options(
+    keepalive: float,
+    connect_timeout: float,
+    security_options: Sequence[tuple[str, Any]],
+    options: Sequence[tuple[str, Any]],
+) -> list[tuple[str, Any]]:
+    """channel_options are the gRPC channel arguments of a client (the sync
+    one and claimd.aio's): keepalive and reconnection, then what security
+    needs, then the caller's own options, which override both."""
+    opts: dict[str, Any] = {
+        "grpc.keepalive_time_ms": int(keepalive * 1000),
+        "grpc.keepalive_timeout_ms": 20_000,
+        "grpc.keepalive_permit_without_calls": 0,
+        # gRPC core uses the minimum reconnect backoff as the deadline of
+        # one connection attempt (default 20s).
+        "grpc.min_reconnect_backoff_ms": int(connect_timeout * 1000),
+        # While disconnected, calls fail fast with UNAVAILABLE (and the
+        # guard answers 503); cap the reconnect backoff (default 120s)
+        # so a restarted claimd is reached again within seconds.
+        "grpc.initial_reconnect_backoff_ms": 200,
+        "grpc.max_reconnect_backoff_ms": 5_000,
+    }
+    opts.update(dict(security_options))
+    opts.update(dict(options))
+    return list(opts.items())
 
 
 class Client:
@@ -107,29 +136,16 @@ class Client:
         self.timeout = timeout
         self.retry = retry if retry is not None else RetryPolicy()
         self.holder = default_holder() if holder is None else holder
-        opts: dict[str, Any] = {
-            "grpc.keepalive_time_ms": int(keepalive * 1000),
-            "grpc.keepalive_timeout_ms": 20_000,
-            "grpc.keepalive_permit_without_calls": 0,
-            # gRPC core uses the minimum reconnect backoff as the deadline of
-            # one connection attempt (default 20s).
-            "grpc.min_reconnect_backoff_ms": int(connect_timeout * 1000),
-            # While disconnected, calls fail fast with UNAVAILABLE (and the
-            # guard answers 503); cap the reconnect backoff (default 120s)
-            # so a restarted claimd is reached again within seconds.
-            "grpc.initial_reconnect_backoff_ms": 200,
-            "grpc.max_reconnect_backoff_ms": 5_000,
-        }
-        opts.update(dict(security_options))
-        opts.update(dict(options))
+        opts = channel_options(keepalive, connect_timeout, security_options, options)
         if creds is None:
-            self._raw = grpc.insecure_channel(target, options=list(opts.items()))
+            self._raw = grpc.insecure_channel(target, options=opts)
         else:
-            self._raw = grpc.secure_channel(target, creds, options=list(opts.items()))
+            self._raw = grpc.secure_channel(target, creds, options=opts)
         channel: grpc.Channel = self._raw
         if interceptors:
             channel = grpc.intercept_channel(self._raw, *interceptors)
         self._stub = pb_grpc.ClaimServiceStub(channel)  # type: ignore[no-untyped-call]
+        self._providers = provider_grpc.ProviderServiceStub(channel)  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
         """close closes the channel; calls in flight fail with CANCELLED."""
@@ -263,6 +279,21 @@ class Client:
         req = pb.GetRequest(namespace=namespace, provider=provider, key=key)
         resp: pb.GetResponse = self._call(self._stub.Get, req)
         return Record.from_pb(resp.record)
+
+    def get_provider(self, name: str) -> Provider:
+        """get_provider returns the provider (or group) registered as name.
+        Raises NotFound."""
+        resp: provider_pb.GetProviderResponse = self._call(
+            self._providers.GetProvider, provider_pb.GetProviderRequest(name=name)
+        )
+        return Provider.from_pb(resp.provider)
+
+    def list_providers(self) -> list[Provider]:
+        """list_providers returns every registered provider and group."""
+        resp: provider_pb.ListProvidersResponse = self._call(
+            self._providers.ListProviders, provider_pb.ListProvidersRequest()
+        )
+        return [Provider.from_pb(p) for p in resp.providers]
 
     def guard(
         self,

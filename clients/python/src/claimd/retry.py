@@ -8,9 +8,10 @@ instead of IN_PROGRESS."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -73,20 +74,45 @@ def call_with_retry(policy: RetryPolicy, attempt_timeout: float, fn: Callable[[f
         try:
             return fn(max(0.001, min(attempt_timeout, remaining)))
         except grpc.RpcError as err:
-            code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
-            wait = policy.backoff(attempt)
-            retryable = code in policy.retryable
-            if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                # A rate limit says when to come back. Without a RetryInfo
-                # the refusal is something else (a message over a size
-                # limit), which repeating does not change.
-                delay = retry_delay(err)
-                retryable = delay is not None
-                wait = max(wait, delay or 0.0)
-            if not retryable or attempt >= policy.max_attempts:
-                raise from_rpc_error(err) from err
-            # Another attempt needs time to wait and then to be answered;
-            # give up now rather than start one that cannot finish.
-            if time.monotonic() + wait >= deadline:
-                raise from_rpc_error(err) from err
-            time.sleep(wait)
+            time.sleep(pause_before_retry(policy, err, attempt, deadline))
+
+
+async def call_with_retry_async(
+    policy: RetryPolicy, attempt_timeout: float, fn: Callable[[float], Awaitable[T]], extra: float = 0.0
+) -> T:
+    """call_with_retry_async is call_with_retry for grpc.aio calls: the same
+    policy, pauses taken with asyncio.sleep."""
+    attempt_timeout += extra
+    deadline = time.monotonic() + policy.total_timeout + extra
+    attempt = 0
+    while True:
+        attempt += 1
+        remaining = deadline - time.monotonic()
+        try:
+            return await fn(max(0.001, min(attempt_timeout, remaining)))
+        except grpc.RpcError as err:
+            await asyncio.sleep(pause_before_retry(policy, err, attempt, deadline))
+
+
+def pause_before_retry(policy: RetryPolicy, err: grpc.RpcError, attempt: int, deadline: float) -> float:
+    """pause_before_retry decides what follows attempt number attempt, which
+    failed with err: the pause before the next attempt, or (raised) err as a
+    ClaimdError when the policy does not retry it or has no attempts or time
+    left. It must be called in the except block that caught err."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    wait = policy.backoff(attempt)
+    retryable = code in policy.retryable
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # A rate limit says when to come back. Without a RetryInfo the
+        # refusal is something else (a message over a size limit), which
+        # repeating does not change.
+        delay = retry_delay(err)
+        retryable = delay is not None
+        wait = max(wait, delay or 0.0)
+    if not retryable or attempt >= policy.max_attempts:
+        raise from_rpc_error(err) from err
+    # Another attempt needs time to wait and then to be answered; give up
+    # now rather than start one that cannot finish.
+    if time.monotonic() + wait >= deadline:
+        raise from_rpc_error(err) from err
+    return wait

@@ -12,6 +12,7 @@ from typing import TypeVar
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from claimd._gen.idempotency.v1 import claim_pb2 as pb
+from claimd._gen.idempotency.v1 import provider_pb2 as provider_pb
 
 # Bounds of the API (DESIGN §2) that the client checks or relies on.
 MAX_RESULT_BYTES = 64 << 10
@@ -249,3 +250,39 @@ class Transitioned:
 
     record: Record
     changed: bool
+
+
+@dataclass(frozen=True)
+class Provider:
+    """Provider is a webhook sender claimd knows (or a group of them, with
+    members): how long it retries, the window, TTL and leases claimd derives
+    from that, and the rule that keys its deliveries."""
+
+    name: str
+    retry_horizon: timedelta | None
+    margin: timedelta | None
+    ttl: timedelta | None
+    lease: timedelta | None
+    max_lease: timedelta | None
+    key_rule: str
+    source: str
+    reviewed_on: str
+    review_overdue: bool
+    members: tuple[str, ...]
+
+    @classmethod
+    def from_pb(cls, m: provider_pb.Provider) -> Provider:
+        """from_pb converts a Provider message."""
+        return cls(
+            name=m.name,
+            retry_horizon=_duration(m.retry_horizon, m.HasField("retry_horizon")),
+            margin=_duration(m.margin, m.HasField("margin")),
+            ttl=_duration(m.ttl, m.HasField("ttl")),
+            lease=_duration(m.lease, m.HasField("lease")),
+            max_lease=_duration(m.max_lease, m.HasField("max_lease")),
+            key_rule=m.key_rule,
+            source=m.source,
+            reviewed_on=m.reviewed_on,
+            review_overdue=m.review_overdue,
+            members=tuple(m.members),
+        )
