@@ -254,30 +254,35 @@ class Faults(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         self.active: list[dict[str, Any]] = []
 
     def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
-        method = details.method.rsplit("/", 1)[-1]
-        call = method.lower()
-        if method == "Transition":
-            call = _TO_CALL.get(pb.EventState.Name(request.to).removeprefix("EVENT_STATE_"), "")
-        for f in self.active:
-            if f["call"] == call:
-                raise self._error(f)
+        f = self.fault_for(details.method, request)
+        if f is not None:
+            raise InjectedError(*fault_status(f))
         return continuation(details, request)
 
-    @staticmethod
-    def _error(f: dict[str, Any]) -> InjectedError:
-        code = grpc.StatusCode[f["code"]]
-        st = status_pb2.Status(code=code.value[0], message="injected by guardspec")
-        if "reason" in f:
-            d = any_pb2.Any()
-            d.Pack(error_details_pb2.ErrorInfo(reason=f["reason"], domain=ERROR_DOMAIN))
-            st.details.append(d)
-        if "retry_delay_ms" in f:
-            delay = duration_pb2.Duration()
-            delay.FromMilliseconds(f["retry_delay_ms"])
-            d = any_pb2.Any()
-            d.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
-            st.details.append(d)
-        return InjectedError(code, st)
+    def fault_for(self, method: str | bytes, request: Any) -> dict[str, Any] | None:
+        """fault_for is the active fault for a call of method, if any."""
+        name = (method.decode() if isinstance(method, bytes) else method).rsplit("/", 1)[-1]
+        call = name.lower()
+        if name == "Transition":
+            call = _TO_CALL.get(pb.EventState.Name(request.to).removeprefix("EVENT_STATE_"), "")
+        return next((f for f in self.active if f["call"] == call), None)
+
+
+def fault_status(f: dict[str, Any]) -> tuple[grpc.StatusCode, status_pb2.Status]:
+    """fault_status is the code and google.rpc.Status a fault fails its call with."""
+    code = grpc.StatusCode[f["code"]]
+    st = status_pb2.Status(code=code.value[0], message="injected by guardspec")
+    if "reason" in f:
+        d = any_pb2.Any()
+        d.Pack(error_details_pb2.ErrorInfo(reason=f["reason"], domain=ERROR_DOMAIN))
+        st.details.append(d)
+    if "retry_delay_ms" in f:
+        delay = duration_pb2.Duration()
+        delay.FromMilliseconds(f["retry_delay_ms"])
+        d = any_pb2.Any()
+        d.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+        st.details.append(d)
+    return code, st
 
 
 # --- running a scenario --------------------------------------------------------
@@ -337,6 +342,11 @@ def _behave(run: Run, g: Guard, request: dict[str, Any], h: dict[str, Any] | Non
             run.problems.append("the handler was not cancelled within 10s of the takeover")
     if h.get("outlive_lease"):
         _outlive_lease(run, claim, request)
+    return handler_outcome(h)
+
+
+def handler_outcome(h: dict[str, Any]) -> object:
+    """handler_outcome ends a scenario's handler: raises or returns as h says."""
     if "raises" in h:
         message = _text(h["raises"]["message"], "message")
         if h["raises"].get("permanent"):
