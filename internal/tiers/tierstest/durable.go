@@ -13,6 +13,7 @@ type DurableFactory func(t *testing.T) func(t *testing.T) tiers.Durable
 // RunDurable runs Run against the durable tier alone, then the cases only a
 // Durable has: pruning, and Claim compared with tiers.Decide over a
 // generated table (which a Fast tier in front would answer partly itself).
+// Like Run's, the cases run in parallel.
 func RunDurable(t *testing.T, f DurableFactory) {
 	Run(t, func(t *testing.T) Opener {
 		open := f(t)
@@ -20,6 +21,7 @@ func RunDurable(t *testing.T, f DurableFactory) {
 	})
 	for _, tc := range durableCases {
 		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
 			d := f(t)(t)
 			t.Cleanup(func() { d.Close() })
 			tc.run(t, d, &env{t: t, store: d, clk: newEnv0(), ns: "t" + randHex(6)})

@@ -56,10 +56,12 @@ func (fe *fastEnv) record(k string) tiers.Record {
 	return tiers.NewRecord(fe.e.params(k))
 }
 
-// RunFast runs the Fast-tier contract cases against the tiers f makes.
+// RunFast runs the Fast-tier contract cases against the tiers f makes. The
+// cases run in parallel, each in a namespace of its own.
 func RunFast(t *testing.T, f FastFactory) {
 	for _, tc := range fastCases {
 		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
 			fast := f(t)
 			t.Cleanup(func() { fast.Close() })
 			clk := clock.NewFake(time.Now())

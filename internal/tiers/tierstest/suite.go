@@ -12,10 +12,14 @@ import (
 	"github.com/claimd/claimd/internal/tiers"
 )
 
-// Run runs the Store conformance suite against the stores f makes.
+// Run runs the Store conformance suite against the stores f makes. The
+// cases run in parallel (t.Parallel): each calls f for an environment of
+// its own and works in a namespace of its own, so f may hand every case the
+// same server.
 func Run(t *testing.T, f Factory) {
 	for _, tc := range storeCases {
 		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
 			tc.run(t, newEnv(t, f))
 		})
 	}
