@@ -108,7 +108,7 @@ lint: $(BUF) $(STATICCHECK) ## buf lint, buf format, buf breaking against the la
 	staticcheck ./...
 	cd $(CLIENT_MODULE) && staticcheck ./...
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	shellcheck $$(git ls-files '*.sh')
+	shellcheck $$(git ls-files '*.sh') .ci/run
 
 bench: $(GHZ) ## load scenarios (ghz and cmd/claimload) against claimd and its baselines in one run -> BENCHMARKS.md; BENCH_DURATION=2s for a smoke run
 	./scripts/bench.sh
