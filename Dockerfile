@@ -18,8 +18,11 @@ ARG GO_VERSION=1.26.8
 # Fully qualified: buildah and podman resolve no short names by default.
 FROM docker.io/library/golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
-# Modules first, so a source change does not download them again.
+# Modules first, so a source change does not download them again. The Go
+# client's go.mod comes too: claimd's go.mod replaces that module with the
+# directory, so the module graph reads it.
 COPY go.mod go.sum ./
+COPY clients/go/go.mod clients/go/go.sum ./clients/go/
 RUN go mod download
 COPY . .
 ARG VERSION=dev

@@ -18,11 +18,19 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 GRPCURL_VERSION            := v1.9.4
 GHZ_VERSION                := v0.120.0
 HELM_VERSION               := v3.22.0
+STATICCHECK_VERSION        := v0.8.2
 
 IMAGE ?= claimd:dev
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 ARGS ?=
+# CLIENT_MODULE is the Go client, a module of its own: ./... at the root does
+# not descend into it, so the Go targets name it.
+CLIENT_MODULE := clients/go
+# RELEASE_REF is the last release, whose API buf breaking guards: the tag
+# v0.1.0 once the repository has it, until then the commit 0.1.0 was cut
+# from (the last of 2026-11-30's first session, before the lease secret).
+RELEASE_REF ?= $(shell git rev-parse -q --verify 'refs/tags/v0.1.0^{commit}' || echo bbfbc472e4ce84fb6322820fb8624a4a61011d08)
 # VERSION is what `claimd version` prints (and the traces' service.version).
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
@@ -43,17 +51,19 @@ $(eval $(call tool,ghz,github.com/bojand/ghz/cmd/ghz,$(GHZ_VERSION)))
 # helm builds from source with most of Kubernetes' client libraries: several
 # minutes on two cores, once per machine.
 $(eval $(call tool,helm,helm.sh/helm/v3/cmd/helm,$(HELM_VERSION)))
+$(eval $(call tool,staticcheck,honnef.co/go/tools/cmd/staticcheck,$(STATICCHECK_VERSION)))
 
 BUF       := $(TOOLS_DIR)/stamps/buf@$(BUF_VERSION)
 GEN_TOOLS := $(BUF) $(TOOLS_DIR)/stamps/protoc-gen-go@$(PROTOC_GEN_GO_VERSION) $(TOOLS_DIR)/stamps/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 GRPCURL   := $(TOOLS_DIR)/stamps/grpcurl@$(GRPCURL_VERSION)
 GHZ       := $(TOOLS_DIR)/stamps/ghz@$(GHZ_VERSION)
 HELM      := $(TOOLS_DIR)/stamps/helm@$(HELM_VERSION)
+STATICCHECK := $(TOOLS_DIR)/stamps/staticcheck@$(STATICCHECK_VERSION)
 
 # path_hint tells how to run the installed tools by name.
 path_hint = echo "installed in $(TOOLS_BIN); to run by name: export PATH=\"$(TOOLS_BIN):\$$PATH\""
 
-.PHONY: help build run test generate checkgenerate lint tools buf protoc-gen-go protoc-gen-go-grpc grpcurl ghz helm-tool bench chaos image helm clean
+.PHONY: help build run test generate checkgenerate lint tools buf protoc-gen-go protoc-gen-go-grpc grpcurl ghz helm-tool staticcheck bench chaos image helm clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-19s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -64,9 +74,10 @@ build: ## build bin/claimd, its version from git describe (VERSION=... to set it
 run: build ## start claimd with embedded tiers on 127.0.0.1:50051 (ARGS="--flag ..." to add flags)
 	./bin/claimd serve $(ARGS)
 
-test: $(HELM) ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and PostgreSQL, installed when missing; helm lint/template of the chart), each benchmark once, the Python and TypeScript clients
+test: $(HELM) ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and PostgreSQL, installed when missing; helm lint/template of the chart), each benchmark once, the Go, Python and TypeScript clients
 	./scripts/test-deps.sh
 	go test $(GO_TEST_FLAGS) ./...
+	cd $(CLIENT_MODULE) && go test $(GO_TEST_FLAGS) ./...
 	@echo "== each Go benchmark once, so none can rot"
 	go test -run '^$$' -bench . -benchtime 1x -timeout 15m ./...
 	@echo "== Python client and example"
@@ -74,19 +85,30 @@ test: $(HELM) ## every test: Go with -race (real Redis, Redis Cluster, Sentinel 
 	@echo "== TypeScript client and Node example"
 	./clients/typescript/test.sh
 
-generate: $(GEN_TOOLS) ## regenerate gen/ from proto/ with local plugins
+# GENERATED are the generated files of every language, all from proto/.
+GENERATED := gen clients/python/src/claimd/_gen clients/typescript/src/gen
+
+generate: $(GEN_TOOLS) ## regenerate the code of proto/ in every language with local, pinned plugins: Go (gen/), Python (grpcio-tools, in the client's venv) and TypeScript (protoc-gen-es, from npm)
 	rm -rf gen
 	buf generate
+	./clients/python/generate.sh
+	./clients/typescript/generate.sh
 
-checkgenerate: generate ## fail if gen/ differs from what make generate produces
-	@git diff --exit-code -- gen || { echo "gen/ is stale: run make generate and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- gen)" || { git status --porcelain -- gen; echo "gen/ has untracked files"; exit 1; }
+checkgenerate: generate ## fail if any generated code differs from what make generate produces
+	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "generated code has untracked files"; exit 1; }
 
-lint: $(BUF) ## buf lint + buf format + go vet + gofmt
+lint: $(BUF) $(STATICCHECK) ## buf lint, buf format, buf breaking against the last release; go vet, staticcheck and gofmt of both Go modules; shellcheck
+	./scripts/lint-deps.sh
 	buf lint
 	buf format --diff --exit-code
+	buf breaking --against '.git#ref=$(RELEASE_REF)'
 	go vet ./...
+	cd $(CLIENT_MODULE) && go vet ./...
+	staticcheck ./...
+	cd $(CLIENT_MODULE) && staticcheck ./...
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	shellcheck $$(git ls-files '*.sh') .ci/run
 
 bench: $(GHZ) ## load scenarios (ghz and cmd/claimload) against claimd and its baselines in one run -> BENCHMARKS.md; BENCH_DURATION=2s for a smoke run
 	./scripts/bench.sh
@@ -94,7 +116,7 @@ bench: $(GHZ) ## load scenarios (ghz and cmd/claimload) against claimd and its b
 chaos: ## fault injection (Redis flush/kill, PostgreSQL immediate stop, replica kill -9, lost replies, crash points) with history checks -> RELIABILITY.md; exits 1 on a violation; CHAOS_DURATION=5s for the short form
 	./scripts/chaos.sh
 
-tools: $(GEN_TOOLS) $(GRPCURL) $(GHZ) $(HELM) ## install every pinned tool (buf, protoc plugins, grpcurl, ghz, helm); or one: make grpcurl
+tools: $(GEN_TOOLS) $(GRPCURL) $(GHZ) $(HELM) $(STATICCHECK) ## install every pinned tool (buf, protoc plugins, grpcurl, ghz, helm, staticcheck); or one: make grpcurl
 	@$(path_hint)
 
 buf: $(BUF) ## install the pinned buf only
@@ -113,6 +135,9 @@ ghz: $(GHZ) ## install the pinned ghz only
 	@$(path_hint)
 
 helm-tool: $(HELM) ## install the pinned helm only (a few minutes: it builds from source)
+	@$(path_hint)
+
+staticcheck: $(STATICCHECK) ## install the pinned staticcheck only
 	@$(path_hint)
 
 image: ## build the container image $(IMAGE) (docker when its daemon answers, else buildah)

@@ -48,7 +48,7 @@ done
 if [[ ,$clients, == *,ghz,* ]] && ! { command -v ghz >/dev/null && go version -m "$(command -v ghz)" | grep -q "github.com/bojand/ghz[[:space:]]*$GHZ_VERSION"; }; then
 	echo "bench.sh: installing ghz $GHZ_VERSION into $TOOLS_BIN"
 	mkdir -p "$TOOLS_BIN"
-	(cd /tmp && GOBIN="$TOOLS_BIN" GOFLAGS= go install "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION")
+	(cd /tmp && GOBIN="$TOOLS_BIN" GOFLAGS='' go install "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION")
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/claimd-bench.XXXXXX")

@@ -13,8 +13,13 @@ store=(--root "$work/storage" --runroot "$work/run" --storage-driver vfs)
 ctr=""
 pid=""
 cleanup() {
-	[[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
-	[[ -n $ctr ]] && buildah "${store[@]}" rm "$ctr" >/dev/null 2>&1 || true
+	if [[ -n $pid ]]; then
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	fi
+	if [[ -n $ctr ]]; then
+		buildah "${store[@]}" rm "$ctr" >/dev/null 2>&1 || true
+	fi
 	rm -rf "$work"
 }
 trap cleanup EXIT

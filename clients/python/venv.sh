@@ -21,6 +21,6 @@ ensure_venv() {
 		"$base" -m venv "$claimd_venv"
 	fi
 	echo "installing claimd[test] into $claimd_venv" >&2
-	"$claimd_py" -m pip install --quiet --disable-pip-version-check -e "$claimd_py_dir[test]"
+	"$claimd_py" -m pip install --quiet --disable-pip-version-check -e "${claimd_py_dir}[test]"
 	echo "$want" >"$claimd_venv/.claimd-stamp"
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/internal/testenv"
+	"github.com/claimd/claimd/internal/testenv/testcert"
 	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/redis"
 )
@@ -22,7 +23,7 @@ import (
 func TestBackendTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ca, other := testenv.NewCA(t, "backend CA"), testenv.NewCA(t, "other CA")
+	ca, other := testcert.NewCA(t, "backend CA"), testcert.NewCA(t, "other CA")
 	rd := testenv.StartRedisTLS(t, ca)
 	pg := testenv.StartPostgresWith(t, testenv.Options{TLS: ca}, nil)
 	client := ca.Issue(t, "claimd")

@@ -26,7 +26,7 @@ import (
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/auth"
-	"github.com/claimd/claimd/internal/testenv"
+	"github.com/claimd/claimd/internal/testenv/testcert"
 )
 
 // runBounded runs claimd to its exit, failing the test when it is still
@@ -52,13 +52,13 @@ func runBounded(t *testing.T, args ...string) (string, int) {
 // serverFiles are a server certificate for 127.0.0.1 issued by a test CA,
 // and an empty token file that stands for --auth-file.
 type serverFiles struct {
-	ca       *testenv.CA
-	cert     *testenv.Leaf
+	ca       *testcert.CA
+	cert     *testcert.Leaf
 	authFile string
 }
 
 func newServerFiles(t *testing.T) serverFiles {
-	ca := testenv.NewCA(t, "claimd test CA")
+	ca := testcert.NewCA(t, "claimd test CA")
 	authPath := filepath.Join(t.TempDir(), "auth.yaml")
 	body := "version: 1\nprincipals:\n  hooks:\n    tokens: [\"" + auth.HashToken(auth.NewToken()) + "\"]\n    namespaces: [billing]\n    roles: [claim]\n"
 	if err := os.WriteFile(authPath, []byte(body), 0o600); err != nil {
@@ -170,7 +170,7 @@ func loopback(t *testing.T, addr string) string {
 // without --insecure: TLS and client certificates) and checks who gets in.
 func TestTLSListeners(t *testing.T) {
 	f := newServerFiles(t)
-	other := testenv.NewCA(t, "other CA")
+	other := testcert.NewCA(t, "other CA")
 	client, stranger := f.ca.Issue(t, "spiffe://claimd.test/billing"), other.Issue(t, "spiffe://claimd.test/billing")
 	p := start(t, "--listen", "0.0.0.0:0", "--tls-cert", f.cert.CertFile, "--tls-key", f.cert.KeyFile,
 		"--tls-client-ca", f.ca.File(), "--reflection=false", "--data-dir", t.TempDir())
@@ -184,7 +184,7 @@ func TestTLSListeners(t *testing.T) {
 		t.Cleanup(func() { conn.Close() })
 		return conn
 	}
-	clientTLS := func(cert *testenv.Leaf) *tls.Config {
+	clientTLS := func(cert *testcert.Leaf) *tls.Config {
 		c := &tls.Config{RootCAs: f.ca.Pool()}
 		if cert != nil {
 			// Present it even when the server's CA list does not name its
@@ -226,7 +226,7 @@ func TestTLSListeners(t *testing.T) {
 		}
 	}
 
-	httpsClient := func(cert *testenv.Leaf) *http.Client {
+	httpsClient := func(cert *testcert.Leaf) *http.Client {
 		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS(cert)}}
 	}
 	base := "https://" + p.http

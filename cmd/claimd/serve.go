@@ -116,24 +116,24 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		}
 	}
 
+	// The listeners are closed on the way out, whichever way that is: on an
+	// error before serving, or after the servers, which close them too when
+	// they stop (a second Close only returns an error nobody needs).
 	grpcLis, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
+	defer grpcLis.Close()
 	httpLis, err := net.Listen("tcp", c.HTTPListen)
 	if err != nil {
-		grpcLis.Close()
 		return fmt.Errorf("--http-listen: %w", err)
 	}
+	defer httpLis.Close()
 	if err := c.admit(c.Listen, grpcLis.Addr(), c.HTTPListen, httpLis.Addr(), log); err != nil {
-		grpcLis.Close()
-		httpLis.Close()
 		return err
 	}
 	certs, err := c.reloader(log)
 	if err != nil {
-		grpcLis.Close()
-		httpLis.Close()
 		return err
 	}
 
@@ -147,22 +147,16 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	var authn *auth.Authenticator
 	if c.AuthFile != "" {
 		if authn, err = auth.Load(c.AuthFile, auth.Options{Registerer: promReg, Logger: log, Clock: clk}); err != nil {
-			grpcLis.Close()
-			httpLis.Close()
 			return err
 		}
 		mcfg.NamespaceLabel = authn.NamespaceLabel
 	}
 	met, err := metrics.New(promReg, mcfg)
 	if err != nil {
-		grpcLis.Close()
-		httpLis.Close()
 		return err
 	}
 	tracing, err := telemetry.Setup(ctx, version)
 	if err != nil {
-		grpcLis.Close()
-		httpLis.Close()
 		return err
 	}
 	defer func() {
@@ -175,8 +169,6 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 
 	st, err := openStores(ctx, &c.commonConfig, met, log)
 	if err != nil {
-		grpcLis.Close()
-		httpLis.Close()
 		return err
 	}
 	defer func() {
@@ -188,8 +180,6 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	st.announceDurability(met, log)
 	if c.RequireNoEviction && st.redis != nil {
 		if err := requireNoEviction(ctx, st.redis); err != nil {
-			grpcLis.Close()
-			httpLis.Close()
 			return err
 		}
 	}
@@ -234,8 +224,6 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 			Fast: st.sweeper, Clock: clk, Interval: c.JanitorInterval, Observer: met, Logger: log,
 		})
 		if err != nil {
-			grpcLis.Close()
-			httpLis.Close()
 			return err
 		}
 		background.Go(func() { j.Run(bgCtx) })
@@ -275,9 +263,16 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tls", c.tlsMode(), "auth_file", cmp.Or(c.AuthFile, "off"), "tiers", st.mode,
 		"durability", st.durability, "tracing", cmp.Or(tracing.Exporter(), "off"), "janitor_interval", c.JanitorInterval.String(), "version", versionString())
 
+	// Readiness pings the stores, so it is background work too: it ends
+	// before they close. Draining waits for it to end before it turns
+	// /readyz off, so that no last ping turns it on again.
 	readyCtx, stopReady := context.WithCancel(ctx)
 	defer stopReady()
-	go watchReady(readyCtx, st, hs, &ready, c.ReadyInterval, log)
+	readyDone := make(chan struct{})
+	background.Go(func() {
+		defer close(readyDone)
+		watchReady(readyCtx, st, hs, &ready, c.ReadyInterval, log)
+	})
 
 	var serveErr error
 	select {
@@ -287,6 +282,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		log.Error("server stopped", "err", serveErr)
 	}
 	stopReady()
+	<-readyDone
 	ready.Store(false)
 	hs.Shutdown() // every service NOT_SERVING while draining
 

@@ -52,7 +52,7 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 			store: pg, durable: pg, mode: "postgres", durability: "postgres",
 			fastKind: "none", durableKind: "postgres",
 			sources: metrics.Sources{DurableStats: pg.Stats},
-			target:  janitor.Postgres(pg),
+			target:  postgresTarget(pg),
 		}
 		if c.RedisURL == "" {
 			return st, nil
@@ -99,7 +99,7 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 				return n, 0, err // one audit table, no partitions
 			},
 		},
-		target:  janitor.SQLite(lite),
+		target:  sqliteTarget(lite),
 		sweeper: fast,
 	}, nil
 }

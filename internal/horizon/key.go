@@ -10,8 +10,9 @@ import (
 	"unicode/utf8"
 )
 
-// KeySource says where a key came from. The values match the proto enum
-// KeySource (KEY_SOURCE_EVENT_ID ...), so the service converts them one to one.
+// KeySource says where a key came from. Its values and names follow the
+// proto enum KeySource (KEY_SOURCE_EVENT_ID ...); horizon does not import
+// the API, so the service maps one to the other (service/convert.go).
 type KeySource uint8
 
 // Sources of a key.

@@ -283,6 +283,16 @@ func TestLoadRefuses(t *testing.T) {
 			want: []string{"test.yaml:9: YAML syntax: found character that cannot start any token"},
 		},
 		{
+			desc: "YAML error reported at its construct's line names the offending one",
+			data: file(map[int]string{10: "\treviewed_on: 2026-01-01"}),
+			want: []string{"test.yaml:10: YAML syntax: found a tab character that violates indentation"},
+		},
+		{
+			desc: "YAML error at the end of the file names where the value opens",
+			data: file(map[int]string{9: `    source: "https://x`}),
+			want: []string{"test.yaml:9: YAML syntax: found unexpected end of stream"},
+		},
+		{
 			desc: "a second document",
 			data: file(nil, "---", "version: 1"),
 			want: []string{"test.yaml:11: a second YAML document"},

@@ -33,8 +33,9 @@ const (
 	DefaultPartitionsAhead = 3
 )
 
-// Target is a durable tier the janitor keeps. Implementations: Postgres and
-// SQLite.
+// Target is a durable tier the janitor keeps. The janitor knows this
+// interface, not the backends: cmd/claimd builds one for PostgreSQL and one
+// for SQLite.
 type Target interface {
 	// TryLock makes the caller the active janitor for one pass, without
 	// waiting. ok is false when another process is; release, set when ok,

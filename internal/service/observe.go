@@ -45,7 +45,7 @@ type Request struct {
 	ServedBy    tiers.Tier
 
 	// State is the record's state after the call (StateUnspecified when no
-	// record was read). Transition is the state change the call made or
+	// record was read). From and To are the state change the call made or
 	// asked for (see StateTransition); Changed is false for a repeat that
 	// changed nothing.
 	State      tiers.State

@@ -194,7 +194,7 @@ func TestServerSpanAttributes(t *testing.T) {
 		attrs := map[string]string{}
 		for _, kv := range s.Attributes {
 			if strings.HasPrefix(string(kv.Key), "idempotency.") {
-				attrs[string(kv.Key)] = kv.Value.Emit()
+				attrs[string(kv.Key)] = kv.Value.String()
 			}
 		}
 		spans = append(spans, got{Name: s.Name, Attrs: attrs})

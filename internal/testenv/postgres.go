@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/claimd/claimd/internal/testenv/testcert"
 )
 
 // Options configures a PostgreSQL server started by this package. The zero
@@ -25,7 +27,7 @@ type Options struct {
 	// 127.0.0.1 and localhost issued by this CA, and refuse connections
 	// without it (pg_hba hostssl only). The Server's URL then verifies it:
 	// sslmode=verify-full&sslrootcert=<the CA's file>.
-	TLS *CA
+	TLS *testcert.CA
 }
 
 const (
@@ -182,8 +184,8 @@ func checkTraversable(dir string, cred *syscall.Credential) error {
 // issued and a pg_hba.conf that admits TCP connections only over TLS.
 // PostgreSQL refuses a key file that is readable by others or not owned by
 // the user it runs as, so every file goes to that user with mode 0600.
-func serveTLSOnly(data string, ca *CA, cred *syscall.Credential) error {
-	leaf, err := ca.issue("postgres", "127.0.0.1", "localhost")
+func serveTLSOnly(data string, ca *testcert.CA, cred *syscall.Credential) error {
+	leaf, err := ca.IssueLeaf("postgres", "127.0.0.1", "localhost")
 	if err != nil {
 		return err
 	}
@@ -210,7 +212,7 @@ func serveTLSOnly(data string, ca *CA, cred *syscall.Credential) error {
 
 // pgURL is the URL of database db on a server started by this package; with
 // ca, one that verifies the server's certificate against it.
-func pgURL(port int, db string, ca *CA) string {
+func pgURL(port int, db string, ca *testcert.CA) string {
 	q := url.Values{"sslmode": {"disable"}}
 	if ca != nil {
 		q = url.Values{"sslmode": {"verify-full"}, "sslrootcert": {ca.File()}}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/claimd/claimd/internal/testenv/testcert"
 )
 
 // StartRedisProcess starts a redis-server on a free loopback port in a new
@@ -28,7 +30,7 @@ func StartRedisProcess(dir string) (*Server, error) {
 // ca. Like Redis by default (tls-auth-clients yes) it requires a client
 // certificate that ca issued. Its URL is rediss://127.0.0.1:PORT/0; it is
 // closed in t.Cleanup.
-func StartRedisTLS(t testing.TB, ca *CA) *Server {
+func StartRedisTLS(t testing.TB, ca *testcert.CA) *Server {
 	t.Helper()
 	s, err := startRedis("", &redisTLS{
 		server: ca.Issue(t, "redis", "127.0.0.1", "localhost"),
@@ -45,8 +47,8 @@ func StartRedisTLS(t testing.TB, ca *CA) *Server {
 // redisTLS is what a TLS-only redis-server needs: its certificate, the CA
 // that verifies clients, and a client certificate for the readiness probe.
 type redisTLS struct {
-	server, probe *Leaf
-	ca            *CA
+	server, probe *testcert.Leaf
+	ca            *testcert.CA
 }
 
 func startRedis(dir string, tlsFiles *redisTLS) (*Server, error) {

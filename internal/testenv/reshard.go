@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -39,40 +40,51 @@ func (c *Cluster) BeginSlotMigration(ctx context.Context, slots []int) (*SlotMig
 		return nil, errors.New("no slots to move")
 	}
 	admin := nodeClient(c.Addrs()[0])
-	ranges, err := admin.ClusterSlots(ctx).Result()
+	shards, err := admin.ClusterShards(ctx).Result()
 	admin.Close()
 	if err != nil {
-		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
+		return nil, fmt.Errorf("CLUSTER SHARDS: %w", err)
 	}
-	owner := func(slot int) (goredis.ClusterNode, bool) {
-		for _, r := range ranges {
-			if r.Start <= slot && slot <= r.End && len(r.Nodes) > 0 {
-				return r.Nodes[0], true
+	// owners are the primaries of the shards that serve slots.
+	type owner struct {
+		id, addr string
+		slots    []goredis.SlotRange
+	}
+	var owners []owner
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			if n.Role == "master" && len(sh.Slots) > 0 {
+				owners = append(owners, owner{id: n.ID, addr: net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)), slots: sh.Slots})
 			}
 		}
-		return goredis.ClusterNode{}, false
 	}
-	src, ok := owner(slots[0])
+	ownerOf := func(slot int) (owner, bool) {
+		for _, o := range owners {
+			for _, r := range o.slots {
+				if r.Start <= int64(slot) && int64(slot) <= r.End {
+					return o, true
+				}
+			}
+		}
+		return owner{}, false
+	}
+	src, ok := ownerOf(slots[0])
 	if !ok {
 		return nil, fmt.Errorf("slot %d has no owner", slots[0])
 	}
 	for _, s := range slots[1:] {
-		if o, ok := owner(s); !ok || o.ID != src.ID {
-			return nil, fmt.Errorf("slot %d is not owned by %s, the owner of slot %d", s, src.Addr, slots[0])
+		if o, ok := ownerOf(s); !ok || o.id != src.id {
+			return nil, fmt.Errorf("slot %d is not owned by %s, the owner of slot %d", s, src.addr, slots[0])
 		}
 	}
-	m := &SlotMigration{slots: slots, srcID: src.ID, src: nodeClient(src.Addr)}
-	seen := map[string]bool{src.ID: true}
-	for _, r := range ranges {
-		p := r.Nodes[0]
-		if seen[p.ID] {
-			continue
-		}
-		seen[p.ID] = true
-		if m.dst == nil {
-			m.dst, m.dstID, m.dstAddr = nodeClient(p.Addr), p.ID, p.Addr
-		} else {
-			m.others = append(m.others, nodeClient(p.Addr))
+	m := &SlotMigration{slots: slots, srcID: src.id, src: nodeClient(src.addr)}
+	for _, o := range owners {
+		switch {
+		case o.id == src.id:
+		case m.dst == nil:
+			m.dst, m.dstID, m.dstAddr = nodeClient(o.addr), o.id, o.addr
+		default:
+			m.others = append(m.others, nodeClient(o.addr))
 		}
 	}
 	if m.dst == nil {

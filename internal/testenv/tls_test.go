@@ -10,13 +10,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/claimd/claimd/internal/testenv"
+	"github.com/claimd/claimd/internal/testenv/testcert"
 )
 
 func TestRedisTLS(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	ca := testenv.NewCA(t, "test CA")
-	other := testenv.NewCA(t, "other CA")
+	ca := testcert.NewCA(t, "test CA")
+	other := testcert.NewCA(t, "other CA")
 	s := testenv.StartRedisTLS(t, ca)
 	if !strings.HasPrefix(s.URL(), "rediss://127.0.0.1:") {
 		t.Fatalf("URL() = %q, want rediss://127.0.0.1:PORT/0", s.URL())
@@ -26,8 +27,8 @@ func TestRedisTLS(t *testing.T) {
 	tests := []struct {
 		desc    string
 		url     string
-		roots   *testenv.CA
-		cert    *testenv.Leaf
+		roots   *testcert.CA
+		cert    *testcert.Leaf
 		wantErr string
 	}{
 		{desc: "verified, with a client certificate", url: s.URL(), roots: ca, cert: client},
@@ -63,8 +64,8 @@ func TestRedisTLS(t *testing.T) {
 func TestPostgresTLS(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	ca := testenv.NewCA(t, "test CA")
-	other := testenv.NewCA(t, "other CA")
+	ca := testcert.NewCA(t, "test CA")
+	other := testcert.NewCA(t, "other CA")
 	s := testenv.StartPostgresWith(t, testenv.Options{TLS: ca}, migrate)
 	u, err := url.Parse(s.URL())
 	if err != nil {

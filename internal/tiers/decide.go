@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"fmt"
+	"time"
 )
 
 // The functions in this file are the state machine itself, free of storage.
-// The embedded backends run them inside their own atomic step; the Redis
-// scripts and PostgreSQL statements encode the same rules and the
-// conformance suite holds them all to the same answers.
+// The Go backends (memory, sqlite) and the local cache of tiers/twotier run
+// them inside their own atomic step; the Redis scripts and PostgreSQL
+// statements encode the same rules, and the conformance suite compares
+// every backend's answers with these functions over generated tables of
+// records and requests.
 
 // PayloadsDiffer reports whether two payload hashes are both known and
 // different. An unknown hash (nil) matches anything.
@@ -42,6 +45,53 @@ func Decide(cur *Record, p ClaimParams) (res ClaimResult, next Record, write boo
 		next = Takeover(*cur, p, ReasonLeaseExpired)
 	}
 	return ClaimResult{Outcome: OutcomeAcquired, Reason: next.Reason, Record: next}, next, true
+}
+
+// Pending is a pending marker: what a fast tier holds for a claim in flight
+// between its Reserve and the Put (or Abort) that follows the durable step.
+type Pending struct {
+	Nonce string    // the claim call's ReserveParams.Nonce
+	Until time.Time // the marker lapses at this instant
+}
+
+// DecideFast is the fast tier's half of Decide: what Reserve answers for p
+// when the fast tier holds rec (a cached record), marker (a claim in
+// flight), or neither (both nil; never both set). When mark is true, the
+// pending marker {p.Nonce, p.Now+p.PendingTTL} must be written atomically
+// with the answer, replacing whatever marker stands there.
+//
+//   - No record, and no marker, one that lapsed by p.Now, or our own (the
+//     same nonce: a retried Reserve) → FastReserved, and mark.
+//   - Another claim's live marker → IN_PROGRESS with PendingRecord; for a
+//     claim with an AttemptID, FastAskDurable instead: that attempt's own
+//     claim may have committed earlier, and only the durable tier knows.
+//   - A record → Decide's answer when Decide would not write; when it would
+//     (window over, released, lease over), the record may change hands and
+//     only the durable tier may hand it over: FastTakeover.
+//
+// Only a FastDecided answer carries Outcome, Reason and Record.
+func DecideFast(rec *Record, marker *Pending, p ReserveParams) (res FastResult, mark bool) {
+	if rec == nil {
+		switch {
+		case marker == nil, !p.Now.Before(marker.Until), marker.Nonce == p.Nonce:
+			return FastResult{Verdict: FastReserved}, true
+		case p.AttemptID != "":
+			return FastResult{Verdict: FastAskDurable}, false
+		}
+		return FastResult{Verdict: FastDecided, Outcome: OutcomeInProgress, Record: PendingRecord(p.Key, marker.Until)}, false
+	}
+	d, _, write := Decide(rec, ClaimParams{Key: p.Key, Now: p.Now, PayloadHash: p.PayloadHash, AttemptID: p.AttemptID})
+	if write {
+		return FastResult{Verdict: FastTakeover}, false
+	}
+	return FastResult{Verdict: FastDecided, Outcome: d.Outcome, Reason: d.Reason, Record: d.Record}, false
+}
+
+// PendingRecord is how a pending marker until until is reported to a claim
+// it answers IN_PROGRESS: the state a first claim starts at, no token (the
+// claim in flight has none yet), and the marker's end as its lease's.
+func PendingRecord(k Key, until time.Time) Record {
+	return Record{Key: k, State: StateReceived, LeaseExpiresAt: until}
 }
 
 // NewRecord is the record a first claim creates: token 1, RECEIVED, a window

@@ -101,13 +101,13 @@ func TestDecide(t *testing.T) {
 				if next.AttemptID != "att-b" || !bytes.Equal(next.Salt, saltB) || !bytes.Equal(next.SecretHash, secretB) {
 					t.Fatalf("Decide(%s) acquired record attempt/salt/secret hash = %q/%x/%x, want the claimant's", tc.desc, next.AttemptID, next.Salt, next.SecretHash)
 				}
+				if tc.cur != nil && (next.Version != tc.cur.Version+1 || next.Attempt != tc.cur.Attempt+1) {
+					t.Fatalf("Decide(%s) version/attempt = %d/%d, want +1", tc.desc, next.Version, next.Attempt)
+				}
 			} else if tc.cur != nil && (!bytes.Equal(r.Salt, tc.cur.Salt) || !bytes.Equal(r.SecretHash, tc.cur.SecretHash)) {
 				// A repeated attempt answers with the owner's salt and hash,
 				// so the owner's secret can be derived again.
 				t.Fatalf("Decide(%s) answered salt/secret hash = %x/%x, want the stored %x/%x", tc.desc, r.Salt, r.SecretHash, tc.cur.Salt, tc.cur.SecretHash)
-				if tc.cur != nil && (next.Version != tc.cur.Version+1 || next.Attempt != tc.cur.Attempt+1) {
-					t.Fatalf("Decide(%s) version/attempt = %d/%d, want +1", tc.desc, next.Version, next.Attempt)
-				}
 			}
 		})
 	}
@@ -261,5 +261,82 @@ func TestAllowedFrom(t *testing.T) {
 		if diff := cmp.Diff(tc.want, AllowedFrom(tc.to)); diff != "" {
 			t.Errorf("AllowedFrom(%v) (-want +got):\n%s", tc.to, diff)
 		}
+	}
+}
+
+// TestDecideFast walks every branch of the fast tier's decision, in the
+// order of Decide, at the edges of the marker, the lease and the window.
+// (The conformance suite holds each fast tier's Reserve to DecideFast.)
+func TestDecideFast(t *testing.T) {
+	const pendingTTL = 5 * time.Second
+	k := Key{"billing", "stripe", "evt_1"}
+	marker := &Pending{Nonce: "other", Until: t0.Add(pendingTTL)}
+	// claimed is pod-a's record, with a payload hash and attempt att-a.
+	claimed := func(mod func(*Record)) *Record {
+		return held(func(r *Record) {
+			r.PayloadHash = hash(1)
+			if mod != nil {
+				mod(r)
+			}
+		})
+	}
+	settled := func(r *Record) { r.State, r.Version, r.Result = StateSettled, 3, []byte("paid") }
+	reserve := func(at time.Duration, nonce string, mod func(*ReserveParams)) ReserveParams {
+		p := ReserveParams{Key: k, Now: t0.Add(at), Nonce: nonce, PendingTTL: pendingTTL}
+		if mod != nil {
+			mod(&p)
+		}
+		return p
+	}
+	payload := func(b byte) func(*ReserveParams) { return func(p *ReserveParams) { p.PayloadHash = hash(b) } }
+	attempt := func(id string) func(*ReserveParams) { return func(p *ReserveParams) { p.AttemptID = id } }
+	decided := func(o Outcome, r Reason, rec *Record) FastResult {
+		return FastResult{Verdict: FastDecided, Outcome: o, Reason: r, Record: *rec}
+	}
+	tests := []struct {
+		desc     string
+		rec      *Record
+		marker   *Pending
+		p        ReserveParams
+		want     FastResult
+		wantMark bool
+	}{
+		{desc: "absent key is reserved", p: reserve(0, "n", nil), want: FastResult{Verdict: FastReserved}, wantMark: true},
+		{desc: "another claim's live marker is in progress", marker: marker, p: reserve(pendingTTL-time.Millisecond, "n", nil),
+			want: FastResult{Verdict: FastDecided, Outcome: OutcomeInProgress, Record: Record{Key: k, State: StateReceived, LeaseExpiresAt: t0.Add(pendingTTL)}}},
+		{desc: "another claim's live marker sends an attempt_id to the durable tier", marker: marker, p: reserve(time.Second, "n", attempt("att-b")),
+			want: FastResult{Verdict: FastAskDurable}},
+		{desc: "a lapsed marker is replaced", marker: marker, p: reserve(pendingTTL, "n", attempt("att-b")), want: FastResult{Verdict: FastReserved}, wantMark: true},
+		{desc: "our own marker is ours again, and placed anew", marker: marker, p: reserve(time.Second, "other", attempt("att-b")), want: FastResult{Verdict: FastReserved}, wantMark: true},
+		{desc: "window over goes to the durable tier, even for a settled record", rec: claimed(settled), p: reserve(ttl, "n", nil), want: FastResult{Verdict: FastTakeover}},
+		{desc: "window over comes before a payload mismatch", rec: claimed(nil), p: reserve(ttl, "n", payload(2)), want: FastResult{Verdict: FastTakeover}},
+		{desc: "last instant of the window", rec: claimed(settled), p: reserve(ttl-time.Microsecond, "n", nil), want: decided(OutcomeDuplicate, ReasonUnspecified, claimed(settled))},
+		{desc: "payload mismatch comes before terminal", rec: claimed(settled), p: reserve(time.Hour, "n", payload(2)), want: decided(OutcomePayloadMismatch, ReasonUnspecified, claimed(settled))},
+		{desc: "payload mismatch while in progress", rec: claimed(nil), p: reserve(time.Second, "n", payload(2)), want: decided(OutcomePayloadMismatch, ReasonUnspecified, claimed(nil))},
+		{desc: "payload mismatch comes before the same attempt_id", rec: claimed(nil), p: reserve(time.Second, "n", func(p *ReserveParams) { p.PayloadHash, p.AttemptID = hash(2), "att-a" }),
+			want: decided(OutcomePayloadMismatch, ReasonUnspecified, claimed(nil))},
+		{desc: "an unknown stored hash matches", rec: claimed(func(r *Record) { r.PayloadHash = nil }), p: reserve(time.Second, "n", payload(2)),
+			want: decided(OutcomeInProgress, ReasonUnspecified, claimed(func(r *Record) { r.PayloadHash = nil }))},
+		{desc: "terminal is a duplicate with its result", rec: claimed(settled), p: reserve(time.Hour, "n", nil), want: decided(OutcomeDuplicate, ReasonUnspecified, claimed(settled))},
+		{desc: "terminal comes before the same attempt_id", rec: claimed(settled), p: reserve(time.Second, "n", attempt("att-a")), want: decided(OutcomeDuplicate, ReasonUnspecified, claimed(settled))},
+		{desc: "same attempt_id within the lease is acquired again with its reason",
+			rec: claimed(func(r *Record) { r.Reason, r.Token = ReasonLeaseExpired, 2 }), p: reserve(lease-time.Microsecond, "n", attempt("att-a")),
+			want: decided(OutcomeAcquired, ReasonLeaseExpired, claimed(func(r *Record) { r.Reason, r.Token = ReasonLeaseExpired, 2 }))},
+		{desc: "same attempt_id after the lease is a takeover", rec: claimed(nil), p: reserve(lease, "n", attempt("att-a")), want: FastResult{Verdict: FastTakeover}},
+		{desc: "same attempt_id after a release is a takeover", rec: claimed(func(r *Record) { r.Released = true }), p: reserve(time.Second, "n", attempt("att-a")), want: FastResult{Verdict: FastTakeover}},
+		{desc: "released is a takeover even within the lease", rec: claimed(func(r *Record) { r.Released = true }), p: reserve(time.Second, "n", nil), want: FastResult{Verdict: FastTakeover}},
+		{desc: "live lease is in progress, one instant before its end", rec: claimed(nil), p: reserve(lease-time.Microsecond, "n", nil), want: decided(OutcomeInProgress, ReasonUnspecified, claimed(nil))},
+		{desc: "another attempt_id is in progress", rec: claimed(nil), p: reserve(time.Second, "n", attempt("att-b")), want: decided(OutcomeInProgress, ReasonUnspecified, claimed(nil))},
+		{desc: "empty attempt ids are not the same attempt", rec: claimed(func(r *Record) { r.AttemptID = "" }), p: reserve(time.Second, "n", nil),
+			want: decided(OutcomeInProgress, ReasonUnspecified, claimed(func(r *Record) { r.AttemptID = "" }))},
+		{desc: "lease over is a takeover", rec: claimed(nil), p: reserve(lease, "n", nil), want: FastResult{Verdict: FastTakeover}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			got, mark := DecideFast(tc.rec, tc.marker, tc.p)
+			if diff := cmp.Diff(tc.want, got); diff != "" || mark != tc.wantMark {
+				t.Errorf("DecideFast(%s) mark = %v, want %v; result (-want +got):\n%s", tc.desc, mark, tc.wantMark, diff)
+			}
+		})
 	}
 }

@@ -4,10 +4,14 @@
 // sqlite, redis, postgres); their composition lives in tiers/twotier; the
 // conformance suite every backend and pairing runs lives in tiers/tierstest.
 //
-// Stores never read a clock: every operation carries the time it happens at
-// (Now), taken from the one injected clock of the service, so that tests move
-// time for every tier alike. Where a backend compares times it compares the
-// values it was given, never its own server's clock.
+// No store decides by a clock of its own: every operation carries the time
+// it happens at (Now), taken from the one injected clock of the service, so
+// that tests move time for every tier alike, and every comparison of a
+// lease, a window or a marker is against the values given. Clocks are read
+// only for housekeeping that decides no answer: Redis expires a key by its
+// own clock (after the window the key was given), PostgreSQL stamps audit
+// rows and creates the months' audit partitions by its own, and a waiting
+// ClaimWait or a batch of group commit bounds how long it waits.
 package tiers
 
 import (

@@ -174,10 +174,10 @@ type ReserveParams struct {
 	AttemptID   string
 }
 
-// FastResult is the fast tier's answer. For FastDecided, Outcome, Reason and
-// Record say what to answer; a pending marker of another claim in flight is
-// reported as IN_PROGRESS with a zero Token and LeaseExpiresAt at the
-// marker's end (FastAskDurable instead when the claim has an AttemptID).
+// FastResult is the fast tier's answer, as DecideFast decides it. For
+// FastDecided, Outcome, Reason and Record say what to answer (a pending
+// marker of another claim in flight answers IN_PROGRESS with PendingRecord);
+// with any other verdict they mean nothing.
 type FastResult struct {
 	Verdict FastVerdict
 	Outcome Outcome
@@ -189,7 +189,8 @@ type FastResult struct {
 // entry at any time (flush, eviction, failover); it must never hold a record
 // beyond its window or prefer an older version of a record over a newer one.
 type Fast interface {
-	// Reserve decides atomically from the cached record (see FastVerdict).
+	// Reserve decides atomically from what the tier holds under p.Key, as
+	// DecideFast does, and writes the pending marker when it says so.
 	Reserve(ctx context.Context, p ReserveParams) (FastResult, error)
 	// Put caches rec until rec.WindowExpiresAt, replacing a pending marker or
 	// an older record, never a newer one. Records are ordered by window

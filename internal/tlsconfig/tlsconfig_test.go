@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/internal/clock"
-	"github.com/claimd/claimd/internal/testenv"
+	"github.com/claimd/claimd/internal/testenv/testcert"
 	"github.com/claimd/claimd/internal/tlsconfig"
 )
 
@@ -80,7 +80,7 @@ type files struct {
 	tlsconfig.Files
 }
 
-func newFiles(t *testing.T, leaf *testenv.Leaf, ca *testenv.CA) *files {
+func newFiles(t *testing.T, leaf *testcert.Leaf, ca *testcert.CA) *files {
 	dir := t.TempDir()
 	f := &files{tlsconfig.Files{Cert: filepath.Join(dir, "tls.crt"), Key: filepath.Join(dir, "tls.key")}}
 	f.put(t, leaf)
@@ -91,13 +91,13 @@ func newFiles(t *testing.T, leaf *testenv.Leaf, ca *testenv.CA) *files {
 	return f
 }
 
-func (f *files) put(t *testing.T, leaf *testenv.Leaf) {
+func (f *files) put(t *testing.T, leaf *testcert.Leaf) {
 	t.Helper()
 	write(t, f.Cert, leaf.CertPEM)
 	write(t, f.Key, leaf.KeyPEM)
 }
 
-func (f *files) putCA(t *testing.T, ca *testenv.CA) { write(t, f.CA, ca.CertPEM) }
+func (f *files) putCA(t *testing.T, ca *testcert.CA) { write(t, f.CA, ca.CertPEM) }
 
 func write(t *testing.T, path string, b []byte) {
 	t.Helper()
@@ -121,7 +121,7 @@ func newReloader(t *testing.T, f *files, clk clock.Clock, log io.Writer) *tlscon
 // clientOf is a client that verifies the server against ca and presents
 // cert whatever CAs the server says it accepts (crypto/tls would otherwise
 // send no certificate the server's CAs did not sign; an attacker would).
-func clientOf(ca *testenv.CA, cert *testenv.Leaf) *tls.Config {
+func clientOf(ca *testcert.CA, cert *testcert.Leaf) *tls.Config {
 	c := &tls.Config{RootCAs: ca.Pool(), ServerName: "claimd.test", NextProtos: []string{"h2"}}
 	if cert != nil {
 		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert.TLS, nil }
@@ -130,8 +130,8 @@ func clientOf(ca *testenv.CA, cert *testenv.Leaf) *tls.Config {
 }
 
 func TestHandshakes(t *testing.T) {
-	ca := testenv.NewCA(t, "test CA")
-	other := testenv.NewCA(t, "other CA")
+	ca := testcert.NewCA(t, "test CA")
+	other := testcert.NewCA(t, "other CA")
 	server := ca.Issue(t, "claimd.test")
 	client := ca.Issue(t, "spiffe://example.org/billing")
 	stranger := other.Issue(t, "spiffe://example.org/billing")
@@ -183,14 +183,14 @@ func TestHandshakes(t *testing.T) {
 // check interval has passed on the injected clock, and that a replacement
 // that does not load keeps the previous certificate and says why.
 func TestRotation(t *testing.T) {
-	ca := testenv.NewCA(t, "test CA")
+	ca := testcert.NewCA(t, "test CA")
 	first, second, third := ca.Issue(t, "claimd.test"), ca.Issue(t, "claimd.test"), ca.Issue(t, "claimd.test")
 	f := newFiles(t, first, nil)
 	clk := clock.NewFake(time.Now())
 	var log lockedBuffer
 	r := newReloader(t, f, clk, &log)
 	cfg := r.ServerConfig(tlsconfig.RequireClientCert, "h2")
-	served := func(step string, want *testenv.Leaf) {
+	served := func(step string, want *testcert.Leaf) {
 		t.Helper()
 		serverErr, state, clientErr := handshake(t, cfg, clientOf(ca, nil))
 		if serverErr != nil || clientErr != nil {
@@ -246,7 +246,7 @@ func TestRotation(t *testing.T) {
 // TestClientCARotation swaps the CA that verifies clients: a client of the
 // new CA gets in once the files are re-read, one of the old CA no longer.
 func TestClientCARotation(t *testing.T) {
-	oldCA, newCA := testenv.NewCA(t, "old CA"), testenv.NewCA(t, "new CA")
+	oldCA, newCA := testcert.NewCA(t, "old CA"), testcert.NewCA(t, "new CA")
 	f := newFiles(t, oldCA.Issue(t, "claimd.test"), oldCA)
 	clk := clock.NewFake(time.Now())
 	cfg := newReloader(t, f, clk, nil).ServerConfig(tlsconfig.RequireClientCert, "h2")
@@ -268,7 +268,7 @@ func TestClientCARotation(t *testing.T) {
 // TestClientConfig is the backend side: the server is verified against the
 // CA file, and the client certificate follows rotation.
 func TestClientConfig(t *testing.T) {
-	ca, other := testenv.NewCA(t, "test CA"), testenv.NewCA(t, "other CA")
+	ca, other := testcert.NewCA(t, "test CA"), testcert.NewCA(t, "other CA")
 	first, second := ca.Issue(t, "claimd"), ca.Issue(t, "claimd")
 	f := newFiles(t, first, ca)
 	clk := clock.NewFake(time.Now())
@@ -276,7 +276,7 @@ func TestClientConfig(t *testing.T) {
 	client.ServerName = "backend.test"
 
 	var seen *tls.Certificate
-	backend := func(leaf *testenv.Leaf) *tls.Config {
+	backend := func(leaf *testcert.Leaf) *tls.Config {
 		return &tls.Config{
 			Certificates: []tls.Certificate{leaf.TLS}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool(),
 			VerifyConnection: func(cs tls.ConnectionState) error {
@@ -306,7 +306,7 @@ func TestClientConfig(t *testing.T) {
 }
 
 func TestNewRefusesBrokenFiles(t *testing.T) {
-	ca := testenv.NewCA(t, "test CA")
+	ca := testcert.NewCA(t, "test CA")
 	good, otherLeaf := ca.Issue(t, "claimd.test"), ca.Issue(t, "claimd.test")
 	dir := t.TempDir()
 	path := func(name string, b []byte) string {
@@ -341,7 +341,7 @@ func TestNewRefusesBrokenFiles(t *testing.T) {
 }
 
 func TestRequireVerifiedClient(t *testing.T) {
-	ca := testenv.NewCA(t, "test CA")
+	ca := testcert.NewCA(t, "test CA")
 	r := newReloader(t, newFiles(t, ca.Issue(t, "127.0.0.1"), ca), nil, nil)
 	srv := httptest.NewUnstartedServer(tlsconfig.RequireVerifiedClient(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "metrics")
@@ -352,7 +352,7 @@ func TestRequireVerifiedClient(t *testing.T) {
 
 	for _, tc := range []struct {
 		desc string
-		cert *testenv.Leaf
+		cert *testcert.Leaf
 		want int
 	}{
 		{"no client certificate", nil, http.StatusForbidden},

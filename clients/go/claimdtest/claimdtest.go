@@ -34,13 +34,25 @@ const (
 	StopTimeout  = 30 * time.Second
 )
 
+// serverModule is the module of Package.
+const serverModule = "github.com/claimd/claimd"
+
 // Build compiles claimd into dir and returns the binary's path. It runs
-// `go build`, so it must run inside the claimd module (a TestMain does).
+// `go build` in the directory of claimd's module as the calling module
+// resolves it (the repository itself, or the client module's replace of
+// it), so it must run inside a module that requires claimd's (a TestMain
+// does). The build runs there because only claimd's module lists what its
+// server needs: the client's module never requires the server's databases.
 func Build(dir string) (string, error) {
-	bin := filepath.Join(dir, "claimd")
-	out, err := exec.Command("go", "build", "-o", bin, Package).CombinedOutput()
+	src, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", serverModule).Output()
 	if err != nil {
-		return "", fmt.Errorf("go build %s: %v\n%s", Package, err, out)
+		return "", fmt.Errorf("go list -m %s: %w", serverModule, err)
+	}
+	bin := filepath.Join(dir, "claimd")
+	build := exec.Command("go", "build", "-o", bin, Package)
+	build.Dir = strings.TrimSpace(string(src))
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s in %s: %v\n%s", Package, build.Dir, err, out)
 	}
 	return bin, nil
 }

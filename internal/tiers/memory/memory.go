@@ -79,7 +79,7 @@ type shard struct {
 // and the instant it lapses (so a crashed claimant blocks others only until
 // then).
 type entry struct {
-	rec     tiers.Record // a marker holds Key, State RECEIVED and LeaseExpiresAt = expires
+	rec     tiers.Record // unset for a marker
 	pending bool
 	nonce   string
 	expires time.Time // the window end of a record, the lapse of a marker
@@ -157,21 +157,12 @@ func (s *Store) check(ctx context.Context) error {
 	return nil
 }
 
-// Reserve decides p from the cached entry, in the order of tiers.Decide:
-//
-//   - absent, or a pending marker that lapsed by p.Now → a pending marker
-//     {p.Nonce, p.Now + p.PendingTTL} is written → FastReserved.
-//   - our own marker (same nonce: a retried Reserve) → FastReserved again.
-//   - another claim's live marker → IN_PROGRESS with Token 0 and
-//     LeaseExpiresAt at the marker's end; for a claim with an AttemptID,
-//     FastAskDurable instead (no marker is placed).
-//   - a record whose window is over at p.Now → FastTakeover: the durable
-//     tier decides WINDOW_EXPIRED (this is also what the Redis tier answers
-//     when its own clock has not yet expired the key). The entry is dropped
-//     on the way: its window is over, so it will never answer again.
-//   - payloads differ → PAYLOAD_MISMATCH; terminal → DUPLICATE.
-//   - same non-empty AttemptID with a live lease → the same ACQUIRED.
-//   - released → FastTakeover; live lease → IN_PROGRESS; else FastTakeover.
+// Reserve decides p from the cached entry with tiers.DecideFast and, when it
+// says so, writes our pending marker {p.Nonce, p.Now + p.PendingTTL} in its
+// place. A record whose window is over at p.Now is dropped on the way (its
+// FastTakeover sends the claim to the durable tier): it will never answer
+// again. This is also what the Redis tier answers when its own clock has not
+// yet expired the key.
 func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastResult, error) {
 	if err := s.check(ctx); err != nil {
 		return tiers.FastResult{}, err
@@ -180,51 +171,27 @@ func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastR
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 
-	e, ok := sh.m[p.Key]
-	if ok && e.pending && e.expiredAt(p.Now) {
-		sh.remove(p.Key)
-		ok = false
-	}
-	if !ok {
-		end := p.Now.Add(p.PendingTTL)
-		sh.insert(p.Key, entry{
-			rec:     tiers.Record{Key: p.Key, State: tiers.StateReceived, LeaseExpiresAt: end},
-			pending: true,
-			nonce:   p.Nonce,
-			expires: end,
-		})
-		return tiers.FastResult{Verdict: tiers.FastReserved}, nil
-	}
-	if e.pending {
-		switch {
-		case e.nonce == p.Nonce:
-			return tiers.FastResult{Verdict: tiers.FastReserved}, nil
-		case p.AttemptID != "":
-			return tiers.FastResult{Verdict: tiers.FastAskDurable}, nil
+	var (
+		rec    *tiers.Record
+		marker *tiers.Pending
+	)
+	if e, ok := sh.m[p.Key]; ok {
+		if e.pending {
+			marker = &tiers.Pending{Nonce: e.nonce, Until: e.expires}
+		} else {
+			rec = &e.rec
 		}
-		return decided(tiers.OutcomeInProgress, tiers.ReasonUnspecified, e.rec), nil
 	}
-	r := &e.rec
+	res, mark := tiers.DecideFast(rec, marker, p)
 	switch {
-	case r.WindowOver(p.Now):
+	case mark:
+		sh.insert(p.Key, entry{pending: true, nonce: p.Nonce, expires: p.Now.Add(p.PendingTTL)})
+	case res.Verdict == tiers.FastDecided:
+		res.Record = clone(res.Record)
+	case rec != nil && rec.WindowOver(p.Now):
 		sh.remove(p.Key)
-		return tiers.FastResult{Verdict: tiers.FastTakeover}, nil
-	case tiers.PayloadsDiffer(r.PayloadHash, p.PayloadHash):
-		return decided(tiers.OutcomePayloadMismatch, tiers.ReasonUnspecified, *r), nil
-	case r.State.Terminal():
-		return decided(tiers.OutcomeDuplicate, tiers.ReasonUnspecified, *r), nil
-	case p.AttemptID != "" && p.AttemptID == r.AttemptID && r.LeaseLive(p.Now):
-		return decided(tiers.OutcomeAcquired, r.Reason, *r), nil
-	case r.Released:
-		return tiers.FastResult{Verdict: tiers.FastTakeover}, nil
-	case r.LeaseLive(p.Now):
-		return decided(tiers.OutcomeInProgress, tiers.ReasonUnspecified, *r), nil
 	}
-	return tiers.FastResult{Verdict: tiers.FastTakeover}, nil
-}
-
-func decided(o tiers.Outcome, r tiers.Reason, rec tiers.Record) tiers.FastResult {
-	return tiers.FastResult{Verdict: tiers.FastDecided, Outcome: o, Reason: r, Record: clone(rec)}
+	return res, nil
 }
 
 // Put caches rec until rec.WindowExpiresAt unless the entry there holds rec

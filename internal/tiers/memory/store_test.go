@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/claimd/claimd/internal/tiers"
 )
@@ -60,142 +57,6 @@ func mustReserve(t *testing.T, s *Store, p tiers.ReserveParams) tiers.FastResult
 		t.Fatalf("Reserve(%q) error = %v", p.Key.Key, err)
 	}
 	return res
-}
-
-func TestReserve(t *testing.T) {
-	marker := tiers.Record{Key: key, State: tiers.StateReceived, LeaseExpiresAt: t0.Add(pendingTTL)}
-	tests := []struct {
-		desc   string
-		cached []tiers.Record // Put before the Reserve
-		marked bool           // a Reserve with nonce "other" at t0 before the Reserve
-		p      tiers.ReserveParams
-		want   tiers.FastResult
-	}{
-		{
-			desc: "absent key is reserved",
-			p:    reserveParams(t0, "n"),
-			want: tiers.FastResult{Verdict: tiers.FastReserved},
-		},
-		{
-			desc:   "another claim's live marker is in progress",
-			marked: true,
-			p:      reserveParams(t0.Add(pendingTTL-time.Millisecond), "n"),
-			want:   tiers.FastResult{Verdict: tiers.FastDecided, Outcome: tiers.OutcomeInProgress, Record: marker},
-		},
-		{
-			desc:   "a lapsed marker is replaced",
-			marked: true,
-			p:      reserveParams(t0.Add(pendingTTL), "n"),
-			want:   tiers.FastResult{Verdict: tiers.FastReserved},
-		},
-		{
-			desc:   "our own marker is ours again",
-			marked: true,
-			p:      reserveParams(t0.Add(time.Second), "other"),
-			want:   tiers.FastResult{Verdict: tiers.FastReserved},
-		},
-		{
-			desc:   "window over goes to the durable tier, even for a settled record",
-			cached: []tiers.Record{with(claimed(), func(r *tiers.Record) { r.State, r.Version = tiers.StateSettled, 3 })},
-			p:      reserveParams(t0.Add(ttl), "n"),
-			want:   tiers.FastResult{Verdict: tiers.FastTakeover},
-		},
-		{
-			desc:   "window over comes before a payload mismatch",
-			cached: []tiers.Record{claimed()},
-			p:      with2(reserveParams(t0.Add(ttl), "n"), func(p *tiers.ReserveParams) { p.PayloadHash = hash("b") }),
-			want:   tiers.FastResult{Verdict: tiers.FastTakeover},
-		},
-		{
-			desc:   "payload mismatch comes before terminal",
-			cached: []tiers.Record{with(claimed(), func(r *tiers.Record) { r.State, r.Version = tiers.StateSettled, 3 })},
-			p:      with2(reserveParams(t0.Add(time.Hour), "n"), func(p *tiers.ReserveParams) { p.PayloadHash = hash("b") }),
-			want: tiers.FastResult{Verdict: tiers.FastDecided, Outcome: tiers.OutcomePayloadMismatch,
-				Record: with(claimed(), func(r *tiers.Record) { r.State, r.Version = tiers.StateSettled, 3 })},
-		},
-		{
-			desc:   "payload mismatch while in progress",
-			cached: []tiers.Record{claimed()},
-			p:      with2(reserveParams(t0.Add(time.Second), "n"), func(p *tiers.ReserveParams) { p.PayloadHash = hash("b") }),
-			want:   tiers.FastResult{Verdict: tiers.FastDecided, Outcome: tiers.OutcomePayloadMismatch, Record: claimed()},
-		},
-		{
-			desc: "terminal is a duplicate with its result",
-			cached: []tiers.Record{with(claimed(), func(r *tiers.Record) {
-				r.State, r.Version, r.Result = tiers.StateFailed, 2, []byte("declined")
-			})},
-			p: reserveParams(t0.Add(time.Hour), "n"),
-			want: tiers.FastResult{Verdict: tiers.FastDecided, Outcome: tiers.OutcomeDuplicate,
-				Record: with(claimed(), func(r *tiers.Record) { r.State, r.Version, r.Result = tiers.StateFailed, 2, []byte("declined") })},
-		},
-		{
-			desc:   "terminal comes before the same attempt_id",
-			cached: []tiers.Record{with(claimed(), func(r *tiers.Record) { r.State, r.Version = tiers.StateSettled, 3 })},
-			p:      with2(reserveParams(t0.Add(time.Second), "n"), func(p *tiers.ReserveParams) { p.AttemptID = "att-1" }),
-			want: tiers.FastResult{Verdict: tiers.FastDecided, Outcome: tiers.OutcomeDuplicate,
-				Record: with(claimed(), func(r *tiers.Record) { r.State, r.Version = tiers.StateSettled, 3 })},
-		},
-		{
-			desc:   "same attempt_id within the lease is acquired again with its reason",
-			cached: []tiers.Record{with(claimed(), func(r *tiers.Record) { r.Reason = tiers.ReasonLeaseExpired })},
-			p:      with2(reserveParams(t0.Add(time.Second), "n"), func(p *tiers.ReserveParams) { p.AttemptID = "att-1" }),
-			want: tiers.FastResult{Verdict: tiers.FastDecided, Outcome: tiers.OutcomeAcquired, Reason: tiers.ReasonLeaseExpired,
-				Record: with(claimed(), func(r *tiers.Record) { r.Reason = tiers.ReasonLeaseExpired })},
-		},
-		{
-			desc:   "same attempt_id after the lease is a takeover",
-			cached: []tiers.Record{claimed()},
-			p:      with2(reserveParams(t0.Add(lease), "n"), func(p *tiers.ReserveParams) { p.AttemptID = "att-1" }),
-			want:   tiers.FastResult{Verdict: tiers.FastTakeover},
-		},
-		{
-			desc: "released is a takeover even within the lease",
-			cached: []tiers.Record{with(claimed(), func(r *tiers.Record) {
-				r.Released, r.Version, r.LeaseExpiresAt = true, 2, t0.Add(lease)
-			})},
-			p:    reserveParams(t0.Add(time.Second), "n"),
-			want: tiers.FastResult{Verdict: tiers.FastTakeover},
-		},
-		{
-			desc:   "live lease is in progress, one instant before its end",
-			cached: []tiers.Record{claimed()},
-			p:      reserveParams(t0.Add(lease-time.Microsecond), "n"),
-			want:   tiers.FastResult{Verdict: tiers.FastDecided, Outcome: tiers.OutcomeInProgress, Record: claimed()},
-		},
-		{
-			desc:   "another attempt_id is in progress",
-			cached: []tiers.Record{claimed()},
-			p:      with2(reserveParams(t0.Add(time.Second), "n"), func(p *tiers.ReserveParams) { p.AttemptID = "att-2" }),
-			want:   tiers.FastResult{Verdict: tiers.FastDecided, Outcome: tiers.OutcomeInProgress, Record: claimed()},
-		},
-		{
-			desc:   "lease over is a takeover",
-			cached: []tiers.Record{claimed()},
-			p:      reserveParams(t0.Add(lease), "n"),
-			want:   tiers.FastResult{Verdict: tiers.FastTakeover},
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.desc, func(t *testing.T) {
-			s := New(Config{})
-			defer s.Close()
-			if tc.marked {
-				mustReserve(t, s, reserveParams(t0, "other"))
-			}
-			for _, rec := range tc.cached {
-				mustPut(t, s, rec)
-			}
-			got := mustReserve(t, s, tc.p)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("Reserve(%q) mismatch (-want +got):\n%s", tc.p.Key.Key, diff)
-			}
-		})
-	}
-}
-
-func with2(p tiers.ReserveParams, f func(*tiers.ReserveParams)) tiers.ReserveParams {
-	f(&p)
-	return p
 }
 
 func TestReserveAfterWindowTakeoverDropsTheRecord(t *testing.T) {
@@ -407,38 +268,6 @@ func TestNoAliasing(t *testing.T) {
 	again := mustReserve(t, s, reserveParams(t0.Add(time.Second), "n"))
 	if string(again.Record.Result) != "result" {
 		t.Fatalf("Reserve after caller changed a returned slice = %q, want result", again.Record.Result)
-	}
-}
-
-func TestConcurrentReserve(t *testing.T) {
-	const n = 64
-	s := New(Config{})
-	var (
-		wg      sync.WaitGroup
-		start   = make(chan struct{})
-		results = make([]tiers.FastResult, n)
-	)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			results[i], _ = s.Reserve(context.Background(), reserveParams(t0, fmt.Sprintf("n%d", i)))
-		}()
-	}
-	close(start)
-	wg.Wait()
-	reserved := 0
-	for i, r := range results {
-		switch {
-		case r.Verdict == tiers.FastReserved:
-			reserved++
-		case r.Verdict != tiers.FastDecided || r.Outcome != tiers.OutcomeInProgress:
-			t.Errorf("Reserve #%d = verdict %d %v, want FastReserved or IN_PROGRESS", i, r.Verdict, r.Outcome)
-		}
-	}
-	if reserved != 1 {
-		t.Fatalf("%d concurrent Reserves: %d reserved, want exactly 1", n, reserved)
 	}
 }
 

@@ -88,7 +88,7 @@ func decodeReserve(k tiers.Key, v []any) (tiers.FastResult, error) {
 		return tiers.FastResult{
 			Verdict: tiers.FastDecided,
 			Outcome: tiers.OutcomeInProgress,
-			Record:  tiers.Record{Key: k, LeaseExpiresAt: fromMicros(until)},
+			Record:  tiers.PendingRecord(k, fromMicros(until)),
 		}, nil
 	}
 	rec, err := decodeRecord(k, f)

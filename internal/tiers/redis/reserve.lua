@@ -28,8 +28,10 @@
 --                holds the key (its own claim committed, its reply lost), so
 --                it decides; no marker is placed. Returns {ASK} alone.
 --
--- Invariants. The checks on a record run in the order of tiers.Decide, so the
--- fast tier never answers what the durable tier would not. Time comes from
+-- Invariants. This is tiers.DecideFast, and the conformance suite compares
+-- the two over a generated table of entries and claims: the checks on a
+-- record run in the order of tiers.Decide, so the fast tier never answers
+-- what the durable tier would not. Time comes from
 -- ARGV[1] only, never from Redis TIME, so that every tier decides against the
 -- one injected clock (the marker's PEXPIRE is housekeeping, not a decision:
 -- pending_until is). Only an absent key or a dead marker is written; a record

@@ -8,6 +8,7 @@ import (
 
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/testenv"
+	"github.com/claimd/claimd/internal/testenv/testcert"
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -16,10 +17,10 @@ import (
 func TestTLS(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	ca, other := testenv.NewCA(t, "test CA"), testenv.NewCA(t, "other CA")
+	ca, other := testcert.NewCA(t, "test CA"), testcert.NewCA(t, "other CA")
 	srv := testenv.StartRedisTLS(t, ca)
 	client := ca.Issue(t, "claimd")
-	open := func(url string, roots *testenv.CA) (*Store, error) {
+	open := func(url string, roots *testcert.CA) (*Store, error) {
 		s, err := New(ctx, Config{URL: url, TLS: &tls.Config{RootCAs: roots.Pool(), Certificates: []tls.Certificate{client.TLS}}})
 		if err == nil {
 			t.Cleanup(func() { s.Close() })

@@ -2,6 +2,7 @@ package tierstest
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
@@ -55,10 +56,12 @@ func (fe *fastEnv) record(k string) tiers.Record {
 	return tiers.NewRecord(fe.e.params(k))
 }
 
-// RunFast runs the Fast-tier contract cases against the tiers f makes.
+// RunFast runs the Fast-tier contract cases against the tiers f makes. The
+// cases run in parallel, each in a namespace of its own.
 func RunFast(t *testing.T, f FastFactory) {
 	for _, tc := range fastCases {
 		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
 			fast := f(t)
 			t.Cleanup(func() { fast.Close() })
 			clk := clock.NewFake(time.Now())
@@ -82,6 +85,35 @@ var fastCases = []struct {
 	{"records that may change hands go to the durable tier", testFastTakeover},
 	{"payload mismatch and attempt_id", testFastMismatchAttempt},
 	{"an attempt_id meeting another claim's marker asks the durable tier", testFastAskDurable},
+	{"64 concurrent reserves of an absent key place one marker", testFastConcurrentReserve},
+	{"every entry meets every claim as tiers.DecideFast says", testReserveMatchesDecideFast},
+}
+
+func testFastConcurrentReserve(t *testing.T, fe *fastEnv) {
+	const n = 64
+	results := make([]tiers.FastResult, n)
+	errs := make([]error, n)
+	p := tiers.ReserveParams{Key: fe.e.key("evt_race"), Now: fe.clk.Now(), PendingTTL: pendingTTL}
+	race(n, func(i int) {
+		p := p
+		p.Nonce = fmt.Sprintf("n%d", i)
+		results[i], errs[i] = fe.f.Reserve(fe.e.ctx(), p)
+	})
+	reserved := 0
+	for i, res := range results {
+		if errs[i] != nil {
+			t.Fatalf("Reserve #%d error = %v", i, errs[i])
+		}
+		switch {
+		case res.Verdict == tiers.FastReserved:
+			reserved++
+		case res.Verdict != tiers.FastDecided || res.Outcome != tiers.OutcomeInProgress:
+			t.Errorf("Reserve #%d = verdict %d outcome %v, want FastReserved or IN_PROGRESS", i, res.Verdict, res.Outcome)
+		}
+	}
+	if reserved != 1 {
+		t.Fatalf("%d concurrent Reserves: %d reserved, want exactly 1", n, reserved)
+	}
 }
 
 func testFastAskDurable(t *testing.T, fe *fastEnv) {

@@ -12,10 +12,14 @@ import (
 	"github.com/claimd/claimd/internal/tiers"
 )
 
-// Run runs the Store conformance suite against the stores f makes.
+// Run runs the Store conformance suite against the stores f makes. The
+// cases run in parallel (t.Parallel): each calls f for an environment of
+// its own and works in a namespace of its own, so f may hand every case the
+// same server.
 func Run(t *testing.T, f Factory) {
 	for _, tc := range storeCases {
 		t.Run(tc.desc, func(t *testing.T) {
+			t.Parallel()
 			tc.run(t, newEnv(t, f))
 		})
 	}
@@ -86,39 +90,7 @@ func wantOwner(t *testing.T, call string, r tiers.Record, p tiers.ClaimParams) {
 }
 
 func testConcurrentClaims(t *testing.T, e *env) {
-	const n = 64
-	var (
-		wg      sync.WaitGroup
-		start   = make(chan struct{})
-		results = make([]tiers.ClaimResult, n)
-		errs    = make([]error, n)
-	)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			results[i], errs[i] = e.store.Claim(context.Background(), e.params("evt_race"))
-		}()
-	}
-	close(start)
-	wg.Wait()
-	acquired := 0
-	for i := range n {
-		if errs[i] != nil {
-			t.Fatalf("Claim #%d error = %v", i, errs[i])
-		}
-		switch results[i].Outcome {
-		case tiers.OutcomeAcquired:
-			acquired++
-		case tiers.OutcomeInProgress:
-		default:
-			t.Errorf("Claim #%d outcome = %v, want ACQUIRED or IN_PROGRESS", i, results[i].Outcome)
-		}
-	}
-	if acquired != 1 {
-		t.Fatalf("%d concurrent claims: %d ACQUIRED, want exactly 1", n, acquired)
-	}
+	ClaimRace(t, e.store, 64, func(int) tiers.ClaimParams { return e.params("evt_race") })
 	rec, err := e.store.Get(e.ctx(), e.key("evt_race"))
 	if err != nil || rec.Token != 1 || rec.Attempt != 1 {
 		t.Fatalf("Get after race = token %d attempt %d, %v; want token 1 attempt 1", rec.Token, rec.Attempt, err)

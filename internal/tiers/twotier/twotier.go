@@ -111,14 +111,16 @@ func (s *Store) nonce() string {
 
 // Claim follows DESIGN §3.
 func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
-	// 1. A terminal record within its window never changes: answer locally.
+	// 1. A terminal record within its window never changes: answer locally
+	// what Decide answers from it (DUPLICATE, or PAYLOAD_MISMATCH), which
+	// never writes. Should Decide want to write after all, only the tiers
+	// may: go on to them.
 	if s.local != nil {
 		if rec, ok := s.local.get(p.Key, p.Now); ok {
-			out := tiers.OutcomeDuplicate
-			if tiers.PayloadsDiffer(rec.PayloadHash, p.PayloadHash) {
-				out = tiers.OutcomePayloadMismatch
+			if res, _, write := tiers.Decide(&rec, p); !write {
+				res.ServedBy = tiers.TierLocal
+				return res, nil
 			}
-			return tiers.ClaimResult{Outcome: out, Record: rec, ServedBy: tiers.TierLocal}, nil
 		}
 	}
 
@@ -287,9 +289,3 @@ func (s *Store) Ping(ctx context.Context) error { return s.durable.Ping(ctx) }
 func (s *Store) Close() error {
 	return errors.Join(s.fast.Close(), s.durable.Close())
 }
-
-// Fast and Durable expose the composed tiers (for metrics sampling).
-func (s *Store) Fast() tiers.Fast { return s.fast }
-
-// Durable returns the durable tier.
-func (s *Store) Durable() tiers.Durable { return s.durable }

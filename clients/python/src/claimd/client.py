@@ -9,7 +9,7 @@ import socket
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
+from typing import Any, Concatenate, ParamSpec
 
 import grpc
 from google.protobuf import duration_pb2
@@ -19,17 +19,16 @@ from claimd._gen.idempotency.v1 import claim_pb2_grpc as pb_grpc
 from claimd._gen.idempotency.v1 import provider_pb2 as provider_pb
 from claimd._gen.idempotency.v1 import provider_pb2_grpc as provider_grpc
 from claimd.errors import Unavailable
+from claimd.guard import Guard, GuardResult, guarded
 from claimd.retry import RetryPolicy, call_with_retry
 from claimd.security import TLSConfig, TokenProvider, channel_credentials
 from claimd.types import Claim, Delivery, EventState, Lease, Provider, Record, Transitioned
+from claimd.types import Seconds as Seconds  # re-exported: it was defined here
 
-if TYPE_CHECKING:
-    from claimd.guard import Guard, GuardResult
+# The client imports the guard; the guard names the Client in annotations
+# only (under TYPE_CHECKING), so the modules import each other one way only.
 
 P = ParamSpec("P")
-
-Seconds = float | timedelta
-"""Seconds is a duration: a number of seconds or a timedelta."""
 
 DEFAULT_KEEPALIVE = 300.0
 """DEFAULT_KEEPALIVE is the keepalive ping interval in seconds. claimd
@@ -312,8 +311,6 @@ class Client:
         releases it as the block ends; see claimd.guard.Guard. wait lets an
         IN_PROGRESS claim wait (at most 30s) for the holder to finish, or for
         its lease to run out, before answering."""
-        from claimd.guard import Guard
-
         return Guard(
             self,
             namespace,
@@ -343,8 +340,6 @@ class Client:
         fn's result is stored as Guard.settle encodes it: bytes as they are,
         str as UTF-8, None as empty, a dict, list or other JSON value as
         compact JSON."""
-        from claimd.guard import guarded
-
         return guarded(self, namespace, provider, scope=scope, lease=lease, holder=holder, wait=wait)
 
     def _call(self, method: Any, req: Any, extra: float = 0.0) -> Any:

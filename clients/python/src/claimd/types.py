@@ -14,6 +14,9 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from claimd._gen.idempotency.v1 import claim_pb2 as pb
 from claimd._gen.idempotency.v1 import provider_pb2 as provider_pb
 
+Seconds = float | timedelta
+"""Seconds is a duration: a number of seconds or a timedelta."""
+
 # Bounds of the API (DESIGN §2) that the client checks or relies on.
 MAX_RESULT_BYTES = 64 << 10
 """MAX_RESULT_BYTES is the most a settled or failed record stores as result."""

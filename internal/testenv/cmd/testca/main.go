@@ -1,11 +1,11 @@
 // Command testca makes a throwaway CA and certificates for the test suites
-// of claimd's non-Go clients, with internal/testenv's CA (crypto/x509, no
+// of claimd's non-Go clients, with internal/testenv/testcert (crypto/x509, no
 // openssl). It prints where it wrote them as one JSON object:
 //
 //	testca -dir DIR -leaf server=claimd,127.0.0.1,localhost -leaf client=spiffe://claimd.test/receiver
 //	{"ca":"DIR/ca.pem","leaves":{"server":{"cert":"DIR/leaf1.pem","key":"DIR/leaf1.key"},…}}
 //
-// Each -leaf is NAME=NAMES: NAMES as testenv.CA.Issue takes them (the first
+// Each -leaf is NAME=NAMES: NAMES as testcert.CA.Issue takes them (the first
 // is the common name; IP addresses, spiffe:// URIs and DNS names become
 // SANs). The certificates are valid from an hour ago for a day.
 package main
@@ -18,7 +18,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/claimd/claimd/internal/testenv"
+	"github.com/claimd/claimd/internal/testenv/testcert"
 )
 
 type leafFlag []string
@@ -53,7 +53,7 @@ func run(args []string) error {
 	if err := os.MkdirAll(*dir, 0o700); err != nil {
 		return err
 	}
-	ca, err := testenv.CreateCA(*dir, *name)
+	ca, err := testcert.CreateCA(*dir, *name)
 	if err != nil {
 		return err
 	}

@@ -1,10 +1,12 @@
-package janitor_test
+package main
+
+// The janitor's passes on each real durable tier, through the targets the
+// wiring builds for it (targets.go).
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -23,31 +25,26 @@ import (
 	"github.com/claimd/claimd/internal/tiers/sqlite"
 )
 
-func TestMain(m *testing.M) {
-	testenv.PostgresTemplate(postgres.Migrate)
-	os.Exit(testenv.Main(m))
-}
-
 const (
-	ttl   = 84 * time.Hour
-	lease = time.Minute
-	grace = time.Hour
+	claimTTL     = 84 * time.Hour
+	claimLease   = time.Minute
+	janitorGrace = time.Hour
 )
 
-// backend is one durable tier under test: the store its claims go to and
-// the janitor's target over it.
-type backend struct {
+// janitorBackend is one durable tier under test: the store its claims go
+// to and the janitor's target over it.
+type janitorBackend struct {
 	desc string
 	open func(t *testing.T) (tiers.Durable, janitor.Target)
 }
 
-func backends() []backend {
-	return []backend{
+func janitorBackends() []janitorBackend {
+	return []janitorBackend{
 		{
 			desc: "postgres",
 			open: func(t *testing.T) (tiers.Durable, janitor.Target) {
 				s := openPostgres(t, testenv.Postgres(t, postgres.Migrate))
-				return s, janitor.Postgres(s)
+				return s, postgresTarget(s)
 			},
 		},
 		{
@@ -58,7 +55,7 @@ func backends() []backend {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { s.Close() })
-				return s, janitor.SQLite(s)
+				return s, sqliteTarget(s)
 			},
 		},
 	}
@@ -74,7 +71,7 @@ func openPostgres(t *testing.T, url string) *postgres.Store {
 	return s
 }
 
-func ctx(t *testing.T) context.Context {
+func testCtx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return c
@@ -84,18 +81,18 @@ func ctx(t *testing.T) context.Context {
 // params, so the past is as easy to write as the present).
 func claimAt(t *testing.T, d tiers.Durable, key string, at time.Time) {
 	t.Helper()
-	res, err := d.Claim(ctx(t), tiers.ClaimParams{
+	res, err := d.Claim(testCtx(t), tiers.ClaimParams{
 		Key: tiers.Key{Namespace: "billing", Provider: "stripe", Key: key},
-		Now: at, Lease: lease, TTL: ttl,
+		Now: at, Lease: claimLease, TTL: claimTTL,
 	})
 	if err != nil || res.Outcome != tiers.OutcomeAcquired {
 		t.Fatalf("Claim(%q at %v) = %v, %v; want ACQUIRED", key, at, res.Outcome, err)
 	}
 }
 
-func exists(t *testing.T, d tiers.Durable, key string) bool {
+func claimExists(t *testing.T, d tiers.Durable, key string) bool {
 	t.Helper()
-	_, err := d.Get(ctx(t), tiers.Key{Namespace: "billing", Provider: "stripe", Key: key})
+	_, err := d.Get(testCtx(t), tiers.Key{Namespace: "billing", Provider: "stripe", Key: key})
 	if err != nil && !errors.Is(err, tiers.ErrNotFound) {
 		t.Fatalf("Get(%q) error = %v", key, err)
 	}
@@ -107,7 +104,7 @@ func exists(t *testing.T, d tiers.Durable, key string) bool {
 // their window or within the grace period stay; audit entries older than
 // the retention go; a dry run counts exactly that and changes nothing.
 func TestPassDeletesExpiredKeepsLive(t *testing.T) {
-	for _, b := range backends() {
+	for _, b := range janitorBackends() {
 		t.Run(b.desc, func(t *testing.T) {
 			t.Parallel()
 			durable, target := b.open(t)
@@ -116,20 +113,20 @@ func TestPassDeletesExpiredKeepsLive(t *testing.T) {
 
 			expired := []string{"evt_old1", "evt_old2", "evt_old3", "evt_old4", "evt_old5"}
 			for i, k := range expired { // windows ended 2h to 6h ago: past the grace
-				claimAt(t, durable, k, now.Add(-ttl-2*time.Hour-time.Duration(i)*time.Hour))
+				claimAt(t, durable, k, now.Add(-claimTTL-2*time.Hour-time.Duration(i)*time.Hour))
 			}
-			claimAt(t, durable, "evt_in_grace", now.Add(-ttl-30*time.Minute)) // window ended 30m ago
-			claimAt(t, durable, "evt_live", now.Add(-time.Hour))              // window ends in 83h
-			claimAt(t, durable, "evt_ancient", now.Add(-500*24*time.Hour))    // audit row past retention
+			claimAt(t, durable, "evt_in_grace", now.Add(-claimTTL-30*time.Minute)) // window ended 30m ago
+			claimAt(t, durable, "evt_live", now.Add(-time.Hour))                   // window ends in 83h
+			claimAt(t, durable, "evt_ancient", now.Add(-500*24*time.Hour))         // audit row past retention
 			expired = append(expired, "evt_ancient")
 
 			counting := &countingTarget{Target: target}
-			j, err := janitor.New(janitor.Config{Target: counting, Clock: clk, Grace: grace, BatchSize: 2, Retention: 400 * 24 * time.Hour})
+			j, err := janitor.New(janitor.Config{Target: counting, Clock: clk, Grace: janitorGrace, BatchSize: 2, Retention: 400 * 24 * time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
 
-			dry, err := j.Pass(ctx(t), true)
+			dry, err := j.Pass(testCtx(t), true)
 			if err != nil {
 				t.Fatalf("Pass(dry run) error = %v", err)
 			}
@@ -137,7 +134,7 @@ func TestPassDeletesExpiredKeepsLive(t *testing.T) {
 				t.Errorf("Pass(dry run).Claims = %d, want %d", dry.Claims, len(expired))
 			}
 			for _, k := range expired {
-				if !exists(t, durable, k) {
+				if !claimExists(t, durable, k) {
 					t.Fatalf("dry run deleted %q", k)
 				}
 			}
@@ -145,7 +142,7 @@ func TestPassDeletesExpiredKeepsLive(t *testing.T) {
 				t.Errorf("dry run took %d locks and ran %d prunes, want none", counting.locks, counting.prunes)
 			}
 
-			rep, err := j.Pass(ctx(t), false)
+			rep, err := j.Pass(testCtx(t), false)
 			if err != nil {
 				t.Fatalf("Pass() error = %v", err)
 			}
@@ -158,12 +155,12 @@ func TestPassDeletesExpiredKeepsLive(t *testing.T) {
 				t.Errorf("PruneClaims calls = %d with limit up to %d, want 4 with limit 2", counting.prunes, counting.maxLimit)
 			}
 			for _, k := range expired {
-				if exists(t, durable, k) {
+				if claimExists(t, durable, k) {
 					t.Errorf("after Pass(): %q (window+grace over) still there", k)
 				}
 			}
 			for _, k := range []string{"evt_in_grace", "evt_live"} {
-				if !exists(t, durable, k) {
+				if !claimExists(t, durable, k) {
 					t.Errorf("after Pass(): %q (window or grace running) deleted", k)
 				}
 			}
@@ -183,7 +180,7 @@ func TestPassDeletesExpiredKeepsLive(t *testing.T) {
 				}
 			}
 
-			again, err := j.Pass(ctx(t), false)
+			again, err := j.Pass(testCtx(t), false)
 			if err != nil || again.Claims != 0 || again.Audit.Rows != 0 || len(again.Audit.Partitions) != 0 {
 				t.Errorf("second Pass() = %+v, %v; want nothing left to do", again, err)
 			}
@@ -218,16 +215,16 @@ func (c *countingTarget) PruneClaims(ctx context.Context, cutoff time.Time, limi
 func TestCreatesAuditPartitionsAhead(t *testing.T) {
 	s := openPostgres(t, testenv.Postgres(t, postgres.Migrate))
 	clk := clock.NewFake(time.Date(2031, 5, 10, 0, 0, 0, 0, time.UTC))
-	j, err := janitor.New(janitor.Config{Target: janitor.Postgres(s), Clock: clk, PartitionsAhead: 2})
+	j, err := janitor.New(janitor.Config{Target: postgresTarget(s), Clock: clk, PartitionsAhead: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Pass(ctx(t), false); err != nil {
+	if _, err := j.Pass(testCtx(t), false); err != nil {
 		t.Fatal(err)
 	}
 	// Partitions of June and July 2031 exist iff dropping everything up to
 	// August drops them.
-	dropped, err := s.AuditPartitionsBefore(ctx(t), time.Date(2031, 8, 1, 0, 0, 0, 0, time.UTC))
+	dropped, err := s.AuditPartitionsBefore(testCtx(t), time.Date(2031, 8, 1, 0, 0, 0, 0, time.UTC))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,15 +242,15 @@ func TestTwoJanitorsOneActive(t *testing.T) {
 	url := testenv.Postgres(t, postgres.Migrate)
 	a, b := openPostgres(t, url), openPostgres(t, url) // two replicas: two pools
 	clk := clock.NewFake(time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC))
-	claimAt(t, a, "evt_old", clk.Now().Add(-ttl-2*time.Hour))
+	claimAt(t, a, "evt_old", clk.Now().Add(-claimTTL-2*time.Hour))
 
 	entered, proceed := make(chan struct{}), make(chan struct{})
-	held := &blockingTarget{Target: janitor.Postgres(a), entered: entered, proceed: proceed}
-	ja, err := janitor.New(janitor.Config{Target: held, Clock: clk, Grace: grace})
+	held := &blockingTarget{Target: postgresTarget(a), entered: entered, proceed: proceed}
+	ja, err := janitor.New(janitor.Config{Target: held, Clock: clk, Grace: janitorGrace})
 	if err != nil {
 		t.Fatal(err)
 	}
-	jb, err := janitor.New(janitor.Config{Target: janitor.Postgres(b), Clock: clk, Grace: grace})
+	jb, err := janitor.New(janitor.Config{Target: postgresTarget(b), Clock: clk, Grace: janitorGrace})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +266,7 @@ func TestTwoJanitorsOneActive(t *testing.T) {
 	}()
 	<-entered // A holds the lock and is about to prune
 
-	rb, err := jb.Pass(ctx(t), false)
+	rb, err := jb.Pass(testCtx(t), false)
 	if err != nil || !rb.Skipped || rb.Claims != 0 {
 		t.Errorf("B.Pass() while A is active = skipped %v, claims %d, %v; want skipped, 0", rb.Skipped, rb.Claims, err)
 	}
@@ -279,7 +276,7 @@ func TestTwoJanitorsOneActive(t *testing.T) {
 		t.Errorf("A.Pass() = skipped %v, claims %d, %v; want active, 1", ra.rep.Skipped, ra.rep.Claims, ra.err)
 	}
 
-	rb, err = jb.Pass(ctx(t), false)
+	rb, err = jb.Pass(testCtx(t), false)
 	if err != nil || rb.Skipped {
 		t.Errorf("B.Pass() after A's = skipped %v, %v; want active (A released the lock)", rb.Skipped, err)
 	}
@@ -307,15 +304,15 @@ func (b *blockingTarget) PruneClaims(ctx context.Context, cutoff time.Time, limi
 func TestLockGoesWithTheSession(t *testing.T) {
 	url := testenv.Postgres(t, postgres.Migrate)
 	a, b := openPostgres(t, url), openPostgres(t, url)
-	release, ok, err := a.TryJanitorLock(ctx(t))
+	release, ok, err := a.TryJanitorLock(testCtx(t))
 	if err != nil || !ok {
 		t.Fatalf("TryJanitorLock() = %v, %v; want the lock", ok, err)
 	}
-	if _, ok, err := b.TryJanitorLock(ctx(t)); err != nil || ok {
+	if _, ok, err := b.TryJanitorLock(testCtx(t)); err != nil || ok {
 		t.Fatalf("second TryJanitorLock() while held = %v, %v; want false", ok, err)
 	}
 
-	admin, err := pgx.Connect(ctx(t), url)
+	admin, err := pgx.Connect(testCtx(t), url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,20 +321,20 @@ func TestLockGoesWithTheSession(t *testing.T) {
 	var killed bool
 	// A bigint advisory key is (classid, objid) = (high, low 32 bits);
 	// the 5s timeout makes pg_terminate_backend wait for the exit.
-	err = admin.QueryRow(ctx(t), `SELECT bool_and(pg_terminate_backend(pid, 5000)) FROM pg_locks
+	err = admin.QueryRow(testCtx(t), `SELECT bool_and(pg_terminate_backend(pid, 5000)) FROM pg_locks
 		WHERE locktype = 'advisory' AND classid = $1 AND objid = $2 AND objsubid = 1`,
 		uint32(key>>32), uint32(key)).Scan(&killed)
 	if err != nil || !killed {
 		t.Fatalf("terminating the lock holder's session = %v, %v", killed, err)
 	}
 
-	rb, ok, err := b.TryJanitorLock(ctx(t))
+	rb, ok, err := b.TryJanitorLock(testCtx(t))
 	if err != nil || !ok {
 		t.Fatalf("TryJanitorLock() after the holder's session died = %v, %v; want the lock", ok, err)
 	}
 	rb()
 	release() // its session is gone: must close, not pool, the connection
-	if err := a.Ping(ctx(t)); err != nil {
+	if err := a.Ping(testCtx(t)); err != nil {
 		t.Errorf("Ping() after releasing a dead lock session = %v", err)
 	}
 }
@@ -351,9 +348,9 @@ func TestSweepsLocalFastTier(t *testing.T) {
 		rec := tiers.Record{
 			Key: tiers.Key{Namespace: "billing", Provider: "stripe", Key: fmt.Sprint("evt_", i)}, State: tiers.StateSettled,
 			Token: 1, Version: 1, Attempt: 1, Reason: tiers.ReasonNew,
-			FirstSeenAt: clk.Now().Add(-ttl), LeaseExpiresAt: clk.Now().Add(-ttl + lease), WindowExpiresAt: clk.Now().Add(window), UpdatedAt: clk.Now().Add(-ttl),
+			FirstSeenAt: clk.Now().Add(-claimTTL), LeaseExpiresAt: clk.Now().Add(-claimTTL + claimLease), WindowExpiresAt: clk.Now().Add(window), UpdatedAt: clk.Now().Add(-claimTTL),
 		}
-		if err := fast.Put(ctx(t), rec); err != nil {
+		if err := fast.Put(testCtx(t), rec); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -362,11 +359,11 @@ func TestSweepsLocalFastTier(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lite.Close() })
-	j, err := janitor.New(janitor.Config{Target: janitor.SQLite(lite), Fast: fast, Clock: clk})
+	j, err := janitor.New(janitor.Config{Target: sqliteTarget(lite), Fast: fast, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := j.Pass(ctx(t), false)
+	rep, err := j.Pass(testCtx(t), false)
 	if err != nil || rep.FastSwept != 1 || fast.Len() != 1 {
 		t.Errorf("Pass() = swept %d, %v; fast tier holds %d; want 1 swept, 1 left", rep.FastSwept, err, fast.Len())
 	}

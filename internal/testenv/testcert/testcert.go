@@ -1,4 +1,8 @@
-package testenv
+// Package testcert makes throwaway certificate authorities and
+// certificates for tests, with crypto/x509 alone (no openssl). It depends on
+// nothing of claimd's, so that tests outside the server's module (the Go
+// client's) use it without pulling in the server's dependencies.
+package testcert
 
 import (
 	"crypto/ecdsa"
@@ -51,7 +55,7 @@ func NewCA(t testing.TB, name string) *CA {
 	t.Helper()
 	ca, err := newCA(t.TempDir(), name)
 	if err != nil {
-		t.Fatalf("testenv: CA %s: %v", name, err)
+		t.Fatalf("testcert: CA %s: %v", name, err)
 	}
 	return ca
 }
@@ -110,7 +114,7 @@ func (ca *CA) Issue(t testing.TB, names ...string) *Leaf {
 	t.Helper()
 	l, err := ca.issue(names...)
 	if err != nil {
-		t.Fatalf("testenv: issue %v: %v", names, err)
+		t.Fatalf("testcert: issue %v: %v", names, err)
 	}
 	return l
 }

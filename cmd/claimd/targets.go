@@ -1,18 +1,22 @@
-package janitor
+package main
 
 import (
 	"context"
 	"time"
 
+	"github.com/claimd/claimd/internal/janitor"
 	"github.com/claimd/claimd/internal/tiers/postgres"
 	"github.com/claimd/claimd/internal/tiers/sqlite"
 )
 
-// Postgres is the janitor's view of the PostgreSQL durable tier: passes
-// exclude each other across replicas through the janitor advisory lock, and
-// the audit log expires by whole monthly partitions (a DROP TABLE leaves no
-// dead tuples behind, where a DELETE of a month of rows would).
-func Postgres(s *postgres.Store) Target { return pgTarget{s} }
+// The janitor knows its Target interface, not the backends: the wiring
+// builds one for each durable tier here.
+
+// postgresTarget is the janitor's view of the PostgreSQL durable tier:
+// passes exclude each other across replicas through the janitor advisory
+// lock, and the audit log expires by whole monthly partitions (a DROP TABLE
+// leaves no dead tuples behind, where a DELETE of a month of rows would).
+func postgresTarget(s *postgres.Store) janitor.Target { return pgTarget{s} }
 
 type pgTarget struct{ s *postgres.Store }
 
@@ -34,7 +38,7 @@ func (t pgTarget) PrepareAudit(ctx context.Context, now time.Time, monthsAhead i
 
 // ExpireAudit drops the partitions whose whole month ended by cutoff: an
 // entry stays up to a month past the retention period, never less.
-func (t pgTarget) ExpireAudit(ctx context.Context, cutoff time.Time, _ int, dryRun bool) (AuditExpiry, error) {
+func (t pgTarget) ExpireAudit(ctx context.Context, cutoff time.Time, _ int, dryRun bool) (janitor.AuditExpiry, error) {
 	var (
 		names []string
 		err   error
@@ -44,14 +48,14 @@ func (t pgTarget) ExpireAudit(ctx context.Context, cutoff time.Time, _ int, dryR
 	} else {
 		names, err = t.s.DropAuditPartitionsBefore(ctx, cutoff)
 	}
-	return AuditExpiry{Partitions: names}, err
+	return janitor.AuditExpiry{Partitions: names}, err
 }
 
-// SQLite is the janitor's view of the embedded durable tier. One process
-// writes the file (claimd prune alongside the server waits for SQLite's
-// write lock per batch), so there is no janitor lock; the audit log is one
-// table, expired by rows in batches.
-func SQLite(s *sqlite.Store) Target { return liteTarget{s} }
+// sqliteTarget is the janitor's view of the embedded durable tier. One
+// process writes the file (claimd prune alongside the server waits for
+// SQLite's write lock per batch), so there is no janitor lock; the audit log
+// is one table, expired by rows in batches.
+func sqliteTarget(s *sqlite.Store) janitor.Target { return liteTarget{s} }
 
 type liteTarget struct{ s *sqlite.Store }
 
@@ -67,20 +71,20 @@ func (t liteTarget) CountClaims(ctx context.Context, cutoff time.Time) (int64, e
 
 func (liteTarget) PrepareAudit(context.Context, time.Time, int) error { return nil }
 
-func (t liteTarget) ExpireAudit(ctx context.Context, cutoff time.Time, limit int, dryRun bool) (AuditExpiry, error) {
+func (t liteTarget) ExpireAudit(ctx context.Context, cutoff time.Time, limit int, dryRun bool) (janitor.AuditExpiry, error) {
 	if dryRun {
 		n, err := t.s.CountAuditBefore(ctx, cutoff)
-		return AuditExpiry{Rows: n}, err
+		return janitor.AuditExpiry{Rows: n}, err
 	}
 	var total int64
 	for {
 		n, err := t.s.PruneAudit(ctx, cutoff, limit)
 		total += int64(n)
 		if err != nil || n < limit {
-			return AuditExpiry{Rows: total}, err
+			return janitor.AuditExpiry{Rows: total}, err
 		}
 		if err := ctx.Err(); err != nil {
-			return AuditExpiry{Rows: total}, err
+			return janitor.AuditExpiry{Rows: total}, err
 		}
 	}
 }
