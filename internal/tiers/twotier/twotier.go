@@ -158,7 +158,10 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 	if res.Outcome != tiers.OutcomeAcquired || res.Reason != tiers.ReasonNew {
 		s.cfg.Observer.FastFalseNegative()
 	}
-	if err := s.repair(ctx, res.Record); err != nil {
+	if !cacheable(res) {
+		// Withdraw our marker instead: the next claim asks the durable tier.
+		s.abort(ctx, p.Key, nonce)
+	} else if err := s.repair(ctx, res.Record); err != nil {
 		// The record did not replace our marker. Left there, the marker
 		// would answer every claim of the key IN_PROGRESS until PendingTTL
 		// on the strength of nothing the fast tier holds; withdrawn, the
@@ -171,6 +174,20 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 	return res, nil
 }
 
+// cacheable reports whether a durable claim answer may be copied into the
+// fast tier. An acquisition is this call's own write, the newest version
+// until its owner moves on (and the owner's later writes repair after it);
+// a terminal record never changes within its window. Anything else
+// (IN_PROGRESS, or PAYLOAD_MISMATCH on a live record) was only read: by
+// the time its copy lands, the owner may have settled and its repair been
+// erased by a flush or a failover, and the stale copy would then answer
+// IN_PROGRESS for an event other callers were told is DUPLICATE, until the
+// lease ends. Such answers are not cached; the next claim asks the
+// durable tier again. (Found by make chaos under FLUSHALL.)
+func cacheable(res tiers.ClaimResult) bool {
+	return res.Outcome == tiers.OutcomeAcquired || res.Record.State.Terminal()
+}
+
 // claimDurable asks the durable tier and, when the fast tier answers,
 // caches the decision there.
 func (s *Store) claimDurable(ctx context.Context, p tiers.ClaimParams, fastUp bool) (tiers.ClaimResult, error) {
@@ -178,7 +195,7 @@ func (s *Store) claimDurable(ctx context.Context, p tiers.ClaimParams, fastUp bo
 	if err != nil {
 		return res, err
 	}
-	if fastUp {
+	if fastUp && cacheable(res) {
 		s.repair(ctx, res.Record)
 	}
 	if res.Outcome == tiers.OutcomeDuplicate {
