@@ -71,14 +71,14 @@ func (s *suite) runCrashMatrix() []crashRow {
 // replica the deliveries after the crash go to (r1; embedded: r0 again,
 // restarted on the same data dir).
 type crashWorld struct {
-	r0, other      *replica
-	t0, tOther     *target
-	replicas       []*replica
-	targets        []*target
-	l              *load
-	key            string
-	owner, attempt string
-	client         int
+	r0, other  *replica
+	t0, tOther *target
+	replicas   []*replica
+	targets    []*target
+	l          *load
+	key        string
+	attempt    string
+	client     int
 }
 
 func (s *suite) crashRow(mode string, cp crashPoint) (row crashRow) {
