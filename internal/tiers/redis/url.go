@@ -1,10 +1,12 @@
 package redis
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -158,18 +160,8 @@ func newClient(cfg Config) (goredis.UniversalClient, Deployment, error) {
 // replies followed per command, default 3) is left to go-redis: a reshard
 // needs at most a MOVED and an ASK per command.
 func applyCluster(o *goredis.ClusterOptions, cfg Config) error {
-	t := &goredis.Options{
-		PoolSize: o.PoolSize, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-		PoolTimeout: o.PoolTimeout, MaxRetries: o.MaxRetries, DialerRetries: o.DialerRetries, TLSConfig: o.TLSConfig,
-	}
-	if err := applyTLS(t, cfg.TLS); err != nil {
-		return err
-	}
-	applyConfig(t, cfg)
-	o.PoolSize, o.DialTimeout, o.ReadTimeout, o.WriteTimeout = t.PoolSize, t.DialTimeout, t.ReadTimeout, t.WriteTimeout
-	o.PoolTimeout, o.MaxRetries, o.DialerRetries = t.PoolTimeout, t.MaxRetries, t.DialerRetries
-	o.ContextTimeoutEnabled, o.TLSConfig = t.ContextTimeoutEnabled, t.TLSConfig
-	return nil
+	return nodeSettings{&o.PoolSize, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
+		&o.MaxRetries, &o.DialerRetries, &o.ContextTimeoutEnabled, &o.TLSConfig}.apply(cfg)
 }
 
 // applyFailover is applyTLS and applyConfig for a Sentinel-backed client
@@ -177,16 +169,33 @@ func applyCluster(o *goredis.ClusterOptions, cfg Config) error {
 // failover is what MaxRetries is for: the dead primary's pooled connections
 // fail once, and the next attempt asks the sentinels for the new one.
 func applyFailover(o *goredis.FailoverOptions, cfg Config) error {
+	return nodeSettings{&o.PoolSize, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
+		&o.MaxRetries, &o.DialerRetries, &o.ContextTimeoutEnabled, &o.TLSConfig}.apply(cfg)
+}
+
+// nodeSettings points at the per-node settings that go-redis's cluster and
+// failover options carry under the same names as a single client's, so that
+// applyTLS and applyConfig, written for *goredis.Options, set them once.
+type nodeSettings struct {
+	poolSize                                            *int
+	dialTimeout, readTimeout, writeTimeout, poolTimeout *time.Duration
+	maxRetries, dialerRetries                           *int
+	contextTimeout                                      *bool
+	tlsConfig                                           **tls.Config
+}
+
+func (n nodeSettings) apply(cfg Config) error {
 	t := &goredis.Options{
-		PoolSize: o.PoolSize, DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
-		PoolTimeout: o.PoolTimeout, MaxRetries: o.MaxRetries, DialerRetries: o.DialerRetries, TLSConfig: o.TLSConfig,
+		PoolSize: *n.poolSize, DialTimeout: *n.dialTimeout, ReadTimeout: *n.readTimeout, WriteTimeout: *n.writeTimeout,
+		PoolTimeout: *n.poolTimeout, MaxRetries: *n.maxRetries, DialerRetries: *n.dialerRetries,
+		ContextTimeoutEnabled: *n.contextTimeout, TLSConfig: *n.tlsConfig,
 	}
 	if err := applyTLS(t, cfg.TLS); err != nil {
 		return err
 	}
 	applyConfig(t, cfg)
-	o.PoolSize, o.DialTimeout, o.ReadTimeout, o.WriteTimeout = t.PoolSize, t.DialTimeout, t.ReadTimeout, t.WriteTimeout
-	o.PoolTimeout, o.MaxRetries, o.DialerRetries = t.PoolTimeout, t.MaxRetries, t.DialerRetries
-	o.ContextTimeoutEnabled, o.TLSConfig = t.ContextTimeoutEnabled, t.TLSConfig
+	*n.poolSize, *n.dialTimeout, *n.readTimeout, *n.writeTimeout = t.PoolSize, t.DialTimeout, t.ReadTimeout, t.WriteTimeout
+	*n.poolTimeout, *n.maxRetries, *n.dialerRetries = t.PoolTimeout, t.MaxRetries, t.DialerRetries
+	*n.contextTimeout, *n.tlsConfig = t.ContextTimeoutEnabled, t.TLSConfig
 	return nil
 }
