@@ -13,6 +13,9 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 proto_root="$(cd "$here/../../proto" && pwd)"
+# google/api/annotations.proto, imported for the REST routes; its Python code
+# is googleapis-common-protos', a dependency of the package.
+googleapis="$(cd "$here/../../third_party/googleapis" && pwd)"
 committed="$here/src/claimd/_gen"
 # shellcheck source=venv.sh
 source "$here/venv.sh"
@@ -36,7 +39,7 @@ protos=()
 while IFS= read -r f; do protos+=("claimd/_gen/$f"); done < <(cd "$proto_root" && find idempotency -name '*.proto' | LC_ALL=C sort)
 (
 	cd "$proto_root"
-	"$claimd_py" -m grpc_tools.protoc -Iclaimd/_gen=. \
+	"$claimd_py" -m grpc_tools.protoc -Iclaimd/_gen=. -I"$googleapis" \
 		--python_out="$work" --pyi_out="$work" --grpc_python_out="$work" "${protos[@]}"
 )
 # Packages for every generated directory, so setuptools and mypy see them.

@@ -7,6 +7,7 @@
 package idempotencyv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -39,6 +40,19 @@ const (
 	Outcome_OUTCOME_IN_PROGRESS Outcome = 3
 	// OUTCOME_PAYLOAD_MISMATCH: same key, different payload; alert.
 	Outcome_OUTCOME_PAYLOAD_MISMATCH Outcome = 4
+	// OUTCOME_DEFERRED: the event belongs to an entity lifecycle and arrived
+	// before its prerequisite (the entity is not yet in a state the event may
+	// arrive in, or another event of the entity is being processed). Nothing
+	// is owned and no fencing token is issued; the deferral is recorded
+	// (ListDeferred). Answer the provider a retryable status with
+	// Retry-After = retry_after: the provider's retry is the replay. The
+	// response's entity says what the event waits for.
+	Outcome_OUTCOME_DEFERRED Outcome = 5
+	// OUTCOME_SUPERSEDED: the event belongs to an entity lifecycle and the
+	// entity can no longer reach a state the event may arrive in (a
+	// payment_intent.processing delivered after payment_intent.succeeded).
+	// Acknowledge the provider (2xx) and do nothing. Recorded and counted.
+	Outcome_OUTCOME_SUPERSEDED Outcome = 6
 )
 
 // Enum value maps for Outcome.
@@ -49,6 +63,8 @@ var (
 		2: "OUTCOME_DUPLICATE",
 		3: "OUTCOME_IN_PROGRESS",
 		4: "OUTCOME_PAYLOAD_MISMATCH",
+		5: "OUTCOME_DEFERRED",
+		6: "OUTCOME_SUPERSEDED",
 	}
 	Outcome_value = map[string]int32{
 		"OUTCOME_UNSPECIFIED":      0,
@@ -56,6 +72,8 @@ var (
 		"OUTCOME_DUPLICATE":        2,
 		"OUTCOME_IN_PROGRESS":      3,
 		"OUTCOME_PAYLOAD_MISMATCH": 4,
+		"OUTCOME_DEFERRED":         5,
+		"OUTCOME_SUPERSEDED":       6,
 	}
 )
 
@@ -277,6 +295,150 @@ func (KeySource) EnumDescriptor() ([]byte, []int) {
 	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{3}
 }
 
+// ErrorReason lists the google.rpc.ErrorInfo reasons claimd answers with
+// (domain "claimd.dev"); the reason string is the value's name. Clients
+// compare against the generated names instead of typing the strings.
+// buf:lint:ignore ENUM_VALUE_PREFIX
+type ErrorReason int32
+
+const (
+	// ERROR_REASON_UNSPECIFIED is never sent.
+	ErrorReason_ERROR_REASON_UNSPECIFIED ErrorReason = 0
+	// INVALID_ARGUMENT: a field is malformed or out of bounds
+	// (INVALID_ARGUMENT, with a google.rpc.BadRequest naming it). Nothing was
+	// written.
+	ErrorReason_INVALID_ARGUMENT ErrorReason = 1
+	// PROVIDER_NOT_FOUND: the provider is not registered (NOT_FOUND; metadata
+	// "provider").
+	ErrorReason_PROVIDER_NOT_FOUND ErrorReason = 2
+	// RECORD_NOT_FOUND: no record of the key (NOT_FOUND).
+	ErrorReason_RECORD_NOT_FOUND ErrorReason = 3
+	// INVALID_TRANSITION: the state machine does not allow the move from the
+	// record's current state (FAILED_PRECONDITION; metadata "current_state",
+	// "to").
+	ErrorReason_INVALID_TRANSITION ErrorReason = 4
+	// STALE_TOKEN: the fencing token is no longer the current one: another
+	// holder took over or the key was released (ABORTED). Stop working on it.
+	ErrorReason_STALE_TOKEN ErrorReason = 5
+	// RESULT_MISMATCH: SETTLED or FAILED repeated with another result; the
+	// stored one stands (FAILED_PRECONDITION; metadata "current_state").
+	ErrorReason_RESULT_MISMATCH ErrorReason = 6
+	// NOT_OWNER: the current fencing token with a lease secret that is not its
+	// owner's (PERMISSION_DENIED). Nothing was written.
+	ErrorReason_NOT_OWNER ErrorReason = 7
+	// DURABLE_TIER_UNAVAILABLE: the durable tier could not decide
+	// (UNAVAILABLE): fail closed, let the provider retry.
+	ErrorReason_DURABLE_TIER_UNAVAILABLE ErrorReason = 8
+	// CREDENTIALS_MISSING: no bearer token and no verified client certificate
+	// (UNAUTHENTICATED).
+	ErrorReason_CREDENTIALS_MISSING ErrorReason = 9
+	// TOKEN_MALFORMED: the authorization metadata is not one "Bearer <token>"
+	// (UNAUTHENTICATED).
+	ErrorReason_TOKEN_MALFORMED ErrorReason = 10
+	// TOKEN_UNKNOWN: no principal holds the token (UNAUTHENTICATED).
+	ErrorReason_TOKEN_UNKNOWN ErrorReason = 11
+	// IDENTITY_UNKNOWN: the client certificate names no principal
+	// (UNAUTHENTICATED).
+	ErrorReason_IDENTITY_UNKNOWN ErrorReason = 12
+	// PRINCIPAL_CONFLICT: token and certificate name different principals
+	// (UNAUTHENTICATED).
+	ErrorReason_PRINCIPAL_CONFLICT ErrorReason = 13
+	// NAMESPACE_DENIED: the principal may not use the request's namespace
+	// (PERMISSION_DENIED).
+	ErrorReason_NAMESPACE_DENIED ErrorReason = 14
+	// ROLE_DENIED: the principal lacks the method's role (PERMISSION_DENIED).
+	ErrorReason_ROLE_DENIED ErrorReason = 15
+	// METHOD_DENIED: the method is open to no role (PERMISSION_DENIED).
+	ErrorReason_METHOD_DENIED ErrorReason = 16
+	// RATE_LIMITED: the principal's request budget is spent
+	// (RESOURCE_EXHAUSTED, with a google.rpc.RetryInfo).
+	ErrorReason_RATE_LIMITED ErrorReason = 17
+	// ENTITY_NOT_FOUND: no entity of that lifecycle and id (NOT_FOUND).
+	ErrorReason_ENTITY_NOT_FOUND ErrorReason = 18
+	// LIFECYCLE_NOT_FOUND: the provider declares no such lifecycle
+	// (NOT_FOUND; metadata "lifecycle").
+	ErrorReason_LIFECYCLE_NOT_FOUND ErrorReason = 19
+	// INTERNAL: a bug in claimd (INTERNAL); the message says nothing more.
+	ErrorReason_INTERNAL ErrorReason = 20
+)
+
+// Enum value maps for ErrorReason.
+var (
+	ErrorReason_name = map[int32]string{
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "INVALID_ARGUMENT",
+		2:  "PROVIDER_NOT_FOUND",
+		3:  "RECORD_NOT_FOUND",
+		4:  "INVALID_TRANSITION",
+		5:  "STALE_TOKEN",
+		6:  "RESULT_MISMATCH",
+		7:  "NOT_OWNER",
+		8:  "DURABLE_TIER_UNAVAILABLE",
+		9:  "CREDENTIALS_MISSING",
+		10: "TOKEN_MALFORMED",
+		11: "TOKEN_UNKNOWN",
+		12: "IDENTITY_UNKNOWN",
+		13: "PRINCIPAL_CONFLICT",
+		14: "NAMESPACE_DENIED",
+		15: "ROLE_DENIED",
+		16: "METHOD_DENIED",
+		17: "RATE_LIMITED",
+		18: "ENTITY_NOT_FOUND",
+		19: "LIFECYCLE_NOT_FOUND",
+		20: "INTERNAL",
+	}
+	ErrorReason_value = map[string]int32{
+		"ERROR_REASON_UNSPECIFIED": 0,
+		"INVALID_ARGUMENT":         1,
+		"PROVIDER_NOT_FOUND":       2,
+		"RECORD_NOT_FOUND":         3,
+		"INVALID_TRANSITION":       4,
+		"STALE_TOKEN":              5,
+		"RESULT_MISMATCH":          6,
+		"NOT_OWNER":                7,
+		"DURABLE_TIER_UNAVAILABLE": 8,
+		"CREDENTIALS_MISSING":      9,
+		"TOKEN_MALFORMED":          10,
+		"TOKEN_UNKNOWN":            11,
+		"IDENTITY_UNKNOWN":         12,
+		"PRINCIPAL_CONFLICT":       13,
+		"NAMESPACE_DENIED":         14,
+		"ROLE_DENIED":              15,
+		"METHOD_DENIED":            16,
+		"RATE_LIMITED":             17,
+		"ENTITY_NOT_FOUND":         18,
+		"LIFECYCLE_NOT_FOUND":      19,
+		"INTERNAL":                 20,
+	}
+)
+
+func (x ErrorReason) Enum() *ErrorReason {
+	p := new(ErrorReason)
+	*p = x
+	return p
+}
+
+func (x ErrorReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_idempotency_v1_claim_proto_enumTypes[4].Descriptor()
+}
+
+func (ErrorReason) Type() protoreflect.EnumType {
+	return &file_idempotency_v1_claim_proto_enumTypes[4]
+}
+
+func (x ErrorReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorReason.Descriptor instead.
+func (ErrorReason) EnumDescriptor() ([]byte, []int) {
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{4}
+}
+
 // Tier names the store that decided an answer.
 type Tier int32
 
@@ -318,11 +480,11 @@ func (x Tier) String() string {
 }
 
 func (Tier) Descriptor() protoreflect.EnumDescriptor {
-	return file_idempotency_v1_claim_proto_enumTypes[4].Descriptor()
+	return file_idempotency_v1_claim_proto_enumTypes[5].Descriptor()
 }
 
 func (Tier) Type() protoreflect.EnumType {
-	return &file_idempotency_v1_claim_proto_enumTypes[4]
+	return &file_idempotency_v1_claim_proto_enumTypes[5]
 }
 
 func (x Tier) Number() protoreflect.EnumNumber {
@@ -331,7 +493,7 @@ func (x Tier) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Tier.Descriptor instead.
 func (Tier) EnumDescriptor() ([]byte, []int) {
-	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{4}
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{5}
 }
 
 // Delivery is a raw webhook delivery; the server derives the key from it by
@@ -441,7 +603,21 @@ type ClaimRequest struct {
 	// the holder releases the key or its lease runs out meanwhile, the waiter
 	// acquires it (RELEASED / LEASE_EXPIRED). When wait runs out the answer is
 	// IN_PROGRESS. Optional; zero means do not wait.
-	Wait          *durationpb.Duration `protobuf:"bytes,10,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,10,opt,name=wait,proto3" json:"wait,omitempty"`
+	// entity_id names the entity the event belongs to, for callers that send
+	// event_id (with a delivery, the provider's lifecycle rules read it from the
+	// delivery unless given here). Optional; with event_type, places the claim
+	// in the provider's lifecycle that declares event_type. 1–255 bytes, the
+	// same characters as event_id. Both or neither.
+	EntityId string `protobuf:"bytes,11,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	// event_type is the provider's event type (e.g. "charge.refunded"); with
+	// entity_id. An event type no lifecycle of the provider declares is an
+	// ordinary claim. At most 255 bytes.
+	EventType string `protobuf:"bytes,12,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// start, when the claim acquires, records it already in PROCESSING (one
+	// RPC instead of Claim + Transition PROCESSING for handlers that start the
+	// side effect right away). Optional.
+	Start         bool `protobuf:"varint,13,opt,name=start,proto3" json:"start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -557,6 +733,27 @@ func (x *ClaimRequest) GetWait() *durationpb.Duration {
 	return nil
 }
 
+func (x *ClaimRequest) GetEntityId() string {
+	if x != nil {
+		return x.EntityId
+	}
+	return ""
+}
+
+func (x *ClaimRequest) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *ClaimRequest) GetStart() bool {
+	if x != nil {
+		return x.Start
+	}
+	return false
+}
+
 type isClaimRequest_Key interface {
 	isClaimRequest_Key()
 }
@@ -621,7 +818,15 @@ type ClaimResponse struct {
 	// claimd keeps only its hash. Keep it as private as a password for the
 	// length of the claim; a repeated Claim with the same attempt_id, principal
 	// and holder gets the same secret back.
-	LeaseSecret   []byte `protobuf:"bytes,15,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
+	LeaseSecret []byte `protobuf:"bytes,15,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
+	// retry_after is set for DEFERRED: how long the provider
+	// should wait before redelivering. For DEFERRED it grows exponentially, with
+	// jitter, with each deferral of the event, and is bounded so that the
+	// provider's own retries still fall inside its horizon.
+	RetryAfter *durationpb.Duration `protobuf:"bytes,16,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// entity is set when the event belongs to an entity lifecycle: where the
+	// entity stood when the claim was decided.
+	Entity        *EntityPosition `protobuf:"bytes,17,opt,name=entity,proto3" json:"entity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -761,6 +966,132 @@ func (x *ClaimResponse) GetLeaseSecret() []byte {
 	return nil
 }
 
+func (x *ClaimResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *ClaimResponse) GetEntity() *EntityPosition {
+	if x != nil {
+		return x.Entity
+	}
+	return nil
+}
+
+// EntityPosition is an event's place in its entity's lifecycle, as a Claim
+// decided it.
+type EntityPosition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lifecycle is the lifecycle's name (e.g. "payment_intent").
+	Lifecycle string `protobuf:"bytes,1,opt,name=lifecycle,proto3" json:"lifecycle,omitempty"`
+	// entity_id is the entity's id (e.g. "pi_3Mtw…").
+	EntityId string `protobuf:"bytes,2,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	// event_type is the claimed event's type.
+	EventType string `protobuf:"bytes,3,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// state is the entity's state when the claim was decided (the lifecycle's
+	// initial state for an entity never seen).
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// awaiting lists, for DEFERRED, the states the event may arrive in.
+	Awaiting []string `protobuf:"bytes,5,rep,name=awaiting,proto3" json:"awaiting,omitempty"`
+	// leads_to is the state the event advances the entity to when settled.
+	LeadsTo string `protobuf:"bytes,6,opt,name=leads_to,json=leadsTo,proto3" json:"leads_to,omitempty"`
+	// busy_with is, for DEFERRED because another event of the entity is being
+	// processed, that event's type.
+	BusyWith string `protobuf:"bytes,7,opt,name=busy_with,json=busyWith,proto3" json:"busy_with,omitempty"`
+	// deferrals counts how many times this event was deferred so far.
+	Deferrals     uint32 `protobuf:"varint,8,opt,name=deferrals,proto3" json:"deferrals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EntityPosition) Reset() {
+	*x = EntityPosition{}
+	mi := &file_idempotency_v1_claim_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EntityPosition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EntityPosition) ProtoMessage() {}
+
+func (x *EntityPosition) ProtoReflect() protoreflect.Message {
+	mi := &file_idempotency_v1_claim_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EntityPosition.ProtoReflect.Descriptor instead.
+func (*EntityPosition) Descriptor() ([]byte, []int) {
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *EntityPosition) GetLifecycle() string {
+	if x != nil {
+		return x.Lifecycle
+	}
+	return ""
+}
+
+func (x *EntityPosition) GetEntityId() string {
+	if x != nil {
+		return x.EntityId
+	}
+	return ""
+}
+
+func (x *EntityPosition) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *EntityPosition) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *EntityPosition) GetAwaiting() []string {
+	if x != nil {
+		return x.Awaiting
+	}
+	return nil
+}
+
+func (x *EntityPosition) GetLeadsTo() string {
+	if x != nil {
+		return x.LeadsTo
+	}
+	return ""
+}
+
+func (x *EntityPosition) GetBusyWith() string {
+	if x != nil {
+		return x.BusyWith
+	}
+	return ""
+}
+
+func (x *EntityPosition) GetDeferrals() uint32 {
+	if x != nil {
+		return x.Deferrals
+	}
+	return 0
+}
+
 // Record is the stored state of one (namespace, provider, key). It never
 // carries the lease secret.
 type Record struct {
@@ -793,14 +1124,21 @@ type Record struct {
 	// (32 bytes).
 	PayloadSha256 []byte `protobuf:"bytes,13,opt,name=payload_sha256,json=payloadSha256,proto3" json:"payload_sha256,omitempty"`
 	// result is the bytes stored at settle time (at most 64 KiB).
-	Result        []byte `protobuf:"bytes,14,opt,name=result,proto3" json:"result,omitempty"`
+	Result []byte `protobuf:"bytes,14,opt,name=result,proto3" json:"result,omitempty"`
+	// lifecycle, entity_id and event_type place the record in an entity
+	// lifecycle; empty for an ordinary claim.
+	Lifecycle string `protobuf:"bytes,15,opt,name=lifecycle,proto3" json:"lifecycle,omitempty"`
+	// entity_id of the record's entity.
+	EntityId string `protobuf:"bytes,16,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	// event_type of the record's event.
+	EventType     string `protobuf:"bytes,17,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_idempotency_v1_claim_proto_msgTypes[3]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +1150,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_idempotency_v1_claim_proto_msgTypes[3]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +1163,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{3}
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Record) GetNamespace() string {
@@ -926,6 +1264,27 @@ func (x *Record) GetResult() []byte {
 	return nil
 }
 
+func (x *Record) GetLifecycle() string {
+	if x != nil {
+		return x.Lifecycle
+	}
+	return ""
+}
+
+func (x *Record) GetEntityId() string {
+	if x != nil {
+		return x.EntityId
+	}
+	return ""
+}
+
+func (x *Record) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
 // TransitionRequest moves an event forward.
 type TransitionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -955,7 +1314,7 @@ type TransitionRequest struct {
 
 func (x *TransitionRequest) Reset() {
 	*x = TransitionRequest{}
-	mi := &file_idempotency_v1_claim_proto_msgTypes[4]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1326,7 @@ func (x *TransitionRequest) String() string {
 func (*TransitionRequest) ProtoMessage() {}
 
 func (x *TransitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idempotency_v1_claim_proto_msgTypes[4]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1339,7 @@ func (x *TransitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransitionRequest.ProtoReflect.Descriptor instead.
 func (*TransitionRequest) Descriptor() ([]byte, []int) {
-	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{4}
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TransitionRequest) GetNamespace() string {
@@ -1052,7 +1411,7 @@ type TransitionResponse struct {
 
 func (x *TransitionResponse) Reset() {
 	*x = TransitionResponse{}
-	mi := &file_idempotency_v1_claim_proto_msgTypes[5]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1423,7 @@ func (x *TransitionResponse) String() string {
 func (*TransitionResponse) ProtoMessage() {}
 
 func (x *TransitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idempotency_v1_claim_proto_msgTypes[5]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1436,7 @@ func (x *TransitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransitionResponse.ProtoReflect.Descriptor instead.
 func (*TransitionResponse) Descriptor() ([]byte, []int) {
-	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{5}
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TransitionResponse) GetRecord() *Record {
@@ -1118,7 +1477,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_idempotency_v1_claim_proto_msgTypes[6]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1489,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idempotency_v1_claim_proto_msgTypes[6]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1502,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{6}
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RenewRequest) GetNamespace() string {
@@ -1199,7 +1558,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_idempotency_v1_claim_proto_msgTypes[7]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1570,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idempotency_v1_claim_proto_msgTypes[7]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1583,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{7}
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RenewResponse) GetRecord() *Record {
@@ -1255,7 +1614,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_idempotency_v1_claim_proto_msgTypes[8]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1626,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idempotency_v1_claim_proto_msgTypes[8]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1639,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{8}
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReleaseRequest) GetNamespace() string {
@@ -1329,7 +1688,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_idempotency_v1_claim_proto_msgTypes[9]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1700,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idempotency_v1_claim_proto_msgTypes[9]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1713,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{9}
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReleaseResponse) GetRecord() *Record {
@@ -1379,7 +1738,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_idempotency_v1_claim_proto_msgTypes[10]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1750,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idempotency_v1_claim_proto_msgTypes[10]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1763,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{10}
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRequest) GetNamespace() string {
@@ -1439,7 +1798,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_idempotency_v1_claim_proto_msgTypes[11]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1810,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idempotency_v1_claim_proto_msgTypes[11]
+	mi := &file_idempotency_v1_claim_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1823,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{11}
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetResponse) GetRecord() *Record {
@@ -1478,13 +1837,13 @@ var File_idempotency_v1_claim_proto protoreflect.FileDescriptor
 
 const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\n" +
-	"\x1aidempotency/v1/claim.proto\x12\x0eidempotency.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9b\x01\n" +
+	"\x1aidempotency/v1/claim.proto\x12\x0eidempotency.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9b\x01\n" +
 	"\bDelivery\x12?\n" +
 	"\aheaders\x18\x01 \x03(\v2%.idempotency.v1.Delivery.HeadersEntryR\aheaders\x12\x12\n" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xca\x03\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x1b\n" +
@@ -1497,8 +1856,12 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\n" +
 	"attempt_id\x18\t \x01(\tR\tattemptId\x12-\n" +
 	"\x04wait\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x04waitB\x05\n" +
-	"\x03key\"\xb0\x05\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x1b\n" +
+	"\tentity_id\x18\v \x01(\tR\bentityId\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\f \x01(\tR\teventType\x12\x14\n" +
+	"\x05start\x18\r \x01(\bR\x05startB\x05\n" +
+	"\x03key\"\xa4\x06\n" +
 	"\rClaimResponse\x121\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x17.idempotency.v1.OutcomeR\aoutcome\x12.\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x16.idempotency.v1.ReasonR\x06reason\x12\x10\n" +
@@ -1516,7 +1879,20 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\x06result\x18\f \x01(\fR\x06result\x121\n" +
 	"\tserved_by\x18\r \x01(\x0e2\x14.idempotency.v1.TierR\bservedBy\x12\x16\n" +
 	"\x06holder\x18\x0e \x01(\tR\x06holder\x12!\n" +
-	"\flease_secret\x18\x0f \x01(\fR\vleaseSecret\"\xc1\x04\n" +
+	"\flease_secret\x18\x0f \x01(\fR\vleaseSecret\x12:\n" +
+	"\vretry_after\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\x126\n" +
+	"\x06entity\x18\x11 \x01(\v2\x1e.idempotency.v1.EntityPositionR\x06entity\"\xf2\x01\n" +
+	"\x0eEntityPosition\x12\x1c\n" +
+	"\tlifecycle\x18\x01 \x01(\tR\tlifecycle\x12\x1b\n" +
+	"\tentity_id\x18\x02 \x01(\tR\bentityId\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x03 \x01(\tR\teventType\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1a\n" +
+	"\bawaiting\x18\x05 \x03(\tR\bawaiting\x12\x19\n" +
+	"\bleads_to\x18\x06 \x01(\tR\aleadsTo\x12\x1b\n" +
+	"\tbusy_with\x18\a \x01(\tR\bbusyWith\x12\x1c\n" +
+	"\tdeferrals\x18\b \x01(\rR\tdeferrals\"\x9b\x05\n" +
 	"\x06Record\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x10\n" +
@@ -1533,7 +1909,11 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12%\n" +
 	"\x0epayload_sha256\x18\r \x01(\fR\rpayloadSha256\x12\x16\n" +
-	"\x06result\x18\x0e \x01(\fR\x06result\"\xa9\x02\n" +
+	"\x06result\x18\x0e \x01(\fR\x06result\x12\x1c\n" +
+	"\tlifecycle\x18\x0f \x01(\tR\tlifecycle\x12\x1b\n" +
+	"\tentity_id\x18\x10 \x01(\tR\bentityId\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x11 \x01(\tR\teventType\"\xa9\x02\n" +
 	"\x11TransitionRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x10\n" +
@@ -1569,13 +1949,15 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\"=\n" +
 	"\vGetResponse\x12.\n" +
-	"\x06record\x18\x01 \x01(\v2\x16.idempotency.v1.RecordR\x06record*\x86\x01\n" +
+	"\x06record\x18\x01 \x01(\v2\x16.idempotency.v1.RecordR\x06record*\xb4\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OUTCOME_ACQUIRED\x10\x01\x12\x15\n" +
 	"\x11OUTCOME_DUPLICATE\x10\x02\x12\x17\n" +
 	"\x13OUTCOME_IN_PROGRESS\x10\x03\x12\x1c\n" +
-	"\x18OUTCOME_PAYLOAD_MISMATCH\x10\x04*z\n" +
+	"\x18OUTCOME_PAYLOAD_MISMATCH\x10\x04\x12\x14\n" +
+	"\x10OUTCOME_DEFERRED\x10\x05\x12\x16\n" +
+	"\x12OUTCOME_SUPERSEDED\x10\x06*z\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -1596,22 +1978,46 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\x13KEY_SOURCE_EVENT_ID\x10\x01\x12\x15\n" +
 	"\x11KEY_SOURCE_HEADER\x10\x02\x12\x19\n" +
 	"\x15KEY_SOURCE_BODY_FIELD\x10\x03\x12\x18\n" +
-	"\x14KEY_SOURCE_BODY_HASH\x10\x04*M\n" +
+	"\x14KEY_SOURCE_BODY_HASH\x10\x04*\xd2\x03\n" +
+	"\vErrorReason\x12\x1c\n" +
+	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10INVALID_ARGUMENT\x10\x01\x12\x16\n" +
+	"\x12PROVIDER_NOT_FOUND\x10\x02\x12\x14\n" +
+	"\x10RECORD_NOT_FOUND\x10\x03\x12\x16\n" +
+	"\x12INVALID_TRANSITION\x10\x04\x12\x0f\n" +
+	"\vSTALE_TOKEN\x10\x05\x12\x13\n" +
+	"\x0fRESULT_MISMATCH\x10\x06\x12\r\n" +
+	"\tNOT_OWNER\x10\a\x12\x1c\n" +
+	"\x18DURABLE_TIER_UNAVAILABLE\x10\b\x12\x17\n" +
+	"\x13CREDENTIALS_MISSING\x10\t\x12\x13\n" +
+	"\x0fTOKEN_MALFORMED\x10\n" +
+	"\x12\x11\n" +
+	"\rTOKEN_UNKNOWN\x10\v\x12\x14\n" +
+	"\x10IDENTITY_UNKNOWN\x10\f\x12\x16\n" +
+	"\x12PRINCIPAL_CONFLICT\x10\r\x12\x14\n" +
+	"\x10NAMESPACE_DENIED\x10\x0e\x12\x0f\n" +
+	"\vROLE_DENIED\x10\x0f\x12\x11\n" +
+	"\rMETHOD_DENIED\x10\x10\x12\x10\n" +
+	"\fRATE_LIMITED\x10\x11\x12\x14\n" +
+	"\x10ENTITY_NOT_FOUND\x10\x12\x12\x17\n" +
+	"\x13LIFECYCLE_NOT_FOUND\x10\x13\x12\f\n" +
+	"\bINTERNAL\x10\x14*M\n" +
 	"\x04Tier\x12\x14\n" +
 	"\x10TIER_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"TIER_LOCAL\x10\x01\x12\r\n" +
 	"\tTIER_FAST\x10\x02\x12\x10\n" +
-	"\fTIER_DURABLE\x10\x032\xfb\x02\n" +
-	"\fClaimService\x12D\n" +
-	"\x05Claim\x12\x1c.idempotency.v1.ClaimRequest\x1a\x1d.idempotency.v1.ClaimResponse\x12S\n" +
+	"\fTIER_DURABLE\x10\x032\xc9\x04\n" +
+	"\fClaimService\x12[\n" +
+	"\x05Claim\x12\x1c.idempotency.v1.ClaimRequest\x1a\x1d.idempotency.v1.ClaimResponse\"\x15\x82\xd3\xe4\x93\x02\x0f:\x01*\"\n" +
+	"/v1/claims\x12{\n" +
 	"\n" +
-	"Transition\x12!.idempotency.v1.TransitionRequest\x1a\".idempotency.v1.TransitionResponse\x12D\n" +
-	"\x05Renew\x12\x1c.idempotency.v1.RenewRequest\x1a\x1d.idempotency.v1.RenewResponse\x12J\n" +
-	"\aRelease\x12\x1e.idempotency.v1.ReleaseRequest\x1a\x1f.idempotency.v1.ReleaseResponse\x12>\n" +
-	"\x03Get\x12\x1a.idempotency.v1.GetRequest\x1a\x1b.idempotency.v1.GetResponseB\xb4\x01\n" +
-	"\x12com.idempotency.v1B\n" +
-	"ClaimProtoP\x01Z9github.com/claimd/claimd/gen/idempotency/v1;idempotencyv1\xa2\x02\x03IXX\xaa\x02\x0eIdempotency.V1\xca\x02\x0eIdempotency\\V1\xe2\x02\x1aIdempotency\\V1\\GPBMetadata\xea\x02\x0fIdempotency::V1b\x06proto3"
+	"Transition\x12!.idempotency.v1.TransitionRequest\x1a\".idempotency.v1.TransitionResponse\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/claims/{key}:transition\x12g\n" +
+	"\x05Renew\x12\x1c.idempotency.v1.RenewRequest\x1a\x1d.idempotency.v1.RenewResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/v1/claims/{key}:renew\x12o\n" +
+	"\aRelease\x12\x1e.idempotency.v1.ReleaseRequest\x1a\x1f.idempotency.v1.ReleaseResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/claims/{key}:release\x12\x84\x01\n" +
+	"\x03Get\x12\x1a.idempotency.v1.GetRequest\x1a\x1b.idempotency.v1.GetResponse\"D\x82\xd3\xe4\x93\x02>\x12</v1/namespaces/{namespace}/providers/{provider}/claims/{key}B\x96\x01\n" +
+	"\x19dev.claimd.idempotency.v1B\n" +
+	"ClaimProtoP\x01Z9github.com/claimd/claimd/gen/idempotency/v1;idempotencyv1\xaa\x02\x15Claimd.Idempotency.V1\xea\x02\x17Claimd::Idempotency::V1b\x06proto3"
 
 var (
 	file_idempotency_v1_claim_proto_rawDescOnce sync.Once
@@ -1625,71 +2031,75 @@ func file_idempotency_v1_claim_proto_rawDescGZIP() []byte {
 	return file_idempotency_v1_claim_proto_rawDescData
 }
 
-var file_idempotency_v1_claim_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_idempotency_v1_claim_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_idempotency_v1_claim_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_idempotency_v1_claim_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_idempotency_v1_claim_proto_goTypes = []any{
 	(Outcome)(0),                  // 0: idempotency.v1.Outcome
 	(Reason)(0),                   // 1: idempotency.v1.Reason
 	(EventState)(0),               // 2: idempotency.v1.EventState
 	(KeySource)(0),                // 3: idempotency.v1.KeySource
-	(Tier)(0),                     // 4: idempotency.v1.Tier
-	(*Delivery)(nil),              // 5: idempotency.v1.Delivery
-	(*ClaimRequest)(nil),          // 6: idempotency.v1.ClaimRequest
-	(*ClaimResponse)(nil),         // 7: idempotency.v1.ClaimResponse
-	(*Record)(nil),                // 8: idempotency.v1.Record
-	(*TransitionRequest)(nil),     // 9: idempotency.v1.TransitionRequest
-	(*TransitionResponse)(nil),    // 10: idempotency.v1.TransitionResponse
-	(*RenewRequest)(nil),          // 11: idempotency.v1.RenewRequest
-	(*RenewResponse)(nil),         // 12: idempotency.v1.RenewResponse
-	(*ReleaseRequest)(nil),        // 13: idempotency.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 14: idempotency.v1.ReleaseResponse
-	(*GetRequest)(nil),            // 15: idempotency.v1.GetRequest
-	(*GetResponse)(nil),           // 16: idempotency.v1.GetResponse
-	nil,                           // 17: idempotency.v1.Delivery.HeadersEntry
-	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(ErrorReason)(0),              // 4: idempotency.v1.ErrorReason
+	(Tier)(0),                     // 5: idempotency.v1.Tier
+	(*Delivery)(nil),              // 6: idempotency.v1.Delivery
+	(*ClaimRequest)(nil),          // 7: idempotency.v1.ClaimRequest
+	(*ClaimResponse)(nil),         // 8: idempotency.v1.ClaimResponse
+	(*EntityPosition)(nil),        // 9: idempotency.v1.EntityPosition
+	(*Record)(nil),                // 10: idempotency.v1.Record
+	(*TransitionRequest)(nil),     // 11: idempotency.v1.TransitionRequest
+	(*TransitionResponse)(nil),    // 12: idempotency.v1.TransitionResponse
+	(*RenewRequest)(nil),          // 13: idempotency.v1.RenewRequest
+	(*RenewResponse)(nil),         // 14: idempotency.v1.RenewResponse
+	(*ReleaseRequest)(nil),        // 15: idempotency.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 16: idempotency.v1.ReleaseResponse
+	(*GetRequest)(nil),            // 17: idempotency.v1.GetRequest
+	(*GetResponse)(nil),           // 18: idempotency.v1.GetResponse
+	nil,                           // 19: idempotency.v1.Delivery.HeadersEntry
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
 }
 var file_idempotency_v1_claim_proto_depIdxs = []int32{
-	17, // 0: idempotency.v1.Delivery.headers:type_name -> idempotency.v1.Delivery.HeadersEntry
-	5,  // 1: idempotency.v1.ClaimRequest.delivery:type_name -> idempotency.v1.Delivery
-	18, // 2: idempotency.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	18, // 3: idempotency.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	19, // 0: idempotency.v1.Delivery.headers:type_name -> idempotency.v1.Delivery.HeadersEntry
+	6,  // 1: idempotency.v1.ClaimRequest.delivery:type_name -> idempotency.v1.Delivery
+	20, // 2: idempotency.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	20, // 3: idempotency.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
 	0,  // 4: idempotency.v1.ClaimResponse.outcome:type_name -> idempotency.v1.Outcome
 	1,  // 5: idempotency.v1.ClaimResponse.reason:type_name -> idempotency.v1.Reason
 	3,  // 6: idempotency.v1.ClaimResponse.key_source:type_name -> idempotency.v1.KeySource
 	2,  // 7: idempotency.v1.ClaimResponse.state:type_name -> idempotency.v1.EventState
-	19, // 8: idempotency.v1.ClaimResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	19, // 9: idempotency.v1.ClaimResponse.window_expires_at:type_name -> google.protobuf.Timestamp
-	18, // 10: idempotency.v1.ClaimResponse.ttl:type_name -> google.protobuf.Duration
-	19, // 11: idempotency.v1.ClaimResponse.first_seen_at:type_name -> google.protobuf.Timestamp
-	4,  // 12: idempotency.v1.ClaimResponse.served_by:type_name -> idempotency.v1.Tier
-	2,  // 13: idempotency.v1.Record.state:type_name -> idempotency.v1.EventState
-	19, // 14: idempotency.v1.Record.first_seen_at:type_name -> google.protobuf.Timestamp
-	19, // 15: idempotency.v1.Record.lease_expires_at:type_name -> google.protobuf.Timestamp
-	19, // 16: idempotency.v1.Record.window_expires_at:type_name -> google.protobuf.Timestamp
-	19, // 17: idempotency.v1.Record.updated_at:type_name -> google.protobuf.Timestamp
-	2,  // 18: idempotency.v1.TransitionRequest.to:type_name -> idempotency.v1.EventState
-	18, // 19: idempotency.v1.TransitionRequest.extend_lease:type_name -> google.protobuf.Duration
-	8,  // 20: idempotency.v1.TransitionResponse.record:type_name -> idempotency.v1.Record
-	18, // 21: idempotency.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
-	8,  // 22: idempotency.v1.RenewResponse.record:type_name -> idempotency.v1.Record
-	8,  // 23: idempotency.v1.ReleaseResponse.record:type_name -> idempotency.v1.Record
-	8,  // 24: idempotency.v1.GetResponse.record:type_name -> idempotency.v1.Record
-	6,  // 25: idempotency.v1.ClaimService.Claim:input_type -> idempotency.v1.ClaimRequest
-	9,  // 26: idempotency.v1.ClaimService.Transition:input_type -> idempotency.v1.TransitionRequest
-	11, // 27: idempotency.v1.ClaimService.Renew:input_type -> idempotency.v1.RenewRequest
-	13, // 28: idempotency.v1.ClaimService.Release:input_type -> idempotency.v1.ReleaseRequest
-	15, // 29: idempotency.v1.ClaimService.Get:input_type -> idempotency.v1.GetRequest
-	7,  // 30: idempotency.v1.ClaimService.Claim:output_type -> idempotency.v1.ClaimResponse
-	10, // 31: idempotency.v1.ClaimService.Transition:output_type -> idempotency.v1.TransitionResponse
-	12, // 32: idempotency.v1.ClaimService.Renew:output_type -> idempotency.v1.RenewResponse
-	14, // 33: idempotency.v1.ClaimService.Release:output_type -> idempotency.v1.ReleaseResponse
-	16, // 34: idempotency.v1.ClaimService.Get:output_type -> idempotency.v1.GetResponse
-	30, // [30:35] is the sub-list for method output_type
-	25, // [25:30] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	21, // 8: idempotency.v1.ClaimResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	21, // 9: idempotency.v1.ClaimResponse.window_expires_at:type_name -> google.protobuf.Timestamp
+	20, // 10: idempotency.v1.ClaimResponse.ttl:type_name -> google.protobuf.Duration
+	21, // 11: idempotency.v1.ClaimResponse.first_seen_at:type_name -> google.protobuf.Timestamp
+	5,  // 12: idempotency.v1.ClaimResponse.served_by:type_name -> idempotency.v1.Tier
+	20, // 13: idempotency.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	9,  // 14: idempotency.v1.ClaimResponse.entity:type_name -> idempotency.v1.EntityPosition
+	2,  // 15: idempotency.v1.Record.state:type_name -> idempotency.v1.EventState
+	21, // 16: idempotency.v1.Record.first_seen_at:type_name -> google.protobuf.Timestamp
+	21, // 17: idempotency.v1.Record.lease_expires_at:type_name -> google.protobuf.Timestamp
+	21, // 18: idempotency.v1.Record.window_expires_at:type_name -> google.protobuf.Timestamp
+	21, // 19: idempotency.v1.Record.updated_at:type_name -> google.protobuf.Timestamp
+	2,  // 20: idempotency.v1.TransitionRequest.to:type_name -> idempotency.v1.EventState
+	20, // 21: idempotency.v1.TransitionRequest.extend_lease:type_name -> google.protobuf.Duration
+	10, // 22: idempotency.v1.TransitionResponse.record:type_name -> idempotency.v1.Record
+	20, // 23: idempotency.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
+	10, // 24: idempotency.v1.RenewResponse.record:type_name -> idempotency.v1.Record
+	10, // 25: idempotency.v1.ReleaseResponse.record:type_name -> idempotency.v1.Record
+	10, // 26: idempotency.v1.GetResponse.record:type_name -> idempotency.v1.Record
+	7,  // 27: idempotency.v1.ClaimService.Claim:input_type -> idempotency.v1.ClaimRequest
+	11, // 28: idempotency.v1.ClaimService.Transition:input_type -> idempotency.v1.TransitionRequest
+	13, // 29: idempotency.v1.ClaimService.Renew:input_type -> idempotency.v1.RenewRequest
+	15, // 30: idempotency.v1.ClaimService.Release:input_type -> idempotency.v1.ReleaseRequest
+	17, // 31: idempotency.v1.ClaimService.Get:input_type -> idempotency.v1.GetRequest
+	8,  // 32: idempotency.v1.ClaimService.Claim:output_type -> idempotency.v1.ClaimResponse
+	12, // 33: idempotency.v1.ClaimService.Transition:output_type -> idempotency.v1.TransitionResponse
+	14, // 34: idempotency.v1.ClaimService.Renew:output_type -> idempotency.v1.RenewResponse
+	16, // 35: idempotency.v1.ClaimService.Release:output_type -> idempotency.v1.ReleaseResponse
+	18, // 36: idempotency.v1.ClaimService.Get:output_type -> idempotency.v1.GetResponse
+	32, // [32:37] is the sub-list for method output_type
+	27, // [27:32] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_idempotency_v1_claim_proto_init() }
@@ -1706,8 +2116,8 @@ func file_idempotency_v1_claim_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_idempotency_v1_claim_proto_rawDesc), len(file_idempotency_v1_claim_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   13,
+			NumEnums:      6,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,6 +45,33 @@ const (
 //     Transition, Renew and Release must present both; a caller that knows
 //     the token but not the secret is refused with PERMISSION_DENIED
 //     (ErrorInfo reason NOT_OWNER) and changes nothing.
+//
+// Errors. Every error carries a google.rpc.ErrorInfo (domain "claimd.dev")
+// whose reason is one of ErrorReason's names; clients branch on the reason,
+// never on the message. Codes are chosen so that the code alone already
+// separates what a caller does next: ABORTED (STALE_TOKEN: someone else owns
+// the key now; stop), FAILED_PRECONDITION (INVALID_TRANSITION,
+// RESULT_MISMATCH: a bug in the caller), PERMISSION_DENIED (NOT_OWNER and the
+// authorization reasons), UNAVAILABLE (retry later), INVALID_ARGUMENT (with a
+// google.rpc.BadRequest naming the field).
+//
+// Lifecycles. A provider may declare entity lifecycles (providers.yaml): how
+// to read an entity id and an event type from a delivery, the entity's
+// states, and for each event type the states it may arrive in and the state
+// it leads to. A Claim of an event that belongs to a lifecycle is decided on
+// the entity's state too, in this order, after the key's own decision
+// (a DUPLICATE or PAYLOAD_MISMATCH stays one):
+//   - the event may arrive in the entity's current state and no other event
+//     of the entity is owned: the claim proceeds as usual (ACQUIRED holds the
+//     entity until the owner settles, fails or releases, or the lease ends);
+//   - the event may not arrive in the current state but may arrive in a
+//     state still reachable from it, or another event of the entity is owned:
+//     DEFERRED, with retry_after;
+//   - no state the event may arrive in is reachable any more: SUPERSEDED.
+//
+// Settling (Transition to SETTLED) advances the entity to the event's
+// target state in the same durable transaction as the settle, fenced like
+// every write, so two events of one entity never both apply from one state.
 type ClaimServiceClient interface {
 	// Claim decides whether the caller owns the delivery. It is the one call
 	// every handler makes first. Errors: INVALID_ARGUMENT (bad field, nothing
@@ -61,13 +88,13 @@ type ClaimServiceClient interface {
 	// NOT_FOUND.
 	Transition(ctx context.Context, in *TransitionRequest, opts ...grpc.CallOption) (*TransitionResponse, error)
 	// Renew extends the live holder's lease (a heartbeat for long work).
-	// Errors: FAILED_PRECONDITION/STALE_TOKEN, FAILED_PRECONDITION/INVALID_TRANSITION
-	// on a terminal record, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
+	// Errors: ABORTED/STALE_TOKEN, FAILED_PRECONDITION/INVALID_TRANSITION on a
+	// terminal record, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
 	Renew(ctx context.Context, in *RenewRequest, opts ...grpc.CallOption) (*RenewResponse, error)
 	// Release gives the key back: the side effect did not happen and a retry
 	// may try again. The next Claim gets ACQUIRED/RELEASED with token+1.
-	// Errors: FAILED_PRECONDITION on a terminal record or a stale token,
-	// PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
+	// Errors: FAILED_PRECONDITION/INVALID_TRANSITION on a terminal record,
+	// ABORTED/STALE_TOKEN, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// Get reads a record from the durable tier for on-call debugging. It has
 	// no side effects, and never carries the lease secret: reading a record
@@ -152,6 +179,33 @@ func (c *claimServiceClient) Get(ctx context.Context, in *GetRequest, opts ...gr
 //     Transition, Renew and Release must present both; a caller that knows
 //     the token but not the secret is refused with PERMISSION_DENIED
 //     (ErrorInfo reason NOT_OWNER) and changes nothing.
+//
+// Errors. Every error carries a google.rpc.ErrorInfo (domain "claimd.dev")
+// whose reason is one of ErrorReason's names; clients branch on the reason,
+// never on the message. Codes are chosen so that the code alone already
+// separates what a caller does next: ABORTED (STALE_TOKEN: someone else owns
+// the key now; stop), FAILED_PRECONDITION (INVALID_TRANSITION,
+// RESULT_MISMATCH: a bug in the caller), PERMISSION_DENIED (NOT_OWNER and the
+// authorization reasons), UNAVAILABLE (retry later), INVALID_ARGUMENT (with a
+// google.rpc.BadRequest naming the field).
+//
+// Lifecycles. A provider may declare entity lifecycles (providers.yaml): how
+// to read an entity id and an event type from a delivery, the entity's
+// states, and for each event type the states it may arrive in and the state
+// it leads to. A Claim of an event that belongs to a lifecycle is decided on
+// the entity's state too, in this order, after the key's own decision
+// (a DUPLICATE or PAYLOAD_MISMATCH stays one):
+//   - the event may arrive in the entity's current state and no other event
+//     of the entity is owned: the claim proceeds as usual (ACQUIRED holds the
+//     entity until the owner settles, fails or releases, or the lease ends);
+//   - the event may not arrive in the current state but may arrive in a
+//     state still reachable from it, or another event of the entity is owned:
+//     DEFERRED, with retry_after;
+//   - no state the event may arrive in is reachable any more: SUPERSEDED.
+//
+// Settling (Transition to SETTLED) advances the entity to the event's
+// target state in the same durable transaction as the settle, fenced like
+// every write, so two events of one entity never both apply from one state.
 type ClaimServiceServer interface {
 	// Claim decides whether the caller owns the delivery. It is the one call
 	// every handler makes first. Errors: INVALID_ARGUMENT (bad field, nothing
@@ -168,13 +222,13 @@ type ClaimServiceServer interface {
 	// NOT_FOUND.
 	Transition(context.Context, *TransitionRequest) (*TransitionResponse, error)
 	// Renew extends the live holder's lease (a heartbeat for long work).
-	// Errors: FAILED_PRECONDITION/STALE_TOKEN, FAILED_PRECONDITION/INVALID_TRANSITION
-	// on a terminal record, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
+	// Errors: ABORTED/STALE_TOKEN, FAILED_PRECONDITION/INVALID_TRANSITION on a
+	// terminal record, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
 	Renew(context.Context, *RenewRequest) (*RenewResponse, error)
 	// Release gives the key back: the side effect did not happen and a retry
 	// may try again. The next Claim gets ACQUIRED/RELEASED with token+1.
-	// Errors: FAILED_PRECONDITION on a terminal record or a stale token,
-	// PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
+	// Errors: FAILED_PRECONDITION/INVALID_TRANSITION on a terminal record,
+	// ABORTED/STALE_TOKEN, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// Get reads a record from the durable tier for on-call debugging. It has
 	// no side effects, and never carries the lease secret: reading a record

@@ -7,6 +7,7 @@
 package idempotencyv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -48,7 +49,9 @@ type Provider struct {
 	// review age.
 	ReviewOverdue bool `protobuf:"varint,10,opt,name=review_overdue,json=reviewOverdue,proto3" json:"review_overdue,omitempty"`
 	// members lists a group's providers; empty for a provider.
-	Members       []string `protobuf:"bytes,11,rep,name=members,proto3" json:"members,omitempty"`
+	Members []string `protobuf:"bytes,11,rep,name=members,proto3" json:"members,omitempty"`
+	// lifecycles lists the provider's entity lifecycles (none for a group).
+	Lifecycles    []*Lifecycle `protobuf:"bytes,12,rep,name=lifecycles,proto3" json:"lifecycles,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -160,6 +163,180 @@ func (x *Provider) GetMembers() []string {
 	return nil
 }
 
+func (x *Provider) GetLifecycles() []*Lifecycle {
+	if x != nil {
+		return x.Lifecycles
+	}
+	return nil
+}
+
+// Lifecycle is an entity's state machine as a provider's events drive it.
+type Lifecycle struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name of the lifecycle, unique within the provider (e.g. "charge").
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// entity_rule reads the entity id from a delivery, in the key-rule
+	// language (e.g. "json:data.object.id").
+	EntityRule string `protobuf:"bytes,2,opt,name=entity_rule,json=entityRule,proto3" json:"entity_rule,omitempty"`
+	// event_type_rule reads the event type from a delivery (e.g. "json:type").
+	EventTypeRule string `protobuf:"bytes,3,opt,name=event_type_rule,json=eventTypeRule,proto3" json:"event_type_rule,omitempty"`
+	// states lists the entity's states; the first is the initial one, the
+	// state of an entity no event has reached yet.
+	States []string `protobuf:"bytes,4,rep,name=states,proto3" json:"states,omitempty"`
+	// events lists the event types of the lifecycle.
+	Events []*LifecycleEvent `protobuf:"bytes,5,rep,name=events,proto3" json:"events,omitempty"`
+	// source is where the provider documents the lifecycle.
+	Source        string `protobuf:"bytes,6,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Lifecycle) Reset() {
+	*x = Lifecycle{}
+	mi := &file_idempotency_v1_provider_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Lifecycle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Lifecycle) ProtoMessage() {}
+
+func (x *Lifecycle) ProtoReflect() protoreflect.Message {
+	mi := &file_idempotency_v1_provider_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Lifecycle.ProtoReflect.Descriptor instead.
+func (*Lifecycle) Descriptor() ([]byte, []int) {
+	return file_idempotency_v1_provider_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Lifecycle) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Lifecycle) GetEntityRule() string {
+	if x != nil {
+		return x.EntityRule
+	}
+	return ""
+}
+
+func (x *Lifecycle) GetEventTypeRule() string {
+	if x != nil {
+		return x.EventTypeRule
+	}
+	return ""
+}
+
+func (x *Lifecycle) GetStates() []string {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *Lifecycle) GetEvents() []*LifecycleEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *Lifecycle) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+// LifecycleEvent is one event type's place in a lifecycle.
+type LifecycleEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// event_type is the provider's event type (e.g. "charge.refunded").
+	EventType string `protobuf:"bytes,1,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
+	// from_states lists the states the event may arrive in.
+	FromStates []string `protobuf:"bytes,2,rep,name=from_states,json=fromStates,proto3" json:"from_states,omitempty"`
+	// to_state is the state the event leads to when settled.
+	ToState string `protobuf:"bytes,3,opt,name=to_state,json=toState,proto3" json:"to_state,omitempty"`
+	// entity_rule, when set, reads this event's entity id instead of the
+	// lifecycle's rule (a dispute names its charge in data.object.charge).
+	EntityRule    string `protobuf:"bytes,4,opt,name=entity_rule,json=entityRule,proto3" json:"entity_rule,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LifecycleEvent) Reset() {
+	*x = LifecycleEvent{}
+	mi := &file_idempotency_v1_provider_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LifecycleEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LifecycleEvent) ProtoMessage() {}
+
+func (x *LifecycleEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_idempotency_v1_provider_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LifecycleEvent.ProtoReflect.Descriptor instead.
+func (*LifecycleEvent) Descriptor() ([]byte, []int) {
+	return file_idempotency_v1_provider_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LifecycleEvent) GetEventType() string {
+	if x != nil {
+		return x.EventType
+	}
+	return ""
+}
+
+func (x *LifecycleEvent) GetFromStates() []string {
+	if x != nil {
+		return x.FromStates
+	}
+	return nil
+}
+
+func (x *LifecycleEvent) GetToState() string {
+	if x != nil {
+		return x.ToState
+	}
+	return ""
+}
+
+func (x *LifecycleEvent) GetEntityRule() string {
+	if x != nil {
+		return x.EntityRule
+	}
+	return ""
+}
+
 // ListProvidersRequest has no fields.
 type ListProvidersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -169,7 +346,7 @@ type ListProvidersRequest struct {
 
 func (x *ListProvidersRequest) Reset() {
 	*x = ListProvidersRequest{}
-	mi := &file_idempotency_v1_provider_proto_msgTypes[1]
+	mi := &file_idempotency_v1_provider_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -181,7 +358,7 @@ func (x *ListProvidersRequest) String() string {
 func (*ListProvidersRequest) ProtoMessage() {}
 
 func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idempotency_v1_provider_proto_msgTypes[1]
+	mi := &file_idempotency_v1_provider_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -194,7 +371,7 @@ func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersRequest.ProtoReflect.Descriptor instead.
 func (*ListProvidersRequest) Descriptor() ([]byte, []int) {
-	return file_idempotency_v1_provider_proto_rawDescGZIP(), []int{1}
+	return file_idempotency_v1_provider_proto_rawDescGZIP(), []int{3}
 }
 
 // ListProvidersResponse lists providers and groups, sorted by name.
@@ -208,7 +385,7 @@ type ListProvidersResponse struct {
 
 func (x *ListProvidersResponse) Reset() {
 	*x = ListProvidersResponse{}
-	mi := &file_idempotency_v1_provider_proto_msgTypes[2]
+	mi := &file_idempotency_v1_provider_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +397,7 @@ func (x *ListProvidersResponse) String() string {
 func (*ListProvidersResponse) ProtoMessage() {}
 
 func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idempotency_v1_provider_proto_msgTypes[2]
+	mi := &file_idempotency_v1_provider_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +410,7 @@ func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersResponse.ProtoReflect.Descriptor instead.
 func (*ListProvidersResponse) Descriptor() ([]byte, []int) {
-	return file_idempotency_v1_provider_proto_rawDescGZIP(), []int{2}
+	return file_idempotency_v1_provider_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListProvidersResponse) GetProviders() []*Provider {
@@ -254,7 +431,7 @@ type GetProviderRequest struct {
 
 func (x *GetProviderRequest) Reset() {
 	*x = GetProviderRequest{}
-	mi := &file_idempotency_v1_provider_proto_msgTypes[3]
+	mi := &file_idempotency_v1_provider_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +443,7 @@ func (x *GetProviderRequest) String() string {
 func (*GetProviderRequest) ProtoMessage() {}
 
 func (x *GetProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idempotency_v1_provider_proto_msgTypes[3]
+	mi := &file_idempotency_v1_provider_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +456,7 @@ func (x *GetProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProviderRequest.ProtoReflect.Descriptor instead.
 func (*GetProviderRequest) Descriptor() ([]byte, []int) {
-	return file_idempotency_v1_provider_proto_rawDescGZIP(), []int{3}
+	return file_idempotency_v1_provider_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetProviderRequest) GetName() string {
@@ -300,7 +477,7 @@ type GetProviderResponse struct {
 
 func (x *GetProviderResponse) Reset() {
 	*x = GetProviderResponse{}
-	mi := &file_idempotency_v1_provider_proto_msgTypes[4]
+	mi := &file_idempotency_v1_provider_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +489,7 @@ func (x *GetProviderResponse) String() string {
 func (*GetProviderResponse) ProtoMessage() {}
 
 func (x *GetProviderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idempotency_v1_provider_proto_msgTypes[4]
+	mi := &file_idempotency_v1_provider_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +502,7 @@ func (x *GetProviderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProviderResponse.ProtoReflect.Descriptor instead.
 func (*GetProviderResponse) Descriptor() ([]byte, []int) {
-	return file_idempotency_v1_provider_proto_rawDescGZIP(), []int{4}
+	return file_idempotency_v1_provider_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetProviderResponse) GetProvider() *Provider {
@@ -339,7 +516,7 @@ var File_idempotency_v1_provider_proto protoreflect.FileDescriptor
 
 const file_idempotency_v1_provider_proto_rawDesc = "" +
 	"\n" +
-	"\x1didempotency/v1/provider.proto\x12\x0eidempotency.v1\x1a\x1egoogle/protobuf/duration.proto\"\xbc\x03\n" +
+	"\x1didempotency/v1/provider.proto\x12\x0eidempotency.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\"\xf7\x03\n" +
 	"\bProvider\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12>\n" +
 	"\rretry_horizon\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\fretryHorizon\x121\n" +
@@ -353,18 +530,37 @@ const file_idempotency_v1_provider_proto_rawDesc = "" +
 	"reviewedOn\x12%\n" +
 	"\x0ereview_overdue\x18\n" +
 	" \x01(\bR\rreviewOverdue\x12\x18\n" +
-	"\amembers\x18\v \x03(\tR\amembers\"\x16\n" +
+	"\amembers\x18\v \x03(\tR\amembers\x129\n" +
+	"\n" +
+	"lifecycles\x18\f \x03(\v2\x19.idempotency.v1.LifecycleR\n" +
+	"lifecycles\"\xd0\x01\n" +
+	"\tLifecycle\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\ventity_rule\x18\x02 \x01(\tR\n" +
+	"entityRule\x12&\n" +
+	"\x0fevent_type_rule\x18\x03 \x01(\tR\reventTypeRule\x12\x16\n" +
+	"\x06states\x18\x04 \x03(\tR\x06states\x126\n" +
+	"\x06events\x18\x05 \x03(\v2\x1e.idempotency.v1.LifecycleEventR\x06events\x12\x16\n" +
+	"\x06source\x18\x06 \x01(\tR\x06source\"\x8c\x01\n" +
+	"\x0eLifecycleEvent\x12\x1d\n" +
+	"\n" +
+	"event_type\x18\x01 \x01(\tR\teventType\x12\x1f\n" +
+	"\vfrom_states\x18\x02 \x03(\tR\n" +
+	"fromStates\x12\x19\n" +
+	"\bto_state\x18\x03 \x01(\tR\atoState\x12\x1f\n" +
+	"\ventity_rule\x18\x04 \x01(\tR\n" +
+	"entityRule\"\x16\n" +
 	"\x14ListProvidersRequest\"O\n" +
 	"\x15ListProvidersResponse\x126\n" +
 	"\tproviders\x18\x01 \x03(\v2\x18.idempotency.v1.ProviderR\tproviders\"(\n" +
 	"\x12GetProviderRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"K\n" +
 	"\x13GetProviderResponse\x124\n" +
-	"\bprovider\x18\x01 \x01(\v2\x18.idempotency.v1.ProviderR\bprovider2\xc7\x01\n" +
-	"\x0fProviderService\x12\\\n" +
-	"\rListProviders\x12$.idempotency.v1.ListProvidersRequest\x1a%.idempotency.v1.ListProvidersResponse\x12V\n" +
-	"\vGetProvider\x12\".idempotency.v1.GetProviderRequest\x1a#.idempotency.v1.GetProviderResponseB\xb7\x01\n" +
-	"\x12com.idempotency.v1B\rProviderProtoP\x01Z9github.com/claimd/claimd/gen/idempotency/v1;idempotencyv1\xa2\x02\x03IXX\xaa\x02\x0eIdempotency.V1\xca\x02\x0eIdempotency\\V1\xe2\x02\x1aIdempotency\\V1\\GPBMetadata\xea\x02\x0fIdempotency::V1b\x06proto3"
+	"\bprovider\x18\x01 \x01(\v2\x18.idempotency.v1.ProviderR\bprovider2\xfc\x01\n" +
+	"\x0fProviderService\x12s\n" +
+	"\rListProviders\x12$.idempotency.v1.ListProvidersRequest\x1a%.idempotency.v1.ListProvidersResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/providers\x12t\n" +
+	"\vGetProvider\x12\".idempotency.v1.GetProviderRequest\x1a#.idempotency.v1.GetProviderResponse\"\x1c\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/providers/{name}B\x99\x01\n" +
+	"\x19dev.claimd.idempotency.v1B\rProviderProtoP\x01Z9github.com/claimd/claimd/gen/idempotency/v1;idempotencyv1\xaa\x02\x15Claimd.Idempotency.V1\xea\x02\x17Claimd::Idempotency::V1b\x06proto3"
 
 var (
 	file_idempotency_v1_provider_proto_rawDescOnce sync.Once
@@ -378,32 +574,36 @@ func file_idempotency_v1_provider_proto_rawDescGZIP() []byte {
 	return file_idempotency_v1_provider_proto_rawDescData
 }
 
-var file_idempotency_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_idempotency_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_idempotency_v1_provider_proto_goTypes = []any{
 	(*Provider)(nil),              // 0: idempotency.v1.Provider
-	(*ListProvidersRequest)(nil),  // 1: idempotency.v1.ListProvidersRequest
-	(*ListProvidersResponse)(nil), // 2: idempotency.v1.ListProvidersResponse
-	(*GetProviderRequest)(nil),    // 3: idempotency.v1.GetProviderRequest
-	(*GetProviderResponse)(nil),   // 4: idempotency.v1.GetProviderResponse
-	(*durationpb.Duration)(nil),   // 5: google.protobuf.Duration
+	(*Lifecycle)(nil),             // 1: idempotency.v1.Lifecycle
+	(*LifecycleEvent)(nil),        // 2: idempotency.v1.LifecycleEvent
+	(*ListProvidersRequest)(nil),  // 3: idempotency.v1.ListProvidersRequest
+	(*ListProvidersResponse)(nil), // 4: idempotency.v1.ListProvidersResponse
+	(*GetProviderRequest)(nil),    // 5: idempotency.v1.GetProviderRequest
+	(*GetProviderResponse)(nil),   // 6: idempotency.v1.GetProviderResponse
+	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
 }
 var file_idempotency_v1_provider_proto_depIdxs = []int32{
-	5, // 0: idempotency.v1.Provider.retry_horizon:type_name -> google.protobuf.Duration
-	5, // 1: idempotency.v1.Provider.margin:type_name -> google.protobuf.Duration
-	5, // 2: idempotency.v1.Provider.ttl:type_name -> google.protobuf.Duration
-	5, // 3: idempotency.v1.Provider.lease:type_name -> google.protobuf.Duration
-	5, // 4: idempotency.v1.Provider.max_lease:type_name -> google.protobuf.Duration
-	0, // 5: idempotency.v1.ListProvidersResponse.providers:type_name -> idempotency.v1.Provider
-	0, // 6: idempotency.v1.GetProviderResponse.provider:type_name -> idempotency.v1.Provider
-	1, // 7: idempotency.v1.ProviderService.ListProviders:input_type -> idempotency.v1.ListProvidersRequest
-	3, // 8: idempotency.v1.ProviderService.GetProvider:input_type -> idempotency.v1.GetProviderRequest
-	2, // 9: idempotency.v1.ProviderService.ListProviders:output_type -> idempotency.v1.ListProvidersResponse
-	4, // 10: idempotency.v1.ProviderService.GetProvider:output_type -> idempotency.v1.GetProviderResponse
-	9, // [9:11] is the sub-list for method output_type
-	7, // [7:9] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	7,  // 0: idempotency.v1.Provider.retry_horizon:type_name -> google.protobuf.Duration
+	7,  // 1: idempotency.v1.Provider.margin:type_name -> google.protobuf.Duration
+	7,  // 2: idempotency.v1.Provider.ttl:type_name -> google.protobuf.Duration
+	7,  // 3: idempotency.v1.Provider.lease:type_name -> google.protobuf.Duration
+	7,  // 4: idempotency.v1.Provider.max_lease:type_name -> google.protobuf.Duration
+	1,  // 5: idempotency.v1.Provider.lifecycles:type_name -> idempotency.v1.Lifecycle
+	2,  // 6: idempotency.v1.Lifecycle.events:type_name -> idempotency.v1.LifecycleEvent
+	0,  // 7: idempotency.v1.ListProvidersResponse.providers:type_name -> idempotency.v1.Provider
+	0,  // 8: idempotency.v1.GetProviderResponse.provider:type_name -> idempotency.v1.Provider
+	3,  // 9: idempotency.v1.ProviderService.ListProviders:input_type -> idempotency.v1.ListProvidersRequest
+	5,  // 10: idempotency.v1.ProviderService.GetProvider:input_type -> idempotency.v1.GetProviderRequest
+	4,  // 11: idempotency.v1.ProviderService.ListProviders:output_type -> idempotency.v1.ListProvidersResponse
+	6,  // 12: idempotency.v1.ProviderService.GetProvider:output_type -> idempotency.v1.GetProviderResponse
+	11, // [11:13] is the sub-list for method output_type
+	9,  // [9:11] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_idempotency_v1_provider_proto_init() }
@@ -417,7 +617,7 @@ func file_idempotency_v1_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_idempotency_v1_provider_proto_rawDesc), len(file_idempotency_v1_provider_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

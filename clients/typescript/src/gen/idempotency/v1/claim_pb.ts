@@ -4,6 +4,7 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_google_api_annotations } from "../../google/api/annotations_pb.js";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file idempotency/v1/claim.proto.
  */
 export const file_idempotency_v1_claim: GenFile = /*@__PURE__*/
-  fileDesc("ChppZGVtcG90ZW5jeS92MS9jbGFpbS5wcm90bxIOaWRlbXBvdGVuY3kudjEigAEKCERlbGl2ZXJ5EjYKB2hlYWRlcnMYASADKAsyJS5pZGVtcG90ZW5jeS52MS5EZWxpdmVyeS5IZWFkZXJzRW50cnkSDAoEYm9keRgCIAEoDBouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKaAgoMQ2xhaW1SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRISCghldmVudF9pZBgDIAEoCUgAEiwKCGRlbGl2ZXJ5GAQgASgLMhguaWRlbXBvdGVuY3kudjEuRGVsaXZlcnlIABINCgVzY29wZRgFIAEoCRIWCg5wYXlsb2FkX3NoYTI1NhgGIAEoDBIoCgVsZWFzZRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZob2xkZXIYCCABKAkSEgoKYXR0ZW1wdF9pZBgJIAEoCRInCgR3YWl0GAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQgUKA2tleSKXBAoNQ2xhaW1SZXNwb25zZRIoCgdvdXRjb21lGAEgASgOMhcuaWRlbXBvdGVuY3kudjEuT3V0Y29tZRImCgZyZWFzb24YAiABKA4yFi5pZGVtcG90ZW5jeS52MS5SZWFzb24SCwoDa2V5GAMgASgJEi0KCmtleV9zb3VyY2UYBCABKA4yGS5pZGVtcG90ZW5jeS52MS5LZXlTb3VyY2USFQoNZmVuY2luZ190b2tlbhgFIAEoBBIpCgVzdGF0ZRgGIAEoDjIaLmlkZW1wb3RlbmN5LnYxLkV2ZW50U3RhdGUSNAoQbGVhc2VfZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoRd2luZG93X2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKA3R0bBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdhdHRlbXB0GAogASgNEjEKDWZpcnN0X3NlZW5fYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgMIAEoDBInCglzZXJ2ZWRfYnkYDSABKA4yFC5pZGVtcG90ZW5jeS52MS5UaWVyEg4KBmhvbGRlchgOIAEoCRIUCgxsZWFzZV9zZWNyZXQYDyABKAwipwMKBlJlY29yZBIRCgluYW1lc3BhY2UYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDa2V5GAMgASgJEikKBXN0YXRlGAQgASgOMhouaWRlbXBvdGVuY3kudjEuRXZlbnRTdGF0ZRIVCg1mZW5jaW5nX3Rva2VuGAUgASgEEg4KBmhvbGRlchgGIAEoCRIPCgdhdHRlbXB0GAcgASgNEhAKCHJlbGVhc2VkGAggASgIEjEKDWZpcnN0X3NlZW5fYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjQKEGxlYXNlX2V4cGlyZXNfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEXdpbmRvd19leHBpcmVzX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5wYXlsb2FkX3NoYTI1NhgNIAEoDBIOCgZyZXN1bHQYDiABKAwi2wEKEVRyYW5zaXRpb25SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRILCgNrZXkYAyABKAkSFQoNZmVuY2luZ190b2tlbhgEIAEoBBImCgJ0bxgFIAEoDjIaLmlkZW1wb3RlbmN5LnYxLkV2ZW50U3RhdGUSDgoGcmVzdWx0GAYgASgMEi8KDGV4dGVuZF9sZWFzZRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxsZWFzZV9zZWNyZXQYCCABKAwiTQoSVHJhbnNpdGlvblJlc3BvbnNlEiYKBnJlY29yZBgBIAEoCzIWLmlkZW1wb3RlbmN5LnYxLlJlY29yZBIPCgdjaGFuZ2VkGAIgASgIIpcBCgxSZW5ld1JlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhAKCHByb3ZpZGVyGAIgASgJEgsKA2tleRgDIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAQgASgEEigKBWxlYXNlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhQKDGxlYXNlX3NlY3JldBgGIAEoDCI3Cg1SZW5ld1Jlc3BvbnNlEiYKBnJlY29yZBgBIAEoCzIWLmlkZW1wb3RlbmN5LnYxLlJlY29yZCJvCg5SZWxlYXNlUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDa2V5GAMgASgJEhUKDWZlbmNpbmdfdG9rZW4YBCABKAQSFAoMbGVhc2Vfc2VjcmV0GAUgASgMIjkKD1JlbGVhc2VSZXNwb25zZRImCgZyZWNvcmQYASABKAsyFi5pZGVtcG90ZW5jeS52MS5SZWNvcmQiPgoKR2V0UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDa2V5GAMgASgJIjUKC0dldFJlc3BvbnNlEiYKBnJlY29yZBgBIAEoCzIWLmlkZW1wb3RlbmN5LnYxLlJlY29yZCqGAQoHT3V0Y29tZRIXChNPVVRDT01FX1VOU1BFQ0lGSUVEEAASFAoQT1VUQ09NRV9BQ1FVSVJFRBABEhUKEU9VVENPTUVfRFVQTElDQVRFEAISFwoTT1VUQ09NRV9JTl9QUk9HUkVTUxADEhwKGE9VVENPTUVfUEFZTE9BRF9NSVNNQVRDSBAEKnoKBlJlYXNvbhIWChJSRUFTT05fVU5TUEVDSUZJRUQQABIOCgpSRUFTT05fTkVXEAESEwoPUkVBU09OX1JFTEVBU0VEEAISGAoUUkVBU09OX0xFQVNFX0VYUElSRUQQAxIZChVSRUFTT05fV0lORE9XX0VYUElSRUQQBCqrAQoKRXZlbnRTdGF0ZRIbChdFVkVOVF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFEVWRU5UX1NUQVRFX1JFQ0VJVkVEEAESGQoVRVZFTlRfU1RBVEVfVkFMSURBVEVEEAISGgoWRVZFTlRfU1RBVEVfUFJPQ0VTU0lORxADEhcKE0VWRU5UX1NUQVRFX1NFVFRMRUQQBBIWChJFVkVOVF9TVEFURV9GQUlMRUQQBSqMAQoJS2V5U291cmNlEhoKFktFWV9TT1VSQ0VfVU5TUEVDSUZJRUQQABIXChNLRVlfU09VUkNFX0VWRU5UX0lEEAESFQoRS0VZX1NPVVJDRV9IRUFERVIQAhIZChVLRVlfU09VUkNFX0JPRFlfRklFTEQQAxIYChRLRVlfU09VUkNFX0JPRFlfSEFTSBAEKk0KBFRpZXISFAoQVElFUl9VTlNQRUNJRklFRBAAEg4KClRJRVJfTE9DQUwQARINCglUSUVSX0ZBU1QQAhIQCgxUSUVSX0RVUkFCTEUQAzL7AgoMQ2xhaW1TZXJ2aWNlEkQKBUNsYWltEhwuaWRlbXBvdGVuY3kudjEuQ2xhaW1SZXF1ZXN0Gh0uaWRlbXBvdGVuY3kudjEuQ2xhaW1SZXNwb25zZRJTCgpUcmFuc2l0aW9uEiEuaWRlbXBvdGVuY3kudjEuVHJhbnNpdGlvblJlcXVlc3QaIi5pZGVtcG90ZW5jeS52MS5UcmFuc2l0aW9uUmVzcG9uc2USRAoFUmVuZXcSHC5pZGVtcG90ZW5jeS52MS5SZW5ld1JlcXVlc3QaHS5pZGVtcG90ZW5jeS52MS5SZW5ld1Jlc3BvbnNlEkoKB1JlbGVhc2USHi5pZGVtcG90ZW5jeS52MS5SZWxlYXNlUmVxdWVzdBofLmlkZW1wb3RlbmN5LnYxLlJlbGVhc2VSZXNwb25zZRI+CgNHZXQSGi5pZGVtcG90ZW5jeS52MS5HZXRSZXF1ZXN0GhsuaWRlbXBvdGVuY3kudjEuR2V0UmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChppZGVtcG90ZW5jeS92MS9jbGFpbS5wcm90bxIOaWRlbXBvdGVuY3kudjEigAEKCERlbGl2ZXJ5EjYKB2hlYWRlcnMYASADKAsyJS5pZGVtcG90ZW5jeS52MS5EZWxpdmVyeS5IZWFkZXJzRW50cnkSDAoEYm9keRgCIAEoDBouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLQAgoMQ2xhaW1SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRISCghldmVudF9pZBgDIAEoCUgAEiwKCGRlbGl2ZXJ5GAQgASgLMhguaWRlbXBvdGVuY3kudjEuRGVsaXZlcnlIABINCgVzY29wZRgFIAEoCRIWCg5wYXlsb2FkX3NoYTI1NhgGIAEoDBIoCgVsZWFzZRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZob2xkZXIYCCABKAkSEgoKYXR0ZW1wdF9pZBgJIAEoCRInCgR3YWl0GAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCWVudGl0eV9pZBgLIAEoCRISCgpldmVudF90eXBlGAwgASgJEg0KBXN0YXJ0GA0gASgIQgUKA2tleSL3BAoNQ2xhaW1SZXNwb25zZRIoCgdvdXRjb21lGAEgASgOMhcuaWRlbXBvdGVuY3kudjEuT3V0Y29tZRImCgZyZWFzb24YAiABKA4yFi5pZGVtcG90ZW5jeS52MS5SZWFzb24SCwoDa2V5GAMgASgJEi0KCmtleV9zb3VyY2UYBCABKA4yGS5pZGVtcG90ZW5jeS52MS5LZXlTb3VyY2USFQoNZmVuY2luZ190b2tlbhgFIAEoBBIpCgVzdGF0ZRgGIAEoDjIaLmlkZW1wb3RlbmN5LnYxLkV2ZW50U3RhdGUSNAoQbGVhc2VfZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoRd2luZG93X2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKA3R0bBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdhdHRlbXB0GAogASgNEjEKDWZpcnN0X3NlZW5fYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgMIAEoDBInCglzZXJ2ZWRfYnkYDSABKA4yFC5pZGVtcG90ZW5jeS52MS5UaWVyEg4KBmhvbGRlchgOIAEoCRIUCgxsZWFzZV9zZWNyZXQYDyABKAwSLgoLcmV0cnlfYWZ0ZXIYECABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoGZW50aXR5GBEgASgLMh4uaWRlbXBvdGVuY3kudjEuRW50aXR5UG9zaXRpb24iowEKDkVudGl0eVBvc2l0aW9uEhEKCWxpZmVjeWNsZRgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSEgoKZXZlbnRfdHlwZRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIQCghhd2FpdGluZxgFIAMoCRIQCghsZWFkc190bxgGIAEoCRIRCglidXN5X3dpdGgYByABKAkSEQoJZGVmZXJyYWxzGAggASgNIuEDCgZSZWNvcmQSEQoJbmFtZXNwYWNlGAEgASgJEhAKCHByb3ZpZGVyGAIgASgJEgsKA2tleRgDIAEoCRIpCgVzdGF0ZRgEIAEoDjIaLmlkZW1wb3RlbmN5LnYxLkV2ZW50U3RhdGUSFQoNZmVuY2luZ190b2tlbhgFIAEoBBIOCgZob2xkZXIYBiABKAkSDwoHYXR0ZW1wdBgHIAEoDRIQCghyZWxlYXNlZBgIIAEoCBIxCg1maXJzdF9zZWVuX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0ChBsZWFzZV9leHBpcmVzX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChF3aW5kb3dfZXhwaXJlc19hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOcGF5bG9hZF9zaGEyNTYYDSABKAwSDgoGcmVzdWx0GA4gASgMEhEKCWxpZmVjeWNsZRgPIAEoCRIRCgllbnRpdHlfaWQYECABKAkSEgoKZXZlbnRfdHlwZRgRIAEoCSLbAQoRVHJhbnNpdGlvblJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhAKCHByb3ZpZGVyGAIgASgJEgsKA2tleRgDIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAQgASgEEiYKAnRvGAUgASgOMhouaWRlbXBvdGVuY3kudjEuRXZlbnRTdGF0ZRIOCgZyZXN1bHQYBiABKAwSLwoMZXh0ZW5kX2xlYXNlGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhQKDGxlYXNlX3NlY3JldBgIIAEoDCJNChJUcmFuc2l0aW9uUmVzcG9uc2USJgoGcmVjb3JkGAEgASgLMhYuaWRlbXBvdGVuY3kudjEuUmVjb3JkEg8KB2NoYW5nZWQYAiABKAgilwEKDFJlbmV3UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDa2V5GAMgASgJEhUKDWZlbmNpbmdfdG9rZW4YBCABKAQSKAoFbGVhc2UYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFAoMbGVhc2Vfc2VjcmV0GAYgASgMIjcKDVJlbmV3UmVzcG9uc2USJgoGcmVjb3JkGAEgASgLMhYuaWRlbXBvdGVuY3kudjEuUmVjb3JkIm8KDlJlbGVhc2VSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRILCgNrZXkYAyABKAkSFQoNZmVuY2luZ190b2tlbhgEIAEoBBIUCgxsZWFzZV9zZWNyZXQYBSABKAwiOQoPUmVsZWFzZVJlc3BvbnNlEiYKBnJlY29yZBgBIAEoCzIWLmlkZW1wb3RlbmN5LnYxLlJlY29yZCI+CgpHZXRSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRILCgNrZXkYAyABKAkiNQoLR2V0UmVzcG9uc2USJgoGcmVjb3JkGAEgASgLMhYuaWRlbXBvdGVuY3kudjEuUmVjb3JkKrQBCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBPVVRDT01FX0FDUVVJUkVEEAESFQoRT1VUQ09NRV9EVVBMSUNBVEUQAhIXChNPVVRDT01FX0lOX1BST0dSRVNTEAMSHAoYT1VUQ09NRV9QQVlMT0FEX01JU01BVENIEAQSFAoQT1VUQ09NRV9ERUZFUlJFRBAFEhYKEk9VVENPTUVfU1VQRVJTRURFRBAGKnoKBlJlYXNvbhIWChJSRUFTT05fVU5TUEVDSUZJRUQQABIOCgpSRUFTT05fTkVXEAESEwoPUkVBU09OX1JFTEVBU0VEEAISGAoUUkVBU09OX0xFQVNFX0VYUElSRUQQAxIZChVSRUFTT05fV0lORE9XX0VYUElSRUQQBCqrAQoKRXZlbnRTdGF0ZRIbChdFVkVOVF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFEVWRU5UX1NUQVRFX1JFQ0VJVkVEEAESGQoVRVZFTlRfU1RBVEVfVkFMSURBVEVEEAISGgoWRVZFTlRfU1RBVEVfUFJPQ0VTU0lORxADEhcKE0VWRU5UX1NUQVRFX1NFVFRMRUQQBBIWChJFVkVOVF9TVEFURV9GQUlMRUQQBSqMAQoJS2V5U291cmNlEhoKFktFWV9TT1VSQ0VfVU5TUEVDSUZJRUQQABIXChNLRVlfU09VUkNFX0VWRU5UX0lEEAESFQoRS0VZX1NPVVJDRV9IRUFERVIQAhIZChVLRVlfU09VUkNFX0JPRFlfRklFTEQQAxIYChRLRVlfU09VUkNFX0JPRFlfSEFTSBAEKtIDCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIUChBJTlZBTElEX0FSR1VNRU5UEAESFgoSUFJPVklERVJfTk9UX0ZPVU5EEAISFAoQUkVDT1JEX05PVF9GT1VORBADEhYKEklOVkFMSURfVFJBTlNJVElPThAEEg8KC1NUQUxFX1RPS0VOEAUSEwoPUkVTVUxUX01JU01BVENIEAYSDQoJTk9UX09XTkVSEAcSHAoYRFVSQUJMRV9USUVSX1VOQVZBSUxBQkxFEAgSFwoTQ1JFREVOVElBTFNfTUlTU0lORxAJEhMKD1RPS0VOX01BTEZPUk1FRBAKEhEKDVRPS0VOX1VOS05PV04QCxIUChBJREVOVElUWV9VTktOT1dOEAwSFgoSUFJJTkNJUEFMX0NPTkZMSUNUEA0SFAoQTkFNRVNQQUNFX0RFTklFRBAOEg8KC1JPTEVfREVOSUVEEA8SEQoNTUVUSE9EX0RFTklFRBAQEhAKDFJBVEVfTElNSVRFRBAREhQKEEVOVElUWV9OT1RfRk9VTkQQEhIXChNMSUZFQ1lDTEVfTk9UX0ZPVU5EEBMSDAoISU5URVJOQUwQFCpNCgRUaWVyEhQKEFRJRVJfVU5TUEVDSUZJRUQQABIOCgpUSUVSX0xPQ0FMEAESDQoJVElFUl9GQVNUEAISEAoMVElFUl9EVVJBQkxFEAMyyQQKDENsYWltU2VydmljZRJbCgVDbGFpbRIcLmlkZW1wb3RlbmN5LnYxLkNsYWltUmVxdWVzdBodLmlkZW1wb3RlbmN5LnYxLkNsYWltUmVzcG9uc2UiFYLT5JMCDzoBKiIKL3YxL2NsYWltcxJ7CgpUcmFuc2l0aW9uEiEuaWRlbXBvdGVuY3kudjEuVHJhbnNpdGlvblJlcXVlc3QaIi5pZGVtcG90ZW5jeS52MS5UcmFuc2l0aW9uUmVzcG9uc2UiJoLT5JMCIDoBKiIbL3YxL2NsYWltcy97a2V5fTp0cmFuc2l0aW9uEmcKBVJlbmV3EhwuaWRlbXBvdGVuY3kudjEuUmVuZXdSZXF1ZXN0Gh0uaWRlbXBvdGVuY3kudjEuUmVuZXdSZXNwb25zZSIhgtPkkwIbOgEqIhYvdjEvY2xhaW1zL3trZXl9OnJlbmV3Em8KB1JlbGVhc2USHi5pZGVtcG90ZW5jeS52MS5SZWxlYXNlUmVxdWVzdBofLmlkZW1wb3RlbmN5LnYxLlJlbGVhc2VSZXNwb25zZSIjgtPkkwIdOgEqIhgvdjEvY2xhaW1zL3trZXl9OnJlbGVhc2UShAEKA0dldBIaLmlkZW1wb3RlbmN5LnYxLkdldFJlcXVlc3QaGy5pZGVtcG90ZW5jeS52MS5HZXRSZXNwb25zZSJEgtPkkwI+EjwvdjEvbmFtZXNwYWNlcy97bmFtZXNwYWNlfS9wcm92aWRlcnMve3Byb3ZpZGVyfS9jbGFpbXMve2tleX1ClgEKGWRldi5jbGFpbWQuaWRlbXBvdGVuY3kudjFCCkNsYWltUHJvdG9QAVo5Z2l0aHViLmNvbS9jbGFpbWQvY2xhaW1kL2dlbi9pZGVtcG90ZW5jeS92MTtpZGVtcG90ZW5jeXYxqgIVQ2xhaW1kLklkZW1wb3RlbmN5LlYx6gIXQ2xhaW1kOjpJZGVtcG90ZW5jeTo6VjFiBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Delivery is a raw webhook delivery; the server derives the key from it by
@@ -154,6 +155,35 @@ export type ClaimRequest = Message<"idempotency.v1.ClaimRequest"> & {
    * @generated from field: google.protobuf.Duration wait = 10;
    */
   wait?: Duration | undefined;
+
+  /**
+   * entity_id names the entity the event belongs to, for callers that send
+   * event_id (with a delivery, the provider's lifecycle rules read it from the
+   * delivery unless given here). Optional; with event_type, places the claim
+   * in the provider's lifecycle that declares event_type. 1–255 bytes, the
+   * same characters as event_id. Both or neither.
+   *
+   * @generated from field: string entity_id = 11;
+   */
+  entityId: string;
+
+  /**
+   * event_type is the provider's event type (e.g. "charge.refunded"); with
+   * entity_id. An event type no lifecycle of the provider declares is an
+   * ordinary claim. At most 255 bytes.
+   *
+   * @generated from field: string event_type = 12;
+   */
+  eventType: string;
+
+  /**
+   * start, when the claim acquires, records it already in PROCESSING (one
+   * RPC instead of Claim + Transition PROCESSING for handlers that start the
+   * side effect right away). Optional.
+   *
+   * @generated from field: bool start = 13;
+   */
+  start: boolean;
 };
 
 /**
@@ -286,6 +316,24 @@ export type ClaimResponse = Message<"idempotency.v1.ClaimResponse"> & {
    * @generated from field: bytes lease_secret = 15;
    */
   leaseSecret: Uint8Array;
+
+  /**
+   * retry_after is set for DEFERRED: how long the provider
+   * should wait before redelivering. For DEFERRED it grows exponentially, with
+   * jitter, with each deferral of the event, and is bounded so that the
+   * provider's own retries still fall inside its horizon.
+   *
+   * @generated from field: google.protobuf.Duration retry_after = 16;
+   */
+  retryAfter?: Duration | undefined;
+
+  /**
+   * entity is set when the event belongs to an entity lifecycle: where the
+   * entity stood when the claim was decided.
+   *
+   * @generated from field: idempotency.v1.EntityPosition entity = 17;
+   */
+  entity?: EntityPosition | undefined;
 };
 
 /**
@@ -294,6 +342,79 @@ export type ClaimResponse = Message<"idempotency.v1.ClaimResponse"> & {
  */
 export const ClaimResponseSchema: GenMessage<ClaimResponse> = /*@__PURE__*/
   messageDesc(file_idempotency_v1_claim, 2);
+
+/**
+ * EntityPosition is an event's place in its entity's lifecycle, as a Claim
+ * decided it.
+ *
+ * @generated from message idempotency.v1.EntityPosition
+ */
+export type EntityPosition = Message<"idempotency.v1.EntityPosition"> & {
+  /**
+   * lifecycle is the lifecycle's name (e.g. "payment_intent").
+   *
+   * @generated from field: string lifecycle = 1;
+   */
+  lifecycle: string;
+
+  /**
+   * entity_id is the entity's id (e.g. "pi_3Mtw…").
+   *
+   * @generated from field: string entity_id = 2;
+   */
+  entityId: string;
+
+  /**
+   * event_type is the claimed event's type.
+   *
+   * @generated from field: string event_type = 3;
+   */
+  eventType: string;
+
+  /**
+   * state is the entity's state when the claim was decided (the lifecycle's
+   * initial state for an entity never seen).
+   *
+   * @generated from field: string state = 4;
+   */
+  state: string;
+
+  /**
+   * awaiting lists, for DEFERRED, the states the event may arrive in.
+   *
+   * @generated from field: repeated string awaiting = 5;
+   */
+  awaiting: string[];
+
+  /**
+   * leads_to is the state the event advances the entity to when settled.
+   *
+   * @generated from field: string leads_to = 6;
+   */
+  leadsTo: string;
+
+  /**
+   * busy_with is, for DEFERRED because another event of the entity is being
+   * processed, that event's type.
+   *
+   * @generated from field: string busy_with = 7;
+   */
+  busyWith: string;
+
+  /**
+   * deferrals counts how many times this event was deferred so far.
+   *
+   * @generated from field: uint32 deferrals = 8;
+   */
+  deferrals: number;
+};
+
+/**
+ * Describes the message idempotency.v1.EntityPosition.
+ * Use `create(EntityPositionSchema)` to create a new message.
+ */
+export const EntityPositionSchema: GenMessage<EntityPosition> = /*@__PURE__*/
+  messageDesc(file_idempotency_v1_claim, 3);
 
 /**
  * Record is the stored state of one (namespace, provider, key). It never
@@ -400,6 +521,28 @@ export type Record = Message<"idempotency.v1.Record"> & {
    * @generated from field: bytes result = 14;
    */
   result: Uint8Array;
+
+  /**
+   * lifecycle, entity_id and event_type place the record in an entity
+   * lifecycle; empty for an ordinary claim.
+   *
+   * @generated from field: string lifecycle = 15;
+   */
+  lifecycle: string;
+
+  /**
+   * entity_id of the record's entity.
+   *
+   * @generated from field: string entity_id = 16;
+   */
+  entityId: string;
+
+  /**
+   * event_type of the record's event.
+   *
+   * @generated from field: string event_type = 17;
+   */
+  eventType: string;
 };
 
 /**
@@ -407,7 +550,7 @@ export type Record = Message<"idempotency.v1.Record"> & {
  * Use `create(RecordSchema)` to create a new message.
  */
 export const RecordSchema: GenMessage<Record> = /*@__PURE__*/
-  messageDesc(file_idempotency_v1_claim, 3);
+  messageDesc(file_idempotency_v1_claim, 4);
 
 /**
  * TransitionRequest moves an event forward.
@@ -481,7 +624,7 @@ export type TransitionRequest = Message<"idempotency.v1.TransitionRequest"> & {
  * Use `create(TransitionRequestSchema)` to create a new message.
  */
 export const TransitionRequestSchema: GenMessage<TransitionRequest> = /*@__PURE__*/
-  messageDesc(file_idempotency_v1_claim, 4);
+  messageDesc(file_idempotency_v1_claim, 5);
 
 /**
  * TransitionResponse carries the record after the transition.
@@ -509,7 +652,7 @@ export type TransitionResponse = Message<"idempotency.v1.TransitionResponse"> & 
  * Use `create(TransitionResponseSchema)` to create a new message.
  */
 export const TransitionResponseSchema: GenMessage<TransitionResponse> = /*@__PURE__*/
-  messageDesc(file_idempotency_v1_claim, 5);
+  messageDesc(file_idempotency_v1_claim, 6);
 
 /**
  * RenewRequest extends the live holder's lease.
@@ -568,7 +711,7 @@ export type RenewRequest = Message<"idempotency.v1.RenewRequest"> & {
  * Use `create(RenewRequestSchema)` to create a new message.
  */
 export const RenewRequestSchema: GenMessage<RenewRequest> = /*@__PURE__*/
-  messageDesc(file_idempotency_v1_claim, 6);
+  messageDesc(file_idempotency_v1_claim, 7);
 
 /**
  * RenewResponse carries the record with its new lease.
@@ -589,7 +732,7 @@ export type RenewResponse = Message<"idempotency.v1.RenewResponse"> & {
  * Use `create(RenewResponseSchema)` to create a new message.
  */
 export const RenewResponseSchema: GenMessage<RenewResponse> = /*@__PURE__*/
-  messageDesc(file_idempotency_v1_claim, 7);
+  messageDesc(file_idempotency_v1_claim, 8);
 
 /**
  * ReleaseRequest gives a key back.
@@ -640,7 +783,7 @@ export type ReleaseRequest = Message<"idempotency.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_idempotency_v1_claim, 8);
+  messageDesc(file_idempotency_v1_claim, 9);
 
 /**
  * ReleaseResponse carries the released record.
@@ -661,7 +804,7 @@ export type ReleaseResponse = Message<"idempotency.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_idempotency_v1_claim, 9);
+  messageDesc(file_idempotency_v1_claim, 10);
 
 /**
  * GetRequest reads one record.
@@ -696,7 +839,7 @@ export type GetRequest = Message<"idempotency.v1.GetRequest"> & {
  * Use `create(GetRequestSchema)` to create a new message.
  */
 export const GetRequestSchema: GenMessage<GetRequest> = /*@__PURE__*/
-  messageDesc(file_idempotency_v1_claim, 10);
+  messageDesc(file_idempotency_v1_claim, 11);
 
 /**
  * GetResponse carries the record.
@@ -717,7 +860,7 @@ export type GetResponse = Message<"idempotency.v1.GetResponse"> & {
  * Use `create(GetResponseSchema)` to create a new message.
  */
 export const GetResponseSchema: GenMessage<GetResponse> = /*@__PURE__*/
-  messageDesc(file_idempotency_v1_claim, 11);
+  messageDesc(file_idempotency_v1_claim, 12);
 
 /**
  * Outcome is the answer of a Claim.
@@ -761,6 +904,29 @@ export enum Outcome {
    * @generated from enum value: OUTCOME_PAYLOAD_MISMATCH = 4;
    */
   PAYLOAD_MISMATCH = 4,
+
+  /**
+   * OUTCOME_DEFERRED: the event belongs to an entity lifecycle and arrived
+   * before its prerequisite (the entity is not yet in a state the event may
+   * arrive in, or another event of the entity is being processed). Nothing
+   * is owned and no fencing token is issued; the deferral is recorded
+   * (ListDeferred). Answer the provider a retryable status with
+   * Retry-After = retry_after: the provider's retry is the replay. The
+   * response's entity says what the event waits for.
+   *
+   * @generated from enum value: OUTCOME_DEFERRED = 5;
+   */
+  DEFERRED = 5,
+
+  /**
+   * OUTCOME_SUPERSEDED: the event belongs to an entity lifecycle and the
+   * entity can no longer reach a state the event may arrive in (a
+   * payment_intent.processing delivered after payment_intent.succeeded).
+   * Acknowledge the provider (2xx) and do nothing. Recorded and counted.
+   *
+   * @generated from enum value: OUTCOME_SUPERSEDED = 6;
+   */
+  SUPERSEDED = 6,
 }
 
 /**
@@ -925,6 +1091,185 @@ export const KeySourceSchema: GenEnum<KeySource> = /*@__PURE__*/
   enumDesc(file_idempotency_v1_claim, 3);
 
 /**
+ * ErrorReason lists the google.rpc.ErrorInfo reasons claimd answers with
+ * (domain "claimd.dev"); the reason string is the value's name. Clients
+ * compare against the generated names instead of typing the strings.
+ * buf:lint:ignore ENUM_VALUE_PREFIX
+ *
+ * @generated from enum idempotency.v1.ErrorReason
+ */
+export enum ErrorReason {
+  /**
+   * ERROR_REASON_UNSPECIFIED is never sent.
+   *
+   * @generated from enum value: ERROR_REASON_UNSPECIFIED = 0;
+   */
+  ERROR_REASON_UNSPECIFIED = 0,
+
+  /**
+   * INVALID_ARGUMENT: a field is malformed or out of bounds
+   * (INVALID_ARGUMENT, with a google.rpc.BadRequest naming it). Nothing was
+   * written.
+   *
+   * @generated from enum value: INVALID_ARGUMENT = 1;
+   */
+  INVALID_ARGUMENT = 1,
+
+  /**
+   * PROVIDER_NOT_FOUND: the provider is not registered (NOT_FOUND; metadata
+   * "provider").
+   *
+   * @generated from enum value: PROVIDER_NOT_FOUND = 2;
+   */
+  PROVIDER_NOT_FOUND = 2,
+
+  /**
+   * RECORD_NOT_FOUND: no record of the key (NOT_FOUND).
+   *
+   * @generated from enum value: RECORD_NOT_FOUND = 3;
+   */
+  RECORD_NOT_FOUND = 3,
+
+  /**
+   * INVALID_TRANSITION: the state machine does not allow the move from the
+   * record's current state (FAILED_PRECONDITION; metadata "current_state",
+   * "to").
+   *
+   * @generated from enum value: INVALID_TRANSITION = 4;
+   */
+  INVALID_TRANSITION = 4,
+
+  /**
+   * STALE_TOKEN: the fencing token is no longer the current one: another
+   * holder took over or the key was released (ABORTED). Stop working on it.
+   *
+   * @generated from enum value: STALE_TOKEN = 5;
+   */
+  STALE_TOKEN = 5,
+
+  /**
+   * RESULT_MISMATCH: SETTLED or FAILED repeated with another result; the
+   * stored one stands (FAILED_PRECONDITION; metadata "current_state").
+   *
+   * @generated from enum value: RESULT_MISMATCH = 6;
+   */
+  RESULT_MISMATCH = 6,
+
+  /**
+   * NOT_OWNER: the current fencing token with a lease secret that is not its
+   * owner's (PERMISSION_DENIED). Nothing was written.
+   *
+   * @generated from enum value: NOT_OWNER = 7;
+   */
+  NOT_OWNER = 7,
+
+  /**
+   * DURABLE_TIER_UNAVAILABLE: the durable tier could not decide
+   * (UNAVAILABLE): fail closed, let the provider retry.
+   *
+   * @generated from enum value: DURABLE_TIER_UNAVAILABLE = 8;
+   */
+  DURABLE_TIER_UNAVAILABLE = 8,
+
+  /**
+   * CREDENTIALS_MISSING: no bearer token and no verified client certificate
+   * (UNAUTHENTICATED).
+   *
+   * @generated from enum value: CREDENTIALS_MISSING = 9;
+   */
+  CREDENTIALS_MISSING = 9,
+
+  /**
+   * TOKEN_MALFORMED: the authorization metadata is not one "Bearer <token>"
+   * (UNAUTHENTICATED).
+   *
+   * @generated from enum value: TOKEN_MALFORMED = 10;
+   */
+  TOKEN_MALFORMED = 10,
+
+  /**
+   * TOKEN_UNKNOWN: no principal holds the token (UNAUTHENTICATED).
+   *
+   * @generated from enum value: TOKEN_UNKNOWN = 11;
+   */
+  TOKEN_UNKNOWN = 11,
+
+  /**
+   * IDENTITY_UNKNOWN: the client certificate names no principal
+   * (UNAUTHENTICATED).
+   *
+   * @generated from enum value: IDENTITY_UNKNOWN = 12;
+   */
+  IDENTITY_UNKNOWN = 12,
+
+  /**
+   * PRINCIPAL_CONFLICT: token and certificate name different principals
+   * (UNAUTHENTICATED).
+   *
+   * @generated from enum value: PRINCIPAL_CONFLICT = 13;
+   */
+  PRINCIPAL_CONFLICT = 13,
+
+  /**
+   * NAMESPACE_DENIED: the principal may not use the request's namespace
+   * (PERMISSION_DENIED).
+   *
+   * @generated from enum value: NAMESPACE_DENIED = 14;
+   */
+  NAMESPACE_DENIED = 14,
+
+  /**
+   * ROLE_DENIED: the principal lacks the method's role (PERMISSION_DENIED).
+   *
+   * @generated from enum value: ROLE_DENIED = 15;
+   */
+  ROLE_DENIED = 15,
+
+  /**
+   * METHOD_DENIED: the method is open to no role (PERMISSION_DENIED).
+   *
+   * @generated from enum value: METHOD_DENIED = 16;
+   */
+  METHOD_DENIED = 16,
+
+  /**
+   * RATE_LIMITED: the principal's request budget is spent
+   * (RESOURCE_EXHAUSTED, with a google.rpc.RetryInfo).
+   *
+   * @generated from enum value: RATE_LIMITED = 17;
+   */
+  RATE_LIMITED = 17,
+
+  /**
+   * ENTITY_NOT_FOUND: no entity of that lifecycle and id (NOT_FOUND).
+   *
+   * @generated from enum value: ENTITY_NOT_FOUND = 18;
+   */
+  ENTITY_NOT_FOUND = 18,
+
+  /**
+   * LIFECYCLE_NOT_FOUND: the provider declares no such lifecycle
+   * (NOT_FOUND; metadata "lifecycle").
+   *
+   * @generated from enum value: LIFECYCLE_NOT_FOUND = 19;
+   */
+  LIFECYCLE_NOT_FOUND = 19,
+
+  /**
+   * INTERNAL: a bug in claimd (INTERNAL); the message says nothing more.
+   *
+   * @generated from enum value: INTERNAL = 20;
+   */
+  INTERNAL = 20,
+}
+
+/**
+ * Describes the enum idempotency.v1.ErrorReason.
+ */
+export const ErrorReasonSchema: GenEnum<ErrorReason> = /*@__PURE__*/
+  enumDesc(file_idempotency_v1_claim, 4);
+
+/**
  * Tier names the store that decided an answer.
  *
  * @generated from enum idempotency.v1.Tier
@@ -963,7 +1308,7 @@ export enum Tier {
  * Describes the enum idempotency.v1.Tier.
  */
 export const TierSchema: GenEnum<Tier> = /*@__PURE__*/
-  enumDesc(file_idempotency_v1_claim, 4);
+  enumDesc(file_idempotency_v1_claim, 5);
 
 /**
  * ClaimService answers, atomically and durably, whether a webhook delivery is
@@ -981,6 +1326,32 @@ export const TierSchema: GenEnum<Tier> = /*@__PURE__*/
  *     Transition, Renew and Release must present both; a caller that knows
  *     the token but not the secret is refused with PERMISSION_DENIED
  *     (ErrorInfo reason NOT_OWNER) and changes nothing.
+ *
+ * Errors. Every error carries a google.rpc.ErrorInfo (domain "claimd.dev")
+ * whose reason is one of ErrorReason's names; clients branch on the reason,
+ * never on the message. Codes are chosen so that the code alone already
+ * separates what a caller does next: ABORTED (STALE_TOKEN: someone else owns
+ * the key now; stop), FAILED_PRECONDITION (INVALID_TRANSITION,
+ * RESULT_MISMATCH: a bug in the caller), PERMISSION_DENIED (NOT_OWNER and the
+ * authorization reasons), UNAVAILABLE (retry later), INVALID_ARGUMENT (with a
+ * google.rpc.BadRequest naming the field).
+ *
+ * Lifecycles. A provider may declare entity lifecycles (providers.yaml): how
+ * to read an entity id and an event type from a delivery, the entity's
+ * states, and for each event type the states it may arrive in and the state
+ * it leads to. A Claim of an event that belongs to a lifecycle is decided on
+ * the entity's state too, in this order, after the key's own decision
+ * (a DUPLICATE or PAYLOAD_MISMATCH stays one):
+ *   - the event may arrive in the entity's current state and no other event
+ *     of the entity is owned: the claim proceeds as usual (ACQUIRED holds the
+ *     entity until the owner settles, fails or releases, or the lease ends);
+ *   - the event may not arrive in the current state but may arrive in a
+ *     state still reachable from it, or another event of the entity is owned:
+ *     DEFERRED, with retry_after;
+ *   - no state the event may arrive in is reachable any more: SUPERSEDED.
+ * Settling (Transition to SETTLED) advances the entity to the event's
+ * target state in the same durable transaction as the settle, fenced like
+ * every write, so two events of one entity never both apply from one state.
  *
  * @generated from service idempotency.v1.ClaimService
  */
@@ -1017,8 +1388,8 @@ export const ClaimService: GenService<{
   },
   /**
    * Renew extends the live holder's lease (a heartbeat for long work).
-   * Errors: FAILED_PRECONDITION/STALE_TOKEN, FAILED_PRECONDITION/INVALID_TRANSITION
-   * on a terminal record, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
+   * Errors: ABORTED/STALE_TOKEN, FAILED_PRECONDITION/INVALID_TRANSITION on a
+   * terminal record, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
    *
    * @generated from rpc idempotency.v1.ClaimService.Renew
    */
@@ -1030,8 +1401,8 @@ export const ClaimService: GenService<{
   /**
    * Release gives the key back: the side effect did not happen and a retry
    * may try again. The next Claim gets ACQUIRED/RELEASED with token+1.
-   * Errors: FAILED_PRECONDITION on a terminal record or a stale token,
-   * PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
+   * Errors: FAILED_PRECONDITION/INVALID_TRANSITION on a terminal record,
+   * ABORTED/STALE_TOKEN, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
    *
    * @generated from rpc idempotency.v1.ClaimService.Release
    */

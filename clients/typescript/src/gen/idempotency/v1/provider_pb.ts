@@ -4,6 +4,7 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_google_api_annotations } from "../../google/api/annotations_pb.js";
 import type { Duration } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file idempotency/v1/provider.proto.
  */
 export const file_idempotency_v1_provider: GenFile = /*@__PURE__*/
-  fileDesc("Ch1pZGVtcG90ZW5jeS92MS9wcm92aWRlci5wcm90bxIOaWRlbXBvdGVuY3kudjEi1QIKCFByb3ZpZGVyEgwKBG5hbWUYASABKAkSMAoNcmV0cnlfaG9yaXpvbhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIpCgZtYXJnaW4YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJgoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEigKBWxlYXNlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCW1heF9sZWFzZRgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIQCghrZXlfcnVsZRgHIAEoCRIOCgZzb3VyY2UYCCABKAkSEwoLcmV2aWV3ZWRfb24YCSABKAkSFgoOcmV2aWV3X292ZXJkdWUYCiABKAgSDwoHbWVtYmVycxgLIAMoCSIWChRMaXN0UHJvdmlkZXJzUmVxdWVzdCJEChVMaXN0UHJvdmlkZXJzUmVzcG9uc2USKwoJcHJvdmlkZXJzGAEgAygLMhguaWRlbXBvdGVuY3kudjEuUHJvdmlkZXIiIgoSR2V0UHJvdmlkZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkiQQoTR2V0UHJvdmlkZXJSZXNwb25zZRIqCghwcm92aWRlchgBIAEoCzIYLmlkZW1wb3RlbmN5LnYxLlByb3ZpZGVyMscBCg9Qcm92aWRlclNlcnZpY2USXAoNTGlzdFByb3ZpZGVycxIkLmlkZW1wb3RlbmN5LnYxLkxpc3RQcm92aWRlcnNSZXF1ZXN0GiUuaWRlbXBvdGVuY3kudjEuTGlzdFByb3ZpZGVyc1Jlc3BvbnNlElYKC0dldFByb3ZpZGVyEiIuaWRlbXBvdGVuY3kudjEuR2V0UHJvdmlkZXJSZXF1ZXN0GiMuaWRlbXBvdGVuY3kudjEuR2V0UHJvdmlkZXJSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration]);
+  fileDesc("Ch1pZGVtcG90ZW5jeS92MS9wcm92aWRlci5wcm90bxIOaWRlbXBvdGVuY3kudjEihAMKCFByb3ZpZGVyEgwKBG5hbWUYASABKAkSMAoNcmV0cnlfaG9yaXpvbhgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIpCgZtYXJnaW4YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SJgoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEigKBWxlYXNlGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCW1heF9sZWFzZRgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIQCghrZXlfcnVsZRgHIAEoCRIOCgZzb3VyY2UYCCABKAkSEwoLcmV2aWV3ZWRfb24YCSABKAkSFgoOcmV2aWV3X292ZXJkdWUYCiABKAgSDwoHbWVtYmVycxgLIAMoCRItCgpsaWZlY3ljbGVzGAwgAygLMhkuaWRlbXBvdGVuY3kudjEuTGlmZWN5Y2xlIpcBCglMaWZlY3ljbGUSDAoEbmFtZRgBIAEoCRITCgtlbnRpdHlfcnVsZRgCIAEoCRIXCg9ldmVudF90eXBlX3J1bGUYAyABKAkSDgoGc3RhdGVzGAQgAygJEi4KBmV2ZW50cxgFIAMoCzIeLmlkZW1wb3RlbmN5LnYxLkxpZmVjeWNsZUV2ZW50Eg4KBnNvdXJjZRgGIAEoCSJgCg5MaWZlY3ljbGVFdmVudBISCgpldmVudF90eXBlGAEgASgJEhMKC2Zyb21fc3RhdGVzGAIgAygJEhAKCHRvX3N0YXRlGAMgASgJEhMKC2VudGl0eV9ydWxlGAQgASgJIhYKFExpc3RQcm92aWRlcnNSZXF1ZXN0IkQKFUxpc3RQcm92aWRlcnNSZXNwb25zZRIrCglwcm92aWRlcnMYASADKAsyGC5pZGVtcG90ZW5jeS52MS5Qcm92aWRlciIiChJHZXRQcm92aWRlclJlcXVlc3QSDAoEbmFtZRgBIAEoCSJBChNHZXRQcm92aWRlclJlc3BvbnNlEioKCHByb3ZpZGVyGAEgASgLMhguaWRlbXBvdGVuY3kudjEuUHJvdmlkZXIy/AEKD1Byb3ZpZGVyU2VydmljZRJzCg1MaXN0UHJvdmlkZXJzEiQuaWRlbXBvdGVuY3kudjEuTGlzdFByb3ZpZGVyc1JlcXVlc3QaJS5pZGVtcG90ZW5jeS52MS5MaXN0UHJvdmlkZXJzUmVzcG9uc2UiFYLT5JMCDxINL3YxL3Byb3ZpZGVycxJ0CgtHZXRQcm92aWRlchIiLmlkZW1wb3RlbmN5LnYxLkdldFByb3ZpZGVyUmVxdWVzdBojLmlkZW1wb3RlbmN5LnYxLkdldFByb3ZpZGVyUmVzcG9uc2UiHILT5JMCFhIUL3YxL3Byb3ZpZGVycy97bmFtZX1CmQEKGWRldi5jbGFpbWQuaWRlbXBvdGVuY3kudjFCDVByb3ZpZGVyUHJvdG9QAVo5Z2l0aHViLmNvbS9jbGFpbWQvY2xhaW1kL2dlbi9pZGVtcG90ZW5jeS92MTtpZGVtcG90ZW5jeXYxqgIVQ2xhaW1kLklkZW1wb3RlbmN5LlYx6gIXQ2xhaW1kOjpJZGVtcG90ZW5jeTo6VjFiBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_duration]);
 
 /**
  * Provider is a registered webhook sender, or a group of them.
@@ -98,6 +99,13 @@ export type Provider = Message<"idempotency.v1.Provider"> & {
    * @generated from field: repeated string members = 11;
    */
   members: string[];
+
+  /**
+   * lifecycles lists the provider's entity lifecycles (none for a group).
+   *
+   * @generated from field: repeated idempotency.v1.Lifecycle lifecycles = 12;
+   */
+  lifecycles: Lifecycle[];
 };
 
 /**
@@ -106,6 +114,107 @@ export type Provider = Message<"idempotency.v1.Provider"> & {
  */
 export const ProviderSchema: GenMessage<Provider> = /*@__PURE__*/
   messageDesc(file_idempotency_v1_provider, 0);
+
+/**
+ * Lifecycle is an entity's state machine as a provider's events drive it.
+ *
+ * @generated from message idempotency.v1.Lifecycle
+ */
+export type Lifecycle = Message<"idempotency.v1.Lifecycle"> & {
+  /**
+   * name of the lifecycle, unique within the provider (e.g. "charge").
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * entity_rule reads the entity id from a delivery, in the key-rule
+   * language (e.g. "json:data.object.id").
+   *
+   * @generated from field: string entity_rule = 2;
+   */
+  entityRule: string;
+
+  /**
+   * event_type_rule reads the event type from a delivery (e.g. "json:type").
+   *
+   * @generated from field: string event_type_rule = 3;
+   */
+  eventTypeRule: string;
+
+  /**
+   * states lists the entity's states; the first is the initial one, the
+   * state of an entity no event has reached yet.
+   *
+   * @generated from field: repeated string states = 4;
+   */
+  states: string[];
+
+  /**
+   * events lists the event types of the lifecycle.
+   *
+   * @generated from field: repeated idempotency.v1.LifecycleEvent events = 5;
+   */
+  events: LifecycleEvent[];
+
+  /**
+   * source is where the provider documents the lifecycle.
+   *
+   * @generated from field: string source = 6;
+   */
+  source: string;
+};
+
+/**
+ * Describes the message idempotency.v1.Lifecycle.
+ * Use `create(LifecycleSchema)` to create a new message.
+ */
+export const LifecycleSchema: GenMessage<Lifecycle> = /*@__PURE__*/
+  messageDesc(file_idempotency_v1_provider, 1);
+
+/**
+ * LifecycleEvent is one event type's place in a lifecycle.
+ *
+ * @generated from message idempotency.v1.LifecycleEvent
+ */
+export type LifecycleEvent = Message<"idempotency.v1.LifecycleEvent"> & {
+  /**
+   * event_type is the provider's event type (e.g. "charge.refunded").
+   *
+   * @generated from field: string event_type = 1;
+   */
+  eventType: string;
+
+  /**
+   * from_states lists the states the event may arrive in.
+   *
+   * @generated from field: repeated string from_states = 2;
+   */
+  fromStates: string[];
+
+  /**
+   * to_state is the state the event leads to when settled.
+   *
+   * @generated from field: string to_state = 3;
+   */
+  toState: string;
+
+  /**
+   * entity_rule, when set, reads this event's entity id instead of the
+   * lifecycle's rule (a dispute names its charge in data.object.charge).
+   *
+   * @generated from field: string entity_rule = 4;
+   */
+  entityRule: string;
+};
+
+/**
+ * Describes the message idempotency.v1.LifecycleEvent.
+ * Use `create(LifecycleEventSchema)` to create a new message.
+ */
+export const LifecycleEventSchema: GenMessage<LifecycleEvent> = /*@__PURE__*/
+  messageDesc(file_idempotency_v1_provider, 2);
 
 /**
  * ListProvidersRequest has no fields.
@@ -120,7 +229,7 @@ export type ListProvidersRequest = Message<"idempotency.v1.ListProvidersRequest"
  * Use `create(ListProvidersRequestSchema)` to create a new message.
  */
 export const ListProvidersRequestSchema: GenMessage<ListProvidersRequest> = /*@__PURE__*/
-  messageDesc(file_idempotency_v1_provider, 1);
+  messageDesc(file_idempotency_v1_provider, 3);
 
 /**
  * ListProvidersResponse lists providers and groups, sorted by name.
@@ -141,7 +250,7 @@ export type ListProvidersResponse = Message<"idempotency.v1.ListProvidersRespons
  * Use `create(ListProvidersResponseSchema)` to create a new message.
  */
 export const ListProvidersResponseSchema: GenMessage<ListProvidersResponse> = /*@__PURE__*/
-  messageDesc(file_idempotency_v1_provider, 2);
+  messageDesc(file_idempotency_v1_provider, 4);
 
 /**
  * GetProviderRequest names one provider or group.
@@ -162,7 +271,7 @@ export type GetProviderRequest = Message<"idempotency.v1.GetProviderRequest"> & 
  * Use `create(GetProviderRequestSchema)` to create a new message.
  */
 export const GetProviderRequestSchema: GenMessage<GetProviderRequest> = /*@__PURE__*/
-  messageDesc(file_idempotency_v1_provider, 3);
+  messageDesc(file_idempotency_v1_provider, 5);
 
 /**
  * GetProviderResponse carries the provider.
@@ -183,7 +292,7 @@ export type GetProviderResponse = Message<"idempotency.v1.GetProviderResponse"> 
  * Use `create(GetProviderResponseSchema)` to create a new message.
  */
 export const GetProviderResponseSchema: GenMessage<GetProviderResponse> = /*@__PURE__*/
-  messageDesc(file_idempotency_v1_provider, 4);
+  messageDesc(file_idempotency_v1_provider, 6);
 
 /**
  * ProviderService shows the provider registry as the server derived it.

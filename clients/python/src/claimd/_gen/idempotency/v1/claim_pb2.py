@@ -22,55 +22,71 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&claimd/_gen/idempotency/v1/claim.proto\x12\x0eidempotency.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x01\n\x08\x44\x65livery\x12\x36\n\x07headers\x18\x01 \x03(\x0b\x32%.idempotency.v1.Delivery.HeadersEntry\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9a\x02\n\x0c\x43laimRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x12\n\x08\x65vent_id\x18\x03 \x01(\tH\x00\x12,\n\x08\x64\x65livery\x18\x04 \x01(\x0b\x32\x18.idempotency.v1.DeliveryH\x00\x12\r\n\x05scope\x18\x05 \x01(\t\x12\x16\n\x0epayload_sha256\x18\x06 \x01(\x0c\x12(\n\x05lease\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06holder\x18\x08 \x01(\t\x12\x12\n\nattempt_id\x18\t \x01(\t\x12\'\n\x04wait\x18\n \x01(\x0b\x32\x19.google.protobuf.DurationB\x05\n\x03key\"\x97\x04\n\rClaimResponse\x12(\n\x07outcome\x18\x01 \x01(\x0e\x32\x17.idempotency.v1.Outcome\x12&\n\x06reason\x18\x02 \x01(\x0e\x32\x16.idempotency.v1.Reason\x12\x0b\n\x03key\x18\x03 \x01(\t\x12-\n\nkey_source\x18\x04 \x01(\x0e\x32\x19.idempotency.v1.KeySource\x12\x15\n\rfencing_token\x18\x05 \x01(\x04\x12)\n\x05state\x18\x06 \x01(\x0e\x32\x1a.idempotency.v1.EventState\x12\x34\n\x10lease_expires_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11window_expires_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x03ttl\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07\x61ttempt\x18\n \x01(\r\x12\x31\n\rfirst_seen_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06result\x18\x0c \x01(\x0c\x12\'\n\tserved_by\x18\r \x01(\x0e\x32\x14.idempotency.v1.Tier\x12\x0e\n\x06holder\x18\x0e \x01(\t\x12\x14\n\x0clease_secret\x18\x0f \x01(\x0c\"\xa7\x03\n\x06Record\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12)\n\x05state\x18\x04 \x01(\x0e\x32\x1a.idempotency.v1.EventState\x12\x15\n\rfencing_token\x18\x05 \x01(\x04\x12\x0e\n\x06holder\x18\x06 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\r\x12\x10\n\x08released\x18\x08 \x01(\x08\x12\x31\n\rfirst_seen_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x10lease_expires_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11window_expires_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0epayload_sha256\x18\r \x01(\x0c\x12\x0e\n\x06result\x18\x0e \x01(\x0c\"\xdb\x01\n\x11TransitionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x15\n\rfencing_token\x18\x04 \x01(\x04\x12&\n\x02to\x18\x05 \x01(\x0e\x32\x1a.idempotency.v1.EventState\x12\x0e\n\x06result\x18\x06 \x01(\x0c\x12/\n\x0c\x65xtend_lease\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0clease_secret\x18\x08 \x01(\x0c\"M\n\x12TransitionResponse\x12&\n\x06record\x18\x01 \x01(\x0b\x32\x16.idempotency.v1.Record\x12\x0f\n\x07\x63hanged\x18\x02 \x01(\x08\"\x97\x01\n\x0cRenewRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x15\n\rfencing_token\x18\x04 \x01(\x04\x12(\n\x05lease\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0clease_secret\x18\x06 \x01(\x0c\"7\n\rRenewResponse\x12&\n\x06record\x18\x01 \x01(\x0b\x32\x16.idempotency.v1.Record\"o\n\x0eReleaseRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x15\n\rfencing_token\x18\x04 \x01(\x04\x12\x14\n\x0clease_secret\x18\x05 \x01(\x0c\"9\n\x0fReleaseResponse\x12&\n\x06record\x18\x01 \x01(\x0b\x32\x16.idempotency.v1.Record\">\n\nGetRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\"5\n\x0bGetResponse\x12&\n\x06record\x18\x01 \x01(\x0b\x32\x16.idempotency.v1.Record*\x86\x01\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x14\n\x10OUTCOME_ACQUIRED\x10\x01\x12\x15\n\x11OUTCOME_DUPLICATE\x10\x02\x12\x17\n\x13OUTCOME_IN_PROGRESS\x10\x03\x12\x1c\n\x18OUTCOME_PAYLOAD_MISMATCH\x10\x04*z\n\x06Reason\x12\x16\n\x12REASON_UNSPECIFIED\x10\x00\x12\x0e\n\nREASON_NEW\x10\x01\x12\x13\n\x0fREASON_RELEASED\x10\x02\x12\x18\n\x14REASON_LEASE_EXPIRED\x10\x03\x12\x19\n\x15REASON_WINDOW_EXPIRED\x10\x04*\xab\x01\n\nEventState\x12\x1b\n\x17\x45VENT_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45VENT_STATE_RECEIVED\x10\x01\x12\x19\n\x15\x45VENT_STATE_VALIDATED\x10\x02\x12\x1a\n\x16\x45VENT_STATE_PROCESSING\x10\x03\x12\x17\n\x13\x45VENT_STATE_SETTLED\x10\x04\x12\x16\n\x12\x45VENT_STATE_FAILED\x10\x05*\x8c\x01\n\tKeySource\x12\x1a\n\x16KEY_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n\x13KEY_SOURCE_EVENT_ID\x10\x01\x12\x15\n\x11KEY_SOURCE_HEADER\x10\x02\x12\x19\n\x15KEY_SOURCE_BODY_FIELD\x10\x03\x12\x18\n\x14KEY_SOURCE_BODY_HASH\x10\x04*M\n\x04Tier\x12\x14\n\x10TIER_UNSPECIFIED\x10\x00\x12\x0e\n\nTIER_LOCAL\x10\x01\x12\r\n\tTIER_FAST\x10\x02\x12\x10\n\x0cTIER_DURABLE\x10\x03\x32\xfb\x02\n\x0c\x43laimService\x12\x44\n\x05\x43laim\x12\x1c.idempotency.v1.ClaimRequest\x1a\x1d.idempotency.v1.ClaimResponse\x12S\n\nTransition\x12!.idempotency.v1.TransitionRequest\x1a\".idempotency.v1.TransitionResponse\x12\x44\n\x05Renew\x12\x1c.idempotency.v1.RenewRequest\x1a\x1d.idempotency.v1.RenewResponse\x12J\n\x07Release\x12\x1e.idempotency.v1.ReleaseRequest\x1a\x1f.idempotency.v1.ReleaseResponse\x12>\n\x03Get\x12\x1a.idempotency.v1.GetRequest\x1a\x1b.idempotency.v1.GetResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&claimd/_gen/idempotency/v1/claim.proto\x12\x0eidempotency.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x01\n\x08\x44\x65livery\x12\x36\n\x07headers\x18\x01 \x03(\x0b\x32%.idempotency.v1.Delivery.HeadersEntry\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\x1a.\n\x0cHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd0\x02\n\x0c\x43laimRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x12\n\x08\x65vent_id\x18\x03 \x01(\tH\x00\x12,\n\x08\x64\x65livery\x18\x04 \x01(\x0b\x32\x18.idempotency.v1.DeliveryH\x00\x12\r\n\x05scope\x18\x05 \x01(\t\x12\x16\n\x0epayload_sha256\x18\x06 \x01(\x0c\x12(\n\x05lease\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06holder\x18\x08 \x01(\t\x12\x12\n\nattempt_id\x18\t \x01(\t\x12\'\n\x04wait\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tentity_id\x18\x0b \x01(\t\x12\x12\n\nevent_type\x18\x0c \x01(\t\x12\r\n\x05start\x18\r \x01(\x08\x42\x05\n\x03key\"\xf7\x04\n\rClaimResponse\x12(\n\x07outcome\x18\x01 \x01(\x0e\x32\x17.idempotency.v1.Outcome\x12&\n\x06reason\x18\x02 \x01(\x0e\x32\x16.idempotency.v1.Reason\x12\x0b\n\x03key\x18\x03 \x01(\t\x12-\n\nkey_source\x18\x04 \x01(\x0e\x32\x19.idempotency.v1.KeySource\x12\x15\n\rfencing_token\x18\x05 \x01(\x04\x12)\n\x05state\x18\x06 \x01(\x0e\x32\x1a.idempotency.v1.EventState\x12\x34\n\x10lease_expires_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11window_expires_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x03ttl\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07\x61ttempt\x18\n \x01(\r\x12\x31\n\rfirst_seen_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06result\x18\x0c \x01(\x0c\x12\'\n\tserved_by\x18\r \x01(\x0e\x32\x14.idempotency.v1.Tier\x12\x0e\n\x06holder\x18\x0e \x01(\t\x12\x14\n\x0clease_secret\x18\x0f \x01(\x0c\x12.\n\x0bretry_after\x18\x10 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x06\x65ntity\x18\x11 \x01(\x0b\x32\x1e.idempotency.v1.EntityPosition\"\xa3\x01\n\x0e\x45ntityPosition\x12\x11\n\tlifecycle\x18\x01 \x01(\t\x12\x11\n\tentity_id\x18\x02 \x01(\t\x12\x12\n\nevent_type\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x10\n\x08\x61waiting\x18\x05 \x03(\t\x12\x10\n\x08leads_to\x18\x06 \x01(\t\x12\x11\n\tbusy_with\x18\x07 \x01(\t\x12\x11\n\tdeferrals\x18\x08 \x01(\r\"\xe1\x03\n\x06Record\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12)\n\x05state\x18\x04 \x01(\x0e\x32\x1a.idempotency.v1.EventState\x12\x15\n\rfencing_token\x18\x05 \x01(\x04\x12\x0e\n\x06holder\x18\x06 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\r\x12\x10\n\x08released\x18\x08 \x01(\x08\x12\x31\n\rfirst_seen_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x10lease_expires_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x11window_expires_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0epayload_sha256\x18\r \x01(\x0c\x12\x0e\n\x06result\x18\x0e \x01(\x0c\x12\x11\n\tlifecycle\x18\x0f \x01(\t\x12\x11\n\tentity_id\x18\x10 \x01(\t\x12\x12\n\nevent_type\x18\x11 \x01(\t\"\xdb\x01\n\x11TransitionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x15\n\rfencing_token\x18\x04 \x01(\x04\x12&\n\x02to\x18\x05 \x01(\x0e\x32\x1a.idempotency.v1.EventState\x12\x0e\n\x06result\x18\x06 \x01(\x0c\x12/\n\x0c\x65xtend_lease\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0clease_secret\x18\x08 \x01(\x0c\"M\n\x12TransitionResponse\x12&\n\x06record\x18\x01 \x01(\x0b\x32\x16.idempotency.v1.Record\x12\x0f\n\x07\x63hanged\x18\x02 \x01(\x08\"\x97\x01\n\x0cRenewRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x15\n\rfencing_token\x18\x04 \x01(\x04\x12(\n\x05lease\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0clease_secret\x18\x06 \x01(\x0c\"7\n\rRenewResponse\x12&\n\x06record\x18\x01 \x01(\x0b\x32\x16.idempotency.v1.Record\"o\n\x0eReleaseRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x15\n\rfencing_token\x18\x04 \x01(\x04\x12\x14\n\x0clease_secret\x18\x05 \x01(\x0c\"9\n\x0fReleaseResponse\x12&\n\x06record\x18\x01 \x01(\x0b\x32\x16.idempotency.v1.Record\">\n\nGetRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\"5\n\x0bGetResponse\x12&\n\x06record\x18\x01 \x01(\x0b\x32\x16.idempotency.v1.Record*\xb4\x01\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x14\n\x10OUTCOME_ACQUIRED\x10\x01\x12\x15\n\x11OUTCOME_DUPLICATE\x10\x02\x12\x17\n\x13OUTCOME_IN_PROGRESS\x10\x03\x12\x1c\n\x18OUTCOME_PAYLOAD_MISMATCH\x10\x04\x12\x14\n\x10OUTCOME_DEFERRED\x10\x05\x12\x16\n\x12OUTCOME_SUPERSEDED\x10\x06*z\n\x06Reason\x12\x16\n\x12REASON_UNSPECIFIED\x10\x00\x12\x0e\n\nREASON_NEW\x10\x01\x12\x13\n\x0fREASON_RELEASED\x10\x02\x12\x18\n\x14REASON_LEASE_EXPIRED\x10\x03\x12\x19\n\x15REASON_WINDOW_EXPIRED\x10\x04*\xab\x01\n\nEventState\x12\x1b\n\x17\x45VENT_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45VENT_STATE_RECEIVED\x10\x01\x12\x19\n\x15\x45VENT_STATE_VALIDATED\x10\x02\x12\x1a\n\x16\x45VENT_STATE_PROCESSING\x10\x03\x12\x17\n\x13\x45VENT_STATE_SETTLED\x10\x04\x12\x16\n\x12\x45VENT_STATE_FAILED\x10\x05*\x8c\x01\n\tKeySource\x12\x1a\n\x16KEY_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n\x13KEY_SOURCE_EVENT_ID\x10\x01\x12\x15\n\x11KEY_SOURCE_HEADER\x10\x02\x12\x19\n\x15KEY_SOURCE_BODY_FIELD\x10\x03\x12\x18\n\x14KEY_SOURCE_BODY_HASH\x10\x04*\xd2\x03\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x14\n\x10INVALID_ARGUMENT\x10\x01\x12\x16\n\x12PROVIDER_NOT_FOUND\x10\x02\x12\x14\n\x10RECORD_NOT_FOUND\x10\x03\x12\x16\n\x12INVALID_TRANSITION\x10\x04\x12\x0f\n\x0bSTALE_TOKEN\x10\x05\x12\x13\n\x0fRESULT_MISMATCH\x10\x06\x12\r\n\tNOT_OWNER\x10\x07\x12\x1c\n\x18\x44URABLE_TIER_UNAVAILABLE\x10\x08\x12\x17\n\x13\x43REDENTIALS_MISSING\x10\t\x12\x13\n\x0fTOKEN_MALFORMED\x10\n\x12\x11\n\rTOKEN_UNKNOWN\x10\x0b\x12\x14\n\x10IDENTITY_UNKNOWN\x10\x0c\x12\x16\n\x12PRINCIPAL_CONFLICT\x10\r\x12\x14\n\x10NAMESPACE_DENIED\x10\x0e\x12\x0f\n\x0bROLE_DENIED\x10\x0f\x12\x11\n\rMETHOD_DENIED\x10\x10\x12\x10\n\x0cRATE_LIMITED\x10\x11\x12\x14\n\x10\x45NTITY_NOT_FOUND\x10\x12\x12\x17\n\x13LIFECYCLE_NOT_FOUND\x10\x13\x12\x0c\n\x08INTERNAL\x10\x14*M\n\x04Tier\x12\x14\n\x10TIER_UNSPECIFIED\x10\x00\x12\x0e\n\nTIER_LOCAL\x10\x01\x12\r\n\tTIER_FAST\x10\x02\x12\x10\n\x0cTIER_DURABLE\x10\x03\x32\xc9\x04\n\x0c\x43laimService\x12[\n\x05\x43laim\x12\x1c.idempotency.v1.ClaimRequest\x1a\x1d.idempotency.v1.ClaimResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\"\n/v1/claims:\x01*\x12{\n\nTransition\x12!.idempotency.v1.TransitionRequest\x1a\".idempotency.v1.TransitionResponse\"&\x82\xd3\xe4\x93\x02 \"\x1b/v1/claims/{key}:transition:\x01*\x12g\n\x05Renew\x12\x1c.idempotency.v1.RenewRequest\x1a\x1d.idempotency.v1.RenewResponse\"!\x82\xd3\xe4\x93\x02\x1b\"\x16/v1/claims/{key}:renew:\x01*\x12o\n\x07Release\x12\x1e.idempotency.v1.ReleaseRequest\x1a\x1f.idempotency.v1.ReleaseResponse\"#\x82\xd3\xe4\x93\x02\x1d\"\x18/v1/claims/{key}:release:\x01*\x12\x84\x01\n\x03Get\x12\x1a.idempotency.v1.GetRequest\x1a\x1b.idempotency.v1.GetResponse\"D\x82\xd3\xe4\x93\x02>\x12</v1/namespaces/{namespace}/providers/{provider}/claims/{key}B\x96\x01\n\x19\x64\x65v.claimd.idempotency.v1B\nClaimProtoP\x01Z9github.com/claimd/claimd/gen/idempotency/v1;idempotencyv1\xaa\x02\x15\x43laimd.Idempotency.V1\xea\x02\x17\x43laimd::Idempotency::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'claimd._gen.idempotency.v1.claim_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'\n\031dev.claimd.idempotency.v1B\nClaimProtoP\001Z9github.com/claimd/claimd/gen/idempotency/v1;idempotencyv1\252\002\025Claimd.Idempotency.V1\352\002\027Claimd::Idempotency::V1'
   _globals['_DELIVERY_HEADERSENTRY']._loaded_options = None
   _globals['_DELIVERY_HEADERSENTRY']._serialized_options = b'8\001'
-  _globals['_OUTCOME']._serialized_start=2307
-  _globals['_OUTCOME']._serialized_end=2441
-  _globals['_REASON']._serialized_start=2443
-  _globals['_REASON']._serialized_end=2565
-  _globals['_EVENTSTATE']._serialized_start=2568
-  _globals['_EVENTSTATE']._serialized_end=2739
-  _globals['_KEYSOURCE']._serialized_start=2742
-  _globals['_KEYSOURCE']._serialized_end=2882
-  _globals['_TIER']._serialized_start=2884
-  _globals['_TIER']._serialized_end=2961
-  _globals['_DELIVERY']._serialized_start=124
-  _globals['_DELIVERY']._serialized_end=252
-  _globals['_DELIVERY_HEADERSENTRY']._serialized_start=206
-  _globals['_DELIVERY_HEADERSENTRY']._serialized_end=252
-  _globals['_CLAIMREQUEST']._serialized_start=255
-  _globals['_CLAIMREQUEST']._serialized_end=537
-  _globals['_CLAIMRESPONSE']._serialized_start=540
-  _globals['_CLAIMRESPONSE']._serialized_end=1075
-  _globals['_RECORD']._serialized_start=1078
-  _globals['_RECORD']._serialized_end=1501
-  _globals['_TRANSITIONREQUEST']._serialized_start=1504
-  _globals['_TRANSITIONREQUEST']._serialized_end=1723
-  _globals['_TRANSITIONRESPONSE']._serialized_start=1725
-  _globals['_TRANSITIONRESPONSE']._serialized_end=1802
-  _globals['_RENEWREQUEST']._serialized_start=1805
-  _globals['_RENEWREQUEST']._serialized_end=1956
-  _globals['_RENEWRESPONSE']._serialized_start=1958
-  _globals['_RENEWRESPONSE']._serialized_end=2013
-  _globals['_RELEASEREQUEST']._serialized_start=2015
-  _globals['_RELEASEREQUEST']._serialized_end=2126
-  _globals['_RELEASERESPONSE']._serialized_start=2128
-  _globals['_RELEASERESPONSE']._serialized_end=2185
-  _globals['_GETREQUEST']._serialized_start=2187
-  _globals['_GETREQUEST']._serialized_end=2249
-  _globals['_GETRESPONSE']._serialized_start=2251
-  _globals['_GETRESPONSE']._serialized_end=2304
-  _globals['_CLAIMSERVICE']._serialized_start=2964
-  _globals['_CLAIMSERVICE']._serialized_end=3343
+  _globals['_CLAIMSERVICE'].methods_by_name['Claim']._loaded_options = None
+  _globals['_CLAIMSERVICE'].methods_by_name['Claim']._serialized_options = b'\202\323\344\223\002\017\"\n/v1/claims:\001*'
+  _globals['_CLAIMSERVICE'].methods_by_name['Transition']._loaded_options = None
+  _globals['_CLAIMSERVICE'].methods_by_name['Transition']._serialized_options = b'\202\323\344\223\002 \"\033/v1/claims/{key}:transition:\001*'
+  _globals['_CLAIMSERVICE'].methods_by_name['Renew']._loaded_options = None
+  _globals['_CLAIMSERVICE'].methods_by_name['Renew']._serialized_options = b'\202\323\344\223\002\033\"\026/v1/claims/{key}:renew:\001*'
+  _globals['_CLAIMSERVICE'].methods_by_name['Release']._loaded_options = None
+  _globals['_CLAIMSERVICE'].methods_by_name['Release']._serialized_options = b'\202\323\344\223\002\035\"\030/v1/claims/{key}:release:\001*'
+  _globals['_CLAIMSERVICE'].methods_by_name['Get']._loaded_options = None
+  _globals['_CLAIMSERVICE'].methods_by_name['Get']._serialized_options = b'\202\323\344\223\002>\022</v1/namespaces/{namespace}/providers/{provider}/claims/{key}'
+  _globals['_OUTCOME']._serialized_start=2711
+  _globals['_OUTCOME']._serialized_end=2891
+  _globals['_REASON']._serialized_start=2893
+  _globals['_REASON']._serialized_end=3015
+  _globals['_EVENTSTATE']._serialized_start=3018
+  _globals['_EVENTSTATE']._serialized_end=3189
+  _globals['_KEYSOURCE']._serialized_start=3192
+  _globals['_KEYSOURCE']._serialized_end=3332
+  _globals['_ERRORREASON']._serialized_start=3335
+  _globals['_ERRORREASON']._serialized_end=3801
+  _globals['_TIER']._serialized_start=3803
+  _globals['_TIER']._serialized_end=3880
+  _globals['_DELIVERY']._serialized_start=154
+  _globals['_DELIVERY']._serialized_end=282
+  _globals['_DELIVERY_HEADERSENTRY']._serialized_start=236
+  _globals['_DELIVERY_HEADERSENTRY']._serialized_end=282
+  _globals['_CLAIMREQUEST']._serialized_start=285
+  _globals['_CLAIMREQUEST']._serialized_end=621
+  _globals['_CLAIMRESPONSE']._serialized_start=624
+  _globals['_CLAIMRESPONSE']._serialized_end=1255
+  _globals['_ENTITYPOSITION']._serialized_start=1258
+  _globals['_ENTITYPOSITION']._serialized_end=1421
+  _globals['_RECORD']._serialized_start=1424
+  _globals['_RECORD']._serialized_end=1905
+  _globals['_TRANSITIONREQUEST']._serialized_start=1908
+  _globals['_TRANSITIONREQUEST']._serialized_end=2127
+  _globals['_TRANSITIONRESPONSE']._serialized_start=2129
+  _globals['_TRANSITIONRESPONSE']._serialized_end=2206
+  _globals['_RENEWREQUEST']._serialized_start=2209
+  _globals['_RENEWREQUEST']._serialized_end=2360
+  _globals['_RENEWRESPONSE']._serialized_start=2362
+  _globals['_RENEWRESPONSE']._serialized_end=2417
+  _globals['_RELEASEREQUEST']._serialized_start=2419
+  _globals['_RELEASEREQUEST']._serialized_end=2530
+  _globals['_RELEASERESPONSE']._serialized_start=2532
+  _globals['_RELEASERESPONSE']._serialized_end=2589
+  _globals['_GETREQUEST']._serialized_start=2591
+  _globals['_GETREQUEST']._serialized_end=2653
+  _globals['_GETRESPONSE']._serialized_start=2655
+  _globals['_GETRESPONSE']._serialized_end=2708
+  _globals['_CLAIMSERVICE']._serialized_start=3883
+  _globals['_CLAIMSERVICE']._serialized_end=4468
 # @@protoc_insertion_point(module_scope)

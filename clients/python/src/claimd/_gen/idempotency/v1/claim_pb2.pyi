@@ -1,12 +1,13 @@
 import datetime
 
+from google.api import annotations_pb2 as _annotations_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -18,6 +19,8 @@ class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTCOME_DUPLICATE: _ClassVar[Outcome]
     OUTCOME_IN_PROGRESS: _ClassVar[Outcome]
     OUTCOME_PAYLOAD_MISMATCH: _ClassVar[Outcome]
+    OUTCOME_DEFERRED: _ClassVar[Outcome]
+    OUTCOME_SUPERSEDED: _ClassVar[Outcome]
 
 class Reason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -44,6 +47,30 @@ class KeySource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     KEY_SOURCE_BODY_FIELD: _ClassVar[KeySource]
     KEY_SOURCE_BODY_HASH: _ClassVar[KeySource]
 
+class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
+    INVALID_ARGUMENT: _ClassVar[ErrorReason]
+    PROVIDER_NOT_FOUND: _ClassVar[ErrorReason]
+    RECORD_NOT_FOUND: _ClassVar[ErrorReason]
+    INVALID_TRANSITION: _ClassVar[ErrorReason]
+    STALE_TOKEN: _ClassVar[ErrorReason]
+    RESULT_MISMATCH: _ClassVar[ErrorReason]
+    NOT_OWNER: _ClassVar[ErrorReason]
+    DURABLE_TIER_UNAVAILABLE: _ClassVar[ErrorReason]
+    CREDENTIALS_MISSING: _ClassVar[ErrorReason]
+    TOKEN_MALFORMED: _ClassVar[ErrorReason]
+    TOKEN_UNKNOWN: _ClassVar[ErrorReason]
+    IDENTITY_UNKNOWN: _ClassVar[ErrorReason]
+    PRINCIPAL_CONFLICT: _ClassVar[ErrorReason]
+    NAMESPACE_DENIED: _ClassVar[ErrorReason]
+    ROLE_DENIED: _ClassVar[ErrorReason]
+    METHOD_DENIED: _ClassVar[ErrorReason]
+    RATE_LIMITED: _ClassVar[ErrorReason]
+    ENTITY_NOT_FOUND: _ClassVar[ErrorReason]
+    LIFECYCLE_NOT_FOUND: _ClassVar[ErrorReason]
+    INTERNAL: _ClassVar[ErrorReason]
+
 class Tier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TIER_UNSPECIFIED: _ClassVar[Tier]
@@ -55,6 +82,8 @@ OUTCOME_ACQUIRED: Outcome
 OUTCOME_DUPLICATE: Outcome
 OUTCOME_IN_PROGRESS: Outcome
 OUTCOME_PAYLOAD_MISMATCH: Outcome
+OUTCOME_DEFERRED: Outcome
+OUTCOME_SUPERSEDED: Outcome
 REASON_UNSPECIFIED: Reason
 REASON_NEW: Reason
 REASON_RELEASED: Reason
@@ -71,6 +100,27 @@ KEY_SOURCE_EVENT_ID: KeySource
 KEY_SOURCE_HEADER: KeySource
 KEY_SOURCE_BODY_FIELD: KeySource
 KEY_SOURCE_BODY_HASH: KeySource
+ERROR_REASON_UNSPECIFIED: ErrorReason
+INVALID_ARGUMENT: ErrorReason
+PROVIDER_NOT_FOUND: ErrorReason
+RECORD_NOT_FOUND: ErrorReason
+INVALID_TRANSITION: ErrorReason
+STALE_TOKEN: ErrorReason
+RESULT_MISMATCH: ErrorReason
+NOT_OWNER: ErrorReason
+DURABLE_TIER_UNAVAILABLE: ErrorReason
+CREDENTIALS_MISSING: ErrorReason
+TOKEN_MALFORMED: ErrorReason
+TOKEN_UNKNOWN: ErrorReason
+IDENTITY_UNKNOWN: ErrorReason
+PRINCIPAL_CONFLICT: ErrorReason
+NAMESPACE_DENIED: ErrorReason
+ROLE_DENIED: ErrorReason
+METHOD_DENIED: ErrorReason
+RATE_LIMITED: ErrorReason
+ENTITY_NOT_FOUND: ErrorReason
+LIFECYCLE_NOT_FOUND: ErrorReason
+INTERNAL: ErrorReason
 TIER_UNSPECIFIED: Tier
 TIER_LOCAL: Tier
 TIER_FAST: Tier
@@ -92,7 +142,7 @@ class Delivery(_message.Message):
     def __init__(self, headers: _Optional[_Mapping[str, str]] = ..., body: _Optional[bytes] = ...) -> None: ...
 
 class ClaimRequest(_message.Message):
-    __slots__ = ("namespace", "provider", "event_id", "delivery", "scope", "payload_sha256", "lease", "holder", "attempt_id", "wait")
+    __slots__ = ("namespace", "provider", "event_id", "delivery", "scope", "payload_sha256", "lease", "holder", "attempt_id", "wait", "entity_id", "event_type", "start")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +153,9 @@ class ClaimRequest(_message.Message):
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     provider: str
     event_id: str
@@ -113,10 +166,13 @@ class ClaimRequest(_message.Message):
     holder: str
     attempt_id: str
     wait: _duration_pb2.Duration
-    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., event_id: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ..., scope: _Optional[str] = ..., payload_sha256: _Optional[bytes] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., holder: _Optional[str] = ..., attempt_id: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    entity_id: str
+    event_type: str
+    start: bool
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., event_id: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ..., scope: _Optional[str] = ..., payload_sha256: _Optional[bytes] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., holder: _Optional[str] = ..., attempt_id: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., entity_id: _Optional[str] = ..., event_type: _Optional[str] = ..., start: _Optional[bool] = ...) -> None: ...
 
 class ClaimResponse(_message.Message):
-    __slots__ = ("outcome", "reason", "key", "key_source", "fencing_token", "state", "lease_expires_at", "window_expires_at", "ttl", "attempt", "first_seen_at", "result", "served_by", "holder", "lease_secret")
+    __slots__ = ("outcome", "reason", "key", "key_source", "fencing_token", "state", "lease_expires_at", "window_expires_at", "ttl", "attempt", "first_seen_at", "result", "served_by", "holder", "lease_secret", "retry_after", "entity")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +188,8 @@ class ClaimResponse(_message.Message):
     SERVED_BY_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
     outcome: Outcome
     reason: Reason
     key: str
@@ -147,10 +205,32 @@ class ClaimResponse(_message.Message):
     served_by: Tier
     holder: str
     lease_secret: bytes
-    def __init__(self, outcome: _Optional[_Union[Outcome, str]] = ..., reason: _Optional[_Union[Reason, str]] = ..., key: _Optional[str] = ..., key_source: _Optional[_Union[KeySource, str]] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[EventState, str]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempt: _Optional[int] = ..., first_seen_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[bytes] = ..., served_by: _Optional[_Union[Tier, str]] = ..., holder: _Optional[str] = ..., lease_secret: _Optional[bytes] = ...) -> None: ...
+    retry_after: _duration_pb2.Duration
+    entity: EntityPosition
+    def __init__(self, outcome: _Optional[_Union[Outcome, str]] = ..., reason: _Optional[_Union[Reason, str]] = ..., key: _Optional[str] = ..., key_source: _Optional[_Union[KeySource, str]] = ..., fencing_token: _Optional[int] = ..., state: _Optional[_Union[EventState, str]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., attempt: _Optional[int] = ..., first_seen_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., result: _Optional[bytes] = ..., served_by: _Optional[_Union[Tier, str]] = ..., holder: _Optional[str] = ..., lease_secret: _Optional[bytes] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., entity: _Optional[_Union[EntityPosition, _Mapping]] = ...) -> None: ...
+
+class EntityPosition(_message.Message):
+    __slots__ = ("lifecycle", "entity_id", "event_type", "state", "awaiting", "leads_to", "busy_with", "deferrals")
+    LIFECYCLE_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    AWAITING_FIELD_NUMBER: _ClassVar[int]
+    LEADS_TO_FIELD_NUMBER: _ClassVar[int]
+    BUSY_WITH_FIELD_NUMBER: _ClassVar[int]
+    DEFERRALS_FIELD_NUMBER: _ClassVar[int]
+    lifecycle: str
+    entity_id: str
+    event_type: str
+    state: str
+    awaiting: _containers.RepeatedScalarFieldContainer[str]
+    leads_to: str
+    busy_with: str
+    deferrals: int
+    def __init__(self, lifecycle: _Optional[str] = ..., entity_id: _Optional[str] = ..., event_type: _Optional[str] = ..., state: _Optional[str] = ..., awaiting: _Optional[_Iterable[str]] = ..., leads_to: _Optional[str] = ..., busy_with: _Optional[str] = ..., deferrals: _Optional[int] = ...) -> None: ...
 
 class Record(_message.Message):
-    __slots__ = ("namespace", "provider", "key", "state", "fencing_token", "holder", "attempt", "released", "first_seen_at", "lease_expires_at", "window_expires_at", "updated_at", "payload_sha256", "result")
+    __slots__ = ("namespace", "provider", "key", "state", "fencing_token", "holder", "attempt", "released", "first_seen_at", "lease_expires_at", "window_expires_at", "updated_at", "payload_sha256", "result", "lifecycle", "entity_id", "event_type")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +245,9 @@ class Record(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_SHA256_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    LIFECYCLE_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     provider: str
     key: str
@@ -179,7 +262,10 @@ class Record(_message.Message):
     updated_at: _timestamp_pb2.Timestamp
     payload_sha256: bytes
     result: bytes
-    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., state: _Optional[_Union[EventState, str]] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., attempt: _Optional[int] = ..., released: _Optional[bool] = ..., first_seen_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., payload_sha256: _Optional[bytes] = ..., result: _Optional[bytes] = ...) -> None: ...
+    lifecycle: str
+    entity_id: str
+    event_type: str
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., state: _Optional[_Union[EventState, str]] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., attempt: _Optional[int] = ..., released: _Optional[bool] = ..., first_seen_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., payload_sha256: _Optional[bytes] = ..., result: _Optional[bytes] = ..., lifecycle: _Optional[str] = ..., entity_id: _Optional[str] = ..., event_type: _Optional[str] = ...) -> None: ...
 
 class TransitionRequest(_message.Message):
     __slots__ = ("namespace", "provider", "key", "fencing_token", "to", "result", "extend_lease", "lease_secret")

@@ -41,6 +41,32 @@ class ClaimServiceStub:
     Transition, Renew and Release must present both; a caller that knows
     the token but not the secret is refused with PERMISSION_DENIED
     (ErrorInfo reason NOT_OWNER) and changes nothing.
+
+    Errors. Every error carries a google.rpc.ErrorInfo (domain "claimd.dev")
+    whose reason is one of ErrorReason's names; clients branch on the reason,
+    never on the message. Codes are chosen so that the code alone already
+    separates what a caller does next: ABORTED (STALE_TOKEN: someone else owns
+    the key now; stop), FAILED_PRECONDITION (INVALID_TRANSITION,
+    RESULT_MISMATCH: a bug in the caller), PERMISSION_DENIED (NOT_OWNER and the
+    authorization reasons), UNAVAILABLE (retry later), INVALID_ARGUMENT (with a
+    google.rpc.BadRequest naming the field).
+
+    Lifecycles. A provider may declare entity lifecycles (providers.yaml): how
+    to read an entity id and an event type from a delivery, the entity's
+    states, and for each event type the states it may arrive in and the state
+    it leads to. A Claim of an event that belongs to a lifecycle is decided on
+    the entity's state too, in this order, after the key's own decision
+    (a DUPLICATE or PAYLOAD_MISMATCH stays one):
+    - the event may arrive in the entity's current state and no other event
+    of the entity is owned: the claim proceeds as usual (ACQUIRED holds the
+    entity until the owner settles, fails or releases, or the lease ends);
+    - the event may not arrive in the current state but may arrive in a
+    state still reachable from it, or another event of the entity is owned:
+    DEFERRED, with retry_after;
+    - no state the event may arrive in is reachable any more: SUPERSEDED.
+    Settling (Transition to SETTLED) advances the entity to the event's
+    target state in the same durable transaction as the settle, fenced like
+    every write, so two events of one entity never both apply from one state.
     """
 
     def __init__(self, channel):
@@ -92,6 +118,32 @@ class ClaimServiceServicer:
     Transition, Renew and Release must present both; a caller that knows
     the token but not the secret is refused with PERMISSION_DENIED
     (ErrorInfo reason NOT_OWNER) and changes nothing.
+
+    Errors. Every error carries a google.rpc.ErrorInfo (domain "claimd.dev")
+    whose reason is one of ErrorReason's names; clients branch on the reason,
+    never on the message. Codes are chosen so that the code alone already
+    separates what a caller does next: ABORTED (STALE_TOKEN: someone else owns
+    the key now; stop), FAILED_PRECONDITION (INVALID_TRANSITION,
+    RESULT_MISMATCH: a bug in the caller), PERMISSION_DENIED (NOT_OWNER and the
+    authorization reasons), UNAVAILABLE (retry later), INVALID_ARGUMENT (with a
+    google.rpc.BadRequest naming the field).
+
+    Lifecycles. A provider may declare entity lifecycles (providers.yaml): how
+    to read an entity id and an event type from a delivery, the entity's
+    states, and for each event type the states it may arrive in and the state
+    it leads to. A Claim of an event that belongs to a lifecycle is decided on
+    the entity's state too, in this order, after the key's own decision
+    (a DUPLICATE or PAYLOAD_MISMATCH stays one):
+    - the event may arrive in the entity's current state and no other event
+    of the entity is owned: the claim proceeds as usual (ACQUIRED holds the
+    entity until the owner settles, fails or releases, or the lease ends);
+    - the event may not arrive in the current state but may arrive in a
+    state still reachable from it, or another event of the entity is owned:
+    DEFERRED, with retry_after;
+    - no state the event may arrive in is reachable any more: SUPERSEDED.
+    Settling (Transition to SETTLED) advances the entity to the event's
+    target state in the same durable transaction as the settle, fenced like
+    every write, so two events of one entity never both apply from one state.
     """
 
     def Claim(self, request, context):
@@ -120,8 +172,8 @@ class ClaimServiceServicer:
 
     def Renew(self, request, context):
         """Renew extends the live holder's lease (a heartbeat for long work).
-        Errors: FAILED_PRECONDITION/STALE_TOKEN, FAILED_PRECONDITION/INVALID_TRANSITION
-        on a terminal record, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
+        Errors: ABORTED/STALE_TOKEN, FAILED_PRECONDITION/INVALID_TRANSITION on a
+        terminal record, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -130,8 +182,8 @@ class ClaimServiceServicer:
     def Release(self, request, context):
         """Release gives the key back: the side effect did not happen and a retry
         may try again. The next Claim gets ACQUIRED/RELEASED with token+1.
-        Errors: FAILED_PRECONDITION on a terminal record or a stale token,
-        PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
+        Errors: FAILED_PRECONDITION/INVALID_TRANSITION on a terminal record,
+        ABORTED/STALE_TOKEN, PERMISSION_DENIED/NOT_OWNER, NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -198,6 +250,32 @@ class ClaimService:
     Transition, Renew and Release must present both; a caller that knows
     the token but not the secret is refused with PERMISSION_DENIED
     (ErrorInfo reason NOT_OWNER) and changes nothing.
+
+    Errors. Every error carries a google.rpc.ErrorInfo (domain "claimd.dev")
+    whose reason is one of ErrorReason's names; clients branch on the reason,
+    never on the message. Codes are chosen so that the code alone already
+    separates what a caller does next: ABORTED (STALE_TOKEN: someone else owns
+    the key now; stop), FAILED_PRECONDITION (INVALID_TRANSITION,
+    RESULT_MISMATCH: a bug in the caller), PERMISSION_DENIED (NOT_OWNER and the
+    authorization reasons), UNAVAILABLE (retry later), INVALID_ARGUMENT (with a
+    google.rpc.BadRequest naming the field).
+
+    Lifecycles. A provider may declare entity lifecycles (providers.yaml): how
+    to read an entity id and an event type from a delivery, the entity's
+    states, and for each event type the states it may arrive in and the state
+    it leads to. A Claim of an event that belongs to a lifecycle is decided on
+    the entity's state too, in this order, after the key's own decision
+    (a DUPLICATE or PAYLOAD_MISMATCH stays one):
+    - the event may arrive in the entity's current state and no other event
+    of the entity is owned: the claim proceeds as usual (ACQUIRED holds the
+    entity until the owner settles, fails or releases, or the lease ends);
+    - the event may not arrive in the current state but may arrive in a
+    state still reachable from it, or another event of the entity is owned:
+    DEFERRED, with retry_after;
+    - no state the event may arrive in is reachable any more: SUPERSEDED.
+    Settling (Transition to SETTLED) advances the entity to the event's
+    target state in the same durable transaction as the settle, fenced like
+    every write, so two events of one entity never both apply from one state.
     """
 
     @staticmethod

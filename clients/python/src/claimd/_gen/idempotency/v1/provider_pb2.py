@@ -22,26 +22,36 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)claimd/_gen/idempotency/v1/provider.proto\x12\x0eidempotency.v1\x1a\x1egoogle/protobuf/duration.proto\"\xd5\x02\n\x08Provider\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\rretry_horizon\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12)\n\x06margin\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12&\n\x03ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x05lease\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tmax_lease\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08key_rule\x18\x07 \x01(\t\x12\x0e\n\x06source\x18\x08 \x01(\t\x12\x13\n\x0breviewed_on\x18\t \x01(\t\x12\x16\n\x0ereview_overdue\x18\n \x01(\x08\x12\x0f\n\x07members\x18\x0b \x03(\t\"\x16\n\x14ListProvidersRequest\"D\n\x15ListProvidersResponse\x12+\n\tproviders\x18\x01 \x03(\x0b\x32\x18.idempotency.v1.Provider\"\"\n\x12GetProviderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x13GetProviderResponse\x12*\n\x08provider\x18\x01 \x01(\x0b\x32\x18.idempotency.v1.Provider2\xc7\x01\n\x0fProviderService\x12\\\n\rListProviders\x12$.idempotency.v1.ListProvidersRequest\x1a%.idempotency.v1.ListProvidersResponse\x12V\n\x0bGetProvider\x12\".idempotency.v1.GetProviderRequest\x1a#.idempotency.v1.GetProviderResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)claimd/_gen/idempotency/v1/provider.proto\x12\x0eidempotency.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\"\x84\x03\n\x08Provider\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\rretry_horizon\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12)\n\x06margin\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12&\n\x03ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x05lease\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tmax_lease\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08key_rule\x18\x07 \x01(\t\x12\x0e\n\x06source\x18\x08 \x01(\t\x12\x13\n\x0breviewed_on\x18\t \x01(\t\x12\x16\n\x0ereview_overdue\x18\n \x01(\x08\x12\x0f\n\x07members\x18\x0b \x03(\t\x12-\n\nlifecycles\x18\x0c \x03(\x0b\x32\x19.idempotency.v1.Lifecycle\"\x97\x01\n\tLifecycle\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x65ntity_rule\x18\x02 \x01(\t\x12\x17\n\x0f\x65vent_type_rule\x18\x03 \x01(\t\x12\x0e\n\x06states\x18\x04 \x03(\t\x12.\n\x06\x65vents\x18\x05 \x03(\x0b\x32\x1e.idempotency.v1.LifecycleEvent\x12\x0e\n\x06source\x18\x06 \x01(\t\"`\n\x0eLifecycleEvent\x12\x12\n\nevent_type\x18\x01 \x01(\t\x12\x13\n\x0b\x66rom_states\x18\x02 \x03(\t\x12\x10\n\x08to_state\x18\x03 \x01(\t\x12\x13\n\x0b\x65ntity_rule\x18\x04 \x01(\t\"\x16\n\x14ListProvidersRequest\"D\n\x15ListProvidersResponse\x12+\n\tproviders\x18\x01 \x03(\x0b\x32\x18.idempotency.v1.Provider\"\"\n\x12GetProviderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x13GetProviderResponse\x12*\n\x08provider\x18\x01 \x01(\x0b\x32\x18.idempotency.v1.Provider2\xfc\x01\n\x0fProviderService\x12s\n\rListProviders\x12$.idempotency.v1.ListProvidersRequest\x1a%.idempotency.v1.ListProvidersResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/providers\x12t\n\x0bGetProvider\x12\".idempotency.v1.GetProviderRequest\x1a#.idempotency.v1.GetProviderResponse\"\x1c\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/providers/{name}B\x99\x01\n\x19\x64\x65v.claimd.idempotency.v1B\rProviderProtoP\x01Z9github.com/claimd/claimd/gen/idempotency/v1;idempotencyv1\xaa\x02\x15\x43laimd.Idempotency.V1\xea\x02\x17\x43laimd::Idempotency::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'claimd._gen.idempotency.v1.provider_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
-  _globals['_PROVIDER']._serialized_start=94
-  _globals['_PROVIDER']._serialized_end=435
-  _globals['_LISTPROVIDERSREQUEST']._serialized_start=437
-  _globals['_LISTPROVIDERSREQUEST']._serialized_end=459
-  _globals['_LISTPROVIDERSRESPONSE']._serialized_start=461
-  _globals['_LISTPROVIDERSRESPONSE']._serialized_end=529
-  _globals['_GETPROVIDERREQUEST']._serialized_start=531
-  _globals['_GETPROVIDERREQUEST']._serialized_end=565
-  _globals['_GETPROVIDERRESPONSE']._serialized_start=567
-  _globals['_GETPROVIDERRESPONSE']._serialized_end=632
-  _globals['_PROVIDERSERVICE']._serialized_start=635
-  _globals['_PROVIDERSERVICE']._serialized_end=834
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'\n\031dev.claimd.idempotency.v1B\rProviderProtoP\001Z9github.com/claimd/claimd/gen/idempotency/v1;idempotencyv1\252\002\025Claimd.Idempotency.V1\352\002\027Claimd::Idempotency::V1'
+  _globals['_PROVIDERSERVICE'].methods_by_name['ListProviders']._loaded_options = None
+  _globals['_PROVIDERSERVICE'].methods_by_name['ListProviders']._serialized_options = b'\202\323\344\223\002\017\022\r/v1/providers'
+  _globals['_PROVIDERSERVICE'].methods_by_name['GetProvider']._loaded_options = None
+  _globals['_PROVIDERSERVICE'].methods_by_name['GetProvider']._serialized_options = b'\202\323\344\223\002\026\022\024/v1/providers/{name}'
+  _globals['_PROVIDER']._serialized_start=124
+  _globals['_PROVIDER']._serialized_end=512
+  _globals['_LIFECYCLE']._serialized_start=515
+  _globals['_LIFECYCLE']._serialized_end=666
+  _globals['_LIFECYCLEEVENT']._serialized_start=668
+  _globals['_LIFECYCLEEVENT']._serialized_end=764
+  _globals['_LISTPROVIDERSREQUEST']._serialized_start=766
+  _globals['_LISTPROVIDERSREQUEST']._serialized_end=788
+  _globals['_LISTPROVIDERSRESPONSE']._serialized_start=790
+  _globals['_LISTPROVIDERSRESPONSE']._serialized_end=858
+  _globals['_GETPROVIDERREQUEST']._serialized_start=860
+  _globals['_GETPROVIDERREQUEST']._serialized_end=894
+  _globals['_GETPROVIDERRESPONSE']._serialized_start=896
+  _globals['_GETPROVIDERRESPONSE']._serialized_end=961
+  _globals['_PROVIDERSERVICE']._serialized_start=964
+  _globals['_PROVIDERSERVICE']._serialized_end=1216
 # @@protoc_insertion_point(module_scope)
