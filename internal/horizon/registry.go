@@ -55,6 +55,10 @@ type Provider struct {
 
 	Members  []string // set for a group only, sorted
 	DrivenBy string   // for a group: the member whose TTL the group takes
+
+	// Lifecycles are the provider's entity lifecycles, in the file's order;
+	// a group has none. No two of them declare the same event type.
+	Lifecycles []*Lifecycle
 }
 
 // IsGroup reports whether p is a group of providers.
