@@ -10,6 +10,8 @@ import (
 var (
 	// ErrNotFound: no record for the key.
 	ErrNotFound = errors.New("record not found")
+	// ErrEntityNotFound: no entity of that lifecycle and id.
+	ErrEntityNotFound = errors.New("entity not found")
 	// ErrStaleToken: the presented fencing token is not the current owner's
 	// (a newer holder took over, or the key was released).
 	ErrStaleToken = errors.New("stale fencing token")

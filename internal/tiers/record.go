@@ -113,9 +113,14 @@ const (
 	OutcomeDuplicate
 	OutcomeInProgress
 	OutcomePayloadMismatch
+	// OutcomeDeferred and OutcomeSuperseded answer only claims that carry an
+	// Entity (entity.go): the event came before its prerequisite, or after
+	// its entity moved past it. Nothing is acquired.
+	OutcomeDeferred
+	OutcomeSuperseded
 )
 
-var outcomeNames = [...]string{"UNSPECIFIED", "ACQUIRED", "DUPLICATE", "IN_PROGRESS", "PAYLOAD_MISMATCH"}
+var outcomeNames = [...]string{"UNSPECIFIED", "ACQUIRED", "DUPLICATE", "IN_PROGRESS", "PAYLOAD_MISMATCH", "DEFERRED", "SUPERSEDED"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -189,23 +194,27 @@ func (t Tier) String() string {
 // takeover, transition, renew, release); the fast tier uses it to refuse a
 // stale copy over a newer one.
 type Record struct {
-	Key             Key
-	State           State
-	Token           uint64
-	Version         uint64
-	Attempt         uint32
-	Reason          Reason // why the current owner acquired the key
-	Released        bool   // released by its owner; the next Claim acquires
-	Holder          string
-	AttemptID       string // the owner's attempt fingerprint (ClaimParams.AttemptID), or ""
-	Salt            []byte // the owner's ClaimParams.Salt
-	SecretHash      []byte // the owner's ClaimParams.SecretHash; nil on a row written before it existed
-	PayloadHash     []byte // sha256 of the payload of the claim that opened the window, or nil
-	Result          []byte // stored at settle time, returned to duplicates
-	FirstSeenAt     time.Time
-	LeaseExpiresAt  time.Time
-	WindowExpiresAt time.Time
-	UpdatedAt       time.Time
+	Key         Key
+	State       State
+	Token       uint64
+	Version     uint64
+	Attempt     uint32
+	Reason      Reason // why the current owner acquired the key
+	Released    bool   // released by its owner; the next Claim acquires
+	Holder      string
+	AttemptID   string // the owner's attempt fingerprint (ClaimParams.AttemptID), or ""
+	Salt        []byte // the owner's ClaimParams.Salt
+	SecretHash  []byte // the owner's ClaimParams.SecretHash; nil on a row written before it existed
+	PayloadHash []byte // sha256 of the payload of the claim that opened the window, or nil
+	Result      []byte // stored at settle time, returned to duplicates
+	// Lifecycle, EntityID and EventType are set on a record whose claim
+	// carried an Entity (the durable tier's; a fast-tier copy may omit them):
+	// settling it advances that entity.
+	Lifecycle, EntityID, EventType string
+	FirstSeenAt                    time.Time
+	LeaseExpiresAt                 time.Time
+	WindowExpiresAt                time.Time
+	UpdatedAt                      time.Time
 }
 
 // LeaseLive reports whether the owner's lease is still running at now. A

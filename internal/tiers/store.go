@@ -26,6 +26,12 @@ type ClaimParams struct {
 	AttemptID   string
 	Salt        []byte // SaltBytes, fresh for every call
 	SecretHash  []byte // SecretHashBytes
+	// Entity, when set, orders the claim within an entity lifecycle
+	// (entity.go); only durable tiers decide it.
+	Entity *EntityEvent
+	// Start: an acquisition records the claim in PROCESSING instead of
+	// RECEIVED (one RPC for a handler that starts its side effect at once).
+	Start bool
 }
 
 // Sizes of the ownership fields of ClaimParams and Record.
@@ -42,6 +48,9 @@ type ClaimResult struct {
 	Reason   Reason // set for ACQUIRED only
 	Record   Record
 	ServedBy Tier
+	// Entity is set when the claim carried an Entity and the durable tier
+	// ordered it: where the entity stood.
+	Entity *EntityPosition
 }
 
 // TransitionParams moves a record to To, fenced by Token and SecretHash.

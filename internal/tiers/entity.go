@@ -1,0 +1,108 @@
+package tiers
+
+import (
+	"context"
+	"time"
+)
+
+// EntityEvent places a claim in an entity lifecycle: the claim of event
+// EventType of entity (Lifecycle, EntityID). The service resolves it from the
+// provider's registry entry (horizon.Placement) before a store sees the
+// claim; a store needs no registry. States are the lifecycle's state names.
+//
+// Order, decided by the durable tier atomically with the claim, after the
+// key's own decision (only a claim that would acquire is ordered; DUPLICATE,
+// IN_PROGRESS and PAYLOAD_MISMATCH answer as without an entity):
+//   - the entity is in a From state (an entity never seen is in Initial) and
+//     no other key holds it: ACQUIRED as usual, and the claim now holds the
+//     entity until its record settles, fails, is released or its lease
+//     ends;
+//   - another key holds the entity with a live, unsettled claim, or the
+//     entity is in a Wait state: OutcomeDeferred, nothing acquired;
+//   - any other state: OutcomeSuperseded, nothing acquired.
+//
+// DEFERRED and SUPERSEDED write no claim record; they upsert the event's
+// deferral row (count, first and last seen, the states it awaits) that
+// ListDeferred reads. Settling the holding record (Transition to SETTLED)
+// moves the entity to To, appends an AppliedEvent and frees the entity, in
+// the same transaction as the settle; FAILED and Release free it unchanged.
+type EntityEvent struct {
+	Lifecycle string
+	EntityID  string
+	EventType string
+	Initial   string
+	From      []string
+	Wait      []string
+	To        string
+}
+
+// EntityKey names one entity.
+type EntityKey struct {
+	Namespace string
+	Provider  string
+	Lifecycle string
+	EntityID  string
+}
+
+// EntityPosition is where the entity stood when a claim with an Entity was
+// decided (ClaimResult.Entity).
+type EntityPosition struct {
+	State     string // the entity's state; Initial for an entity never seen
+	BusyWith  string // DEFERRED because another key holds the entity: that key's event type
+	Deferrals uint32 // for DEFERRED: how many times this event (key) was deferred, this one included
+}
+
+// AppliedEvent is one settled event that advanced an entity.
+type AppliedEvent struct {
+	EventType string
+	Key       string
+	From, To  string
+	Token     uint64
+	AppliedAt time.Time
+}
+
+// Entity is an entity's state and history.
+type Entity struct {
+	EntityKey
+	State     string
+	Version   uint64 // events applied
+	UpdatedAt time.Time
+	BusyWith  string // key of the claim holding the entity now, "" when free
+	Applied   []AppliedEvent
+}
+
+// DeferredEvent is one event that was deferred or superseded.
+type DeferredEvent struct {
+	Lifecycle, EntityID, EventType, Key string
+	Superseded                          bool // the last decision was SUPERSEDED
+	Count                               uint32
+	FirstSeen, LastSeen                 time.Time
+	Awaiting                            []string // the event's From states
+	EntityState                         string   // the entity's state now
+	Applied                             bool     // a later delivery of the key settled
+}
+
+// ListDeferredParams selects deferred events: of (Namespace, Provider), of
+// one entity when EntityID is set; at most Limit, newest LastSeen first,
+// after the position After (an opaque cursor a previous page returned).
+type ListDeferredParams struct {
+	Namespace, Provider, EntityID string
+	Limit                         int
+	After                         string
+}
+
+// Entities is implemented by the durable tiers (and by twotier, which asks
+// its durable tier): the reads behind EntityService.
+type Entities interface {
+	// GetEntity reads an entity and its applied events, oldest first.
+	// Errors: ErrEntityNotFound.
+	GetEntity(ctx context.Context, k EntityKey) (Entity, error)
+	// ListDeferred lists deferred and superseded events; next is the cursor
+	// of the following page, "" on the last.
+	ListDeferred(ctx context.Context, p ListDeferredParams) (events []DeferredEvent, next string, err error)
+	// CountDeferred counts the deferred events that are not applied (the
+	// claimd_deferred_events gauge) and, of them, those first seen before
+	// their provider's cutoff in lostBefore (lost: past the provider's retry
+	// horizon; a provider missing from the map loses nothing).
+	CountDeferred(ctx context.Context, lostBefore map[string]time.Time) (deferred, lost int, err error)
+}
