@@ -16,9 +16,10 @@ import (
 
 // TestConformanceUnbatched holds the single-statement path (batching off)
 // to the storage contract too: it is what a batched claim falls back on.
+// The subtests share the database.
 func TestConformanceUnbatched(t *testing.T) {
+	url := testenv.Postgres(t, postgres.Migrate)
 	tierstest.RunDurable(t, func(t *testing.T) func(t *testing.T) tiers.Durable {
-		url := testenv.Postgres(t, postgres.Migrate)
 		return func(t *testing.T) tiers.Durable {
 			s, err := postgres.New(context.Background(), postgres.Config{URL: url, MaxBatch: 1})
 			if err != nil {

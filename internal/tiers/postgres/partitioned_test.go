@@ -18,13 +18,13 @@ const hashPartitions = 8
 // TestConformanceHashPartitionedClaims holds the PostgreSQL tier to the
 // storage contract with its claims table hash-partitioned by identity (the
 // option docs/scaling.md describes for a table past one primary's comfort):
-// every query runs unchanged.
+// every query runs unchanged. The subtests share the database.
 func TestConformanceHashPartitionedClaims(t *testing.T) {
+	url := testenv.Postgres(t, postgres.Migrate)
+	if err := postgres.PartitionClaims(context.Background(), postgres.Config{URL: url}, hashPartitions); err != nil {
+		t.Fatalf("PartitionClaims() error = %v", err)
+	}
 	tierstest.RunDurable(t, func(t *testing.T) func(t *testing.T) tiers.Durable {
-		url := testenv.Postgres(t, postgres.Migrate)
-		if err := postgres.PartitionClaims(context.Background(), postgres.Config{URL: url}, hashPartitions); err != nil {
-			t.Fatalf("PartitionClaims() error = %v", err)
-		}
 		return func(t *testing.T) tiers.Durable {
 			s, err := postgres.New(context.Background(), postgres.Config{URL: url})
 			if err != nil {

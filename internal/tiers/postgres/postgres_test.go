@@ -11,10 +11,11 @@ import (
 )
 
 // TestConformance holds the PostgreSQL tier, alone, to the storage contract.
-// Each subtest gets a database of its own; reopening it is a restart.
+// The subtests share one database, each in its namespace, as replicas of
+// claimd share one; reopening it is a restart.
 func TestConformance(t *testing.T) {
+	url := testenv.Postgres(t, postgres.Migrate)
 	tierstest.RunDurable(t, func(t *testing.T) func(t *testing.T) tiers.Durable {
-		url := testenv.Postgres(t, postgres.Migrate)
 		return func(t *testing.T) tiers.Durable {
 			s, err := postgres.New(context.Background(), postgres.Config{URL: url})
 			if err != nil {

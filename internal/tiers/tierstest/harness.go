@@ -22,8 +22,11 @@ import (
 // a store over the same data: a restart of claimd.
 type Opener func(t *testing.T) tiers.Store
 
-// Factory prepares a fresh environment for one subtest and returns its
-// Opener. It is called inside each subtest; it registers cleanup on that t.
+// Factory prepares the environment of one subtest and returns its Opener.
+// It is called inside each subtest; it registers cleanup on that t. The
+// environment need not be fresh: every case works in a namespace of its own
+// (and the pruning case in a past no other case reaches), so a factory may
+// hand every case the same database or server, and cases run in parallel.
 type Factory func(t *testing.T) Opener
 
 // The suite uses the real stripe window (72h horizon + 12h margin), not a

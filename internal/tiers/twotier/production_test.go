@@ -24,12 +24,13 @@ import (
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 // TestRedisPostgresPair runs the conformance suite, unchanged, against the
-// production pairing on real servers: each subtest gets its own database;
-// Redis is shared and isolated by the suite's per-subtest namespace.
+// production pairing on real servers: the subtests share one database and
+// one Redis, as replicas of claimd do, each in the suite's per-subtest
+// namespace.
 func TestRedisPostgresPair(t *testing.T) {
+	pgURL := testenv.Postgres(t, postgres.Migrate)
+	redisURL := testenv.Redis(t)
 	tierstest.Run(t, func(t *testing.T) tierstest.Opener {
-		pgURL := testenv.Postgres(t, postgres.Migrate)
-		redisURL := testenv.Redis(t)
 		return func(t *testing.T) tiers.Store {
 			return openPair(t, redisURL, pgURL, twotier.Config{})
 		}

@@ -21,8 +21,8 @@ import (
 // real Redis Cluster (three primaries, three replicas) as the fast tier.
 func TestRedisClusterPostgresPair(t *testing.T) {
 	redisURL := testenv.RedisCluster(t)
+	pgURL := testenv.Postgres(t, postgres.Migrate)
 	tierstest.Run(t, func(t *testing.T) tierstest.Opener {
-		pgURL := testenv.Postgres(t, postgres.Migrate)
 		return func(t *testing.T) tiers.Store {
 			return openPair(t, redisURL, pgURL, twotier.Config{})
 		}
@@ -33,8 +33,8 @@ func TestRedisClusterPostgresPair(t *testing.T) {
 // primary watched by three sentinels as the fast tier.
 func TestRedisSentinelPostgresPair(t *testing.T) {
 	redisURL := testenv.RedisSentinel(t)
+	pgURL := testenv.Postgres(t, postgres.Migrate)
 	tierstest.Run(t, func(t *testing.T) tierstest.Opener {
-		pgURL := testenv.Postgres(t, postgres.Migrate)
 		return func(t *testing.T) tiers.Store {
 			return openPair(t, redisURL, pgURL, twotier.Config{})
 		}
