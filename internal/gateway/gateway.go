@@ -92,11 +92,14 @@ type jsonCodec struct {
 
 // newJSONCodec refuses unknown fields instead of dropping them (vanguard's
 // default): a misspelt "scope" dropped in silence would claim another key.
-// Zero values are written out, so a curl user reads "changed": false
-// rather than nothing.
+// It writes proto3's canonical JSON, as grpcurl and Connect clients do:
+// a field at its zero value is left out (no "changed" is false), where
+// vanguard's default would write every one, empty secrets and
+// REASON_UNSPECIFIED included.
 func newJSONCodec(res vanguard.TypeResolver) vanguard.Codec {
 	c := vanguard.NewJSONCodec(res)
 	c.UnmarshalOptions.DiscardUnknown = false
+	c.MarshalOptions.EmitUnpopulated = false
 	return jsonCodec{c}
 }
 

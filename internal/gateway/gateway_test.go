@@ -113,6 +113,10 @@ func TestEveryRPC(t *testing.T) {
 			if raw["result"] != base64.StdEncoding.EncodeToString(result) {
 				t.Errorf("result in JSON = %v, want %q", raw["result"], base64.StdEncoding.EncodeToString(result))
 			}
+			// proto3 JSON leaves zero values out: no secret, not an empty one.
+			if v, ok := raw["leaseSecret"]; ok {
+				t.Errorf("a duplicate's JSON carries leaseSecret %q, want none", v)
+			}
 
 			got, raw := ok[*pb.GetResponse](t, c, "/idempotency.v1.ClaimService/Get", &pb.GetRequest{Namespace: "billing", Provider: "stripe", Key: key})
 			rec := got.GetRecord()
