@@ -137,8 +137,9 @@ func (s *countingStore) Release(ctx context.Context, p tiers.ReleaseParams) (tie
 
 // Tokens of the test auth file.
 var (
-	hooksToken  = auth.NewToken() // hooks: claim and read in billing
-	readerToken = auth.NewToken() // reader: read in billing
+	hooksToken   = auth.NewToken() // hooks: claim and read in billing
+	readerToken  = auth.NewToken() // reader: read in billing
+	trickleToken = auth.NewToken() // trickle: one call, then one every 1000s
 )
 
 func authFile() string {
@@ -157,6 +158,11 @@ principals:
     identities: ["cn:hooks.billing"]
     namespaces: [billing]
     roles: [claim, read]
+  trickle:
+    tokens: ["` + auth.HashToken(trickleToken) + `"]
+    namespaces: [billing]
+    roles: [read]
+    rate: {per_second: 0.001, burst: 1}
 `
 }
 
@@ -303,6 +309,7 @@ type outcome struct {
 	reason     string
 	fields     []string // BadRequest field violations
 	principal  string   // ErrorInfo metadata "principal"
+	retryInfo  bool     // a google.rpc.RetryInfo came with it
 }
 
 func outcomeOf(st *status.Status, httpStatus int) outcome {
@@ -312,6 +319,8 @@ func outcomeOf(st *status.Status, httpStatus int) outcome {
 		case *errdetails.ErrorInfo:
 			o.reason = d.GetReason()
 			o.principal = d.GetMetadata()["principal"]
+		case *errdetails.RetryInfo:
+			o.retryInfo = d.GetRetryDelay().AsDuration() > 0
 		case *errdetails.BadRequest:
 			for _, v := range d.GetFieldViolations() {
 				o.fields = append(o.fields, v.GetField())

@@ -56,7 +56,14 @@ func New(srv *grpc.Server, cfg Config) (http.Handler, error) {
 	buffer := uint32(min(2*int64(cfg.MaxRequestBytes), math.MaxUint32))
 	t, err := vanguardgrpc.NewTranscoder(srv,
 		vanguard.WithCodec(newJSONCodec),
-		vanguard.WithDefaultServiceOptions(vanguard.WithMaxMessageBufferBytes(buffer)),
+		vanguard.WithDefaultServiceOptions(
+			vanguard.WithMaxMessageBufferBytes(buffer),
+			// vanguard answers a query parameter that names no field
+			// UNKNOWN (500), blaming the server for a caller's typo. Query
+			// parameters only ever fill GET requests, which read, so they
+			// are ignored instead, as HTTP servers ignore a cache-buster.
+			vanguard.WithRESTUnmarshalOptions(vanguard.RESTUnmarshalOptions{DiscardUnknownQueryParams: true}),
+		),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

@@ -312,6 +312,31 @@ func lastElements(got, want []string) bool {
 	return true
 }
 
+// TestRateLimitOverHTTP: a principal over its rate is refused over REST and
+// Connect as over gRPC: RESOURCE_EXHAUSTED (429), reason RATE_LIMITED, and
+// a RetryInfo saying when to come back. Its one token is spent on gRPC:
+// the limit is the principal's, whatever protocol it calls with.
+func TestRateLimitOverHTTP(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	trickle := cred{token: trickleToken}
+	conn := e.grpcConn(t, cred{})
+	req := &pb.GetProviderRequest{Name: "stripe"}
+	if _, o := e.grpcCall(t, conn, trickle, "/idempotency.v1.ProviderService/GetProvider", req); o.code != codes.OK {
+		t.Fatalf("first call = %+v, want OK (burst 1)", o)
+	}
+	_, got := e.grpcCall(t, conn, trickle, "/idempotency.v1.ProviderService/GetProvider", req)
+	want := outcome{code: codes.ResourceExhausted, reason: "RATE_LIMITED", principal: "trickle", retryInfo: true}
+	if !cmp.Equal(got, want, cmp.AllowUnexported(outcome{})) {
+		t.Fatalf("second call over gRPC = %+v, want %+v", got, want)
+	}
+	want.httpStatus = 429
+	for _, c := range e.callers(t, trickle) {
+		if _, o, raw := c.call(t, "/idempotency.v1.ProviderService/GetProvider", req); !cmp.Equal(o, want, cmp.AllowUnexported(outcome{})) {
+			t.Errorf("over %s = %+v %s, want %+v", c.name, o, raw, want)
+		}
+	}
+}
+
 // TestAwkwardKeysOverREST: a key holding "/", ":", "%", "?", "#", spaces,
 // dot segments, a doubled slash, non-ASCII, or the scope separator U+001F
 // travels in the REST path when it is percent-encoded like
@@ -466,6 +491,11 @@ func TestBounds(t *testing.T) {
 	}
 	if w := e.store.writes.Load(); w != writes {
 		t.Errorf("refused requests reached the store %d times", w-writes)
+	}
+
+	// A query parameter that names no field is ignored, not a server error.
+	if status, raw := e.do(t, hc, hooks, http.MethodGet, "/v1/providers/stripe?cachebust=1", "", nil, nil); status != 200 {
+		t.Errorf("GET /v1/providers/stripe?cachebust=1 = %d %s, want 200", status, raw)
 	}
 }
 
