@@ -1,7 +1,7 @@
 # claimd's image: a static binary on scratch, run as an unprivileged user.
 #
 #   make image                      # docker build, or buildah where docker is absent
-#   docker run -p 50051:50051 -p 9090:9090 claimd:dev
+#   docker run -p 50051:50051 -p 8080:8080 claimd:dev
 #
 # The filesystem of the last stage is laid out by scripts/rootfs.sh, which
 # cmd/claimd's image test also runs: the test starts that exact tree in a
@@ -35,9 +35,10 @@ COPY --from=build /rootfs /
 # takes the --chown owner.
 COPY --from=build --chown=65532:65532 /data /data
 USER 65532:65532
-# gRPC, then HTTP (/metrics, /healthz, /readyz).
-EXPOSE 50051 9090
+# gRPC, then HTTP (the API over HTTP/JSON, Connect and gRPC-Web; /metrics,
+# /healthz, /readyz).
+EXPOSE 50051 8080
 ENTRYPOINT ["/claimd"]
 # Listen on every interface: inside a container, loopback is unreachable.
 # With no --postgres-url the embedded tiers live in /data (mount a volume).
-CMD ["serve", "--listen", "0.0.0.0:50051", "--http-listen", "0.0.0.0:9090", "--data-dir", "/data"]
+CMD ["serve", "--listen", "0.0.0.0:50051", "--http-listen", "0.0.0.0:8080", "--data-dir", "/data"]

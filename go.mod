@@ -3,6 +3,8 @@ module github.com/claimd/claimd
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.19.1
+	connectrpc.com/vanguard v0.4.0
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/claimd/claimd/clients/go v0.0.0-00010101000000-000000000000
 	github.com/fsnotify/fsnotify v1.10.1

@@ -35,10 +35,15 @@ const (
 	// MiB); tokens and trace headers need a few hundred bytes.
 	maxHeaderListBytes = 64 << 10
 
-	// The HTTP listener serves /metrics, /healthz and /readyz: small GETs.
+	// The HTTP listener serves /metrics, /healthz and /readyz, small GETs,
+	// and the API's unary calls (--http-api): a request is read whole
+	// (at most twice --max-request-bytes of JSON) within httpReadTimeout,
+	// and its answer written within httpWriteTimeout, which is longer than
+	// the longest call: a Claim may wait up to 30s for an in-progress
+	// holder.
 	httpReadHeaderTimeout = 5 * time.Second
 	httpReadTimeout       = 10 * time.Second
-	httpWriteTimeout      = 30 * time.Second // a /metrics scrape is written well within it
+	httpWriteTimeout      = 45 * time.Second
 	// defaultHTTPIdleTimeout closes a keep-alive connection with no
 	// request for this long. Without it (and no ReadTimeout) net/http keeps
 	// an idle connection forever.

@@ -48,7 +48,7 @@ type command struct {
 // run.
 func commands() []command {
 	return []command{
-		{"serve", "serve gRPC (default 127.0.0.1:50051) and HTTP (127.0.0.1:9090); the default command",
+		{"serve", "serve gRPC (default 127.0.0.1:50051) and HTTP (127.0.0.1:8080: the API over HTTP/JSON, Connect, gRPC-Web; metrics); the default command",
 			func(fs *flag.FlagSet) { bindServe(fs, new(serveConfig)) },
 			func(ctx context.Context, args []string, _, stderr io.Writer) error {
 				return runServe(ctx, args, stderr)

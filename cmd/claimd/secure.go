@@ -16,8 +16,8 @@ import (
 // securityConfig is how serve protects its listeners.
 type securityConfig struct {
 	TLSCert, TLSKey string
-	// TLSClientCA requires and verifies client certificates on gRPC (mTLS)
-	// and on /metrics.
+	// TLSClientCA requires and verifies client certificates on gRPC (mTLS),
+	// on the HTTP listener's API calls and on /metrics.
 	TLSClientCA string
 	// AuthFile is the auth file (--auth-file) that internal/auth loads:
 	// principals by token hash or client certificate identity, their
@@ -32,7 +32,7 @@ type securityConfig struct {
 func bindSecurity(fs *flag.FlagSet, s *securityConfig) {
 	fs.StringVar(&s.TLSCert, "tls-cert", "", "PEM certificate chain of both listeners (TLS 1.2+); re-read when it changes")
 	fs.StringVar(&s.TLSKey, "tls-key", "", "PEM private key of --tls-cert; re-read when it changes")
-	fs.StringVar(&s.TLSClientCA, "tls-client-ca", "", "PEM CA bundle: gRPC callers and /metrics scrapers must present a certificate it signed (mTLS); re-read when it changes")
+	fs.StringVar(&s.TLSClientCA, "tls-client-ca", "", "PEM CA bundle: gRPC callers, HTTP API callers and /metrics scrapers must present a certificate it signed (mTLS); re-read when it changes")
 	fs.StringVar(&s.AuthFile, "auth-file", "", "auth file (YAML): principals, their token hashes or client certificate identities, namespaces and roles; re-read on SIGHUP and on change. Empty: no authentication")
 	fs.BoolVar(&s.Insecure, "insecure", false, "allow a non-loopback listener without TLS and authentication (logs a warning at every start)")
 	fs.BoolVar(&s.Reflection, "reflection", true, "serve gRPC server reflection (grpcurl list/describe)")
@@ -58,7 +58,10 @@ func (s *securityConfig) check() error {
 // gRPC needs TLS and authentication: a token file or client certificates.
 // The HTTP listener needs TLS and client certificates, the one
 // authentication /metrics has; /healthz and /readyz stay open to probes.
-func (s *securityConfig) exposure(listen string, grpcAddr net.Addr, httpListen string, httpAddr net.Addr) []string {
+// With api (--http-api) it carries the gRPC services too, and then needs
+// no less than gRPC: client certificates are required of its API calls as
+// of gRPC's (gateway.RequireClientCert), and the auth file applies to both.
+func (s *securityConfig) exposure(listen string, grpcAddr net.Addr, httpListen string, httpAddr net.Addr, api bool) []string {
 	var problems []string
 	if !isLoopback(grpcAddr) {
 		var add []string
@@ -81,9 +84,13 @@ func (s *securityConfig) exposure(listen string, grpcAddr net.Addr, httpListen s
 		if s.TLSClientCA == "" {
 			add = append(add, "--tls-client-ca (scrapers present a client certificate)")
 		}
+		what := "/metrics"
+		if api {
+			what = "/metrics and the API (--http-api)"
+		}
 		if len(add) > 0 {
-			problems = append(problems, fmt.Sprintf("--http-listen %s is not a loopback address and /metrics would be open to anyone who reaches it: add %s",
-				httpListen, strings.Join(add, ", and ")))
+			problems = append(problems, fmt.Sprintf("--http-listen %s is not a loopback address and %s would be open to anyone who reaches it: add %s",
+				httpListen, what, strings.Join(add, ", and ")))
 		}
 	}
 	return problems
@@ -92,8 +99,8 @@ func (s *securityConfig) exposure(listen string, grpcAddr net.Addr, httpListen s
 // admit applies the exposure check to the bound listeners: refused
 // without --insecure; with it, a warning at every start naming what it
 // waived.
-func (s *securityConfig) admit(listen string, grpcAddr net.Addr, httpListen string, httpAddr net.Addr, log *slog.Logger) error {
-	problems := s.exposure(listen, grpcAddr, httpListen, httpAddr)
+func (s *securityConfig) admit(listen string, grpcAddr net.Addr, httpListen string, httpAddr net.Addr, api bool, log *slog.Logger) error {
+	problems := s.exposure(listen, grpcAddr, httpListen, httpAddr, api)
 	switch {
 	case !s.Insecure && len(problems) > 0:
 		return fmt.Errorf("%w: %s; or listen on 127.0.0.1, or pass --insecure to accept the risk", errUsage, strings.Join(problems, "; "))

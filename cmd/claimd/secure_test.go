@@ -96,8 +96,14 @@ func TestExposureRefused(t *testing.T) {
 		{
 			desc:    "public HTTP, nothing",
 			args:    []string{"--http-listen", "0.0.0.0:0"},
-			want:    []string{"--http-listen 0.0.0.0:", "/metrics would be open", "add --tls-cert and --tls-key, and --tls-client-ca"},
+			want:    []string{"--http-listen 0.0.0.0:", "/metrics and the API (--http-api) would be open", "add --tls-cert and --tls-key, and --tls-client-ca"},
 			notWant: []string{"--listen 127"},
+		},
+		{
+			desc:    "public HTTP without the API, nothing",
+			args:    []string{"--http-listen", "0.0.0.0:0", "--http-api=false"},
+			want:    []string{"--http-listen 0.0.0.0:", "/metrics would be open", "add --tls-cert and --tls-key, and --tls-client-ca"},
+			notWant: []string{"the API"},
 		},
 		{
 			desc:    "public HTTP with TLS and tokens: /metrics has no token check",
@@ -255,6 +261,29 @@ func TestTLSListeners(t *testing.T) {
 	_, err = httpsClient(stranger).Get(base + "/metrics")
 	if err == nil {
 		t.Errorf("metrics with a certificate of another CA: GET succeeded, want the handshake refused")
+	}
+
+	// The API on the HTTP listener asks what gRPC asks: a certificate of
+	// the client CA (without an auth file, it is the authentication).
+	for _, tc := range []struct {
+		desc   string
+		client *http.Client
+		want   int
+	}{
+		{"API with a certificate of the CA", httpsClient(client), http.StatusOK},
+		{"API without a certificate", httpsClient(nil), http.StatusUnauthorized},
+	} {
+		res, err := tc.client.Post(base+"/v1/claims", "application/json",
+			strings.NewReader(`{"namespace":"billing","provider":"stripe","eventId":"evt_https"}`))
+		if err != nil {
+			t.Errorf("%s: POST /v1/claims: %v", tc.desc, err)
+			continue
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != tc.want {
+			t.Errorf("%s: POST /v1/claims = %d %s, want %d", tc.desc, res.StatusCode, body, tc.want)
+		}
 	}
 	p.stop(t)
 }

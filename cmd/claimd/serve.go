@@ -28,6 +28,7 @@ import (
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/auth"
 	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/gateway"
 	"github.com/claimd/claimd/internal/janitor"
 	"github.com/claimd/claimd/internal/metrics"
 	"github.com/claimd/claimd/internal/service"
@@ -40,8 +41,11 @@ type serveConfig struct {
 	commonConfig
 	retentionConfig
 	securityConfig
-	Listen          string
-	HTTPListen      string
+	Listen     string
+	HTTPListen string
+	// HTTPAPI serves the gRPC services over HTTP/JSON, Connect and
+	// gRPC-Web on the HTTP listener beside /metrics and the probes.
+	HTTPAPI         bool
 	MaxRequestBytes int
 	HTTPIdleTimeout time.Duration
 	ShutdownTimeout time.Duration
@@ -68,7 +72,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 func bindServe(fs *flag.FlagSet, c *serveConfig) {
 	bindCommon(fs, &c.commonConfig)
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:50051", "gRPC listen address (loopback by default)")
-	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:9090", "HTTP listen address for /metrics, /healthz, /readyz")
+	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:8080", "HTTP listen address for the API over HTTP/JSON, Connect and gRPC-Web (--http-api), /metrics, /healthz, /readyz")
+	fs.BoolVar(&c.HTTPAPI, "http-api", true, "serve the API on --http-listen too: REST routes (POST /v1/claims, …), Connect and gRPC-Web, through the same interceptors as gRPC; false leaves only /metrics, /healthz, /readyz there")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to drain in-flight calls on SIGTERM")
 	fs.DurationVar(&c.ReadyInterval, "ready-interval", time.Second, "how often readiness pings the durable tier")
 	fs.DurationVar(&c.SampleInterval, "metrics-sample-interval", metrics.DefaultSampleInterval, "how often the fast-tier, durable-tier and provider gauges are sampled (never per request or scrape)")
@@ -129,7 +134,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		return fmt.Errorf("--http-listen: %w", err)
 	}
 	defer httpLis.Close()
-	if err := c.admit(c.Listen, grpcLis.Addr(), c.HTTPListen, httpLis.Addr(), log); err != nil {
+	if err := c.admit(c.Listen, grpcLis.Addr(), c.HTTPListen, httpLis.Addr(), c.HTTPAPI, log); err != nil {
 		return err
 	}
 	certs, err := c.reloader(log)
@@ -190,6 +195,12 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if certs != nil {
 		opts = append(opts, grpcCreds(certs))
 	}
+	if c.TLSClientCA != "" && c.HTTPAPI {
+		// The gRPC listener requires a client certificate in its TLS
+		// handshake; the HTTP listener cannot (probes come without one), so
+		// the API calls it carries are held to the rule here.
+		opts = append(opts, gateway.RequireClientCert()...)
+	}
 	if authn != nil {
 		// After metrics and tracing, so refused calls are counted and traced.
 		opts = append(opts, authn.ServerOptions()...)
@@ -248,13 +259,21 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	httpSrv := newHTTPServer(mux, c.HTTPIdleTimeout, log)
+	var api http.Handler
+	if c.HTTPAPI {
+		// After every service is registered: the gateway serves what the
+		// gRPC server has.
+		if api, err = gateway.New(srv, gateway.Config{MaxRequestBytes: c.MaxRequestBytes}); err != nil {
+			return err
+		}
+	}
+	httpSrv := newHTTPServer(httpRoutes(mux, api), c.HTTPIdleTimeout, log)
 
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(grpcLis) }()
 	if certs != nil {
 		// Probes (/healthz, /readyz) come without a client certificate;
-		// /metrics checks for one itself.
+		// /metrics and the API check for one themselves.
 		httpSrv.TLSConfig = certs.ServerConfig(tlsconfig.VerifyClientCertIfGiven, "h2", "http/1.1")
 		go func() { errc <- httpSrv.ServeTLS(httpLis, "", "") }()
 	} else {
@@ -304,6 +323,23 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// httpRoutes serves /metrics, /healthz and /readyz from ops and every
+// other path from api (nil: 404). The paths are compared as they are, not
+// through a ServeMux, which would clean them and redirect: a REST path may
+// carry a key holding "//" or "..", escaped.
+func httpRoutes(ops, api http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/metrics" || r.URL.Path == "/healthz" || r.URL.Path == "/readyz":
+			ops.ServeHTTP(w, r)
+		case api != nil:
+			api.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
 }
 
 // requireNoEviction is --require-noeviction: Redis must answer that its

@@ -1,0 +1,150 @@
+// Package gateway serves the services of claimd's gRPC server to callers
+// without a gRPC stack: REST with JSON on the routes of the proto's
+// google.api.http annotations (POST /v1/claims, …), the Connect protocol
+// (JSON or binary, over HTTP/1.1 or HTTP/2) and gRPC-Web; gRPC itself
+// passes through. Every call is transcoded (connectrpc.com/vanguard) into a
+// gRPC call to the in-process grpc.Server, through its ServeHTTP, so the
+// server's interceptors and stats handlers (validation, errors, metrics,
+// logs, traces, authentication, authorization, rate limits) run exactly as
+// they do for a call on the gRPC listener, and errors keep their gRPC code
+// and details: Connect and REST map the code to an HTTP status and carry
+// the google.rpc.ErrorInfo in the error body.
+//
+// What the HTTP request brings is what the gRPC call sees: its headers are
+// the call's metadata (authorization: Bearer <token> reaches the auth
+// interceptor), and on a TLS connection the client certificate the
+// listener verified is the call's peer certificate.
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"unicode/utf8"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/vanguard"
+	"connectrpc.com/vanguard/vanguardgrpc"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+)
+
+// Config bounds what one HTTP request may bring.
+type Config struct {
+	// MaxRequestBytes is the gRPC server's largest request message
+	// (--max-request-bytes). A request body as sent may be up to twice as
+	// long, since JSON spells bytes fields in base64, a third longer than
+	// the bytes (a Claim's delivery body); the message it decodes to is
+	// then held to MaxRequestBytes by the gRPC server itself, so a call is
+	// refused RESOURCE_EXHAUSTED past the same size whatever its protocol.
+	MaxRequestBytes int
+}
+
+// New returns the handler that serves every service registered on srv.
+// Call it after the last service is registered: the services are read
+// once, here.
+func New(srv *grpc.Server, cfg Config) (http.Handler, error) {
+	if cfg.MaxRequestBytes <= 0 {
+		return nil, errors.New("gateway: MaxRequestBytes must be positive")
+	}
+	// The body as sent and the response as written are buffered whole
+	// while transcoded; this bounds both.
+	buffer := uint32(min(2*int64(cfg.MaxRequestBytes), math.MaxUint32))
+	t, err := vanguardgrpc.NewTranscoder(srv,
+		vanguard.WithCodec(newJSONCodec),
+		vanguard.WithDefaultServiceOptions(
+			vanguard.WithMaxMessageBufferBytes(buffer),
+			// vanguard answers a query parameter that names no field
+			// UNKNOWN (500), blaming the server for a caller's typo. Query
+			// parameters only ever fill GET requests, which read, so they
+			// are ignored instead, as HTTP servers ignore a cache-buster.
+			vanguard.WithRESTUnmarshalOptions(vanguard.RESTUnmarshalOptions{DiscardUnknownQueryParams: true}),
+		),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	return escapedPath(t), nil
+}
+
+// escapedPath routes on the path as the caller escaped it. vanguard
+// matches REST routes against URL.Path, which net/http has already
+// unescaped, so a key holding "/" (sent as %2F) would split into two
+// segments and a key holding ":" (%3A) would be read as the start of the
+// ":transition" verb. Given the escaped path, vanguard splits it on the
+// caller's own "/" and ":" and unescapes each path variable itself (the
+// google.api.http rule for single-segment variables). Connect and gRPC
+// paths hold nothing to escape and are unchanged.
+func escapedPath(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if escaped := r.URL.EscapedPath(); escaped != r.URL.Path {
+			r2 := *r
+			u := *r.URL
+			u.Path, u.RawPath = escaped, ""
+			r2.URL = &u
+			r = &r2
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// jsonCodec is vanguard's JSON codec made strict, with short errors.
+type jsonCodec struct {
+	*vanguard.JSONCodec
+}
+
+// newJSONCodec refuses unknown fields instead of dropping them (vanguard's
+// default): a misspelt "scope" dropped in silence would claim another key.
+// It writes proto3's canonical JSON, as grpcurl and Connect clients do:
+// a field at its zero value is left out (no "changed" is false), where
+// vanguard's default would write every one, empty secrets and
+// REASON_UNSPECIFIED included.
+func newJSONCodec(res vanguard.TypeResolver) vanguard.Codec {
+	c := vanguard.NewJSONCodec(res)
+	c.UnmarshalOptions.DiscardUnknown = false
+	c.MarshalOptions.EmitUnpopulated = false
+	return jsonCodec{c}
+}
+
+// maxErrorBytes bounds the text of a decoding error: protojson quotes the
+// offending token, and a body is the caller's to fill.
+const maxErrorBytes = 200
+
+// Unmarshal is JSONCodec.Unmarshal with its error made the service's bad
+// input: INVALID_ARGUMENT (400) with ErrorInfo reason INVALID_ARGUMENT,
+// and the text clipped. (vanguard would answer a plain error UNKNOWN, 500.)
+// The call never reaches the gRPC server, so it writes nothing.
+func (c jsonCodec) Unmarshal(data []byte, msg proto.Message) error {
+	if err := c.JSONCodec.Unmarshal(data, msg); err != nil {
+		return invalidJSON(err)
+	}
+	return nil
+}
+
+func invalidJSON(err error) error {
+	ce := connect.NewError(connect.CodeInvalidArgument, clipped(err))
+	if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: pb.ErrorReason_INVALID_ARGUMENT.String(), Domain: errorDomain}); derr == nil {
+		ce.AddDetail(d)
+	}
+	return ce
+}
+
+func clipped(err error) error {
+	s := err.Error()
+	if len(s) <= maxErrorBytes {
+		return err
+	}
+	cut := maxErrorBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Errorf("%s… (%d bytes)", s[:cut], len(s))
+}
+
+// The codec must keep vanguard's REST abilities (a GET's query and path
+// parameters, body: "field").
+var _ vanguard.RESTCodec = jsonCodec{}
