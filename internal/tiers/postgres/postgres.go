@@ -253,7 +253,12 @@ func (s *Store) Get(ctx context.Context, k tiers.Key) (tiers.Record, error) {
 // committed before it starts. It returns tiers.ErrNotFound or the raw
 // database error.
 func (s *Store) get(ctx context.Context, k tiers.Key) (tiers.Record, error) {
-	rec, err := scanRecord(s.pool.QueryRow(ctx, getSQL, k.Namespace, k.Provider, k.Key), k)
+	return getOn(ctx, s.pool, k)
+}
+
+// getOn is get on q, the pool or a transaction.
+func getOn(ctx context.Context, q querier, k tiers.Key) (tiers.Record, error) {
+	rec, err := scanRecord(q.QueryRow(ctx, getSQL, k.Namespace, k.Provider, k.Key), k)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tiers.Record{}, fmt.Errorf("postgres: %s: %w", k, tiers.ErrNotFound)
 	}

@@ -1,0 +1,37 @@
+package postgres
+
+import (
+	"encoding/base64"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A ListDeferred cursor is the keyset position of a page's last row:
+// its last_seen_at in microseconds (PostgreSQL's precision, so the position
+// compares equal to the stored value) and its key, base64url-encoded so
+// that callers treat it as opaque.
+
+// errBadCursor: a cursor this package did not make.
+var errBadCursor = errors.New("postgres: list deferred: malformed page cursor")
+
+func encodeCursor(at time.Time, key string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixMicro(), 10) + ":" + key))
+}
+
+func decodeCursor(c string) (time.Time, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", errBadCursor
+	}
+	micros, key, ok := strings.Cut(string(b), ":")
+	if !ok {
+		return time.Time{}, "", errBadCursor
+	}
+	us, err := strconv.ParseInt(micros, 10, 64)
+	if err != nil {
+		return time.Time{}, "", errBadCursor
+	}
+	return time.UnixMicro(us).UTC(), key, nil
+}
