@@ -2,10 +2,12 @@ package postgres
 
 import (
 	"encoding/base64"
-	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/claimd/claimd/internal/tiers"
 )
 
 // A ListDeferred cursor is the keyset position of a page's last row:
@@ -14,7 +16,7 @@ import (
 // that callers treat it as opaque.
 
 // errBadCursor: a cursor this package did not make.
-var errBadCursor = errors.New("postgres: list deferred: malformed page cursor")
+var errBadCursor = fmt.Errorf("postgres: list deferred: %w", tiers.ErrInvalidCursor)
 
 func encodeCursor(at time.Time, key string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixMicro(), 10) + ":" + key))

@@ -39,6 +39,7 @@ var (
 	entityLockExistingSQL = loadQuery("entity_lock_existing")
 	entitySettleSQL       = loadQuery("entity_settle")
 	entityFreeSQL         = loadQuery("entity_free")
+	entityForgetSQL       = loadQuery("entity_forget")
 	entityGetSQL          = loadQuery("entity_get")
 	deferredListSQL       = loadQuery("deferred_list")
 	deferredCountSQL      = loadQuery("deferred_count")
@@ -96,6 +97,9 @@ func claimEntityTx(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) (tiers.C
 		// DUPLICATE, IN_PROGRESS, PAYLOAD_MISMATCH or the repeated
 		// ACQUIRED of an attempt (which holds the entity already): the
 		// key's own answer.
+		if err := forgetEntity(ctx, tx, p); err != nil {
+			return tiers.ClaimResult{}, false, err
+		}
 		res.Entity = &tiers.EntityPosition{State: state}
 		return res, true, nil
 	}
@@ -136,7 +140,10 @@ func claimEntityTx(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) (tiers.C
 	var count int32
 	if err := tx.QueryRow(ctx, deferralSQL, p.Key.Namespace, p.Key.Provider, p.Key.Key,
 		e.Lifecycle, e.EntityID, e.EventType, outcome == tiers.OutcomeSuperseded, p.Now,
-		nonNil(e.From), window).Scan(&count); err != nil {
+		nonNil(e.From), window, e.Initial).Scan(&count); err != nil {
+		return tiers.ClaimResult{}, false, err
+	}
+	if err := forgetEntity(ctx, tx, p); err != nil {
 		return tiers.ClaimResult{}, false, err
 	}
 	// The audit row names no record: none was written or changed.
@@ -144,11 +151,22 @@ func claimEntityTx(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) (tiers.C
 		int16(outcome), int16(0), int16(0), int64(0), int64(0), p.Holder, p.AttemptID, p.PayloadHash); err != nil {
 		return tiers.ClaimResult{}, false, err
 	}
+	pos := &tiers.EntityPosition{State: state, BusyWith: busyWith}
+	if outcome == tiers.OutcomeDeferred {
+		pos.Deferrals = uint32(count)
+	}
 	return tiers.ClaimResult{
 		Outcome: outcome,
 		Record:  tiers.Record{Key: p.Key, Lifecycle: e.Lifecycle, EntityID: e.EntityID, EventType: e.EventType},
-		Entity:  &tiers.EntityPosition{State: state, BusyWith: busyWith, Deferrals: uint32(count)},
+		Entity:  pos,
 	}, true, nil
+}
+
+// forgetEntity deletes p's entity when the claim leaves it as if never
+// seen (entity_forget.sql).
+func forgetEntity(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) error {
+	_, err := tx.Exec(ctx, entityForgetSQL, p.Key.Namespace, p.Key.Provider, p.Entity.Lifecycle, p.Entity.EntityID)
+	return err
 }
 
 // holderLive reports whether the claim of key holding an entity with token

@@ -11,7 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/claimd/claimd/internal/tiers"
-	"github.com/claimd/claimd/internal/tiers/postgres"
 )
 
 // The payment lifecycle of these tests: new → created → processing →
@@ -171,77 +170,6 @@ func TestEntityStripeSequenceOutOfOrder(t *testing.T) {
 	}
 }
 
-func TestEntityDuplicateStaysDuplicate(t *testing.T) {
-	e := newEnv(t)
-	res := e.claim(e.entityParams("evt_c", "pi_3", "created"))
-	e.settle("evt_c", res.Record.Token)
-	// The entity is past created now; the key's own decision comes first.
-	res = e.claim(e.entityParams("evt_c", "pi_3", "created"))
-	wantOutcome(t, "Claim(settled key again)", res, tiers.OutcomeDuplicate)
-	if res.Entity == nil || res.Entity.State != "created" {
-		t.Fatalf("Claim(settled key again).Entity = %+v, want state created", res.Entity)
-	}
-	// IN_PROGRESS too: the holder's own key claimed again.
-	res = e.claim(e.entityParams("evt_p", "pi_3", "processing"))
-	wantOutcome(t, "Claim(processing)", res, tiers.OutcomeAcquired)
-	other := e.entityParams("evt_p", "pi_3", "processing")
-	other.Holder = "pod-b"
-	wantOutcome(t, "Claim(processing, another pod)", e.claim(other), tiers.OutcomeInProgress)
-	// The same attempt retried: the same ACQUIRED, still holding the entity.
-	same := e.entityParams("evt_p", "pi_3", "processing")
-	same.AttemptID = "attempt-1"
-	e.clk.Advance(2 * lease)
-	same.Now = e.clk.Now()
-	r1 := e.claim(same) // lease over: taken over, the entity's holder is its own key
-	wantOutcome(t, "Claim(after lease)", r1, tiers.OutcomeAcquired)
-	r2 := e.claim(same)
-	if r2.Outcome != tiers.OutcomeAcquired || r2.Record.Token != r1.Record.Token {
-		t.Fatalf("Claim(same attempt) = %v token %d, want ACQUIRED token %d", r2.Outcome, r2.Record.Token, r1.Record.Token)
-	}
-	e.settle("evt_p", r1.Record.Token)
-	if diff := cmp.Diff([]string{"created", "processing"}, e.applied("pi_3")); diff != "" {
-		t.Errorf("applied (-want +got):\n%s", diff)
-	}
-}
-
-// TestEntityBusyDefersAndLeaseFrees: an event that could proceed waits while
-// another event of its entity is owned; when that owner's lease ends it
-// proceeds, and the vanished owner can no longer settle.
-func TestEntityBusyDefersAndLeaseFrees(t *testing.T) {
-	e := newEnv(t)
-	a := e.claim(e.entityParams("evt_a", "pi_4", "created"))
-	wantOutcome(t, "Claim(a)", a, tiers.OutcomeAcquired)
-	b := e.claim(e.entityParams("evt_b", "pi_4", "canceled"))
-	wantOutcome(t, "Claim(b while a owns)", b, tiers.OutcomeDeferred)
-	if b.Entity == nil || b.Entity.BusyWith != "created" || b.Entity.State != "new" || b.Entity.Deferrals != 1 {
-		t.Fatalf("Claim(b).Entity = %+v, want busy with created in state new", b.Entity)
-	}
-	e.clk.Advance(lease)
-	p := e.entityParams("evt_b", "pi_4", "canceled")
-	b = e.claim(p)
-	wantOutcome(t, "Claim(b after a's lease)", b, tiers.OutcomeAcquired)
-	// a wakes up: its record is still its own, but the entity is not.
-	e.transition("evt_a", a.Record.Token, tiers.StateProcessing)
-	_, _, err := e.store.Transition(e.ctx(), tiers.TransitionParams{Key: key("evt_a"), Now: e.clk.Now(), Token: a.Record.Token,
-		SecretHash: ownerHash, To: tiers.StateSettled, Result: []byte("late")})
-	if !errors.Is(err, tiers.ErrStaleToken) {
-		t.Fatalf("Transition(a → SETTLED) after losing the entity error = %v, want ErrStaleToken", err)
-	}
-	if rec := e.get("evt_a"); rec.State != tiers.StateProcessing {
-		t.Fatalf("a's record after the refused settle = %v, want PROCESSING (nothing written)", rec.State)
-	}
-	e.settle("evt_b", b.Record.Token)
-	ent := e.entity("pi_4")
-	if ent.State != "canceled" || ent.Version != 1 {
-		t.Fatalf("entity = %s version %d, want canceled, 1", ent.State, ent.Version)
-	}
-	// a can still fail its record: nothing of the entity changes.
-	e.transition("evt_a", a.Record.Token, tiers.StateFailed)
-	if ent := e.entity("pi_4"); ent.State != "canceled" || ent.Version != 1 {
-		t.Fatalf("entity after a failed = %s version %d, want canceled, 1", ent.State, ent.Version)
-	}
-}
-
 // TestEntityFailedAndReleasedFree: FAILED and Release free the entity
 // without moving it.
 func TestEntityFailedAndReleasedFree(t *testing.T) {
@@ -384,8 +312,8 @@ func checkChain(t *testing.T, ent tiers.Entity, want int) {
 }
 
 // TestEntitySettleRaceAfterLease: the owner whose lease ran out and the
-// event that took the entity over settle at once, 64 times over: only the
-// current holder advances the entity.
+// event that took the entity over settle at once, on 32 entities together:
+// only the current holder advances each.
 func TestEntitySettleRaceAfterLease(t *testing.T) {
 	e := newEnv(t)
 	const n = 32
@@ -425,14 +353,6 @@ func TestEntitySettleRaceAfterLease(t *testing.T) {
 		if got := e.applied(id); !cmp.Equal(got, []string{"canceled"}) {
 			t.Errorf("%s applied %v, want [canceled]", id, got)
 		}
-	}
-}
-
-func TestGetEntityNotFound(t *testing.T) {
-	e := newEnv(t)
-	_, err := e.store.GetEntity(e.ctx(), tiers.EntityKey{Namespace: "billing", Provider: "stripe", Lifecycle: "payment", EntityID: "pi_none"})
-	if !errors.Is(err, tiers.ErrEntityNotFound) {
-		t.Fatalf("GetEntity(never seen) error = %v, want ErrEntityNotFound", err)
 	}
 }
 
@@ -488,64 +408,11 @@ func TestListDeferredPagesNewestFirst(t *testing.T) {
 	if all[0].Key != "evt_0" || all[0].Count != 2 {
 		t.Errorf("ListDeferred(provider)[0] = %+v, want evt_0 seen twice", all[0])
 	}
-	if _, _, err := e.store.ListDeferred(e.ctx(), tiers.ListDeferredParams{Namespace: "billing", Provider: "stripe", After: "not a cursor!"}); err == nil {
-		t.Error("ListDeferred(malformed cursor) error = nil")
+	if _, _, err := e.store.ListDeferred(e.ctx(), tiers.ListDeferredParams{Namespace: "billing", Provider: "stripe", After: "not a cursor!"}); !errors.Is(err, tiers.ErrInvalidCursor) {
+		t.Errorf("ListDeferred(malformed cursor) error = %v, want ErrInvalidCursor", err)
 	}
 	if other, _, err := e.store.ListDeferred(e.ctx(), tiers.ListDeferredParams{Namespace: "billing", Provider: "github"}); err != nil || len(other) != 0 {
 		t.Errorf("ListDeferred(another provider) = %v, %v; want none", other, err)
-	}
-}
-
-func TestCountDeferredLostByProviderCutoff(t *testing.T) {
-	e := newEnv(t)
-	t0 := e.clk.Now()
-	wantOutcome(t, "Claim(old)", e.claim(e.entityParams("evt_old", "pi_a", "succeeded")), tiers.OutcomeDeferred)
-	e.clk.Advance(time.Hour)
-	wantOutcome(t, "Claim(new)", e.claim(e.entityParams("evt_new", "pi_b", "succeeded")), tiers.OutcomeDeferred)
-	// Superseded events are not deferred ones.
-	c := e.claim(e.entityParams("evt_c", "pi_c", "created"))
-	e.settle("evt_c", c.Record.Token)
-	wantOutcome(t, "Claim(stale)", e.claim(e.entityParams("evt_stale", "pi_c", "created")), tiers.OutcomeSuperseded)
-	gh := e.entityParams("evt_gh", "pi_d", "succeeded")
-	gh.Key.Provider = "github"
-	wantOutcome(t, "Claim(github)", e.claim(gh), tiers.OutcomeDeferred)
-
-	tests := []struct {
-		desc             string
-		lostBefore       map[string]time.Time
-		deferred, wantLo int
-	}{
-		{"no cutoffs", nil, 3, 0},
-		{"stripe's cutoff between the two", map[string]time.Time{"stripe": t0.Add(time.Minute)}, 3, 1},
-		{"both providers past", map[string]time.Time{"stripe": e.clk.Now().Add(time.Minute), "github": e.clk.Now().Add(time.Minute)}, 3, 3},
-	}
-	for _, tc := range tests {
-		d, l, err := e.store.CountDeferred(e.ctx(), tc.lostBefore)
-		if err != nil || d != tc.deferred || l != tc.wantLo {
-			t.Errorf("%s: CountDeferred() = %d, %d, %v; want %d, %d", tc.desc, d, l, err, tc.deferred, tc.wantLo)
-		}
-	}
-}
-
-// TestEntitySurvivesRestart: what a claim acquired before a restart settles
-// after it, and the entity's history is where it was.
-func TestEntitySurvivesRestart(t *testing.T) {
-	e := newEnv(t)
-	res := e.claim(e.entityParams("evt_c", "pi_r", "created"))
-	e.settle("evt_c", res.Record.Token)
-	res = e.claim(e.entityParams("evt_p", "pi_r", "processing"))
-	wantOutcome(t, "Claim(processing)", res, tiers.OutcomeAcquired)
-	e.store.Close()
-	s, err := postgres.New(context.Background(), postgres.Config{URL: e.url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	e.store = s
-	wantOutcome(t, "Claim(succeeded while processing is owned)", e.claim(e.entityParams("evt_s", "pi_r", "succeeded")), tiers.OutcomeDeferred)
-	e.settle("evt_p", res.Record.Token)
-	if diff := cmp.Diff([]string{"created", "processing"}, e.applied("pi_r")); diff != "" {
-		t.Errorf("applied after restart (-want +got):\n%s", diff)
 	}
 }
 
@@ -579,30 +446,5 @@ func TestPruneEntities(t *testing.T) {
 	var orphans int
 	if err := e.db.QueryRow(e.ctx(), `SELECT count(*) FROM entity_events WHERE entity_id = 'pi_old'`).Scan(&orphans); err != nil || orphans != 0 {
 		t.Errorf("applied events of the pruned entity = %d, %v; want 0", orphans, err)
-	}
-}
-
-// TestEntityOnPartitionedClaims: the claim record's entity columns work on
-// claims hash-partitioned by `claimd migrate --partition-claims`.
-func TestEntityOnPartitionedClaims(t *testing.T) {
-	e := newEnv(t)
-	e.store.Close()
-	if err := postgres.PartitionClaims(context.Background(), postgres.Config{URL: e.url}, 4); err != nil {
-		t.Fatalf("PartitionClaims() error = %v", err)
-	}
-	s, err := postgres.New(context.Background(), postgres.Config{URL: e.url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	e.store = s
-	wantOutcome(t, "Claim(processing first)", e.claim(e.entityParams("evt_p", "pi_part", "processing")), tiers.OutcomeDeferred)
-	res := e.claim(e.entityParams("evt_c", "pi_part", "created"))
-	e.settle("evt_c", res.Record.Token)
-	res = e.claim(e.entityParams("evt_p", "pi_part", "processing"))
-	wantOutcome(t, "Claim(processing after created)", res, tiers.OutcomeAcquired)
-	e.settle("evt_p", res.Record.Token)
-	if diff := cmp.Diff([]string{"created", "processing"}, e.applied("pi_part")); diff != "" {
-		t.Errorf("applied (-want +got):\n%s", diff)
 	}
 }

@@ -59,7 +59,9 @@ CREATE TABLE entity_events (
 
 -- One row per event (key) that was ever DEFERRED or SUPERSEDED: the last
 -- decision, how many deliveries met one, first and last seen, the states it
--- awaits (its From), and whether a later delivery of it was settled.
+-- awaits (its From), and whether a later delivery of it was settled. A
+-- deferral alone creates no entity row (entity_forget.sql): the lifecycle's
+-- initial state is kept here to report the state of such an entity.
 -- expires_at is the dedup window end of the last such delivery.
 CREATE TABLE deferrals (
     namespace     text        NOT NULL,
@@ -73,6 +75,7 @@ CREATE TABLE deferrals (
     first_seen_at timestamptz NOT NULL,
     last_seen_at  timestamptz NOT NULL,
     awaiting      text[]      NOT NULL,
+    initial_state text        NOT NULL, -- the entity's state while it has no row
     applied       boolean     NOT NULL DEFAULT false,
     expires_at    timestamptz NOT NULL,
     PRIMARY KEY (namespace, provider, key)

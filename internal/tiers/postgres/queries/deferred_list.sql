@@ -7,7 +7,7 @@
 -- $1 namespace, $2 provider, $3 entity id or '' for all, $4 last_seen_at
 -- and $5 key of the cursor (NULL and '' for the first page).
 SELECT d.lifecycle, d.entity_id, d.event_type, d.key, d.superseded, d.count,
-       d.first_seen_at, d.last_seen_at, d.awaiting, coalesce(n.state, ''), d.applied
+       d.first_seen_at, d.last_seen_at, d.awaiting, coalesce(n.state, d.initial_state), d.applied
 FROM deferrals d
 LEFT JOIN entities n USING (namespace, provider, lifecycle, entity_id)
 WHERE d.namespace = $1 AND d.provider = $2
