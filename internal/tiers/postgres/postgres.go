@@ -9,6 +9,12 @@
 // nothing the row is read back and the pure functions name the answer or the
 // error, so both paths give tiers' answers exactly.
 //
+// Claims that carry an entity event (tiers.EntityEvent) are the exception:
+// each runs a short transaction that locks the entity's row, decides the
+// key as above, and orders the event against the entity (entity.go); the
+// settle, failure or release of such a record locks the entity too, in the
+// same order, and advances or frees it in the same transaction.
+//
 // Time is never PostgreSQL's: every decision compares the times carried by
 // the call's params (the service's injected clock). The server's now()
 // appears only in bookkeeping columns (claimd_schema_migrations.applied_at,
