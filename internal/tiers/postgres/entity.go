@@ -20,11 +20,15 @@ import (
 // savepoint. Only when claim.sql acquired is the claim ordered: the entity
 // proceeds, or the savepoint is rolled back (the acquisition and its audit
 // row vanish, the record stays as it was) and the event's deferral row is
-// written instead. Every write that touches an entity takes the entity's
-// lock before the record's (a settle, a failure or a release of a record
-// that carries an entity reads the record, then locks the entity, then
-// writes the record: fenced.go), so a claim and a settle of one entity
-// never wait on each other in opposite orders.
+// written instead. A claim that does not proceed leaves behind no entity
+// row that no event applied to and no claim holds (entity_forget.sql): a
+// deferral alone creates no entity.
+//
+// Every write that touches an entity takes the entity's lock before the
+// record's (a settle, a failure or a release of a record that carries an
+// entity reads the record, then locks the entity, then writes the record:
+// fenced.go), so a claim and a settle of one entity never wait on each
+// other in opposite orders.
 //
 // Under the entity's lock, two claims of one entity are decided one after
 // the other, and the holder can neither settle nor free it meanwhile: of
