@@ -10,7 +10,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/tiers"
+	"github.com/claimd/claimd/internal/tiers/postgres"
 )
 
 // The payment lifecycle of these tests: new → created → processing →
@@ -446,5 +448,70 @@ func TestPruneEntities(t *testing.T) {
 	var orphans int
 	if err := e.db.QueryRow(e.ctx(), `SELECT count(*) FROM entity_events WHERE entity_id = 'pi_old'`).Scan(&orphans); err != nil || orphans != 0 {
 		t.Errorf("applied events of the pruned entity = %d, %v; want 0", orphans, err)
+	}
+}
+
+// TestEntityAuditRows: a DEFERRED or SUPERSEDED claim is audited with its
+// outcome and no record (state and token 0: none was written), and the
+// acquisition it rolled back left no ACQUIRED row.
+func TestEntityAuditRows(t *testing.T) {
+	e := newEnv(t)
+	wantOutcome(t, "Claim(succeeded first)", e.claim(e.entityParams("evt_s", "pi_audit", "succeeded")), tiers.OutcomeDeferred)
+	res := e.claim(e.entityParams("evt_c", "pi_audit", "created"))
+	e.settle("evt_c", res.Record.Token)
+	wantOutcome(t, "Claim(created again, another key)", e.claim(e.entityParams("evt_c2", "pi_audit", "created")), tiers.OutcomeSuperseded)
+	wantOutcome(t, "Claim(canceled, from created)", e.claim(e.entityParams("evt_x", "pi_audit", "canceled")), tiers.OutcomeAcquired)
+	outcome := func(o tiers.Outcome) *int16 { v := int16(o); return &v }
+	reason := func(r tiers.Reason) *int16 { v := int16(r); return &v }
+	for k, want := range map[string][]auditRow{
+		"evt_s":  {{Op: "claim", Outcome: outcome(tiers.OutcomeDeferred), Holder: "pod-a"}},
+		"evt_c2": {{Op: "claim", Outcome: outcome(tiers.OutcomeSuperseded), Holder: "pod-a"}},
+		"evt_x": {{Op: "claim", Outcome: outcome(tiers.OutcomeAcquired), Reason: reason(tiers.ReasonNew),
+			State: int16(tiers.StateReceived), Token: 1, Holder: "pod-a"}},
+	} {
+		if diff := cmp.Diff(want, e.audit(k)); diff != "" {
+			t.Errorf("audit_log of %s (-want +got):\n%s", k, diff)
+		}
+	}
+}
+
+// TestUpgradeKeepsRecordsWithoutEntities: a record written before
+// migration 0004 reads back after it as a record of no entity, and settles.
+func TestUpgradeKeepsRecordsWithoutEntities(t *testing.T) {
+	url := freshDatabase(t)
+	ctx := context.Background()
+	if err := postgres.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	s, err := postgres.New(ctx, postgres.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, url: url, store: s, clk: clock.NewFake(time.Now())}
+	res := e.claim(e.params("evt_v3"))
+	e.transition("evt_v3", res.Record.Token, tiers.StateProcessing)
+	s.Close()
+	// Back to schema 3.
+	for _, q := range []string{
+		`ALTER TABLE claims DROP COLUMN lifecycle, DROP COLUMN entity_id, DROP COLUMN event_type, DROP COLUMN entity_to`,
+		`DROP TABLE entity_events, entities, deferrals`,
+		`DELETE FROM claimd_schema_migrations WHERE version > 3`,
+	} {
+		if _, err := openDB(t, url, postgres.DefaultSchema).Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := postgres.Migrate(ctx, url); err != nil {
+		t.Fatalf("Migrate(schema 3) error = %v", err)
+	}
+	if e.store, err = postgres.New(ctx, postgres.Config{URL: url}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.store.Close() })
+	if rec := e.get("evt_v3"); rec == nil || rec.State != tiers.StateProcessing || rec.Lifecycle != "" || rec.EntityID != "" || rec.EventType != "" {
+		t.Fatalf("Get(schema-3 record) = %+v, want PROCESSING with no entity", rec)
+	}
+	if rec := e.transition("evt_v3", res.Record.Token, tiers.StateSettled); rec.State != tiers.StateSettled {
+		t.Fatalf("Transition(schema-3 record →SETTLED) state = %v", rec.State)
 	}
 }
