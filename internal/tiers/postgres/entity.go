@@ -265,7 +265,10 @@ type refusal struct{ err error }
 func (r refusal) Error() string { return r.err.Error() }
 func (r refusal) Unwrap() error { return r.err }
 
-// GetEntity reads an entity and its applied events, oldest first.
+// GetEntity reads an entity and its applied events, oldest first. BusyWith
+// is the key that last acquired the entity and has not settled, failed or
+// released it yet, even when that holder's lease has run out since: a store
+// read carries no time to judge a lease by (a claim does, and orders by it).
 func (s *Store) GetEntity(ctx context.Context, k tiers.EntityKey) (tiers.Entity, error) {
 	rows, err := s.pool.Query(ctx, entityGetSQL, k.Namespace, k.Provider, k.Lifecycle, k.EntityID)
 	if err != nil {

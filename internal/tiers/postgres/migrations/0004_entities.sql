@@ -86,3 +86,6 @@ CREATE INDEX deferrals_last_seen ON deferrals (namespace, provider, last_seen_at
 CREATE INDEX deferrals_entity ON deferrals (namespace, provider, entity_id, last_seen_at DESC, key DESC);
 -- Prune walks this one.
 CREATE INDEX deferrals_expires_at ON deferrals (expires_at);
+-- CountDeferred (the claimd_deferred_events gauge, on every scrape) reads
+-- only the events still waiting: applied and superseded rows stay out of it.
+CREATE INDEX deferrals_waiting ON deferrals (provider, first_seen_at) WHERE NOT applied AND NOT superseded;
