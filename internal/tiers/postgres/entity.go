@@ -101,7 +101,7 @@ func claimEntityTx(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) (tiers.C
 		// DUPLICATE, IN_PROGRESS, PAYLOAD_MISMATCH or the repeated
 		// ACQUIRED of an attempt (which holds the entity already): the
 		// key's own answer.
-		if err := forgetEntity(ctx, tx, p); err != nil {
+		if err := forgetEntity(ctx, tx, p, state); err != nil {
 			return tiers.ClaimResult{}, false, err
 		}
 		res.Entity = &tiers.EntityPosition{State: state}
@@ -147,7 +147,7 @@ func claimEntityTx(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) (tiers.C
 		nonNil(e.From), window, e.Initial).Scan(&count); err != nil {
 		return tiers.ClaimResult{}, false, err
 	}
-	if err := forgetEntity(ctx, tx, p); err != nil {
+	if err := forgetEntity(ctx, tx, p, state); err != nil {
 		return tiers.ClaimResult{}, false, err
 	}
 	// The audit row names no record: none was written or changed.
@@ -166,9 +166,13 @@ func claimEntityTx(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) (tiers.C
 	}, true, nil
 }
 
-// forgetEntity deletes p's entity when the claim leaves it as if never
-// seen (entity_forget.sql).
-func forgetEntity(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) error {
+// forgetEntity deletes p's entity, in state, when the claim leaves it as
+// if never seen (entity_forget.sql). An entity out of its initial state had
+// an event applied: the statement is skipped.
+func forgetEntity(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams, state string) error {
+	if state != p.Entity.Initial {
+		return nil
+	}
 	_, err := tx.Exec(ctx, entityForgetSQL, p.Key.Namespace, p.Key.Provider, p.Entity.Lifecycle, p.Entity.EntityID)
 	return err
 }
