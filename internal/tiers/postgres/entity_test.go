@@ -491,16 +491,7 @@ func TestUpgradeKeepsRecordsWithoutEntities(t *testing.T) {
 	res := e.claim(e.params("evt_v3"))
 	e.transition("evt_v3", res.Record.Token, tiers.StateProcessing)
 	s.Close()
-	// Back to schema 3.
-	for _, q := range []string{
-		`ALTER TABLE claims DROP COLUMN lifecycle, DROP COLUMN entity_id, DROP COLUMN event_type, DROP COLUMN entity_to`,
-		`DROP TABLE entity_events, entities, deferrals`,
-		`DELETE FROM claimd_schema_migrations WHERE version > 3`,
-	} {
-		if _, err := openDB(t, url, postgres.DefaultSchema).Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	backToSchema3(t, url)
 	if err := postgres.Migrate(ctx, url); err != nil {
 		t.Fatalf("Migrate(schema 3) error = %v", err)
 	}
@@ -513,5 +504,64 @@ func TestUpgradeKeepsRecordsWithoutEntities(t *testing.T) {
 	}
 	if rec := e.transition("evt_v3", res.Record.Token, tiers.StateSettled); rec.State != tiers.StateSettled {
 		t.Fatalf("Transition(schema-3 record →SETTLED) state = %v", rec.State)
+	}
+}
+
+// backToSchema3 undoes migration 0004 in the default schema of url, as a
+// binary before lifecycles left it.
+func backToSchema3(t *testing.T, url string) {
+	t.Helper()
+	for _, q := range []string{
+		`ALTER TABLE claims DROP COLUMN lifecycle, DROP COLUMN entity_id, DROP COLUMN event_type, DROP COLUMN entity_to`,
+		`DROP TABLE entity_events, entities, deferrals`,
+		`DELETE FROM claimd_schema_migrations WHERE version > 3`,
+	} {
+		if _, err := openDB(t, url, postgres.DefaultSchema).Exec(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// TestMigrateEntitiesOnPartitionedClaims: a deployment whose claims were
+// hash-partitioned before migration 0004 gets the entity columns on every
+// partition, and lifecycle claims work on it.
+func TestMigrateEntitiesOnPartitionedClaims(t *testing.T) {
+	url := freshDatabase(t)
+	ctx := context.Background()
+	if err := postgres.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	backToSchema3(t, url)
+	if err := postgres.PartitionClaims(ctx, postgres.Config{URL: url}, 4); err != nil {
+		t.Fatalf("PartitionClaims(schema 3) error = %v", err)
+	}
+	if err := postgres.Migrate(ctx, url); err != nil {
+		t.Fatalf("Migrate(partitioned schema 3) error = %v", err)
+	}
+	db := openDB(t, url, postgres.DefaultSchema)
+	var partitions, withColumns int
+	if err := db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE (
+			SELECT count(*) FROM pg_attribute a WHERE a.attrelid = i.inhrelid AND NOT a.attisdropped
+			  AND a.attname IN ('lifecycle', 'entity_id', 'event_type', 'entity_to')) = 4)
+		FROM pg_inherits i WHERE i.inhparent = 'claims'::regclass`).Scan(&partitions, &withColumns); err != nil {
+		t.Fatal(err)
+	}
+	if partitions != 4 || withColumns != 4 {
+		t.Fatalf("%d of %d claims partitions have the entity columns, want 4 of 4", withColumns, partitions)
+	}
+	s, err := postgres.New(ctx, postgres.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, url: url, store: s, clk: clock.NewFake(time.Now())}
+	t.Cleanup(func() { e.store.Close() })
+	wantOutcome(t, "Claim(processing first)", e.claim(e.entityParams("evt_p", "pi_part", "processing")), tiers.OutcomeDeferred)
+	res := e.claim(e.entityParams("evt_c", "pi_part", "created"))
+	e.settle("evt_c", res.Record.Token)
+	res = e.claim(e.entityParams("evt_p", "pi_part", "processing"))
+	wantOutcome(t, "Claim(processing after created)", res, tiers.OutcomeAcquired)
+	e.settle("evt_p", res.Record.Token)
+	if diff := cmp.Diff([]string{"created", "processing"}, e.applied("pi_part")); diff != "" {
+		t.Errorf("applied (-want +got):\n%s", diff)
 	}
 }
