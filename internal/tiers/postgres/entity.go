@@ -21,8 +21,8 @@ import (
 // proceeds, or the savepoint is rolled back (the acquisition and its audit
 // row vanish, the record stays as it was) and the event's deferral row is
 // written instead. A claim that does not proceed leaves behind no entity
-// row that no event applied to and no claim holds (entity_forget.sql): a
-// deferral alone creates no entity.
+// row that no claim ever acquired (entity_forget.sql): a deferral alone
+// creates no entity.
 //
 // Every write that touches an entity takes the entity's lock before the
 // record's (a settle, a failure or a release of a record that carries an
@@ -141,6 +141,19 @@ func claimEntityTx(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) (tiers.C
 	if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT claim`); err != nil {
 		return tiers.ClaimResult{}, false, err
 	}
+	rec := tiers.Record{Key: p.Key}
+	if res.Reason != tiers.ReasonNew {
+		// A takeover rolled back: the answer carries the key's record as
+		// it stands, unchanged.
+		cur, err := getOn(ctx, tx, p.Key)
+		switch {
+		case errors.Is(err, tiers.ErrNotFound): // pruned meanwhile
+		case err != nil:
+			return tiers.ClaimResult{}, false, err
+		default:
+			rec = cur
+		}
+	}
 	var count int32
 	if err := tx.QueryRow(ctx, deferralSQL, p.Key.Namespace, p.Key.Provider, p.Key.Key,
 		e.Lifecycle, e.EntityID, e.EventType, outcome == tiers.OutcomeSuperseded, p.Now,
@@ -159,16 +172,12 @@ func claimEntityTx(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) (tiers.C
 	if outcome == tiers.OutcomeDeferred {
 		pos.Deferrals = uint32(count)
 	}
-	return tiers.ClaimResult{
-		Outcome: outcome,
-		Record:  tiers.Record{Key: p.Key, Lifecycle: e.Lifecycle, EntityID: e.EntityID, EventType: e.EventType},
-		Entity:  pos,
-	}, true, nil
+	return tiers.ClaimResult{Outcome: outcome, Record: rec, Entity: pos}, true, nil
 }
 
-// forgetEntity deletes p's entity, in state, when the claim leaves it as
-// if never seen (entity_forget.sql). An entity out of its initial state had
-// an event applied: the statement is skipped.
+// forgetEntity deletes p's entity, in state, when no claim ever acquired
+// it (entity_forget.sql). An entity out of its initial state had an event
+// applied: the statement is skipped.
 func forgetEntity(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams, state string) error {
 	if state != p.Entity.Initial {
 		return nil

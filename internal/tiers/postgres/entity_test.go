@@ -181,6 +181,12 @@ func TestEntityFailedAndReleasedFree(t *testing.T) {
 	if ent := e.entity("pi_5"); ent.State != "new" || ent.BusyWith != "" || ent.Version != 0 {
 		t.Fatalf("entity after FAILED = %+v, want new, free, version 0", ent)
 	}
+	// An entity once acquired exists from then on, even with nothing
+	// applied: a later deferral does not delete it.
+	wantOutcome(t, "Claim(processing early)", e.claim(e.entityParams("evt_early", "pi_5", "processing")), tiers.OutcomeDeferred)
+	if ent := e.entity("pi_5"); ent.State != "new" || ent.Version != 0 {
+		t.Fatalf("entity after a deferral = %+v, want it still there, new, version 0", ent)
+	}
 	b := e.claim(e.entityParams("evt_b", "pi_5", "created"))
 	wantOutcome(t, "Claim(b after a failed)", b, tiers.OutcomeAcquired)
 	if _, err := e.store.Release(e.ctx(), tiers.ReleaseParams{Key: key("evt_b"), Now: e.clk.Now(), Token: b.Record.Token, SecretHash: ownerHash}); err != nil {
@@ -196,9 +202,11 @@ func TestEntityFailedAndReleasedFree(t *testing.T) {
 	c := e.claim(e.entityParams("evt_c", "pi_5", "canceled"))
 	wantOutcome(t, "Claim(c after b released)", c, tiers.OutcomeAcquired)
 	// The released key claimed again waits behind c.
-	wantOutcome(t, "Claim(b again)", e.claim(e.entityParams("evt_b", "pi_5", "created")), tiers.OutcomeDeferred)
-	if rec := e.get("evt_b"); rec == nil || !rec.Released || rec.Token != b.Record.Token {
-		t.Fatalf("b's record after a DEFERRED claim = %+v, want it released at token %d (the takeover rolled back)", rec, b.Record.Token)
+	again := e.claim(e.entityParams("evt_b", "pi_5", "created"))
+	wantOutcome(t, "Claim(b again)", again, tiers.OutcomeDeferred)
+	if rec := e.get("evt_b"); rec == nil || !rec.Released || rec.Token != b.Record.Token || !cmp.Equal(again.Record, *rec) {
+		t.Fatalf("b's record after a DEFERRED claim = %+v, answered %+v; want it released at token %d (the takeover rolled back), answered as it stands",
+			rec, again.Record, b.Record.Token)
 	}
 	e.settle("evt_c", c.Record.Token)
 	// Settling twice is a no-op and applies nothing twice.

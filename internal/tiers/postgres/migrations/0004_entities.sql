@@ -16,9 +16,12 @@ ALTER TABLE claims
 
 -- One row per entity: its state (a lifecycle state name), how many events
 -- were applied to it, and which claim holds it (busy_key with its token;
--- '' and 0 when free). A holder counts only while its record still has that
--- token, is neither released nor terminal and its lease runs: a holder that
--- vanished frees the entity when its lease ends, with no janitor involved.
+-- '' and 0 when free). The row exists from the first claim that acquired
+-- the entity on: a claim that did not proceed deletes the row it created
+-- to lock (acquired false), so that a deferral alone creates no entity. A
+-- holder counts only while its record still has that token, is neither
+-- released nor terminal and its lease runs: a holder that vanished frees
+-- the entity when its lease ends, with no janitor involved.
 --
 -- expires_at is the latest dedup window end among the entity's claims and
 -- deferrals: while any of them may still be delivered again, the entity's
@@ -33,6 +36,7 @@ CREATE TABLE entities (
     updated_at timestamptz NOT NULL,
     busy_key   text        NOT NULL DEFAULT '',
     busy_token bigint      NOT NULL DEFAULT 0,
+    acquired   boolean     NOT NULL DEFAULT false, -- some claim has held it
     expires_at timestamptz NOT NULL,
     PRIMARY KEY (namespace, provider, lifecycle, entity_id)
 );
