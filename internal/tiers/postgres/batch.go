@@ -324,7 +324,7 @@ func (s *Store) claimBatched(ctx context.Context, p tiers.ClaimParams) (tiers.Cl
 	case a.seen:
 		rec := a.rec
 		rec.Key = p.Key
-		return s.decideExisting(ctx, p, rec)
+		return decideExisting(ctx, s.pool, p, rec)
 	}
 	return tiers.ClaimResult{}, false, nil
 }

@@ -39,3 +39,35 @@ func BenchmarkClaimDuplicate(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkClaimEntityNew measures the first claim of an event of a new
+// entity: a transaction of its own (entity lock, savepoint, claim, hold,
+// commit), outside group commit.
+func BenchmarkClaimEntityNew(b *testing.B) {
+	e := newEnv(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		id := strconv.Itoa(i)
+		p := e.entityParams("evt_new_"+id, "pi_"+id, "created")
+		res, err := e.store.Claim(ctx, p)
+		if err != nil || res.Outcome != tiers.OutcomeAcquired {
+			b.Fatalf("Claim(%q) = %v, %v; want ACQUIRED", p.Key.Key, res.Outcome, err)
+		}
+	}
+}
+
+// BenchmarkClaimEntityDeferred measures a deferral: the acquisition is
+// rolled back to its savepoint and the deferral row counted instead.
+func BenchmarkClaimEntityDeferred(b *testing.B) {
+	e := newEnv(b)
+	ctx := context.Background()
+	p := e.entityParams("evt_refund", "pi_deferred", "refunded")
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := e.store.Claim(ctx, p)
+		if err != nil || res.Outcome != tiers.OutcomeDeferred {
+			b.Fatalf("Claim(%q) = %v, %v; want DEFERRED", p.Key.Key, res.Outcome, err)
+		}
+	}
+}

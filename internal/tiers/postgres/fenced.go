@@ -19,6 +19,12 @@ import (
 // ErrNotOwner, a *tiers.TransitionError, or the no-op repeat. Should Apply
 // find the change allowed after all, the row changed in between and the
 // UPDATE runs again.
+//
+// A terminal transition or a release of a record that carries an entity
+// event must lock the entity first (entity.go). Its plain UPDATE matches
+// nothing (the statements say so in SQL), the row read to explain the miss
+// names the entity, and the UPDATE runs again inside entityWrite's
+// transaction. Records without an entity, most of them, pay nothing for it.
 
 // fenceable reports whether token and secretHash can match a record: tokens
 // are stored as bigint, so a larger one was never issued (pgx could not even
@@ -31,8 +37,9 @@ func fenceable(token uint64, secretHash []byte) bool {
 }
 
 // fenced runs a fenced statement: update tries the UPDATE and reports
-// whether it wrote rec; apply explains a miss from the current row, and
-// reports changed when the UPDATE would now succeed.
+// whether it wrote rec, or returns a refusal (the state machine's answer
+// found in its transaction); apply explains a miss from the current row,
+// and reports changed when the UPDATE would now succeed.
 func (s *Store) fenced(ctx context.Context, op string, k tiers.Key, now time.Time,
 	update func() (rec tiers.Record, ok bool, err error),
 	apply func(cur tiers.Record) (rec tiers.Record, changed bool, err error),
@@ -40,6 +47,11 @@ func (s *Store) fenced(ctx context.Context, op string, k tiers.Key, now time.Tim
 	var verdict error // the state machine's answer, kept apart from database errors
 	dbErr := s.rounds(ctx, op, k, now, func() (bool, error) {
 		r, ok, err := update()
+		var ref refusal
+		if errors.As(err, &ref) {
+			rec, changed, verdict = tiers.Record{}, false, ref.err
+			return true, nil
+		}
 		if err != nil {
 			return false, err
 		}
@@ -68,10 +80,10 @@ func (s *Store) fenced(ctx context.Context, op string, k tiers.Key, now time.Tim
 	return rec, changed, verdict
 }
 
-// updateRow runs a fenced UPDATE … RETURNING statement: ok is false when it
-// matched no row.
-func (s *Store) updateRow(ctx context.Context, k tiers.Key, sql string, args ...any) (tiers.Record, bool, error) {
-	rec, err := scanRecord(s.pool.QueryRow(ctx, sql, args...), k)
+// updateRowOn runs a fenced UPDATE … RETURNING statement on q: ok is false
+// when it matched no row.
+func updateRowOn(ctx context.Context, q querier, k tiers.Key, sql string, args ...any) (tiers.Record, bool, error) {
+	rec, err := scanRecord(q.QueryRow(ctx, sql, args...), k)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tiers.Record{}, false, nil
 	}
@@ -91,16 +103,31 @@ func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers
 	for i, f := range from {
 		fromArg[i] = int16(f)
 	}
+	args := func(entityLocked bool) []any {
+		return []any{p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, int16(p.To),
+			p.To.Terminal(), p.Result, lease, int64(p.Token), fromArg, p.SecretHash, entityLocked}
+	}
+	var entityRec *tiers.Record // the record as read, when the write must lock its entity first
 	return s.fenced(ctx, "transition", p.Key, p.Now,
 		func() (tiers.Record, bool, error) {
 			if !fenceable(p.Token, p.SecretHash) || len(from) == 0 {
 				return tiers.Record{}, false, nil
 			}
-			return s.updateRow(ctx, p.Key, transitionSQL,
-				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, int16(p.To),
-				p.To.Terminal(), p.Result, lease, int64(p.Token), fromArg, p.SecretHash)
+			if entityRec != nil {
+				return s.entityWrite(ctx, p.Key, *entityRec, p.Now, p.To == tiers.StateSettled,
+					func(tx pgx.Tx) (tiers.Record, bool, error) {
+						return updateRowOn(ctx, tx, p.Key, transitionSQL, args(true)...)
+					})
+			}
+			return updateRowOn(ctx, s.pool, p.Key, transitionSQL, args(false)...)
 		},
-		func(cur tiers.Record) (tiers.Record, bool, error) { return tiers.ApplyTransition(cur, p) })
+		func(cur tiers.Record) (tiers.Record, bool, error) {
+			next, changed, err := tiers.ApplyTransition(cur, p)
+			if changed && cur.Lifecycle != "" && p.To.Terminal() {
+				entityRec = &cur
+			}
+			return next, changed, err
+		})
 }
 
 // Renew sets the lease of the current, unreleased holder to p.Now+p.Lease.
@@ -110,7 +137,7 @@ func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, e
 			if !fenceable(p.Token, p.SecretHash) {
 				return tiers.Record{}, false, nil
 			}
-			return s.updateRow(ctx, p.Key, renewSQL,
+			return updateRowOn(ctx, s.pool, p.Key, renewSQL,
 				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, p.Now.Add(p.Lease), int64(p.Token), p.SecretHash)
 		},
 		func(cur tiers.Record) (tiers.Record, bool, error) {
@@ -122,14 +149,29 @@ func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, e
 
 // Release marks the record released on behalf of the holder of p.Token.
 func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Record, error) {
+	var entityRec *tiers.Record // the record as read, when the write must lock its entity first
 	rec, _, err := s.fenced(ctx, "release", p.Key, p.Now,
 		func() (tiers.Record, bool, error) {
 			if !fenceable(p.Token, p.SecretHash) {
 				return tiers.Record{}, false, nil
 			}
-			return s.updateRow(ctx, p.Key, releaseSQL,
-				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, int64(p.Token), p.SecretHash)
+			args := func(entityLocked bool) []any {
+				return []any{p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, int64(p.Token), p.SecretHash, entityLocked}
+			}
+			if entityRec != nil {
+				return s.entityWrite(ctx, p.Key, *entityRec, p.Now, false,
+					func(tx pgx.Tx) (tiers.Record, bool, error) {
+						return updateRowOn(ctx, tx, p.Key, releaseSQL, args(true)...)
+					})
+			}
+			return updateRowOn(ctx, s.pool, p.Key, releaseSQL, args(false)...)
 		},
-		func(cur tiers.Record) (tiers.Record, bool, error) { return tiers.ApplyRelease(cur, p) })
+		func(cur tiers.Record) (tiers.Record, bool, error) {
+			next, changed, err := tiers.ApplyRelease(cur, p)
+			if changed && cur.Lifecycle != "" {
+				entityRec = &cur
+			}
+			return next, changed, err
+		})
 	return rec, err
 }

@@ -9,6 +9,12 @@
 // nothing the row is read back and the pure functions name the answer or the
 // error, so both paths give tiers' answers exactly.
 //
+// Claims that carry an entity event (tiers.EntityEvent) are the exception:
+// each runs a short transaction that locks the entity's row, decides the
+// key as above, and orders the event against the entity (entity.go); the
+// settle, failure or release of such a record locks the entity too, in the
+// same order, and advances or frees it in the same transaction.
+//
 // Time is never PostgreSQL's: every decision compares the times carried by
 // the call's params (the service's injected clock). The server's now()
 // appears only in bookkeeping columns (claimd_schema_migrations.applied_at,
@@ -253,7 +259,12 @@ func (s *Store) Get(ctx context.Context, k tiers.Key) (tiers.Record, error) {
 // committed before it starts. It returns tiers.ErrNotFound or the raw
 // database error.
 func (s *Store) get(ctx context.Context, k tiers.Key) (tiers.Record, error) {
-	rec, err := scanRecord(s.pool.QueryRow(ctx, getSQL, k.Namespace, k.Provider, k.Key), k)
+	return getOn(ctx, s.pool, k)
+}
+
+// getOn is get on q, the pool or a transaction.
+func getOn(ctx context.Context, q querier, k tiers.Key) (tiers.Record, error) {
+	rec, err := scanRecord(q.QueryRow(ctx, getSQL, k.Namespace, k.Provider, k.Key), k)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tiers.Record{}, fmt.Errorf("postgres: %s: %w", k, tiers.ErrNotFound)
 	}

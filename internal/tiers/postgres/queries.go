@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"embed"
 	"fmt"
 	"regexp"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/claimd/claimd/internal/tiers"
 )
@@ -32,7 +34,8 @@ var queryFS embed.FS
 
 // recordColumns are the columns scanRecord reads, in its order.
 const recordColumns = `state, token, version, attempt, reason, released, holder, attempt_id,
-    salt, secret_hash, payload_sha256, result, first_seen_at, lease_expires_at, window_expires_at, updated_at`
+    salt, secret_hash, payload_sha256, result, first_seen_at, lease_expires_at, window_expires_at, updated_at,
+    lifecycle, entity_id, event_type`
 
 var placeholders = map[string]string{
 	"RECORD":         recordColumns,
@@ -44,6 +47,12 @@ var placeholders = map[string]string{
 	"LEASE_EXPIRED":  num(tiers.ReasonLeaseExpired),
 	"WINDOW_EXPIRED": num(tiers.ReasonWindowExpired),
 	"ACQUIRED":       num(tiers.OutcomeAcquired),
+}
+
+// querier runs a statement on the pool or in a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 var placeholder = regexp.MustCompile(`\{[A-Z_]+\}`)
@@ -80,7 +89,8 @@ func scanRecord(row pgx.Row, k tiers.Key, before ...any) (tiers.Record, error) {
 	dest := append(before,
 		&state, &token, &version, &attempt, &reason, &rec.Released, &rec.Holder, &rec.AttemptID,
 		&rec.Salt, &rec.SecretHash, &rec.PayloadHash, &rec.Result,
-		&rec.FirstSeenAt, &rec.LeaseExpiresAt, &rec.WindowExpiresAt, &rec.UpdatedAt)
+		&rec.FirstSeenAt, &rec.LeaseExpiresAt, &rec.WindowExpiresAt, &rec.UpdatedAt,
+		&rec.Lifecycle, &rec.EntityID, &rec.EventType)
 	if err := row.Scan(dest...); err != nil {
 		return tiers.Record{}, err
 	}

@@ -4,7 +4,9 @@
 -- $5 lease end (now + lease), $6 window end (now + ttl),
 -- $7 the claimant's payload hash (NULL when unknown), $8 holder, $9 attempt_id
 -- (the service's fingerprint), $10 salt, $11 secret hash: written, like holder
--- and attempt_id, only by an acquisition.
+-- and attempt_id, only by an acquisition; $12 lifecycle, $13 entity id,
+-- $14 event type, $15 the state the event leads to: the claim's entity event
+-- (entity.go), all '' for a claim without one, stored by an acquisition too.
 --
 -- c inserts the record (ACQUIRED/NEW) or, when the key exists, takes it over
 -- exactly when tiers.Decide would: the window is over, or the payloads do not
@@ -24,10 +26,12 @@
 WITH c AS (
     INSERT INTO claims AS r (namespace, provider, key, state, token, version, attempt, reason,
                              released, holder, attempt_id, salt, secret_hash, payload_sha256, result,
-                             first_seen_at, lease_expires_at, window_expires_at, updated_at)
+                             first_seen_at, lease_expires_at, window_expires_at, updated_at,
+                             lifecycle, entity_id, event_type, entity_to)
     VALUES ($1, $2, $3, {RECEIVED}, 1, 1, 1, {NEW},
             false, $8, $9, $10::bytea, $11::bytea, $7::bytea, NULL,
-            $4, $5, $6, $4)
+            $4, $5, $6, $4,
+            $12, $13, $14, $15)
     ON CONFLICT (namespace, provider, key) DO UPDATE SET
         token      = r.token + 1,
         version    = r.version + 1,
@@ -40,6 +44,10 @@ WITH c AS (
         attempt_id = $9,
         salt       = $10::bytea,
         secret_hash = $11::bytea,
+        lifecycle  = $12,
+        entity_id  = $13,
+        event_type = $14,
+        entity_to  = $15,
         lease_expires_at = $5,
         updated_at = $4,
         -- A new window or a release starts the state machine again; an

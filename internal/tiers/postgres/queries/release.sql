@@ -2,9 +2,12 @@
 -- audit row: the next claim acquires it (RELEASED, token + 1).
 --
 -- $1 namespace, $2 provider, $3 key, $4 now, $5 token, $6 the hash of the
--- lease secret presented. The WHERE clause is tiers.ApplyRelease's success
+-- lease secret presented, $7 whether the caller holds the lock of the
+-- record's entity. The WHERE clause is tiers.ApplyRelease's success
 -- condition; a repeated release matches nothing and the caller answers it
--- from the row as a no-op (for the owner's secret only).
+-- from the row as a no-op (for the owner's secret only). A record that
+-- carries an entity event is released only under its entity's lock
+-- (entity.go, as transition.sql says).
 WITH u AS (
     UPDATE claims SET
         released         = true,
@@ -13,6 +16,7 @@ WITH u AS (
         updated_at       = $4
     WHERE namespace = $1 AND provider = $2 AND key = $3
       AND token = $5 AND secret_hash = $6::bytea AND NOT released AND state NOT IN ({SETTLED}, {FAILED})
+      AND (lifecycle = '' OR $7::boolean)
     RETURNING {RECORD}
 ),
 a AS (

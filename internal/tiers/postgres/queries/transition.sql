@@ -5,7 +5,15 @@
 -- $8 the new lease end or NULL to keep it, $9 token,
 -- $10 the states the target may be reached from (tiers.AllowedFrom),
 -- $11 the hash of the lease secret presented (always 32 bytes: fenced.go
--- sends none other).
+-- sends none other), $12 whether the caller holds the lock of the record's
+-- entity.
+--
+-- A terminal transition of a record that carries an entity event settles or
+-- frees its entity in the same transaction (entity.go), which locks the
+-- entity before the record, as a claim does, so that the two never wait on
+-- each other in opposite orders. Without that lock ($12 false) such a
+-- transition matches nothing, and the caller reads the row and takes the
+-- entity's path.
 --
 -- The WHERE clause is tiers.ApplyTransition's success condition: the current
 -- token and its owner's secret hash, not released, and an allowed
@@ -22,6 +30,7 @@ WITH u AS (
         lease_expires_at = coalesce($8::timestamptz, lease_expires_at)
     WHERE namespace = $1 AND provider = $2 AND key = $3
       AND token = $9 AND secret_hash = $11::bytea AND NOT released AND state = ANY ($10::smallint[])
+      AND (lifecycle = '' OR NOT $6::boolean OR $12::boolean)
     RETURNING {RECORD}
 ),
 a AS (
