@@ -112,8 +112,9 @@ type Entities interface {
 	// of the following page, "" on the last.
 	ListDeferred(ctx context.Context, p ListDeferredParams) (events []DeferredEvent, next string, err error)
 	// CountDeferred counts the deferred events that are not applied (the
-	// claimd_deferred_events gauge) and, of them, those first seen before
-	// their provider's cutoff in lostBefore (lost: past the provider's retry
-	// horizon; a provider missing from the map loses nothing).
+	// claimd_deferred_events gauge) of the providers in lostBefore and, of
+	// them, those first seen before their provider's cutoff (lost: past the
+	// provider's retry horizon). Providers missing from the map are not
+	// counted: the caller names every provider it serves.
 	CountDeferred(ctx context.Context, lostBefore map[string]time.Time) (deferred, lost int, err error)
 }

@@ -378,8 +378,8 @@ func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([
 	return events, encodeCursor(last.LastSeen, last.Key), nil
 }
 
-// CountDeferred counts the deferred events not applied, and of them those
-// first seen before their provider's cutoff in lostBefore.
+// CountDeferred counts the deferred events not applied of the providers in
+// lostBefore, and of them those first seen before their provider's cutoff.
 func (s *Store) CountDeferred(ctx context.Context, lostBefore map[string]time.Time) (deferred, lost int, err error) {
 	providers := make([]string, 0, len(lostBefore))
 	cutoffs := make([]time.Time, 0, len(lostBefore))

@@ -345,23 +345,21 @@ func parseCursor(c string) (int64, string, error) {
 }
 
 // CountDeferred counts the open deferrals (deferred, not superseded, not
-// applied) and, of them, those first seen before their provider's cutoff.
+// applied) of the providers in lostBefore and, of them, those first seen
+// before their provider's cutoff.
 func (s *Store) CountDeferred(ctx context.Context, lostBefore map[string]time.Time) (deferred, lost int, err error) {
 	if s.closed.Load() {
 		return 0, 0, tiers.Unavailable("sqlite", errClosed)
 	}
-	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM deferrals
-		WHERE applied = 0 AND superseded = 0`).Scan(&deferred); err != nil {
-		return 0, 0, translate(ctx, "count deferred", err)
-	}
 	for provider, cutoff := range lostBefore {
-		var n int
-		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM deferrals
-			WHERE applied = 0 AND superseded = 0 AND provider = ? AND first_seen_at < ?`,
-			provider, ceilMicros(cutoff)).Scan(&n); err != nil {
+		var d, l int
+		if err := s.r.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE first_seen_at < ?) FROM deferrals
+			WHERE applied = 0 AND superseded = 0 AND provider = ?`,
+			ceilMicros(cutoff), provider).Scan(&d, &l); err != nil {
 			return 0, 0, translate(ctx, "count deferred", err)
 		}
-		lost += n
+		deferred += d
+		lost += l
 	}
 	return deferred, lost, nil
 }

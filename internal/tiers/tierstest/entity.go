@@ -12,9 +12,9 @@ import (
 // The entity cases hold every Store to the lifecycle contract of
 // tiers.EntityEvent: they run in Run, so every durable tier alone and every
 // pairing of a fast tier in front of one answers them alike. They need the
-// store to implement tiers.Entities, and CountDeferred's case needs the
-// environment its Factory prepares to hold no other case's data (every
-// factory of the repository gives each case a database of its own).
+// store to implement tiers.Entities. Like every case they may share a
+// database with the others: CountDeferred's case counts providers of names
+// no other case uses.
 
 // The lifecycle of the cases: a payment intent that is processed, then
 // succeeds and may be refunded, or is canceled before it succeeds.
@@ -501,28 +501,55 @@ func testCountDeferred(t *testing.T, e *env) {
 			t.Fatalf("CountDeferred(%v) = %d, %d, %v; want %d, %d", lostBefore, d, l, err, wantDeferred, wantLost)
 		}
 	}
+	// Providers of this case only: CountDeferred counts the providers named.
+	stripe, paypal := "stripe-"+randHex(4), "paypal-"+randHex(4)
+	on := func(p tiers.ClaimParams, provider string) tiers.ClaimParams {
+		p.Key.Provider = provider
+		return p
+	}
 	count(nil, 0, 0)
-	e.apply("evt_z_cancel", "pi_z", evCanceled, "created")
+	count(map[string]time.Time{stripe: {}, paypal: {}}, 0, 0)
+	settle := func(p tiers.ClaimParams) {
+		t.Helper()
+		res, err := e.store.Claim(e.ctx(), p)
+		if err != nil || res.Outcome != tiers.OutcomeAcquired {
+			t.Fatalf("Claim(%s) = %v, %v; want ACQUIRED", p.Key.Key, res.Outcome, err)
+		}
+		if _, _, err := e.store.Transition(e.ctx(), tiers.TransitionParams{Key: p.Key, Now: e.clk.Now(), Token: res.Record.Token,
+			SecretHash: p.SecretHash, To: tiers.StateProcessing}); err != nil {
+			t.Fatalf("Transition(%s, PROCESSING) = %v", p.Key.Key, err)
+		}
+		if _, _, err := e.store.Transition(e.ctx(), tiers.TransitionParams{Key: p.Key, Now: e.clk.Now(), Token: res.Record.Token,
+			SecretHash: p.SecretHash, To: tiers.StateSettled}); err != nil {
+			t.Fatalf("Transition(%s, SETTLED) = %v", p.Key.Key, err)
+		}
+	}
+	decided := func(p tiers.ClaimParams, want tiers.Outcome) {
+		t.Helper()
+		if res, err := e.store.Claim(e.ctx(), p); err != nil || res.Outcome != want {
+			t.Fatalf("Claim(%s) = %v, %v; want %v", p.Key.Key, res.Outcome, err, want)
+		}
+	}
+	settle(on(e.event("evt_z_cancel", "pi_z", evCanceled), stripe))
 	t0 := e.clk.Now()
-	e.ordered(e.event("evt_x", "pi_x", evRefunded), tiers.OutcomeDeferred, "created", "", 1)
-	pp := e.event("evt_p", "pi_p", evRefunded)
-	pp.Key.Provider = "paypal"
-	e.ordered(pp, tiers.OutcomeDeferred, "created", "", 1)
-	e.ordered(e.event("evt_z", "pi_z", evSucceeded), tiers.OutcomeSuperseded, "canceled", "", 0)
+	decided(on(e.event("evt_x", "pi_x", evRefunded), stripe), tiers.OutcomeDeferred)
+	decided(on(e.event("evt_p", "pi_p", evRefunded), paypal), tiers.OutcomeDeferred)
+	decided(on(e.event("evt_z", "pi_z", evSucceeded), stripe), tiers.OutcomeSuperseded)
 	e.clk.Set(t0.Add(time.Hour))
-	e.ordered(e.event("evt_y", "pi_y", evRefunded), tiers.OutcomeDeferred, "created", "", 1)
+	decided(on(e.event("evt_y", "pi_y", evRefunded), stripe), tiers.OutcomeDeferred)
 	// Deferred again later: still lost by when it was first seen.
-	e.ordered(e.event("evt_x", "pi_x", evRefunded), tiers.OutcomeDeferred, "created", "", 2)
+	decided(on(e.event("evt_x", "pi_x", evRefunded), stripe), tiers.OutcomeDeferred)
 
-	count(nil, 3, 0)
-	count(map[string]time.Time{"stripe": t0}, 3, 0) // not before the cutoff
-	count(map[string]time.Time{"stripe": t0.Add(time.Millisecond)}, 3, 1)
-	count(map[string]time.Time{"stripe": t0.Add(2 * time.Hour), "paypal": t0.Add(time.Millisecond)}, 3, 3)
+	count(nil, 0, 0)
+	count(map[string]time.Time{stripe: t0}, 2, 0) // not before the cutoff
+	count(map[string]time.Time{stripe: t0.Add(time.Millisecond)}, 2, 1)
+	count(map[string]time.Time{stripe: t0.Add(2 * time.Hour), paypal: t0.Add(time.Millisecond)}, 3, 3)
 
-	e.apply("evt_x_processing", "pi_x", evProcessing, "created")
-	e.apply("evt_x_succeeded", "pi_x", evSucceeded, "processing")
-	e.apply("evt_x", "pi_x", evRefunded, "succeeded")
-	count(map[string]time.Time{"stripe": t0.Add(2 * time.Hour)}, 2, 1)
+	settle(on(e.event("evt_x_processing", "pi_x", evProcessing), stripe))
+	settle(on(e.event("evt_x_succeeded", "pi_x", evSucceeded), stripe))
+	settle(on(e.event("evt_x", "pi_x", evRefunded), stripe))
+	count(map[string]time.Time{stripe: t0.Add(2 * time.Hour)}, 1, 1)
+	count(map[string]time.Time{stripe: t0.Add(2 * time.Hour), paypal: {}}, 2, 1)
 }
 
 func testEntityRestart(t *testing.T, e *env) {
