@@ -241,18 +241,11 @@ func (s *Service) log(ctx context.Context, r *Request) {
 			slog.String("reason", r.ReasonLabel()),
 			slog.String("served_by", r.ServedByLabel()),
 		)
-		if r.Lifecycle != "" {
-			attrs = append(attrs,
-				slog.String("lifecycle", r.Lifecycle),
-				slog.String("entity_id", logField(r.EntityID)),
-				slog.String("event_type", r.EventType),
-				slog.String("entity_state", r.EntityState),
-			)
-		}
 		if r.StateTransitionRejected() {
 			attrs = append(attrs, slog.Bool("state_transition_rejected", true))
 		}
 	}
+	attrs = appendEntity(attrs, r)
 	if r.State != tiers.StateUnspecified {
 		attrs = append(attrs, slog.String("state", r.State.String()))
 	}
@@ -275,6 +268,24 @@ func (s *Service) log(ctx context.Context, r *Request) {
 		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
 	s.cfg.Logger.LogAttrs(ctx, level, r.Method, attrs...)
+}
+
+// appendEntity adds the entity fields of a call that has them (a claim in
+// a lifecycle, an EntityService read).
+func appendEntity(attrs []slog.Attr, r *Request) []slog.Attr {
+	if r.Lifecycle != "" {
+		attrs = append(attrs, slog.String("lifecycle", logField(r.Lifecycle)))
+	}
+	if r.EntityID != "" {
+		attrs = append(attrs, slog.String("entity_id", logField(r.EntityID)))
+	}
+	if r.EventType != "" {
+		attrs = append(attrs, slog.String("event_type", r.EventType))
+	}
+	if r.EntityState != "" {
+		attrs = append(attrs, slog.String("entity_state", r.EntityState))
+	}
+	return attrs
 }
 
 // logFallback writes the warn line of a claim whose key fell back to the body
