@@ -48,7 +48,7 @@ type Request struct {
 	// lifecycle and event type (declared by the registry, so bounded enough
 	// to be metric labels), its entity (log and span only) and the entity's
 	// state when the claim was decided ("" when the store did not order it).
-	Lifecycle, EventType string
+	Lifecycle, EventType  string
 	EntityID, EntityState string
 
 	// State is the record's state after the call (StateUnspecified when no
