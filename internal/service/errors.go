@@ -133,6 +133,8 @@ func toStatus(err error) error {
 		return status.Error(codes.DeadlineExceeded, clip(err.Error(), maxMessageBytes))
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, clip(err.Error(), maxMessageBytes))
+	case errors.Is(err, tiers.ErrInvalidCursor):
+		return toStatus(&invalidArgument{violations: []violation{{field: "ListDeferredRequest.page_token", desc: "not a next_page_token of this listing"}}})
 	case errors.Is(err, horizon.ErrMalformedBody), errors.Is(err, horizon.ErrNoKeyRule):
 		return toStatus(&invalidArgument{violations: []violation{{field: "ClaimRequest.delivery", desc: err.Error()}}})
 	}
