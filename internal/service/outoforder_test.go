@@ -21,7 +21,7 @@ import (
 // a stale charge.pending (SUPERSEDED). The entity then shows both events
 // applied in lifecycle order, and ListDeferred the deferral as applied.
 func TestStripeOutOfOrderOverGRPC(t *testing.T) {
-	for name, open := range map[string]func(*testing.T) tiers.Store{"sqlite": durableOnly} {
+	for name, open := range map[string]func(*testing.T) tiers.Store{"sqlite": durableOnly, "embedded": embedded} {
 		t.Run(name, func(t *testing.T) { stripeOutOfOrder(t, open(t)) })
 	}
 }
