@@ -283,13 +283,10 @@ func newEnv(t *testing.T) *env {
 		grpc.ChainStreamInterceptor(e.a.StreamServerInterceptor()))
 	// The service reads entities through the store it is given: keep the
 	// embedded pair's reads visible behind the counting wrapper.
-	svcStore := tiers.Store(e.store)
-	if ents, ok := tiers.Store(store).(tiers.Entities); ok {
-		svcStore = struct {
-			*countingStore
-			tiers.Entities
-		}{e.store, ents}
-	}
+	svcStore := struct {
+		*countingStore
+		tiers.Entities
+	}{e.store, store}
 	service.New(service.Config{Store: svcStore, Registry: reg, Clock: e.clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Register(srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
