@@ -191,3 +191,45 @@ func TestDeferredPastTheHorizonIsLost(t *testing.T) {
 }
 
 func codeOf(err error) codes.Code { c, _ := errorInfo(err); return c }
+
+// TestListDeferredPages: page_size bounds a page, next_page_token fetches
+// the next one, the last page has none, and a token the store did not make
+// is INVALID_ARGUMENT on page_token.
+func TestListDeferredPages(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	conn := dialConn(t, newTestService(t, durableOnly(t), clk))
+	claims, entities := pb.NewClaimServiceClient(conn), pb.NewEntityServiceClient(conn)
+	ctx := context.Background()
+	for _, id := range []string{"ch_a", "ch_b", "ch_c"} {
+		clk.Advance(time.Second)
+		if r, err := claims.Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe", Key: &pb.ClaimRequest_EventId{EventId: "evt_refund_" + id},
+			EntityId: id, EventType: "charge.refunded"}); err != nil || r.Outcome != pb.Outcome_OUTCOME_DEFERRED {
+			t.Fatalf("Claim(refund of %s) = %v, %v, want DEFERRED", id, r, err)
+		}
+	}
+	var keys []string
+	token := ""
+	for page := 0; ; page++ {
+		resp, err := entities.ListDeferred(ctx, &pb.ListDeferredRequest{Namespace: "billing", Provider: "stripe", PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatalf("ListDeferred(page %d) error = %v", page, err)
+		}
+		if len(resp.Events) > 2 {
+			t.Fatalf("ListDeferred(page_size 2) = %d events", len(resp.Events))
+		}
+		for _, e := range resp.Events {
+			keys = append(keys, e.Key)
+		}
+		if token = resp.NextPageToken; token == "" || page > 3 {
+			break
+		}
+	}
+	// Newest last seen first.
+	if want := []string{"evt_refund_ch_c", "evt_refund_ch_b", "evt_refund_ch_a"}; !cmp.Equal(keys, want) {
+		t.Errorf("ListDeferred pages = %v, want %v", keys, want)
+	}
+	_, err := entities.ListDeferred(ctx, &pb.ListDeferredRequest{Namespace: "billing", Provider: "stripe", PageToken: "not a cursor"})
+	if code, field, _ := fieldOf(err); code != codes.InvalidArgument || field != "ListDeferredRequest.page_token" {
+		t.Errorf("ListDeferred(page_token not a cursor) error = %v, want InvalidArgument on ListDeferredRequest.page_token", err)
+	}
+}
