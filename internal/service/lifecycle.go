@@ -83,7 +83,7 @@ func pbEntityPosition(pl horizon.Placement, outcome tiers.Outcome, pos *tiers.En
 
 // Bounds of a DEFERRED answer's retry_after.
 const (
-	// retryBase is the retry_after of a first deferral, before jitter.
+	// retryBase is the bound d of a first deferral (answered 1–2s).
 	retryBase = 2 * time.Second
 	// retryCeiling is the longest retry_after ever answered.
 	retryCeiling = time.Hour
