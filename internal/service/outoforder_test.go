@@ -233,3 +233,57 @@ func TestListDeferredPages(t *testing.T) {
 		t.Errorf("ListDeferred(page_token not a cursor) error = %v, want InvalidArgument on ListDeferredRequest.page_token", err)
 	}
 }
+
+// TestRacingEventsOneEntity: charge.succeeded and charge.failed of one
+// charge claimed at once, over gRPC on the embedded pair: one acquires the
+// charge, the other is DEFERRED busy with it; once the winner settles, the
+// loser's retry is SUPERSEDED (the charge cannot be new or pending again),
+// so exactly one of them is ever applied.
+func TestRacingEventsOneEntity(t *testing.T) {
+	for round := range 10 {
+		clk := clock.NewFake(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+		conn := dialConn(t, newTestService(t, embedded(t), clk))
+		claims, entities := pb.NewClaimServiceClient(conn), pb.NewEntityServiceClient(conn)
+		ctx := context.Background()
+		types := []string{"charge.succeeded", "charge.failed"}
+		answers := make([]*pb.ClaimResponse, len(types))
+		errs := make(chan error, len(types))
+		for i, typ := range types {
+			go func() {
+				var err error
+				answers[i], err = claims.Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe",
+					Key: stripeDelivery("evt_"+typ, typ, "ch_race")})
+				errs <- err
+			}()
+		}
+		for range types {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: Claim error = %v", round, err)
+			}
+		}
+		winner, loser := answers[0], answers[1]
+		if loser.Outcome == pb.Outcome_OUTCOME_ACQUIRED {
+			winner, loser = loser, winner
+		}
+		if winner.Outcome != pb.Outcome_OUTCOME_ACQUIRED || loser.Outcome != pb.Outcome_OUTCOME_DEFERRED ||
+			loser.GetEntity().GetBusyWith() != winner.GetEntity().GetEventType() {
+			t.Fatalf("round %d: racing claims = %v and %v (busy_with %q), want one ACQUIRED, the other DEFERRED busy with it",
+				round, winner.Outcome, loser.Outcome, loser.GetEntity().GetBusyWith())
+		}
+		for _, to := range []pb.EventState{pb.EventState_EVENT_STATE_PROCESSING, pb.EventState_EVENT_STATE_SETTLED} {
+			if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: winner.Key,
+				FencingToken: winner.FencingToken, LeaseSecret: winner.LeaseSecret, To: to}); err != nil {
+				t.Fatalf("round %d: Transition(%s, %v) error = %v", round, winner.Key, to, err)
+			}
+		}
+		retry, err := claims.Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe",
+			Key: stripeDelivery(loser.Key, loser.GetEntity().GetEventType(), "ch_race")})
+		if err != nil || retry.Outcome != pb.Outcome_OUTCOME_SUPERSEDED {
+			t.Fatalf("round %d: retry of the loser = %v, %v, want SUPERSEDED", round, retry, err)
+		}
+		got, err := entities.GetEntity(ctx, &pb.GetEntityRequest{Namespace: "billing", Provider: "stripe", Lifecycle: "charge", EntityId: "ch_race"})
+		if err != nil || got.Entity.Version != 1 || len(got.Entity.Applied) != 1 || got.Entity.Applied[0].Key != winner.Key {
+			t.Fatalf("round %d: GetEntity = %v, %v, want only %s applied", round, got, err, winner.Key)
+		}
+	}
+}
