@@ -26,6 +26,10 @@ func TestRequestLabels(t *testing.T) {
 			labels{"DUPLICATE", "NONE", "LOCAL", "BODY_FIELD", CacheLocalHit, ""}},
 		{"in progress from the fast tier", Request{Outcome: tiers.OutcomeInProgress, ServedBy: tiers.TierFast, KeySource: horizon.KeySourceBodyHash},
 			labels{"IN_PROGRESS", "NONE", "FAST", "BODY_HASH", CacheFastHit, ""}},
+		{"deferred lifecycle event", Request{Outcome: tiers.OutcomeDeferred, ServedBy: tiers.TierDurable, KeySource: horizon.KeySourceEventID},
+			labels{"DEFERRED", "NONE", "DURABLE", "EVENT_ID", CacheMiss, ""}},
+		{"superseded lifecycle event", Request{Outcome: tiers.OutcomeSuperseded, ServedBy: tiers.TierDurable, KeySource: horizon.KeySourceBodyField},
+			labels{"SUPERSEDED", "NONE", "DURABLE", "BODY_FIELD", CacheMiss, ""}},
 		{"durable tier down", Request{Code: codes.Unavailable, ErrReason: ReasonDurableUnavailable, KeySource: horizon.KeySourceEventID},
 			labels{"ERROR", ReasonDurableUnavailable, "NONE", "EVENT_ID", "", ""}},
 		{"bad input", Request{Code: codes.InvalidArgument, ErrReason: ReasonInvalidArgument},
@@ -37,6 +41,25 @@ func TestRequestLabels(t *testing.T) {
 		got := labels{tc.r.OutcomeLabel(), tc.r.ReasonLabel(), tc.r.ServedByLabel(), tc.r.KeySourceLabel(), tc.r.CacheState(), tc.r.StateTransition()}
 		if got != tc.want {
 			t.Errorf("%s: labels = %+v, want %+v", tc.desc, got, tc.want)
+		}
+	}
+}
+
+// TestStateTransitionRejected: only a DEFERRED or SUPERSEDED answer is a
+// rejected state transition; a failed claim is not, whatever it carries.
+func TestStateTransitionRejected(t *testing.T) {
+	for _, tc := range []struct {
+		r    Request
+		want bool
+	}{
+		{Request{Outcome: tiers.OutcomeDeferred}, true},
+		{Request{Outcome: tiers.OutcomeSuperseded}, true},
+		{Request{Outcome: tiers.OutcomeAcquired}, false},
+		{Request{Outcome: tiers.OutcomeDuplicate}, false},
+		{Request{Outcome: tiers.OutcomeDeferred, Code: codes.Internal}, false},
+	} {
+		if got := tc.r.StateTransitionRejected(); got != tc.want {
+			t.Errorf("Request{%v, code %v}.StateTransitionRejected() = %v, want %v", tc.r.Outcome, tc.r.Code, got, tc.want)
 		}
 	}
 }
