@@ -30,6 +30,8 @@ class Outcome(enum.IntEnum):
     DUPLICATE = 2
     IN_PROGRESS = 3
     PAYLOAD_MISMATCH = 4
+    DEFERRED = 5
+    SUPERSEDED = 6
 
 
 class Reason(enum.IntEnum):
