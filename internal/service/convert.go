@@ -58,6 +58,9 @@ func pbRecord(r tiers.Record) *pb.Record {
 		UpdatedAt:       ts(r.UpdatedAt),
 		PayloadSha256:   r.PayloadHash,
 		Result:          r.Result,
+		Lifecycle:       r.Lifecycle,
+		EntityId:        r.EntityID,
+		EventType:       r.EventType,
 	}
 }
 

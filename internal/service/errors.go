@@ -61,6 +61,19 @@ func (e *providerNotFound) Error() string {
 	return fmt.Sprintf("%s: provider %s is not registered (see ListProviders)", e.field, quote(e.name))
 }
 
+// lifecycleNotFound is a lifecycle the provider does not declare.
+type lifecycleNotFound struct {
+	field, provider, name string
+}
+
+func (e *lifecycleNotFound) Error() string {
+	return fmt.Sprintf("%s: provider %s declares no lifecycle %s (see GetProvider)", e.field, e.provider, quote(e.name))
+}
+
+// errNoEntities: the store keeps no entities (it does not implement
+// tiers.Entities), so EntityService has nothing to read.
+var errNoEntities = errors.New("the store keeps no entity lifecycles")
+
 // toStatus is the one place where errors become gRPC statuses. Tiers and
 // horizon return sentinels and typed errors; they are matched with
 // errors.Is/As so wrapping never turns them into Unknown.
@@ -76,6 +89,7 @@ func toStatus(err error) error {
 	var (
 		inv *invalidArgument
 		pnf *providerNotFound
+		lnf *lifecycleNotFound
 		te  *tiers.TransitionError
 		rm  *tiers.ResultMismatchError
 	)
@@ -88,6 +102,12 @@ func toStatus(err error) error {
 		return withDetails(codes.InvalidArgument, err.Error(), br, info(ReasonInvalidArgument, nil))
 	case errors.As(err, &pnf):
 		return withDetails(codes.NotFound, err.Error(), info(ReasonProviderNotFound, map[string]string{"provider": logField(pnf.name)}))
+	case errors.As(err, &lnf):
+		return withDetails(codes.NotFound, err.Error(), info(pb.ErrorReason_LIFECYCLE_NOT_FOUND.String(), map[string]string{"lifecycle": logField(lnf.name)}))
+	case errors.Is(err, tiers.ErrEntityNotFound):
+		return withDetails(codes.NotFound, msgEntityNotFound, info(pb.ErrorReason_ENTITY_NOT_FOUND.String(), nil))
+	case errors.Is(err, errNoEntities):
+		return status.Error(codes.Unimplemented, err.Error())
 	case errors.As(err, &te):
 		md := map[string]string{"current_state": stateName(te.Current)}
 		if te.To != tiers.StateUnspecified {
@@ -126,6 +146,8 @@ const (
 	msgNotFound    = "no record for this key: it was never claimed, or its window ended and it was pruned"
 	msgUnavailable = "durable tier unavailable, retry later"
 	msgInternal    = "internal error (the server's log has the detail)"
+	// msgEntityNotFound: no event of the entity was ever applied or held.
+	msgEntityNotFound = "no such entity: no event of it was claimed in this lifecycle, or it was pruned"
 )
 
 func info(reason string, md map[string]string) *errdetails.ErrorInfo {

@@ -26,6 +26,10 @@ import (
 // ListDeferred reads. Settling the holding record (Transition to SETTLED)
 // moves the entity to To, appends an AppliedEvent and frees the entity, in
 // the same transaction as the settle; FAILED and Release free it unchanged.
+// A record that no longer holds its entity (its lease ended and another
+// event acquired the entity) cannot settle: its Transition to SETTLED is
+// ErrStaleToken and writes nothing, so that two events never both apply
+// from one state.
 type EntityEvent struct {
 	Lifecycle string
 	EntityID  string
