@@ -65,7 +65,7 @@ func newEventID() string {
 }
 
 func event(id string) []byte {
-	return []byte(fmt.Sprintf(`{"id":%q,"object":"event","type":"charge.succeeded","data":{"object":{"id":"ch_1","amount":2000,"currency":"usd"}}}`, id))
+	return []byte(fmt.Sprintf(`{"id":%q,"object":"event","type":"charge.succeeded","data":{"object":{"id":"ch_%s","amount":2000,"currency":"usd"}}}`, id, id))
 }
 
 // signed returns a Stripe-Signature header for body.
