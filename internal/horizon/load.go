@@ -73,7 +73,8 @@ func (e *ValidationError) Error() string {
 // a lifecycle (see lifecyclefile.go) has a name not matching the name
 // pattern, lacks entity, event_type, states, events or source, or has an
 // entity or event_type rule that does not parse or hashes the body; its
-// states are empty, more than 64, listed twice or not names; it declares
+// states are empty, more than 64, listed twice or do not match the name
+// pattern (a state is a storage value and a log field); it declares
 // no event or more than 256, or an event type longer than 255 bytes, not
 // matching [A-Za-z0-9][A-Za-z0-9_.:/-]*, or already declared by a lifecycle
 // of the same provider; an event lacks from or to, or names a state the

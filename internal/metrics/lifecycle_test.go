@@ -19,18 +19,38 @@ import (
 // provider with a 15s horizon and none.
 func lifecycleRegistry(t *testing.T) *horizon.Registry {
 	t.Helper()
-	charge, err := horizon.NewLifecycle("charge", "json:data.object.id", "json:type",
-		[]string{"pending", "succeeded", "refunded"},
-		&horizon.LifecycleEvent{EventType: "charge.succeeded", From: []string{"pending"}, To: "succeeded"},
-		&horizon.LifecycleEvent{EventType: "charge.refunded", From: []string{"succeeded"}, To: "refunded"},
-	)
+	reg, err := horizon.Load("lifecycles.yaml", []byte(`version: 1
+providers:
+  stripe:
+    retry_horizon: 72h
+    margin: 12h
+    lease: 60s
+    max_lease: 10m
+    key: json:id
+    source: "https://docs.stripe.com/webhooks"
+    reviewed_on: 2026-11-01
+    lifecycles:
+      charge:
+        entity: json:data.object.id
+        event_type: json:type
+        states: [pending, succeeded]
+        events:
+          charge.succeeded: {from: [pending], to: succeeded}
+          charge.refunded: {from: [succeeded], to: succeeded}
+        source: "https://docs.stripe.com/api/events/types"
+  twilio:
+    retry_horizon: 15s
+    margin: 1h
+    lease: 60s
+    max_lease: 10m
+    key: header:I-Twilio-Idempotency-Token
+    source: "https://www.twilio.com/docs/usage/webhooks/webhooks-connection-overrides"
+    reviewed_on: 2026-11-01
+`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return horizon.NewRegistry(
-		&horizon.Provider{Name: "stripe", RetryHorizon: 72 * time.Hour, Margin: 12 * time.Hour, TTL: 84 * time.Hour, Lifecycles: []*horizon.Lifecycle{charge}},
-		&horizon.Provider{Name: "twilio", RetryHorizon: 15 * time.Second, Margin: time.Hour, TTL: time.Hour + 15*time.Second},
-	)
+	return reg
 }
 
 // value returns the value of the series of name with exactly the labels kv

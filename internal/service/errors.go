@@ -108,6 +108,8 @@ func toStatus(err error) error {
 		return withDetails(codes.NotFound, msgEntityNotFound, info(pb.ErrorReason_ENTITY_NOT_FOUND.String(), nil))
 	case errors.Is(err, errNoEntities):
 		return status.Error(codes.Unimplemented, err.Error())
+	case errors.Is(err, tiers.ErrInvalidCursor):
+		return toStatus(&invalidArgument{violations: []violation{{field: "ListDeferredRequest.page_token", desc: "not a next_page_token of this listing"}}})
 	case errors.As(err, &te):
 		md := map[string]string{"current_state": stateName(te.Current)}
 		if te.To != tiers.StateUnspecified {

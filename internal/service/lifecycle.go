@@ -83,7 +83,7 @@ func pbEntityPosition(pl horizon.Placement, outcome tiers.Outcome, pos *tiers.En
 
 // Bounds of a DEFERRED answer's retry_after.
 const (
-	// retryBase is the retry_after of a first deferral, before jitter.
+	// retryBase is the bound d of a first deferral (answered 1–2s).
 	retryBase = 2 * time.Second
 	// retryCeiling is the longest retry_after ever answered.
 	retryCeiling = time.Hour
@@ -102,7 +102,9 @@ const (
 //
 //	ceiling = clamp(RetryHorizon/16, 1s, 1h)
 //	d       = min(2s · 2^(deferrals-1), ceiling)
-//	answer  = d/2 + random·d/2        (random in [0, 1): "equal jitter")
+//	answer  = ⌈d/2 + random·d/2⌉s     (random in [0, 1): "equal jitter",
+//	                                   rounded up to whole seconds, the
+//	                                   unit of an HTTP Retry-After)
 //
 // It grows exponentially with each deferral of the event, and the jitter
 // spreads the replays of many events deferred together (a burst of refunds
@@ -118,7 +120,8 @@ func retryAfter(horizonDur time.Duration, deferrals uint32, random func() float6
 	n := min(max(int(deferrals), 1)-1, 20)
 	d := min(retryBase<<n, ceiling)
 	d = d/2 + time.Duration(random()*float64(d/2))
-	return max(d, retryFloor)
+	// Whole seconds, rounded up: what an HTTP Retry-After can say.
+	return max((d + time.Second - 1).Truncate(time.Second), retryFloor)
 }
 
 // defaultRandom is Config.Random's default: the runtime's generator, safe for

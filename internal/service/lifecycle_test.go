@@ -134,6 +134,7 @@ func TestRetryAfter(t *testing.T) {
 	}{
 		{"first deferral, least jitter", stripe, 1, 0, time.Second},
 		{"first deferral, most jitter", stripe, 1, 0.999999, 2 * time.Second},
+		{"a fraction of a second rounds up", stripe, 1, 0.2, 2 * time.Second},
 		{"doubles with each deferral", stripe, 2, 0, 2 * time.Second},
 		{"tenth deferral", stripe, 10, 0, 512 * time.Second},
 		{"capped at one hour", stripe, 30, 0.999999, time.Hour},
@@ -144,7 +145,7 @@ func TestRetryAfter(t *testing.T) {
 	}
 	for _, tc := range tests {
 		got := retryAfter(tc.horizon, tc.deferrals, func() float64 { return tc.random })
-		if got.Round(time.Second) != tc.want {
+		if got != tc.want {
 			t.Errorf("retryAfter(%s: %v, %d, %v) = %v, want %v", tc.desc, tc.horizon, tc.deferrals, tc.random, got, tc.want)
 		}
 	}

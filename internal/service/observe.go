@@ -44,10 +44,11 @@ type Request struct {
 	Reason      tiers.Reason  // for ACQUIRED
 	ServedBy    tiers.Tier
 
-	// Claim only, when the event belongs to an entity lifecycle: its
-	// lifecycle and event type (declared by the registry, so bounded enough
-	// to be metric labels), its entity (log and span only) and the entity's
-	// state when the claim was decided ("" when the store did not order it).
+	// A claim whose event belongs to an entity lifecycle, and the
+	// EntityService reads: the lifecycle and event type (declared by the
+	// registry, so bounded enough to be metric labels), the entity (log and
+	// span only) and the entity's state as the call saw it ("" when the
+	// store did not order the claim).
 	Lifecycle, EventType  string
 	EntityID, EntityState string
 
@@ -97,8 +98,8 @@ func (r *Request) StateTransition() string {
 
 // StateTransitionRejected reports whether the claim's entity lifecycle
 // turned the event away: DEFERRED (it came before its prerequisite) or
-// SUPERSEDED (its entity moved past it). The log line says
-// state_transition_rejected=true, in the vocabulary of the runbooks.
+// SUPERSEDED (its entity moved past it). Its log line carries
+// state_transition_rejected=true, the field operators search for.
 func (r *Request) StateTransitionRejected() bool {
 	return !r.Failed() && (r.Outcome == tiers.OutcomeDeferred || r.Outcome == tiers.OutcomeSuperseded)
 }

@@ -318,10 +318,12 @@ func TestEnumNumbersMatch(t *testing.T) {
 			t.Errorf("tiers.State(%d) = %s, proto %s", i, got, want)
 		}
 	}
-	for i := range 5 {
+	for i := range 7 {
 		if got, want := "OUTCOME_"+tiers.Outcome(i).String(), pb.Outcome(i).String(); got != want {
 			t.Errorf("tiers.Outcome(%d) = %s, proto %s", i, got, want)
 		}
+	}
+	for i := range 5 {
 		if got, want := "REASON_"+tiers.Reason(i).String(), pb.Reason(i).String(); got != want {
 			t.Errorf("tiers.Reason(%d) = %s, proto %s", i, got, want)
 		}
