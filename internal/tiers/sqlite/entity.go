@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/base64"
@@ -65,14 +66,7 @@ func (t *txn) liveHolder(e *entityRow, self tiers.Key, now time.Time) (string, e
 	if h.Token != uint64(e.busyToken) || h.State.Terminal() || !h.LeaseLive(now) {
 		return "", nil
 	}
-	return cmpOr(h.EventType, e.busyKey), nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
+	return cmp.Or(h.EventType, e.busyKey), nil
 }
 
 // order decides claim p, which Decide answered ACQUIRED (res), against its
