@@ -152,7 +152,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		}),
 		staleTokens: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "claimd_stale_token_total",
-			Help: "Calls that presented a fencing token that is no longer the owner's (FAILED_PRECONDITION/STALE_TOKEN): a holder that lost its lease to a takeover, or released, still acting.",
+			Help: "Calls that presented a fencing token that is no longer the owner's (ABORTED/STALE_TOKEN): a holder that lost its lease to a takeover, or released, still acting.",
 		}),
 		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "claimd_lease_takeovers_total",

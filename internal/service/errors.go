@@ -12,26 +12,26 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
-	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/tiers"
 )
 
 // ErrorDomain is the ErrorInfo domain of every error claimd returns.
 const ErrorDomain = "claimd.dev"
 
-// ErrorInfo reasons. Clients branch on these, not on messages.
-const (
-	ReasonInvalidTransition  = "INVALID_TRANSITION"
-	ReasonStaleToken         = "STALE_TOKEN"
-	ReasonNotOwner           = "NOT_OWNER"
-	ReasonRecordNotFound     = "RECORD_NOT_FOUND"
-	ReasonProviderNotFound   = "PROVIDER_NOT_FOUND"
-	ReasonDurableUnavailable = "DURABLE_TIER_UNAVAILABLE"
-	ReasonInvalidArgument    = "INVALID_ARGUMENT"
+// ErrorInfo reasons: the names of the proto's ErrorReason, so that no
+// language types them by hand. Clients branch on these, not on messages.
+var (
+	ReasonInvalidTransition  = pb.ErrorReason_INVALID_TRANSITION.String()
+	ReasonStaleToken         = pb.ErrorReason_STALE_TOKEN.String()
+	ReasonNotOwner           = pb.ErrorReason_NOT_OWNER.String()
+	ReasonRecordNotFound     = pb.ErrorReason_RECORD_NOT_FOUND.String()
+	ReasonProviderNotFound   = pb.ErrorReason_PROVIDER_NOT_FOUND.String()
+	ReasonDurableUnavailable = pb.ErrorReason_DURABLE_TIER_UNAVAILABLE.String()
+	ReasonInvalidArgument    = pb.ErrorReason_INVALID_ARGUMENT.String()
 	// ReasonResultMismatch: SETTLED or FAILED repeated with a result other
 	// than the stored one; the stored result stands and nothing was written.
-	ReasonResultMismatch = "RESULT_MISMATCH"
-	reasonInternal       = "INTERNAL"
+	ReasonResultMismatch = pb.ErrorReason_RESULT_MISMATCH.String()
+	reasonInternal       = pb.ErrorReason_INTERNAL.String()
 )
 
 // violation is one bad field: its path in the request and the rule broken.
@@ -120,7 +120,9 @@ func toStatus(err error) error {
 		return withDetails(codes.FailedPrecondition, rm.Error()+" (current state "+stateName(rm.Current)+")",
 			info(ReasonResultMismatch, map[string]string{"current_state": stateName(rm.Current)}))
 	case errors.Is(err, tiers.ErrStaleToken):
-		return withDetails(codes.FailedPrecondition, msgStaleToken, info(ReasonStaleToken, nil))
+		// ABORTED, not FAILED_PRECONDITION: the caller did nothing wrong,
+		// someone else owns the key now, and the code alone says so.
+		return withDetails(codes.Aborted, msgStaleToken, info(ReasonStaleToken, nil))
 	case errors.Is(err, tiers.ErrNotOwner):
 		// The current token without its secret: the caller never acquired
 		// the key (it may have read the token with Get). Nothing was written.
@@ -135,8 +137,6 @@ func toStatus(err error) error {
 		return status.Error(codes.DeadlineExceeded, clip(err.Error(), maxMessageBytes))
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, clip(err.Error(), maxMessageBytes))
-	case errors.Is(err, horizon.ErrMalformedBody), errors.Is(err, horizon.ErrNoKeyRule):
-		return toStatus(&invalidArgument{violations: []violation{{field: "ClaimRequest.delivery", desc: err.Error()}}})
 	}
 	return withDetails(codes.Internal, msgInternal, info(reasonInternal, nil))
 }
