@@ -33,7 +33,16 @@ func crashPoints(f tiers.Fast, d tiers.Durable) (tiers.Fast, tiers.Durable) {
 		return f, d
 	}
 	c := crasher{point: point, key: key}
-	return &crashFast{Fast: f, c: c}, &crashDurable{Durable: d, c: c}
+	cd := &crashDurable{Durable: d, c: c}
+	if en, ok := d.(tiers.Entities); ok {
+		// Keep the entity reads (EntityService, the deferred gauges) that a
+		// bare wrapper would hide from twotier's type assertion.
+		return &crashFast{Fast: f, c: c}, struct {
+			*crashDurable
+			tiers.Entities
+		}{cd, en}
+	}
+	return &crashFast{Fast: f, c: c}, cd
 }
 
 type crasher struct{ point, key string }
