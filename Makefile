@@ -86,13 +86,14 @@ test: $(HELM) ## every test: Go with -race (real Redis, Redis Cluster, Sentinel 
 	./clients/typescript/test.sh
 
 # GENERATED are the generated files of every language, all from proto/.
-GENERATED := gen clients/python/src/claimd/_gen clients/typescript/src/gen
+GENERATED := gen clients/python/src/claimd/_gen clients/typescript/src/gen clients/java/src/generated/java
 
-generate: $(GEN_TOOLS) ## regenerate the code of proto/ in every language with local, pinned plugins: Go (gen/), Python (grpcio-tools, in the client's venv) and TypeScript (protoc-gen-es, from npm)
+generate: $(GEN_TOOLS) ## regenerate the code of proto/ in every language with local, pinned plugins: Go (gen/), Python (grpcio-tools, in the client's venv), TypeScript (protoc-gen-es, from npm) and Java (protoc's own generator, from Maven)
 	rm -rf gen
 	buf generate
 	./clients/python/generate.sh
 	./clients/typescript/generate.sh
+	./clients/java/generate.sh
 
 checkgenerate: generate ## fail if any generated code differs from what make generate produces
 	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run make generate and commit"; exit 1; }
