@@ -67,7 +67,8 @@ class ClientTest {
       plain.close();
     }
     if (server != null) {
-      assertEquals(0, server.stop(), "claimd's exit code");
+      int code = server.stop();
+      assertEquals(0, code, () -> "claimd's exit code; its last lines:\n" + String.join("\n", server.logs()));
     }
   }
 

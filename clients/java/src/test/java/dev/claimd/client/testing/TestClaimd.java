@@ -8,21 +8,15 @@ import io.grpc.ManagedChannel;
 import io.grpc.health.v1.HealthCheckRequest;
 import io.grpc.health.v1.HealthCheckResponse;
 import io.grpc.health.v1.HealthGrpc;
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.stream.Stream;
 
 /**
@@ -34,16 +28,14 @@ import java.util.stream.Stream;
 public final class TestClaimd implements AutoCloseable {
   private final Process process;
   private final Path dataDir;
-  private final String target;
-  private final String http;
-  private final ArrayDeque<String> tail;
+  private final Path log;
+  private volatile String target;
+  private volatile String http;
 
-  private TestClaimd(Process process, Path dataDir, String target, String http, ArrayDeque<String> tail) {
-    this.tail = tail;
+  private TestClaimd(Process process, Path dataDir, Path log) {
     this.process = process;
     this.dataDir = dataDir;
-    this.target = target;
-    this.http = http;
+    this.log = log;
   }
 
   /** target is the gRPC address, "127.0.0.1:PORT". */
@@ -58,60 +50,59 @@ public final class TestClaimd implements AutoCloseable {
 
   /** logs are the last lines claimd wrote (for failure messages). */
   public List<String> logs() {
-    synchronized (tail) {
-      return new ArrayList<>(tail);
+    try {
+      List<String> all = Files.readAllLines(log, StandardCharsets.UTF_8);
+      return all.subList(Math.max(0, all.size() - 200), all.size());
+    } catch (IOException e) {
+      return List.of("(no log: " + e + ")");
     }
   }
 
   /** start starts claimd with extra serve flags and waits until it serves. */
   public static TestClaimd start(String... args) throws IOException, InterruptedException {
     Path dataDir = Files.createTempDirectory("claimd-java-test-");
+    // claimd's log goes to a file, not a pipe: a pipe nobody reads any more
+    // would stop claimd with SIGPIPE at its last log line.
+    Path log = dataDir.resolve("claimd.log");
     List<String> cmd = new ArrayList<>(List.of(binary().toString(), "serve", "--listen", "127.0.0.1:0",
-        "--http-listen", "127.0.0.1:0", "--data-dir", dataDir.toString()));
+        "--http-listen", "127.0.0.1:0", "--data-dir", dataDir.resolve("data").toString()));
     cmd.addAll(List.of(args));
-    Process p = new ProcessBuilder(cmd).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
-    CompletableFuture<String[]> addrs = new CompletableFuture<>();
-    ArrayDeque<String> tail = new ArrayDeque<>();
-    Thread reader = new Thread(() -> {
-      // Read stderr for the process's whole life: claimd logs a line per
-      // request, and a full pipe would block it.
-      try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getErrorStream(), StandardCharsets.UTF_8))) {
-        for (String line; (line = r.readLine()) != null; ) {
-          synchronized (tail) {
-            tail.addLast(line);
-            if (tail.size() > 200) {
-              tail.removeFirst();
-            }
-          }
-          if (!addrs.isDone() && line.startsWith("{")) {
+    Process p = new ProcessBuilder(cmd).redirectOutput(ProcessBuilder.Redirect.DISCARD)
+        .redirectError(ProcessBuilder.Redirect.appendTo(log.toFile())).start();
+    TestClaimd c = new TestClaimd(p, dataDir, log);
+    try {
+      // Poll the log (an observable condition) for the line with the addresses.
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+      while (c.target == null) {
+        for (String line : c.logs()) {
+          if (line.startsWith("{")) {
             try {
               JsonObject rec = JsonParser.parseString(line).getAsJsonObject();
               if (rec.has("msg") && rec.get("msg").getAsString().equals("claimd serving")) {
-                addrs.complete(new String[] {rec.get("grpc").getAsString(), rec.get("http").getAsString()});
+                c.target = rec.get("grpc").getAsString();
+                c.http = rec.get("http").getAsString();
               }
             } catch (RuntimeException notJson) {
-              // kept in the tail only
+              // not a log record
             }
           }
         }
-      } catch (IOException ignored) {
-        // the process ended
+        if (c.target == null) {
+          if (!p.isAlive()) {
+            throw new IllegalStateException("claimd exited " + p.exitValue() + " before serving:\n" + String.join("\n", c.logs()));
+          }
+          if (System.nanoTime() > deadline) {
+            throw new IllegalStateException("claimd logged no addresses within 20s:\n" + String.join("\n", c.logs()));
+          }
+          Thread.sleep(20);
+        }
       }
-      synchronized (tail) {
-        addrs.completeExceptionally(new IllegalStateException("claimd exited before serving:\n" + String.join("\n", tail)));
-      }
-    }, "claimd-stderr");
-    reader.setDaemon(true);
-    reader.start();
-    try {
-      String[] a = addrs.get(20, TimeUnit.SECONDS);
-      TestClaimd c = new TestClaimd(p, dataDir, a[0], a[1], tail);
       c.awaitServing();
       return c;
-    } catch (ExecutionException | TimeoutException | RuntimeException e) {
+    } catch (RuntimeException e) {
       p.destroyForcibly().waitFor();
       deleteTree(dataDir);
-      throw new IllegalStateException("claimd did not start: " + e.getMessage(), e);
+      throw e;
     }
   }
 
@@ -140,14 +131,20 @@ public final class TestClaimd implements AutoCloseable {
     }
   }
 
-  /** stop sends SIGTERM, waits for the exit, removes the data directory and returns the exit code. */
+  /**
+   * stop sends SIGTERM and waits for the exit; it returns the exit code, and
+   * removes the data directory unless claimd failed (its log is kept there).
+   */
   public int stop() throws InterruptedException {
     process.destroy();
     if (!process.waitFor(20, TimeUnit.SECONDS)) {
       process.destroyForcibly().waitFor();
     }
-    deleteTree(dataDir);
-    return process.exitValue();
+    int code = process.exitValue();
+    if (code == 0) {
+      deleteTree(dataDir);
+    }
+    return code;
   }
 
   @Override
