@@ -74,7 +74,7 @@ build: ## build bin/claimd, its version from git describe (VERSION=... to set it
 run: build ## start claimd with embedded tiers on 127.0.0.1:50051 (ARGS="--flag ..." to add flags)
 	./bin/claimd serve $(ARGS)
 
-test: $(HELM) ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and PostgreSQL, installed when missing; helm lint/template of the chart), each benchmark once, the Go, Python and TypeScript clients
+test: $(HELM) ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and PostgreSQL, installed when missing; helm lint/template of the chart), each benchmark once, the Go, Python, TypeScript and Java clients
 	./scripts/test-deps.sh
 	go test $(GO_TEST_FLAGS) ./...
 	cd $(CLIENT_MODULE) && go test $(GO_TEST_FLAGS) ./...
@@ -84,6 +84,8 @@ test: $(HELM) ## every test: Go with -race (real Redis, Redis Cluster, Sentinel 
 	./clients/python/test.sh
 	@echo "== TypeScript client and Node example"
 	./clients/typescript/test.sh
+	@echo "== Java client and example"
+	./clients/java/test.sh
 
 # GENERATED are the generated files of every language, all from proto/.
 GENERATED := gen clients/python/src/claimd/_gen clients/typescript/src/gen clients/java/src/generated/java

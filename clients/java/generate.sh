@@ -40,10 +40,10 @@ protoc_dir="$tools_dir/protoc-$PROTOC_VERSION/bin"
 if [[ ! -x "$protoc_dir/protoc" ]]; then
 	mkdir -p "$protoc_dir" "$maven_repo"
 	echo "fetching protoc $PROTOC_VERSION into $protoc_dir"
-	(cd "$protoc_dir" && mvn -B -q -Dstyle.color=never -Dmaven.repo.local="$maven_repo" \
+	(cd "$protoc_dir" && mvn "${maven_flags[@]}" \
 		org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy \
 		-Dartifact="com.google.protobuf:protoc:$PROTOC_VERSION:exe:linux-x86_64" \
-		-DoutputDirectory="$protoc_dir" -Dmdep.stripVersion=true -Dmdep.stripClassifier=true)
+		-DoutputDirectory="$protoc_dir" -Dmdep.stripVersion=true -Dmdep.stripClassifier=true) | strip_resets
 	mv "$protoc_dir/protoc.exe" "$protoc_dir/protoc"
 	chmod +x "$protoc_dir/protoc"
 fi

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by test.sh and generate.sh: where Maven keeps its repository, and
 # how to run it offline once that repository is warm.
 #
@@ -7,25 +8,31 @@
 
 tools_dir="${TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/claimd-tools}"
 maven_repo="${CLAIMD_MAVEN_REPO:-$tools_dir/m2}"
+# Batch mode, no colours, quiet: a run prints only failures.
+maven_flags=(-B -q -Dstyle.color=never -Dmaven.repo.local="$maven_repo")
 
-# mvn_run runs Maven in clients/java with the repository above: offline when
-# a run with the same pom.xml succeeded online before (the stamp), online
-# (once) otherwise. A failing test does not write the stamp, but neither
-# does it matter: the next run resolves nothing new either way.
+# mvn_run DIR ARGS... runs Maven in the project at DIR: offline (-o) when a
+# run of the same pom.xml succeeded before (a stamp in the repository), online
+# otherwise, to resolve what is missing once.
 mvn_run() {
-	local here stamp sum
-	here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+	local dir="$1" stamp
+	shift
 	command -v mvn >/dev/null || {
-		echo "clients/java: mvn is not on PATH (apt-get install maven)" >&2
+		echo "mvn is not on PATH (apt-get install maven)" >&2
 		return 1
 	}
 	mkdir -p "$maven_repo"
-	sum="$(sha256sum "$here/pom.xml" | cut -c1-16)"
-	stamp="$maven_repo/.claimd-client-$sum"
+	stamp="$maven_repo/.claimd-resolved-$(sha256sum "$dir/pom.xml" | cut -c1-16)"
 	if [[ -e "$stamp" ]]; then
-		(cd "$here" && mvn -B -q -Dstyle.color=never -o -Dmaven.repo.local="$maven_repo" "$@")
+		(cd "$dir" && mvn "${maven_flags[@]}" -o "$@" 2>&1) | strip_resets
 	else
-		(cd "$here" && mvn -B -q -Dstyle.color=never -Dmaven.repo.local="$maven_repo" "$@")
+		(cd "$dir" && mvn "${maven_flags[@]}" "$@" 2>&1) | strip_resets
 		touch "$stamp"
 	fi
+}
+
+# strip_resets drops the colour resets Debian's mvn prints even in batch
+# mode. Callers run with pipefail, so Maven's exit status survives the pipe.
+strip_resets() {
+	sed -u $'s/\x1b\[0m//g'
 }
