@@ -43,7 +43,7 @@ if [[ ! -x "$protoc_dir/protoc" ]]; then
 	(cd "$protoc_dir" && mvn "${maven_flags[@]}" \
 		org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy \
 		-Dartifact="com.google.protobuf:protoc:$PROTOC_VERSION:exe:linux-x86_64" \
-		-DoutputDirectory="$protoc_dir" -Dmdep.stripVersion=true -Dmdep.stripClassifier=true) | strip_resets
+		-DoutputDirectory="$protoc_dir" -Dmdep.stripVersion=true -Dmdep.stripClassifier=true 2>&1) | strip_resets
 	mv "$protoc_dir/protoc.exe" "$protoc_dir/protoc"
 	chmod +x "$protoc_dir/protoc"
 fi

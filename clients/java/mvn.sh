@@ -11,11 +11,11 @@ maven_repo="${CLAIMD_MAVEN_REPO:-$tools_dir/m2}"
 # Batch mode, no colours, quiet: a run prints only failures.
 maven_flags=(-B -q -Dstyle.color=never -Dmaven.repo.local="$maven_repo")
 
-# mvn_run DIR ARGS... runs Maven in the project at DIR: offline (-o) when a
-# run of the same pom.xml succeeded before (a stamp in the repository), online
-# otherwise, to resolve what is missing once.
+# mvn_run DIR ARGS... runs Maven in the project at DIR and returns its exit
+# status: offline (-o) when a run of the same pom.xml succeeded before (a stamp
+# in the repository), online otherwise, to resolve what is missing once.
 mvn_run() {
-	local dir="$1" stamp
+	local dir="$1" stamp rc=0
 	shift
 	command -v mvn >/dev/null || {
 		echo "mvn is not on PATH (apt-get install maven)" >&2
@@ -24,11 +24,16 @@ mvn_run() {
 	mkdir -p "$maven_repo"
 	stamp="$maven_repo/.claimd-resolved-$(sha256sum "$dir/pom.xml" | cut -c1-16)"
 	if [[ -e "$stamp" ]]; then
-		(cd "$dir" && mvn "${maven_flags[@]}" -o "$@" 2>&1) | strip_resets
+		(cd "$dir" && mvn "${maven_flags[@]}" -o "$@" 2>&1) | strip_resets || rc=$?
 	else
-		(cd "$dir" && mvn "${maven_flags[@]}" "$@" 2>&1) | strip_resets
-		touch "$stamp"
+		(cd "$dir" && mvn "${maven_flags[@]}" "$@" 2>&1) | strip_resets || rc=$?
+		# Only a run that went through writes the stamp; a failed one may
+		# not have resolved everything (a failing test just resolves again).
+		if ((rc == 0)); then
+			touch "$stamp"
+		fi
 	fi
+	return "$rc"
 }
 
 # strip_resets drops the colour resets Debian's mvn prints even in batch
