@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tests the Java client and its example against a real claimd, from any
 # working directory: checks that src/generated/java is what generate.sh
-# produces, builds claimd once ($CLAIMD_BIN, shared with the tests), runs the
+# produces, builds claimd once ($CLAIMD_BIN, shared with the tests) and testca
+# (the secured tests' certificates), runs the
 # client's tests with mvn install (unit tests, the guardspec scenarios, the
 # typed calls; install puts the client and its test jar in the local
 # repository) and then the example's tests with mvn verify. Maven resolves
@@ -24,11 +25,14 @@ done
 
 "$here/generate.sh" --check
 
+mkdir -p "$here/.build"
 if [[ -z "${CLAIMD_BIN:-}" ]]; then
-	mkdir -p "$here/.build"
 	(cd "$repo" && go build -o "$here/.build/claimd" ./cmd/claimd)
 	export CLAIMD_BIN="$here/.build/claimd"
 fi
+# The secured tests' CA and certificates, made as every client's are.
+(cd "$repo" && go build -o "$here/.build/testca" ./internal/testenv/cmd/testca)
+export CLAIMD_TESTCA_BIN="$here/.build/testca"
 
 rm -rf "$here/target/surefire-reports" "$example/target/surefire-reports"
 rc=0

@@ -2,6 +2,7 @@ package dev.claimd.client.testing;
 
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
+import io.grpc.ChannelCredentials;
 import io.grpc.Grpc;
 import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
@@ -60,6 +61,15 @@ public final class TestClaimd implements AutoCloseable {
 
   /** start starts claimd with extra serve flags and waits until it serves. */
   public static TestClaimd start(String... args) throws IOException, InterruptedException {
+    return start(InsecureChannelCredentials.create(), args);
+  }
+
+  /**
+   * start starts claimd with extra serve flags and waits until it serves; the
+   * health check connects with creds (TLS ones for a claimd started with
+   * --tls-cert, with a client certificate for --tls-client-ca).
+   */
+  public static TestClaimd start(ChannelCredentials creds, String... args) throws IOException, InterruptedException {
     Path dataDir = Files.createTempDirectory("claimd-java-test-");
     // claimd's log goes to a file, not a pipe: a pipe nobody reads any more
     // would stop claimd with SIGPIPE at its last log line.
@@ -97,7 +107,7 @@ public final class TestClaimd implements AutoCloseable {
           Thread.sleep(20);
         }
       }
-      c.awaitServing();
+      c.awaitServing(creds);
       return c;
     } catch (RuntimeException e) {
       p.destroyForcibly().waitFor();
@@ -107,8 +117,8 @@ public final class TestClaimd implements AutoCloseable {
   }
 
   /** awaitServing polls the gRPC health check (an observable condition) until SERVING, for at most 20 s. */
-  private void awaitServing() throws InterruptedException {
-    ManagedChannel ch = Grpc.newChannelBuilder(target, InsecureChannelCredentials.create()).build();
+  private void awaitServing(ChannelCredentials creds) throws InterruptedException {
+    ManagedChannel ch = Grpc.newChannelBuilder(target, creds).build();
     try {
       long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
       for (;;) {
@@ -178,7 +188,43 @@ public final class TestClaimd implements AutoCloseable {
     return out;
   }
 
-  private static void deleteTree(Path dir) {
+  /** run runs a helper binary (claimd token new, testca) and returns its stdout; it fails on a non-zero exit. */
+  public static String run(List<String> cmd) throws IOException, InterruptedException {
+    Process p = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT).start();
+    String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+    if (p.waitFor() != 0) {
+      throw new IllegalStateException(String.join(" ", cmd) + " exited " + p.exitValue());
+    }
+    return out;
+  }
+
+  /**
+   * testca is $CLAIMD_TESTCA_BIN, else a go build of internal/testenv/cmd/testca
+   * (the throwaway CA of every client's TLS tests) into target/testca.
+   */
+  public static synchronized Path testca() throws IOException, InterruptedException {
+    String env = System.getenv("CLAIMD_TESTCA_BIN");
+    if (env != null && !env.isEmpty()) {
+      return Path.of(env);
+    }
+    Path repo = Path.of("").toAbsolutePath();
+    while (repo != null && !Files.exists(repo.resolve("cmd/claimd"))) {
+      repo = repo.getParent();
+    }
+    if (repo == null) {
+      throw new IllegalStateException("no CLAIMD_TESTCA_BIN and no claimd checkout above " + Path.of("").toAbsolutePath());
+    }
+    Path out = Path.of("target", "testca").toAbsolutePath();
+    Process b = new ProcessBuilder("go", "build", "-o", out.toString(), "./internal/testenv/cmd/testca")
+        .directory(repo.toFile()).inheritIO().start();
+    if (b.waitFor() != 0) {
+      throw new IllegalStateException("go build of testca failed");
+    }
+    return out;
+  }
+
+  /** deleteTree removes a directory and everything in it. */
+  public static void deleteTree(Path dir) {
     try (Stream<Path> s = Files.walk(dir)) {
       s.sorted(Comparator.reverseOrder()).forEach(p -> {
         try {
