@@ -185,8 +185,8 @@ func (s *suite) crashRow(mode string, cp crashPoint) (row crashRow) {
 			takenOver || (is(op, pb.Outcome_OUTCOME_IN_PROGRESS) && op.AckHolder == w.attempt))
 		op = fenced(other, chaos.Op{Kind: chaos.KindRelease, Token: 1}, grant)
 		if takenOver {
-			step("A retries Release", otherName, op, "FAILED_PRECONDITION/STALE_TOKEN (B holds t2)",
-				op.Code == codes.FailedPrecondition && op.ErrReason == "STALE_TOKEN")
+			step("A retries Release", otherName, op, "ABORTED/STALE_TOKEN (B holds t2)",
+				op.Code == codes.Aborted && op.ErrReason == pb.ErrorReason_STALE_TOKEN.String())
 		} else {
 			step("A retries Release", otherName, op, "OK, released", op.Code == codes.OK && op.Released)
 		}

@@ -289,7 +289,7 @@ func TestProvidersDump(t *testing.T) {
 		t.Fatalf("claimd providers --dump = exit %d, %d bytes; want the built-in providers.yaml (%d bytes)", r.code, len(r.stdout), len(horizon.DefaultYAML()))
 	}
 	path := writeFile(t, "providers.yaml", r.stdout)
-	if r := runEnv(t, nil, "providers", "--check", path); r.code != 0 || !strings.Contains(r.stdout, ": ok (") {
+	if r := runEnv(t, nil, "providers", "--check", path); r.code != 0 || !strings.Contains(r.stdout, " providers and groups, 3 lifecycles)") {
 		t.Errorf("claimd providers --check (the dump) = exit %d, %q %q", r.code, r.stdout, r.stderr)
 	}
 	builtin, withDump := runEnv(t, nil, "providers"), runEnv(t, nil, "providers", "--providers", path)
@@ -338,6 +338,65 @@ groups:
 	broken := writeFile(t, "broken.yaml", "version: 1\nextends: builtin\ngroups:\n  shop: [shopify, acme]\n")
 	if r := runEnv(t, nil, "providers", "--check", broken); r.code == 0 || !strings.Contains(r.stderr, broken+`:4: shop: member "acme" is not a provider of this file or of the built-in registry`) {
 		t.Errorf("claimd providers --check (unknown member) = exit %d, %q", r.code, r.stderr)
+	}
+}
+
+// TestProvidersLifecycles: claimd providers shows the lifecycles below the
+// table, a file's own lifecycle included, and --check of a bad graph fails
+// naming its line.
+func TestProvidersLifecycles(t *testing.T) {
+	r := runEnv(t, nil, "providers")
+	if r.code != 0 {
+		t.Fatalf("claimd providers = exit %d\n%s", r.code, r.stderr)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^\nLIFECYCLES$`),
+		regexp.MustCompile(`(?m)^stripe charge: entity json:data\.object\.id, event type json:type$`),
+		regexp.MustCompile(`(?m)^  charge\.refunded +succeeded → succeeded +new, pending +-$`),
+		regexp.MustCompile(`(?m)^  payment_intent\.processing +new, requires_action, requires_capture, payment_failed → processing +processing +-$`),
+		regexp.MustCompile(`(?m)^adyen payment: `),
+	} {
+		if !want.MatchString(r.stdout) {
+			t.Errorf("claimd providers lacks a line matching %s:\n%s", want, r.stdout)
+		}
+	}
+
+	const acme = `version: 1
+extends: builtin
+providers:
+  acme:
+    retry_horizon: 24h
+    margin: 12h
+    lease: 30s
+    key: json:id
+    source: https://acme.example/webhooks
+    reviewed_on: 2026-11-01
+    lifecycles:
+      order:
+        entity: json:order.id
+        event_type: json:event
+        states: [new, paid, shipped]
+        events:
+          order.paid: {from: [new], to: paid}
+          order.shipped: {from: [paid], to: shipped}
+        source: https://acme.example/orders
+`
+	r = runEnv(t, nil, "providers", "--providers", writeFile(t, "acme.yaml", acme))
+	if r.code != 0 || !regexp.MustCompile(`(?m)^  order\.shipped +paid → shipped +new +-$`).MatchString(r.stdout) {
+		t.Errorf("claimd providers --providers (a lifecycle) = exit %d, want acme's order graph:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, tc := range []struct{ desc, from, to, want string }{
+		{"unreachable state", "order.shipped: {from: [paid], to: shipped}", "order.shipped: {from: [shipped], to: shipped}",
+			`:15: acme lifecycle order: state shipped is unreachable`},
+		{"unknown state", "order.paid: {from: [new], to: paid}", "order.paid: {from: [created], to: paid}",
+			`:17: acme lifecycle order: event order.paid: from names "created", which is not one of the lifecycle's states`},
+		{"event leading nowhere", "order.paid: {from: [new], to: paid}", "order.paid: {from: [new]}",
+			`:17: acme lifecycle order: event order.paid: to is required`},
+	} {
+		bad := writeFile(t, "bad.yaml", strings.Replace(acme, tc.from, tc.to, 1))
+		if r := runEnv(t, nil, "providers", "--check", bad); r.code == 0 || !strings.Contains(r.stderr, bad+tc.want) {
+			t.Errorf("claimd providers --check (%s) = exit %d, %q; want it to fail with %q", tc.desc, r.code, r.stderr, bad+tc.want)
+		}
 	}
 }
 

@@ -129,14 +129,21 @@ func runProviders(_ context.Context, args []string, stdout, _ io.Writer) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s: ok (%d providers and groups)\n", c.Check, len(reg.List()))
+		lifecycles := 0
+		for _, p := range reg.List() {
+			lifecycles += len(p.Lifecycles)
+		}
+		fmt.Fprintf(stdout, "%s: ok (%d providers and groups, %d lifecycles)\n", c.Check, len(reg.List()), lifecycles)
 		return nil
 	}
 	reg, err := c.registry()
 	if err != nil {
 		return err
 	}
-	return reg.Table(stdout, clock.Real{}.Now(), c.ReviewAge)
+	if err := reg.Table(stdout, clock.Real{}.Now(), c.ReviewAge); err != nil {
+		return err
+	}
+	return reg.LifecycleGraphs(stdout)
 }
 
 func bindToken(fs *flag.FlagSet, principal *string) {

@@ -32,6 +32,7 @@ import (
 	"github.com/claimd/claimd/internal/metrics"
 	"github.com/claimd/claimd/internal/service"
 	"github.com/claimd/claimd/internal/telemetry"
+	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/redis"
 	"github.com/claimd/claimd/internal/tlsconfig"
 )
@@ -177,6 +178,9 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		}
 	}()
 	met.SetTiers(st.fastKind, st.durableKind)
+	if ents, ok := st.store.(tiers.Entities); ok {
+		st.sources.DeferredEvents = ents.CountDeferred // the deferred, overdue and lost gauges
+	}
 	st.announceDurability(met, log)
 	if c.RequireNoEviction && st.redis != nil {
 		if err := requireNoEviction(ctx, st.redis); err != nil {
@@ -359,4 +363,5 @@ func setHealth(hs *health.Server, s healthpb.HealthCheckResponse_ServingStatus) 
 	hs.SetServingStatus("", s)
 	hs.SetServingStatus(pb.ClaimService_ServiceDesc.ServiceName, s)
 	hs.SetServingStatus(pb.ProviderService_ServiceDesc.ServiceName, s)
+	hs.SetServingStatus(pb.EntityService_ServiceDesc.ServiceName, s)
 }

@@ -18,6 +18,8 @@ CREATE TABLE IF NOT EXISTS ledger (
 	id          INTEGER PRIMARY KEY AUTOINCREMENT,
 	event_id    TEXT    NOT NULL,
 	event_type  TEXT    NOT NULL,
+	object_id   TEXT    NOT NULL DEFAULT '',
+	order_id    TEXT    NOT NULL DEFAULT '',
 	amount      INTEGER NOT NULL,
 	currency    TEXT    NOT NULL,
 	recorded_at TEXT    NOT NULL
@@ -27,7 +29,9 @@ CREATE TABLE IF NOT EXISTS ledger (
 type entry struct {
 	EventID    string
 	EventType  string
-	Amount     int64
+	ObjectID   string // the charge or payment intent the event is about
+	OrderID    string // the object's metadata.order_id
+	Amount     int64  // booked: + money in, - money out, 0 a status
 	Currency   string
 	RecordedAt time.Time
 }
@@ -56,8 +60,8 @@ func openLedger(ctx context.Context, path string) (*ledger, error) {
 // Append adds e and returns its row id.
 func (l *ledger) Append(ctx context.Context, e entry) (int64, error) {
 	res, err := l.db.ExecContext(ctx,
-		`INSERT INTO ledger (event_id, event_type, amount, currency, recorded_at) VALUES (?, ?, ?, ?, ?)`,
-		e.EventID, e.EventType, e.Amount, e.Currency, e.RecordedAt.UTC().Format(time.RFC3339Nano))
+		`INSERT INTO ledger (event_id, event_type, object_id, order_id, amount, currency, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		e.EventID, e.EventType, e.ObjectID, e.OrderID, e.Amount, e.Currency, e.RecordedAt.UTC().Format(time.RFC3339Nano))
 	if err != nil {
 		return 0, fmt.Errorf("ledger append %s: %w", e.EventID, err)
 	}
@@ -82,6 +86,48 @@ func (l *ledger) Count(ctx context.Context, eventID string) (int, error) {
 	var n int
 	err := l.db.QueryRowContext(ctx, `SELECT count(*) FROM ledger WHERE event_id = ?`, eventID).Scan(&n)
 	return n, err
+}
+
+// Refunded returns how much was booked out of charge by its refunds so far.
+func (l *ledger) Refunded(ctx context.Context, charge string) (int64, error) {
+	var out int64
+	err := l.db.QueryRowContext(ctx,
+		`SELECT COALESCE(-SUM(amount), 0) FROM ledger WHERE object_id = ? AND event_type = 'charge.refunded'`, charge).Scan(&out)
+	if err != nil {
+		return 0, fmt.Errorf("ledger refunds of %s: %w", charge, err)
+	}
+	return out, nil
+}
+
+// Balance returns the sum booked for an order.
+func (l *ledger) Balance(ctx context.Context, orderID string) (int64, error) {
+	var sum int64
+	err := l.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(amount), 0) FROM ledger WHERE order_id = ?`, orderID).Scan(&sum)
+	return sum, err
+}
+
+// Rows returns every row's event type and amount, oldest first.
+func (l *ledger) Rows(ctx context.Context) ([]booking, error) {
+	rows, err := l.db.QueryContext(ctx, `SELECT event_id, event_type, object_id, amount FROM ledger ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []booking
+	for rows.Next() {
+		var b booking
+		if err := rows.Scan(&b.EventID, &b.EventType, &b.ObjectID, &b.Amount); err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+// booking is one row as Rows reads it.
+type booking struct {
+	EventID, EventType, ObjectID string
+	Amount                       int64
 }
 
 // Close closes the database.

@@ -65,7 +65,7 @@ func newEventID() string {
 }
 
 func event(id string) []byte {
-	return []byte(fmt.Sprintf(`{"id":%q,"object":"event","type":"charge.succeeded","data":{"object":{"id":"ch_1","amount":2000,"currency":"usd"}}}`, id))
+	return []byte(fmt.Sprintf(`{"id":%q,"object":"event","type":"charge.succeeded","data":{"object":{"id":"ch_%s","amount":2000,"currency":"usd"}}}`, id, id))
 }
 
 // signed returns a Stripe-Signature header for body.
@@ -88,7 +88,10 @@ func setup(t *testing.T) (*httptest.Server, *ledger) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	rc := &receiver{claimd: c, ledger: l, namespace: "example", secret: secret, log: slog.New(slog.DiscardHandler), now: time.Now}
+	// A namespace per test: entities (a charge, a payment intent) are per
+	// namespace, so tests that replay one fixture never meet each other's.
+	ns := fmt.Sprintf("example-%d", seq.Add(1))
+	rc := &receiver{claimd: c, ledger: l, namespace: ns, secret: secret, log: slog.New(slog.DiscardHandler), now: time.Now}
 	mux := http.NewServeMux()
 	mux.Handle("POST /webhooks/stripe", rc)
 	srv := httptest.NewServer(mux)

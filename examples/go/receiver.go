@@ -21,8 +21,13 @@ type stripeEvent struct {
 	Type string `json:"type"`
 	Data struct {
 		Object struct {
-			Amount   int64  `json:"amount"`
-			Currency string `json:"currency"`
+			ID             string `json:"id"`
+			Amount         int64  `json:"amount"`
+			AmountRefunded int64  `json:"amount_refunded"`
+			Currency       string `json:"currency"`
+			Metadata       struct {
+				OrderID string `json:"order_id"`
+			} `json:"metadata"`
 		} `json:"object"`
 	} `json:"data"`
 }
@@ -83,15 +88,44 @@ func (rc *receiver) apply(ctx context.Context, c claimd.Claim, body []byte) ([]b
 			return result(id)
 		}
 	}
+	amount, err := rc.booked(ctx, ev)
+	if err != nil {
+		return nil, err
+	}
+	obj := ev.Data.Object
 	id, err := rc.ledger.Append(ctx, entry{
-		EventID: ev.ID, EventType: ev.Type,
-		Amount: ev.Data.Object.Amount, Currency: ev.Data.Object.Currency,
+		EventID: ev.ID, EventType: ev.Type, ObjectID: obj.ID, OrderID: obj.Metadata.OrderID,
+		Amount: amount, Currency: obj.Currency,
 		RecordedAt: rc.now(),
 	})
 	if err != nil {
 		return nil, err // retryable: the claim is released and Stripe retries
 	}
 	return result(id)
+}
+
+// booked is the money an event moves: a charge that succeeded brings its
+// amount in, a refund takes out what was refunded since the last refund
+// (charge.refunded carries the charge's running amount_refunded); anything
+// else (a payment intent's status) moves nothing and is a row of amount 0.
+//
+// Reading the refunds booked so far and then appending is safe without a
+// lock: claimd runs one event of an entity at a time (another refund of the
+// same charge is DEFERRED until this one settles), and never a refund before
+// its charge succeeded, so the running total is this charge's.
+func (rc *receiver) booked(ctx context.Context, ev stripeEvent) (int64, error) {
+	obj := ev.Data.Object
+	switch ev.Type {
+	case "charge.succeeded":
+		return obj.Amount, nil
+	case "charge.refunded":
+		before, err := rc.ledger.Refunded(ctx, obj.ID)
+		if err != nil {
+			return 0, err
+		}
+		return -(obj.AmountRefunded - before), nil
+	}
+	return 0, nil
 }
 
 func result(row int64) ([]byte, error) {

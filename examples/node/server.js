@@ -4,7 +4,7 @@
 //
 // claimd decides which delivery of an event does the work; the guard turns
 // its answer into the HTTP status Stripe should see.
-import { appendFile } from "node:fs/promises";
+import { appendFile, readFile } from "node:fs/promises";
 import * as http from "node:http";
 import { pathToFileURL } from "node:url";
 
@@ -53,10 +53,14 @@ export function createReceiver({ client, ledgerPath, namespace = "billing", logg
         // The side effect. claim.reason / claim.state tell a LEASE_EXPIRED
         // taker how far a crashed predecessor got; appending a line is all
         // or nothing here, so there is nothing to reconcile.
+        const obj = event.data?.object ?? {};
         const row = {
           event_id: claim.key,
           type: event.type ?? null,
-          amount: event.data?.object?.amount ?? null,
+          amount: obj.amount ?? null,
+          object_id: obj.id ?? null,
+          order_id: obj.metadata?.order_id ?? null,
+          booked: await booked(ledgerPath, event.type, obj),
           fencing_token: claim.fencingToken.toString(),
           at: new Date().toISOString(),
         };
@@ -75,6 +79,41 @@ export function createReceiver({ client, ledgerPath, namespace = "billing", logg
     }
     res.writeHead(result.status, headers).end(result.body);
   });
+}
+
+/**
+ * booked is the money an event moves: a charge that succeeded brings its
+ * amount in, a refund takes out what was refunded since the last one
+ * (charge.refunded carries the charge's running amount_refunded), anything
+ * else moves nothing. No ordering logic: claimd's Stripe lifecycles never
+ * run a refund before its charge succeeded (DEFERRED: 409 with Retry-After,
+ * Stripe retries), never a stale event (SUPERSEDED: 200), and one event of
+ * a charge at a time, so reading the refunds booked so far is safe.
+ */
+async function booked(ledgerPath, type, obj) {
+  if (type === "charge.succeeded") {
+    return obj.amount ?? 0;
+  }
+  if (type === "charge.refunded") {
+    return -((obj.amount_refunded ?? 0) - (await refunded(ledgerPath, obj.id)));
+  }
+  return 0;
+}
+
+/** refunded is how much the refunds of charge booked out so far. */
+async function refunded(ledgerPath, charge) {
+  let text = "";
+  try {
+    text = await readFile(ledgerPath, "utf8");
+  } catch (err) {
+    if (err.code !== "ENOENT") throw err;
+  }
+  return text
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l))
+    .filter((r) => r.object_id === charge && r.type === "charge.refunded")
+    .reduce((sum, r) => sum - r.booked, 0);
 }
 
 function readBody(req) {

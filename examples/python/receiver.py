@@ -41,6 +41,8 @@ class Ledger:
                 " id INTEGER PRIMARY KEY,"
                 " event_id TEXT NOT NULL,"
                 " type TEXT NOT NULL,"
+                " object_id TEXT NOT NULL DEFAULT '',"
+                " order_id TEXT NOT NULL DEFAULT '',"
                 " amount INTEGER NOT NULL,"
                 " created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)"
             )
@@ -48,14 +50,34 @@ class Ledger:
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=10)
 
-    def append(self, event_id: str, event_type: str, amount: int) -> int:
-        """append writes one row and returns its id."""
+    def append(self, event_id: str, event_type: str, amount: int, object_id: str = "", order_id: str = "") -> int:
+        """append writes one row and returns its id. amount is what the event
+        books: + money in, - money out, 0 a status."""
         with closing(self._connect()) as db, db:
             cur = db.execute(
-                "INSERT INTO ledger (event_id, type, amount) VALUES (?, ?, ?)", (event_id, event_type, amount)
+                "INSERT INTO ledger (event_id, type, object_id, order_id, amount) VALUES (?, ?, ?, ?, ?)",
+                (event_id, event_type, object_id, order_id, amount),
             )
             assert cur.lastrowid is not None
             return cur.lastrowid
+
+    def refunded(self, charge: str) -> int:
+        """refunded is how much the refunds of charge booked out so far."""
+        with closing(self._connect()) as db:
+            q = "SELECT COALESCE(-SUM(amount), 0) FROM ledger WHERE object_id = ? AND type = 'charge.refunded'"
+            return int(db.execute(q, (charge,)).fetchone()[0])
+
+    def balance(self, order_id: str) -> int:
+        """balance is the sum booked for an order."""
+        with closing(self._connect()) as db:
+            q = "SELECT COALESCE(SUM(amount), 0) FROM ledger WHERE order_id = ?"
+            return int(db.execute(q, (order_id,)).fetchone()[0])
+
+    def bookings(self) -> list[tuple[str, str, str, int]]:
+        """bookings are every row's event id, type, object and amount, oldest first."""
+        with closing(self._connect()) as db:
+            q = "SELECT event_id, type, object_id, amount FROM ledger ORDER BY id"
+            return [(str(a), str(b), str(c), int(d)) for a, b, c, d in db.execute(q)]
 
     def find(self, event_id: str) -> int | None:
         """find returns the id of the row written for event_id, if any."""
@@ -81,12 +103,35 @@ def make_server(
         if g.claim.reason == Reason.LEASE_EXPIRED and g.claim.state == EventState.PROCESSING:
             if (row := ledger.find(event["id"])) is not None:
                 return json.dumps({"ledger_row": row}).encode()
-        amount = event.get("data", {}).get("object", {}).get("amount")
+        obj = event.get("data", {}).get("object", {})
+        amount = obj.get("amount")
         if not isinstance(amount, int):
             # Retrying cannot fix the event: record it FAILED, answer 200.
             raise PermanentError(f"event {event['id']} has no integer data.object.amount")
-        row = ledger.append(event["id"], str(event.get("type", "")), amount)
+        event_type = str(event.get("type", ""))
+        object_id = str(obj.get("id", ""))
+        row = ledger.append(
+            event["id"],
+            event_type,
+            booked(event_type, obj),
+            object_id,
+            str(obj.get("metadata", {}).get("order_id", "")),
+        )
         return json.dumps({"ledger_row": row}).encode()
+
+    def booked(event_type: str, obj: dict[str, Any]) -> int:
+        # A charge that succeeded brings its amount in; a refund takes out
+        # what was refunded since the last one (charge.refunded carries the
+        # running amount_refunded); anything else moves nothing. No ordering
+        # logic: claimd's Stripe lifecycles never run a refund before its
+        # charge succeeded (DEFERRED: 409 with Retry-After, Stripe retries),
+        # never a stale event (SUPERSEDED: 200), and one event of a charge at
+        # a time, so reading the refunds booked so far is safe.
+        if event_type == "charge.succeeded":
+            return int(obj["amount"])
+        if event_type == "charge.refunded":
+            return -(int(obj.get("amount_refunded", 0)) - ledger.refunded(str(obj.get("id", ""))))
+        return 0
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:

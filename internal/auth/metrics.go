@@ -1,20 +1,24 @@
 package auth
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
+)
 
 // Reasons of the ErrorInfo of a refused call (domain ErrorDomain), and the
 // values of claimd_auth_denied_total's reason label. Clients branch on
-// these, not on messages.
-const (
-	ReasonCredentialsMissing = "CREDENTIALS_MISSING" // no token and no verified client certificate
-	ReasonTokenMalformed     = "TOKEN_MALFORMED"     // the authorization header is not one "Bearer <token>"
-	ReasonTokenUnknown       = "TOKEN_UNKNOWN"       // no principal lists the token's hash
-	ReasonIdentityUnknown    = "IDENTITY_UNKNOWN"    // no principal lists the certificate's identities
-	ReasonPrincipalConflict  = "PRINCIPAL_CONFLICT"  // token and certificate name different principals
-	ReasonRoleDenied         = "ROLE_DENIED"         // the principal lacks the method's role
-	ReasonNamespaceDenied    = "NAMESPACE_DENIED"    // the principal may not use the request's namespace
-	ReasonMethodDenied       = "METHOD_DENIED"       // the method is in no role's table
-	ReasonRateLimited        = "RATE_LIMITED"        // the principal's token bucket is empty (RESOURCE_EXHAUSTED)
+// these, not on messages. They are the names of the proto's ErrorReason.
+var (
+	ReasonCredentialsMissing = pb.ErrorReason_CREDENTIALS_MISSING.String() // no token and no verified client certificate
+	ReasonTokenMalformed     = pb.ErrorReason_TOKEN_MALFORMED.String()     // the authorization header is not one "Bearer <token>"
+	ReasonTokenUnknown       = pb.ErrorReason_TOKEN_UNKNOWN.String()       // no principal lists the token's hash
+	ReasonIdentityUnknown    = pb.ErrorReason_IDENTITY_UNKNOWN.String()    // no principal lists the certificate's identities
+	ReasonPrincipalConflict  = pb.ErrorReason_PRINCIPAL_CONFLICT.String()  // token and certificate name different principals
+	ReasonRoleDenied         = pb.ErrorReason_ROLE_DENIED.String()         // the principal lacks the method's role
+	ReasonNamespaceDenied    = pb.ErrorReason_NAMESPACE_DENIED.String()    // the principal may not use the request's namespace
+	ReasonMethodDenied       = pb.ErrorReason_METHOD_DENIED.String()       // the method is in no role's table
+	ReasonRateLimited        = pb.ErrorReason_RATE_LIMITED.String()        // the principal's token bucket is empty (RESOURCE_EXHAUSTED)
 )
 
 // ErrorDomain is the ErrorInfo domain of every error claimd returns (the

@@ -17,7 +17,8 @@ type Roles uint8
 const (
 	// RoleClaim may Claim, Transition, Renew and Release.
 	RoleClaim Roles = 1 << iota
-	// RoleRead may Get records and list providers.
+	// RoleRead may Get records, list providers, and read entities and
+	// deferred events.
 	RoleRead
 	// RoleAdmin may call every method, including operator-only ones.
 	RoleAdmin
@@ -53,10 +54,15 @@ var methodRoles = map[string]map[string]Roles{
 	pb.ProviderService_ServiceDesc.ServiceName: {
 		"ListProviders": RoleRead, "GetProvider": RoleRead,
 	},
+	// Entities and their deferred events are read like records: within the
+	// request's namespace.
+	pb.EntityService_ServiceDesc.ServiceName: {
+		"ListDeferred": RoleRead, "GetEntity": RoleRead,
+	},
 }
 
 // services are the generated descriptors of the services the table covers.
-var services = []*grpc.ServiceDesc{&pb.ClaimService_ServiceDesc, &pb.ProviderService_ServiceDesc}
+var services = []*grpc.ServiceDesc{&pb.ClaimService_ServiceDesc, &pb.ProviderService_ServiceDesc, &pb.EntityService_ServiceDesc}
 
 // rule is what one method requires of its caller.
 type rule struct {

@@ -26,6 +26,7 @@ func TestMethodTable(t *testing.T) {
 		}
 	}
 	c, p := "/"+pb.ClaimService_ServiceDesc.ServiceName+"/", "/"+pb.ProviderService_ServiceDesc.ServiceName+"/"
+	e := "/" + pb.EntityService_ServiceDesc.ServiceName + "/"
 	want := map[string]rule{
 		c + "Claim":         {name: "Claim", role: RoleClaim, namespaced: true},
 		c + "Transition":    {name: "Transition", role: RoleClaim, namespaced: true},
@@ -34,6 +35,8 @@ func TestMethodTable(t *testing.T) {
 		c + "Get":           {name: "Get", role: RoleRead, namespaced: true},
 		p + "ListProviders": {name: "ListProviders", role: RoleRead},
 		p + "GetProvider":   {name: "GetProvider", role: RoleRead},
+		e + "ListDeferred":  {name: "ListDeferred", role: RoleRead, namespaced: true},
+		e + "GetEntity":     {name: "GetEntity", role: RoleRead, namespaced: true},
 	}
 	if diff := cmp.Diff(want, rules, cmp.AllowUnexported(rule{})); diff != "" {
 		t.Errorf("methodRules() (-want +got):\n%s", diff)

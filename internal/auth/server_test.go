@@ -281,7 +281,13 @@ func newEnv(t *testing.T) *env {
 	}
 	srv := grpc.NewServer(grpc.Creds(creds), grpc.ChainUnaryInterceptor(e.a.UnaryServerInterceptor(), seen),
 		grpc.ChainStreamInterceptor(e.a.StreamServerInterceptor()))
-	service.New(service.Config{Store: e.store, Registry: reg, Clock: e.clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Register(srv)
+	// The service reads entities through the store it is given: keep the
+	// embedded pair's reads visible behind the counting wrapper.
+	svcStore := struct {
+		*countingStore
+		tiers.Entities
+	}{e.store, store}
+	service.New(service.Config{Store: svcStore, Registry: reg, Clock: e.clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Register(srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)

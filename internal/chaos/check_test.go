@@ -267,7 +267,7 @@ func TestModelTransitionRepeats(t *testing.T) {
 	if ok, _ := step(next, stale, &Op{Code: codes.OK, Changed: false, AckState: settledSt}); ok {
 		t.Errorf("a stale token answered OK was accepted by the model")
 	}
-	if ok, _ := step(next, stale, &Op{Code: codes.FailedPrecondition, ErrReason: reasonStale}); !ok {
+	if ok, _ := step(next, stale, &Op{Code: codes.Aborted, ErrReason: reasonStale}); !ok {
 		t.Errorf("a stale token answered STALE_TOKEN was refused by the model")
 	}
 }

@@ -77,12 +77,12 @@ type Op struct {
 
 // Answered reports whether the call got an answer of the API (as opposed to
 // a failure whose effect is unknown). Transition and Release answer
-// FAILED_PRECONDITION and NOT_FOUND as part of their contract.
+// ABORTED, FAILED_PRECONDITION and NOT_FOUND as part of their contract.
 func (o *Op) Answered() bool {
 	switch o.Code {
 	case codes.OK:
 		return true
-	case codes.FailedPrecondition, codes.NotFound:
+	case codes.Aborted, codes.FailedPrecondition, codes.NotFound:
 		return o.Kind != KindClaim
 	}
 	return false

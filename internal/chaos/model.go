@@ -35,10 +35,11 @@ func (r register) String() string {
 	return s
 }
 
-// Reasons of FAILED_PRECONDITION that the model predicts.
-const (
-	reasonStale   = "STALE_TOKEN"
-	reasonInvalid = "INVALID_TRANSITION"
+// Reasons of the refusals the model predicts: STALE_TOKEN is ABORTED,
+// INVALID_TRANSITION is FAILED_PRECONDITION.
+var (
+	reasonStale   = pb.ErrorReason_STALE_TOKEN.String()
+	reasonInvalid = pb.ErrorReason_INVALID_TRANSITION.String()
 )
 
 // transitions are the allowed moves of DESIGN §2.
@@ -112,7 +113,7 @@ func stepTransition(r register, in, out *Op) (bool, register) {
 	case !r.Exists:
 		return refused(out, codes.NotFound, ""), r
 	case in.Token != r.Token || r.Released:
-		return refused(out, codes.FailedPrecondition, reasonStale), r
+		return refused(out, codes.Aborted, reasonStale), r
 	case r.State == in.To:
 		return out == nil || (out.Code == codes.OK && !out.Changed && out.AckState == r.State && out.AckResult == r.Result), r
 	case !canTransition(r.State, in.To):
@@ -131,7 +132,7 @@ func stepRelease(r register, in, out *Op) (bool, register) {
 	case !r.Exists:
 		return refused(out, codes.NotFound, ""), r
 	case in.Token != r.Token:
-		return refused(out, codes.FailedPrecondition, reasonStale), r
+		return refused(out, codes.Aborted, reasonStale), r
 	case terminal(r.State):
 		return refused(out, codes.FailedPrecondition, reasonInvalid), r
 	}

@@ -14,6 +14,7 @@ import (
 var providerFields = map[string]bool{
 	"retry_horizon": true, "margin": true, "lease": true, "max_lease": true,
 	"key": true, "families": true, "source": true, "reviewed_on": true,
+	"lifecycles": true,
 }
 
 // maxFamilyLen bounds a family's name: it is a label in a table, not prose.
@@ -60,7 +61,7 @@ func (l *loader) baseGroup(name string) (*Provider, bool) {
 // broken (the errors are recorded).
 func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 	if n.Kind != yaml.MappingNode {
-		l.errorf(n, name, "must be a mapping of retry_horizon, margin, lease, max_lease, key, families, source, reviewed_on")
+		l.errorf(n, name, "must be a mapping of retry_horizon, margin, lease, max_lease, key, families, source, reviewed_on, lifecycles")
 		return nil
 	}
 	before := len(l.errs)
@@ -146,6 +147,9 @@ func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 			l.errorf(v, name, "reviewed_on %q must be a date (YYYY-MM-DD)", v.Value)
 		}
 		p.ReviewedOn = t
+	}
+	if v := vals["lifecycles"]; v != nil {
+		p.Lifecycles = l.lifecycles(v, name)
 	}
 	if len(l.errs) > before {
 		return nil

@@ -205,6 +205,9 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("# only a comment\n"))
 	f.Add([]byte("version: 1\nproviders:\n  a: &x {}\n  b: *x\n"))
 	f.Add([]byte("providers: [\n"))
+	f.Add([]byte("version: 1\nproviders:\n  a:\n    retry_horizon: 1h\n    margin: 1h\n    lease: 1s\n    source: 'https://x'\n    reviewed_on: 2026-01-01\n" +
+		"    lifecycles:\n      l:\n        entity: json:id\n        event_type: json:type\n        states: [a, b, c]\n" +
+		"        events:\n          x: {from: [a], to: b}\n          y: {from: [b, c], to: c, entity: header:X-E}\n        source: 'https://x'\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := Load("f.yaml", data)
 		if err != nil {
@@ -217,14 +220,51 @@ func FuzzLoad(f *testing.F) {
 			if p.TTL <= p.RetryHorizon || p.Lease <= 0 || p.Lease > p.MaxLease || p.MaxLease > p.TTL {
 				t.Fatalf("Load() accepted %s with horizon %v, ttl %v, lease %v, max_lease %v", p.Name, p.RetryHorizon, p.TTL, p.Lease, p.MaxLease)
 			}
+			checkLifecycles(t, p)
 		}
 	})
+}
+
+// checkLifecycles fails t unless every lifecycle of p is one Load may
+// accept: rules parsed, states present and reachable, every event's states
+// among them and its Wait apart from its From, each event type once.
+func checkLifecycles(t *testing.T, p *Provider) {
+	t.Helper()
+	types := make(map[string]bool)
+	for _, l := range p.Lifecycles {
+		if l.entityRule == nil || l.eventTypeRule == nil || len(l.States) == 0 || len(l.Events) == 0 {
+			t.Fatalf("Load() accepted %s lifecycle %s with rules %v, %v, states %v, %d events", p.Name, l.Name, l.entityRule, l.eventTypeRule, l.States, len(l.Events))
+		}
+		for _, s := range l.States[1:] {
+			if !reachesAny(l, l.Initial(), []string{s}) {
+				t.Fatalf("Load() accepted %s lifecycle %s with state %s unreachable", p.Name, l.Name, s)
+			}
+		}
+		for _, e := range l.Events {
+			if types[e.EventType] || (e.EntityRule != "") != (e.entityRule != nil) || len(e.From) == 0 {
+				t.Fatalf("Load() accepted %s event %+v", p.Name, e)
+			}
+			types[e.EventType] = true
+			for _, s := range slices.Concat(e.From, e.Wait, []string{e.To}) {
+				if !slices.Contains(l.States, s) {
+					t.Fatalf("Load() accepted %s event %s naming state %q outside %v", p.Name, e.EventType, s, l.States)
+				}
+			}
+			for _, s := range e.Wait {
+				if slices.Contains(e.From, s) {
+					t.Fatalf("Load() accepted %s event %s with %s in From and Wait", p.Name, e.EventType, s)
+				}
+			}
+		}
+	}
 }
 
 // FuzzDeriveKey: the shipped rules of alternatives (Adyen's families,
 // Shopify's two headers) on any body and header: never a panic, errors only
 // ErrMalformedBody, and the key is that of the first alternative that yields
-// alone, or the body hash when none does.
+// alone, or the body hash when none does. The shipped lifecycle rules
+// (Stripe's, Adyen's) on the same bodies: never a panic, errors only
+// ErrMalformedBody, and a placement only at a valid entity id.
 func FuzzDeriveKey(f *testing.F) {
 	reg, err := Default()
 	if err != nil {
@@ -241,8 +281,22 @@ func FuzzDeriveKey(f *testing.F) {
 		f.Add("w1", body)
 	}
 	f.Add("", []byte(`{"type":"t","eventId":{"x":1},"data":{"id":"d","sequenceNumber":"2"}}`))
+	f.Add("", []byte(`{"type":"charge.dispute.created","data":{"object":{"id":"du_1","charge":"ch_1"}}}`))
+	f.Add("", []byte(`{"type":"charge.refunded","data":{"object":{"id":"ch_\u0000"}}}`))
 	f.Add("w2", []byte(`{"notificationItems":[{"NotificationRequestItem":{"pspReference":"p","eventCode":"CAPTURE","success":true}}],"type":"t","data":{"id":"d"},"createdAt":"c"}`))
 	f.Fuzz(func(t *testing.T, header string, body []byte) {
+		for _, name := range []string{"adyen", "stripe"} {
+			p, _ := reg.Lookup(name)
+			pl, ok, err := p.PlaceDelivery(nil, body)
+			switch {
+			case err != nil && !errors.Is(err, ErrMalformedBody):
+				t.Fatalf("%s: PlaceDelivery(%q) error = %v, want one wrapping ErrMalformedBody", name, body, err)
+			case err != nil && ok:
+				t.Fatalf("%s: PlaceDelivery(%q) = placed and error %v", name, body, err)
+			case ok && (invalidKey(pl.EntityID) != "" || pl.EntityID == "" || pl.Lifecycle.event(pl.Event.EventType) != pl.Event):
+				t.Fatalf("%s: PlaceDelivery(%q) = %+v: not a valid placement", name, body, pl)
+			}
+		}
 		for _, name := range []string{"adyen", "shopify"} {
 			p, _ := reg.Lookup(name)
 			headers := map[string]string{"shopify-webhook-id": header}

@@ -50,9 +50,11 @@ func (e *ValidationError) Error() string {
 //
 // A file with `extends: builtin` adds to the embedded registry instead of
 // replacing it: its providers are added, and replace a built-in provider of
-// the same name whole; its groups are added, and replace a built-in group of
-// the same name; a built-in group keeps its members and is derived again
-// from them as merged (so a file that lengthens stripe's window lengthens
+// the same name whole, lifecycles included (a file that restates stripe to
+// change its margin restates its lifecycles too, or turns its ordering
+// off); its groups are added, and replace a built-in group of the same
+// name; a built-in group keeps its members and is derived again from them
+// as merged (so a file that lengthens stripe's window lengthens
 // billing's). Its groups may list built-in providers, and it need not
 // define a provider of its own.
 //
@@ -67,7 +69,19 @@ func (e *ValidationError) Error() string {
 // name does not match [a-z0-9][a-z0-9_.-]{0,62}; a group is empty, shadows a
 // provider, or lists a member that is not a provider of the file (or of the
 // built-in registry it extends); a provider shadows a built-in group;
-// extends names anything but builtin.
+// extends names anything but builtin;
+// a lifecycle (see lifecyclefile.go) has a name not matching the name
+// pattern, lacks entity, event_type, states, events or source, or has an
+// entity or event_type rule that does not parse or hashes the body; its
+// states are empty, more than 64, listed twice or do not match the name
+// pattern (a state is a storage value and a log field); it declares
+// no event or more than 256, or an event type longer than 255 bytes, not
+// matching [A-Za-z0-9][A-Za-z0-9_.:/-]*, or already declared by a lifecycle
+// of the same provider; an event lacks from or to, or names a state the
+// lifecycle does not list; a state is unreachable from the initial state
+// (the first listed). A provider has at most 16 lifecycles; a group has
+// none (its entry is a list of members, with no room for them): a claim
+// is ordered only when it names the provider itself.
 // max_lease defaults to lease.
 func Load(name string, data []byte) (*Registry, error) {
 	l := &loader{file: name}

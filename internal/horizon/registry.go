@@ -2,7 +2,10 @@
 // knows how long the sender may deliver one event again (its retry horizon),
 // derives the dedup window from it (ttl = retry_horizon + margin), bounds the
 // processing lease, and derives a delivery's key from its raw headers and
-// body by the provider's key rule.
+// body by the provider's key rule. Where the provider declares entity
+// lifecycles, it also places a delivery at its entity and event type and
+// says whether the event may arrive in the entity's state, must wait for a
+// later one, or is stale (lifecycle.go).
 //
 // The registry is read from a versioned YAML file, providers.yaml, embedded
 // in the binary as the default (see Default) and replaceable as a whole by a

@@ -3,6 +3,7 @@ package horizon
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -90,4 +91,58 @@ func at(s []string, i int) string {
 		return s[i]
 	}
 	return ""
+}
+
+// LifecycleGraphs writes the lifecycles of the registry's providers, by
+// provider name, as readable graphs: what `claimd providers` prints below
+// its table. Each lifecycle shows its rules, its states (the initial one
+// marked), and one line per event type: the states it may arrive in → the
+// state it leads to, the states in which it is deferred (from which a
+// state it may arrive in is still reachable; in any other it is
+// superseded), and its own entity rule if it has one. It writes nothing
+// when no provider declares a lifecycle, and otherwise starts with a blank
+// line, so that a script reading the table's rows stops there.
+func (r *Registry) LifecycleGraphs(w io.Writer) error {
+	first := true
+	for _, p := range r.sorted {
+		for _, l := range p.Lifecycles {
+			if first {
+				if _, err := fmt.Fprint(w, "\nLIFECYCLES\n"); err != nil {
+					return err
+				}
+				first = false
+			}
+			if err := writeGraph(w, p.Name, l); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func writeGraph(w io.Writer, provider string, l *Lifecycle) error {
+	states := slices.Clone(l.States)
+	states[0] += " (initial)"
+	_, err := fmt.Fprintf(w, "\n%s %s: entity %s, event type %s\n  source: %s\n  states: %s\n",
+		provider, l.Name, l.EntityRule, l.EventTypeRule, l.Source, strings.Join(states, ", "))
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if _, err := fmt.Fprintln(tw, "  EVENT\tFROM → TO\tDEFERRED IN\tENTITY"); err != nil {
+		return err
+	}
+	for _, e := range l.Events {
+		wait, entity := "-", "-"
+		if len(e.Wait) > 0 {
+			wait = strings.Join(e.Wait, ", ")
+		}
+		if e.EntityRule != "" {
+			entity = e.EntityRule
+		}
+		if _, err := fmt.Fprintf(tw, "  %s\t%s → %s\t%s\t%s\n", e.EventType, strings.Join(e.From, ", "), e.To, wait, entity); err != nil {
+			return err
+		}
+	}
+	return tw.Flush()
 }

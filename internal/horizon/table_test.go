@@ -126,3 +126,56 @@ func TestTableReportsWriteErrors(t *testing.T) {
 		t.Error("Table(failing writer) error = nil, want the write error")
 	}
 }
+
+func TestLifecycleGraphs(t *testing.T) {
+	var buf bytes.Buffer
+	if err := mustDefault(t).LifecycleGraphs(&buf); err != nil {
+		t.Fatalf("LifecycleGraphs() error = %v", err)
+	}
+	out := buf.String()
+	if !strings.HasPrefix(out, "\nLIFECYCLES\n") {
+		t.Errorf("LifecycleGraphs() starts %q, want a blank line and LIFECYCLES", out[:min(len(out), 20)])
+	}
+	for _, want := range []string{
+		"\nstripe charge: entity json:data.object.id, event type json:type\n",
+		"\n  states: new (initial), pending, succeeded, failed\n",
+		"\n  source: https://docs.stripe.com/api/events/types\n",
+		"\nstripe payment_intent: ",
+		"\nadyen payment: ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("LifecycleGraphs() lacks %q:\n%s", want, out)
+		}
+	}
+	// One line per event: type, from → to, the states it waits in, its own
+	// entity rule.
+	rows := map[string][]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(l, "  ") && strings.Contains(l, "→") {
+			rows[f[0]] = f[1:]
+		}
+	}
+	for event, want := range map[string]string{
+		"charge.pending":         "new → pending - -",
+		"charge.succeeded":       "new, pending → succeeded - -",
+		"charge.refunded":        "succeeded → succeeded new, pending -",
+		"charge.dispute.created": "succeeded → succeeded new, pending json:data.object.charge",
+		"CAPTURE:true":           "authorised, captured → captured new -",
+	} {
+		if got := strings.Join(rows[event], " "); got != want {
+			t.Errorf("LifecycleGraphs() line of %s = %q, want %q", event, got, want)
+		}
+	}
+	if err := mustDefault(t).LifecycleGraphs(failingWriter{}); err == nil {
+		t.Error("LifecycleGraphs(failing writer) error = nil, want the write error")
+	}
+
+	buf.Reset()
+	reg, err := horizon.Load("test.yaml", file(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.LifecycleGraphs(&buf); err != nil || buf.Len() != 0 {
+		t.Errorf("LifecycleGraphs() of a registry without lifecycles = %q, %v; want nothing", buf.String(), err)
+	}
+}

@@ -106,6 +106,8 @@ type Metrics struct {
 	janitorAuditRows   prometheus.Counter
 	janitorLastSuccess prometheus.Gauge
 
+	lifecycle *lifecycleMetrics
+
 	grpc *grpcMetrics
 }
 
@@ -150,7 +152,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		}),
 		staleTokens: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "claimd_stale_token_total",
-			Help: "Calls that presented a fencing token that is no longer the owner's (FAILED_PRECONDITION/STALE_TOKEN): a holder that lost its lease to a takeover, or released, still acting.",
+			Help: "Calls that presented a fencing token that is no longer the owner's (ABORTED/STALE_TOKEN): a holder that lost its lease to a takeover, or released, still acting.",
 		}),
 		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "claimd_lease_takeovers_total",
@@ -232,15 +234,16 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 			Name: "claimd_janitor_last_success_timestamp_seconds",
 			Help: "Unix time at which this replica last completed a janitor pass as the active janitor (0: never).",
 		}),
-		grpc: newGRPCMetrics(),
+		lifecycle: newLifecycleMetrics(),
+		grpc:      newGRPCMetrics(),
 	}
-	for _, c := range []prometheus.Collector{
+	for _, c := range append([]prometheus.Collector{
 		m.claims, m.claimDuration, m.transitions, m.invalidTransitions, m.staleTokens, m.takeovers,
 		m.falseNegatives, m.tierErrors, m.payloadMismatches, m.keyFallbacks,
 		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo, m.sqliteDurable, m.evictionPolicy,
 		m.janitorPasses, m.janitorClaims, m.janitorPartitions, m.janitorAuditRows, m.janitorLastSuccess,
 		m.grpc.server,
-	} {
+	}, m.lifecycle.collectors()...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -260,7 +263,7 @@ func (m *Metrics) initSeries() {
 		m.tierErrors.WithLabelValues(t)
 		m.samplerErrors.WithLabelValues(t)
 	}
-	for _, o := range []string{"ACQUIRED", "DUPLICATE", "IN_PROGRESS", "PAYLOAD_MISMATCH", "ERROR"} {
+	for _, o := range []string{"ACQUIRED", "DUPLICATE", "IN_PROGRESS", "PAYLOAD_MISMATCH", "DEFERRED", "SUPERSEDED", "ERROR"} {
 		m.claimDuration.WithLabelValues(o)
 	}
 	for _, r := range []string{"done", "skipped", "failed"} {
@@ -276,6 +279,7 @@ func (m *Metrics) initSeries() {
 		}
 		m.sampleReviews(m.cfg.Clock.Now())
 	}
+	m.initLifecycleSeries()
 }
 
 // SetTiers records which tiers this replica runs (claimd_tiers_info):
@@ -313,6 +317,7 @@ func (m *Metrics) Record(_ context.Context, r *service.Request) {
 			case r.Outcome == tiers.OutcomePayloadMismatch:
 				m.payloadMismatches.Inc()
 			}
+			m.recordOrder(r)
 		}
 	}
 	if r.Method == "Transition" && !r.Failed() && r.Changed {

@@ -172,8 +172,8 @@ func TestCountersMoveExactly(t *testing.T) {
 			takeovers: 1, handled("Claim", codes.OK): 1,
 		}},
 		{"the vanished holder comes back with its stale token", func(t *testing.T) {
-			expectCode(t, transitionAs("evt_2", evt2Token, evt2Secret, pb.EventState_EVENT_STATE_PROCESSING), codes.FailedPrecondition)
-		}, map[string]float64{staleTokens: 1, handled("Transition", codes.FailedPrecondition): 1}},
+			expectCode(t, transitionAs("evt_2", evt2Token, evt2Secret, pb.EventState_EVENT_STATE_PROCESSING), codes.Aborted)
+		}, map[string]float64{staleTokens: 1, handled("Transition", codes.Aborted): 1}},
 		{"the fast tier lost a key the durable tier holds", func(t *testing.T) {
 			_, err := w.lite.Claim(ctx, tiers.ClaimParams{
 				Key: tiers.Key{Namespace: "billing", Provider: "stripe", Key: "evt_3"},

@@ -98,6 +98,8 @@ func TestAlertRules(t *testing.T) {
 		"ClaimdDurableTierErrors",          // durable errors
 		"ClaimdLeaseTakeoversSustained",    // takeovers for 5 minutes
 		"ClaimdProviderReviewOverdue",      // review overdue
+		"ClaimdDeferredEventsOverdue",      // deferred longer than half the horizon
+		"ClaimdDeferredEventsLost",         // deferred past the horizon
 	} {
 		if i := sort.SearchStrings(alerts, want); i == len(alerts) || alerts[i] != want {
 			t.Errorf("alerts.yaml has no %s (alerts: %v)", want, alerts)
@@ -164,7 +166,7 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	all := strings.Join(titles, "\n")
-	for _, want := range []string{"outcome", "duplicate ratio", "hit ratio", "latency", "tier errors", "live keys", "false negatives", "takeovers"} {
+	for _, want := range []string{"outcome", "duplicate ratio", "hit ratio", "latency", "tier errors", "live keys", "false negatives", "takeovers", "out-of-order", "deferred"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no dashboard panel title mentions %q; titles:\n%s", want, all)
 		}

@@ -23,6 +23,12 @@ type Sources struct {
 	// FastEviction reads the eviction policy of a Redis fast tier (nil for
 	// the in-process one, whose entries are bounded by claimd itself).
 	FastEviction func(context.Context) (Eviction, error)
+	// DeferredEvents counts the deferred events not applied yet and, of
+	// them, those first seen before their provider's cutoff in lostBefore
+	// (tiers.Entities.CountDeferred; nil when the store keeps no entities).
+	// It is called twice per sample: with the lost cutoffs and with the
+	// overdue ones.
+	DeferredEvents func(ctx context.Context, lostBefore map[string]time.Time) (deferred, lost int, err error)
 }
 
 // Eviction is the fast tier's eviction policy as a sample read it.
@@ -68,6 +74,12 @@ func (m *Metrics) sample(ctx context.Context, now time.Time, src Sources, log *s
 			errs = append(errs, err)
 		} else {
 			m.setEviction(ev, log)
+		}
+	}
+	if src.DeferredEvents != nil {
+		if err := m.sampleDeferred(ctx, now, src.DeferredEvents); err != nil {
+			m.samplerErrors.WithLabelValues(tierDurable).Inc()
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

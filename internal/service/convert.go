@@ -58,6 +58,9 @@ func pbRecord(r tiers.Record) *pb.Record {
 		UpdatedAt:       ts(r.UpdatedAt),
 		PayloadSha256:   r.PayloadHash,
 		Result:          r.Result,
+		Lifecycle:       r.Lifecycle,
+		EntityId:        r.EntityID,
+		EventType:       r.EventType,
 	}
 }
 
@@ -106,5 +109,31 @@ func pbProvider(p *horizon.Provider, overdue bool) *pb.Provider {
 		ReviewedOn:    p.ReviewedOn.Format(time.DateOnly),
 		ReviewOverdue: overdue,
 		Members:       p.Members,
+		Lifecycles:    pbLifecycles(p.Lifecycles),
 	}
+}
+
+// pbLifecycles converts a provider's lifecycles; nil for none. Wait is not
+// part of the API: a client computes nothing from it, the server decides.
+func pbLifecycles(ls []*horizon.Lifecycle) []*pb.Lifecycle {
+	var out []*pb.Lifecycle
+	for _, l := range ls {
+		pl := &pb.Lifecycle{
+			Name:          l.Name,
+			EntityRule:    l.EntityRule,
+			EventTypeRule: l.EventTypeRule,
+			States:        l.States,
+			Source:        l.Source,
+		}
+		for _, e := range l.Events {
+			pl.Events = append(pl.Events, &pb.LifecycleEvent{
+				EventType:  e.EventType,
+				FromStates: e.From,
+				ToState:    e.To,
+				EntityRule: e.EntityRule,
+			})
+		}
+		out = append(out, pl)
+	}
+	return out
 }

@@ -12,26 +12,26 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
-	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/tiers"
 )
 
 // ErrorDomain is the ErrorInfo domain of every error claimd returns.
 const ErrorDomain = "claimd.dev"
 
-// ErrorInfo reasons. Clients branch on these, not on messages.
-const (
-	ReasonInvalidTransition  = "INVALID_TRANSITION"
-	ReasonStaleToken         = "STALE_TOKEN"
-	ReasonNotOwner           = "NOT_OWNER"
-	ReasonRecordNotFound     = "RECORD_NOT_FOUND"
-	ReasonProviderNotFound   = "PROVIDER_NOT_FOUND"
-	ReasonDurableUnavailable = "DURABLE_TIER_UNAVAILABLE"
-	ReasonInvalidArgument    = "INVALID_ARGUMENT"
+// ErrorInfo reasons: the names of the proto's ErrorReason, so that no
+// language types them by hand. Clients branch on these, not on messages.
+var (
+	ReasonInvalidTransition  = pb.ErrorReason_INVALID_TRANSITION.String()
+	ReasonStaleToken         = pb.ErrorReason_STALE_TOKEN.String()
+	ReasonNotOwner           = pb.ErrorReason_NOT_OWNER.String()
+	ReasonRecordNotFound     = pb.ErrorReason_RECORD_NOT_FOUND.String()
+	ReasonProviderNotFound   = pb.ErrorReason_PROVIDER_NOT_FOUND.String()
+	ReasonDurableUnavailable = pb.ErrorReason_DURABLE_TIER_UNAVAILABLE.String()
+	ReasonInvalidArgument    = pb.ErrorReason_INVALID_ARGUMENT.String()
 	// ReasonResultMismatch: SETTLED or FAILED repeated with a result other
 	// than the stored one; the stored result stands and nothing was written.
-	ReasonResultMismatch = "RESULT_MISMATCH"
-	reasonInternal       = "INTERNAL"
+	ReasonResultMismatch = pb.ErrorReason_RESULT_MISMATCH.String()
+	reasonInternal       = pb.ErrorReason_INTERNAL.String()
 )
 
 // violation is one bad field: its path in the request and the rule broken.
@@ -61,6 +61,19 @@ func (e *providerNotFound) Error() string {
 	return fmt.Sprintf("%s: provider %s is not registered (see ListProviders)", e.field, quote(e.name))
 }
 
+// lifecycleNotFound is a lifecycle the provider does not declare.
+type lifecycleNotFound struct {
+	field, provider, name string
+}
+
+func (e *lifecycleNotFound) Error() string {
+	return fmt.Sprintf("%s: provider %s declares no lifecycle %s (see GetProvider)", e.field, e.provider, quote(e.name))
+}
+
+// errNoEntities: the store keeps no entities (it does not implement
+// tiers.Entities), so EntityService has nothing to read.
+var errNoEntities = errors.New("the store keeps no entity lifecycles")
+
 // toStatus is the one place where errors become gRPC statuses. Tiers and
 // horizon return sentinels and typed errors; they are matched with
 // errors.Is/As so wrapping never turns them into Unknown.
@@ -76,6 +89,7 @@ func toStatus(err error) error {
 	var (
 		inv *invalidArgument
 		pnf *providerNotFound
+		lnf *lifecycleNotFound
 		te  *tiers.TransitionError
 		rm  *tiers.ResultMismatchError
 	)
@@ -88,6 +102,14 @@ func toStatus(err error) error {
 		return withDetails(codes.InvalidArgument, err.Error(), br, info(ReasonInvalidArgument, nil))
 	case errors.As(err, &pnf):
 		return withDetails(codes.NotFound, err.Error(), info(ReasonProviderNotFound, map[string]string{"provider": logField(pnf.name)}))
+	case errors.As(err, &lnf):
+		return withDetails(codes.NotFound, err.Error(), info(pb.ErrorReason_LIFECYCLE_NOT_FOUND.String(), map[string]string{"lifecycle": logField(lnf.name)}))
+	case errors.Is(err, tiers.ErrEntityNotFound):
+		return withDetails(codes.NotFound, msgEntityNotFound, info(pb.ErrorReason_ENTITY_NOT_FOUND.String(), nil))
+	case errors.Is(err, errNoEntities):
+		return status.Error(codes.Unimplemented, err.Error())
+	case errors.Is(err, tiers.ErrInvalidCursor):
+		return toStatus(&invalidArgument{violations: []violation{{field: "ListDeferredRequest.page_token", desc: "not a next_page_token of this listing"}}})
 	case errors.As(err, &te):
 		md := map[string]string{"current_state": stateName(te.Current)}
 		if te.To != tiers.StateUnspecified {
@@ -98,7 +120,9 @@ func toStatus(err error) error {
 		return withDetails(codes.FailedPrecondition, rm.Error()+" (current state "+stateName(rm.Current)+")",
 			info(ReasonResultMismatch, map[string]string{"current_state": stateName(rm.Current)}))
 	case errors.Is(err, tiers.ErrStaleToken):
-		return withDetails(codes.FailedPrecondition, msgStaleToken, info(ReasonStaleToken, nil))
+		// ABORTED, not FAILED_PRECONDITION: the caller did nothing wrong,
+		// someone else owns the key now, and the code alone says so.
+		return withDetails(codes.Aborted, msgStaleToken, info(ReasonStaleToken, nil))
 	case errors.Is(err, tiers.ErrNotOwner):
 		// The current token without its secret: the caller never acquired
 		// the key (it may have read the token with Get). Nothing was written.
@@ -113,8 +137,6 @@ func toStatus(err error) error {
 		return status.Error(codes.DeadlineExceeded, clip(err.Error(), maxMessageBytes))
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, clip(err.Error(), maxMessageBytes))
-	case errors.Is(err, horizon.ErrMalformedBody), errors.Is(err, horizon.ErrNoKeyRule):
-		return toStatus(&invalidArgument{violations: []violation{{field: "ClaimRequest.delivery", desc: err.Error()}}})
 	}
 	return withDetails(codes.Internal, msgInternal, info(reasonInternal, nil))
 }
@@ -126,6 +148,8 @@ const (
 	msgNotFound    = "no record for this key: it was never claimed, or its window ended and it was pruned"
 	msgUnavailable = "durable tier unavailable, retry later"
 	msgInternal    = "internal error (the server's log has the detail)"
+	// msgEntityNotFound: no event of the entity was ever applied or held.
+	msgEntityNotFound = "no such entity: no event of it was claimed in this lifecycle, or it was pruned"
 )
 
 func info(reason string, md map[string]string) *errdetails.ErrorInfo {

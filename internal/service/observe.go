@@ -25,7 +25,7 @@ import (
 // Key and Token identify one delivery: they go to the log line and the span,
 // never to a metric label (one series per key would exhaust Prometheus).
 type Request struct {
-	Method string // "Claim", "Transition", "Renew", "Release", "Get", "ListProviders", "GetProvider"
+	Method string // "Claim", "Transition", "Renew", "Release", "Get", "ListProviders", "GetProvider", "ListDeferred", "GetEntity"
 
 	// Namespace, Provider and Key are as the caller sent them until the
 	// request validates; Provider is then the registered name.
@@ -43,6 +43,14 @@ type Request struct {
 	Outcome     tiers.Outcome // OutcomeUnspecified when the call failed
 	Reason      tiers.Reason  // for ACQUIRED
 	ServedBy    tiers.Tier
+
+	// A claim whose event belongs to an entity lifecycle, and the
+	// EntityService reads: the lifecycle and event type (declared by the
+	// registry, so bounded enough to be metric labels), the entity (log and
+	// span only) and the entity's state as the call saw it ("" when the
+	// store did not order the claim).
+	Lifecycle, EventType  string
+	EntityID, EntityState string
 
 	// State is the record's state after the call (StateUnspecified when no
 	// record was read). From and To are the state change the call made or
@@ -88,6 +96,14 @@ func (r *Request) StateTransition() string {
 	return r.From.String() + "→" + r.To.String()
 }
 
+// StateTransitionRejected reports whether the claim's entity lifecycle
+// turned the event away: DEFERRED (it came before its prerequisite) or
+// SUPERSEDED (its entity moved past it). Its log line carries
+// state_transition_rejected=true, the field operators search for.
+func (r *Request) StateTransitionRejected() bool {
+	return !r.Failed() && (r.Outcome == tiers.OutcomeDeferred || r.Outcome == tiers.OutcomeSuperseded)
+}
+
 // Cache-state values of a claim: which layer answered it.
 const (
 	CacheLocalHit = "local_hit" // the process-local cache of terminal records
@@ -110,8 +126,8 @@ func (r *Request) CacheState() string {
 }
 
 // OutcomeLabel is the outcome of a claim as logs and metrics name it:
-// "ACQUIRED", "DUPLICATE", "IN_PROGRESS", "PAYLOAD_MISMATCH", or "ERROR"
-// for a claim that failed.
+// "ACQUIRED", "DUPLICATE", "IN_PROGRESS", "PAYLOAD_MISMATCH", "DEFERRED",
+// "SUPERSEDED", or "ERROR" for a claim that failed.
 func (r *Request) OutcomeLabel() string {
 	if r.Failed() || r.Outcome == tiers.OutcomeUnspecified {
 		return "ERROR"
@@ -226,7 +242,11 @@ func (s *Service) log(ctx context.Context, r *Request) {
 			slog.String("reason", r.ReasonLabel()),
 			slog.String("served_by", r.ServedByLabel()),
 		)
+		if r.StateTransitionRejected() {
+			attrs = append(attrs, slog.Bool("state_transition_rejected", true))
+		}
 	}
+	attrs = appendEntity(attrs, r)
 	if r.State != tiers.StateUnspecified {
 		attrs = append(attrs, slog.String("state", r.State.String()))
 	}
@@ -249,6 +269,24 @@ func (s *Service) log(ctx context.Context, r *Request) {
 		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
 	s.cfg.Logger.LogAttrs(ctx, level, r.Method, attrs...)
+}
+
+// appendEntity adds the entity fields of a call that has them (a claim in
+// a lifecycle, an EntityService read).
+func appendEntity(attrs []slog.Attr, r *Request) []slog.Attr {
+	if r.Lifecycle != "" {
+		attrs = append(attrs, slog.String("lifecycle", logField(r.Lifecycle)))
+	}
+	if r.EntityID != "" {
+		attrs = append(attrs, slog.String("entity_id", logField(r.EntityID)))
+	}
+	if r.EventType != "" {
+		attrs = append(attrs, slog.String("event_type", r.EventType))
+	}
+	if r.EntityState != "" {
+		attrs = append(attrs, slog.String("entity_state", r.EntityState))
+	}
+	return attrs
 }
 
 // logFallback writes the warn line of a claim whose key fell back to the body
@@ -305,6 +343,9 @@ const (
 	AttrStateTransition = attribute.Key("idempotency.state_transition")
 	AttrState           = attribute.Key("idempotency.state")
 	AttrFencingToken    = attribute.Key("idempotency.fencing_token")
+	AttrLifecycle       = attribute.Key("idempotency.lifecycle")
+	AttrEntityID        = attribute.Key("idempotency.entity_id")
+	AttrEventType       = attribute.Key("idempotency.event_type")
 )
 
 // annotateSpan sets r's attributes on the server span that otelgrpc started
@@ -330,6 +371,9 @@ func annotateSpan(ctx context.Context, r *Request) {
 		)
 		if cs := r.CacheState(); cs != "" {
 			attrs = append(attrs, AttrCacheState.String(cs))
+		}
+		if r.Lifecycle != "" {
+			attrs = append(attrs, AttrLifecycle.String(r.Lifecycle), AttrEntityID.String(logField(r.EntityID)), AttrEventType.String(r.EventType))
 		}
 	}
 	if r.State != tiers.StateUnspecified {

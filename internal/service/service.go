@@ -36,12 +36,16 @@ type Config struct {
 	Logger *slog.Logger
 	// Recorder receives every finished request (metrics). Default none.
 	Recorder Recorder
+	// Random returns a number in [0, 1) for the jitter of a DEFERRED
+	// answer's retry_after. Default math/rand/v2's Float64.
+	Random func() float64
 }
 
-// Service implements ClaimService and ProviderService.
+// Service implements ClaimService, ProviderService and EntityService.
 type Service struct {
 	pb.UnimplementedClaimServiceServer
 	pb.UnimplementedProviderServiceServer
+	pb.UnimplementedEntityServiceServer
 	cfg Config
 }
 
@@ -62,15 +66,19 @@ func New(cfg Config) *Service {
 	if cfg.Recorder == nil {
 		cfg.Recorder = nopRecorder{}
 	}
+	if cfg.Random == nil {
+		cfg.Random = defaultRandom
+	}
 	return &Service{cfg: cfg}
 }
 
-// Register registers both services on r. Their requests are decoded by the
+// Register registers the three services on r. Their requests are decoded by the
 // service itself (decode.go), so that a request protobuf refuses is answered
 // INVALID_ARGUMENT rather than grpc-go's INTERNAL.
 func (s *Service) Register(r grpc.ServiceRegistrar) {
 	r.RegisterService(s.strictDecoding(&pb.ClaimService_ServiceDesc), s)
 	r.RegisterService(s.strictDecoding(&pb.ProviderService_ServiceDesc), s)
+	r.RegisterService(s.strictDecoding(&pb.EntityService_ServiceDesc), s)
 }
 
 func (s *Service) bounded(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
@@ -106,6 +114,10 @@ type claim struct {
 	// fallback: the key was derived from a raw delivery in which the
 	// provider's rule found no value, so it is the body hash.
 	fallback bool
+	// placed: the claim belongs to an entity lifecycle, at placement.
+	placed    bool
+	placement horizon.Placement
+	horizon   time.Duration // the provider's retry horizon (retry_after's bound)
 }
 
 // validateClaim validates req, sent by principal.
@@ -167,8 +179,13 @@ func (s *Service) validateClaim(req *pb.ClaimRequest, principal string) (claim, 
 	}
 	c.text("holder", req.GetHolder(), 0, MaxHolderBytes)
 	c.text("attempt_id", req.GetAttemptId(), 0, MaxAttemptIDBytes)
+	pl, placed := place(c, prov, req)
 	if err := c.err(); err != nil {
 		return claim{}, err
+	}
+	var entity *tiers.EntityEvent
+	if placed {
+		entity = entityEvent(pl)
 	}
 	if len(hash) == 0 {
 		hash = nil
@@ -185,11 +202,16 @@ func (s *Service) validateClaim(req *pb.ClaimRequest, principal string) (claim, 
 			AttemptID:   own.attemptID,
 			Salt:        own.salt,
 			SecretHash:  own.hash,
+			Entity:      entity,
+			Start:       req.GetStart(),
 		},
-		owner:    own,
-		src:      src,
-		wait:     wait,
-		fallback: fallback,
+		owner:     own,
+		src:       src,
+		wait:      wait,
+		fallback:  fallback,
+		placed:    placed,
+		placement: pl,
+		horizon:   prov.RetryHorizon,
 	}, nil
 }
 
@@ -222,6 +244,14 @@ func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 		}
 	}
 	resp := pbClaimResponse(res, cl.params.Key.Key, cl.src, cl.params.TTL, secret)
+	if cl.placed {
+		resp.Entity = pbEntityPosition(cl.placement, res.Outcome, res.Entity)
+		r.Lifecycle, r.EntityID, r.EventType = cl.placement.Lifecycle.Name, cl.placement.EntityID, cl.placement.Event.EventType
+		r.EntityState = resp.Entity.GetState()
+		if res.Outcome == tiers.OutcomeDeferred {
+			resp.RetryAfter = pbRetryAfter(retryAfter(cl.horizon, resp.Entity.GetDeferrals(), s.cfg.Random))
+		}
+	}
 	r.Outcome, r.Reason, r.ServedBy = res.Outcome, res.Reason, res.ServedBy
 	r.State = res.Record.State
 	r.Token = resp.FencingToken // logged and traced as answered; never the secret

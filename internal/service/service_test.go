@@ -285,9 +285,9 @@ func TestErrorMapping(t *testing.T) {
 		reason string
 	}{
 		{"durable tier down fails closed", tiers.Unavailable("postgres", errors.New("connection refused")), codes.Unavailable, ReasonDurableUnavailable},
-		{"stale token", tiers.ErrStaleToken, codes.FailedPrecondition, ReasonStaleToken},
+		{"stale token", tiers.ErrStaleToken, codes.Aborted, ReasonStaleToken},
 		{"not the owner", fmt.Errorf("sqlite: %w", tiers.ErrNotOwner), codes.PermissionDenied, ReasonNotOwner},
-		{"wrapped stale token", errors.Join(errors.New("ctx"), tiers.ErrStaleToken), codes.FailedPrecondition, ReasonStaleToken},
+		{"wrapped stale token", errors.Join(errors.New("ctx"), tiers.ErrStaleToken), codes.Aborted, ReasonStaleToken},
 		{"invalid transition", &tiers.TransitionError{Current: tiers.StateSettled, To: tiers.StateProcessing, Op: "transition"}, codes.FailedPrecondition, ReasonInvalidTransition},
 		{"not found", tiers.ErrNotFound, codes.NotFound, ReasonRecordNotFound},
 		{"store outlived the service's own bound: fail closed", context.DeadlineExceeded, codes.Unavailable, ReasonDurableUnavailable},
@@ -318,10 +318,12 @@ func TestEnumNumbersMatch(t *testing.T) {
 			t.Errorf("tiers.State(%d) = %s, proto %s", i, got, want)
 		}
 	}
-	for i := range 5 {
+	for i := range 7 {
 		if got, want := "OUTCOME_"+tiers.Outcome(i).String(), pb.Outcome(i).String(); got != want {
 			t.Errorf("tiers.Outcome(%d) = %s, proto %s", i, got, want)
 		}
+	}
+	for i := range 5 {
 		if got, want := "REASON_"+tiers.Reason(i).String(), pb.Reason(i).String(); got != want {
 			t.Errorf("tiers.Reason(%d) = %s, proto %s", i, got, want)
 		}
@@ -419,8 +421,8 @@ func TestEndToEndOverGRPC(t *testing.T) {
 		t.Fatalf("Transition(SETTLED→PROCESSING) = %v %v, want FAILED_PRECONDITION/INVALID_TRANSITION current SETTLED", code, ei)
 	}
 	_, err = tr(2, pb.EventState_EVENT_STATE_SETTLED, nil)
-	if code, ei := errorInfo(err); code != codes.FailedPrecondition || ei.GetReason() != ReasonStaleToken {
-		t.Fatalf("Transition(token 2) = %v %v, want FAILED_PRECONDITION/STALE_TOKEN", code, ei)
+	if code, ei := errorInfo(err); code != codes.Aborted || ei.GetReason() != ReasonStaleToken {
+		t.Fatalf("Transition(token 2) = %v %v, want ABORTED/STALE_TOKEN", code, ei)
 	}
 
 	// A settled record within its window never changes: the process-local

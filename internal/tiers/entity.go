@@ -21,11 +21,22 @@ import (
 //     entity is in a Wait state: OutcomeDeferred, nothing acquired;
 //   - any other state: OutcomeSuperseded, nothing acquired.
 //
-// DEFERRED and SUPERSEDED write no claim record; they upsert the event's
-// deferral row (count, first and last seen, the states it awaits) that
-// ListDeferred reads. Settling the holding record (Transition to SETTLED)
+// A hold is live while the holder's record still carries the token it
+// acquired the entity with, is neither released nor terminal, and its lease
+// runs. The first acquisition creates the entity (GetEntity finds it from
+// then on, Version 0, BusyWith its key); an entity only ever deferred or
+// superseded is ErrEntityNotFound.
+//
+// DEFERRED and SUPERSEDED write no claim record (ClaimResult.Record is the
+// key's record unchanged, or only its Key when it has none); they upsert the
+// event's deferral row (count of both answers, first and last seen, the
+// states it awaits) that ListDeferred reads. Settling the holding record (Transition to SETTLED)
 // moves the entity to To, appends an AppliedEvent and frees the entity, in
 // the same transaction as the settle; FAILED and Release free it unchanged.
+// A record that no longer holds its entity (its lease ended and another
+// event acquired the entity) cannot settle: its Transition to SETTLED is
+// ErrStaleToken and writes nothing, so that two events never both apply
+// from one state.
 type EntityEvent struct {
 	Lifecycle string
 	EntityID  string
@@ -49,7 +60,7 @@ type EntityKey struct {
 type EntityPosition struct {
 	State     string // the entity's state; Initial for an entity never seen
 	BusyWith  string // DEFERRED because another key holds the entity: that key's event type
-	Deferrals uint32 // for DEFERRED: how many times this event (key) was deferred, this one included
+	Deferrals uint32 // for DEFERRED: how many times this event (key) was deferred or superseded, this one included; 0 otherwise
 }
 
 // AppliedEvent is one settled event that advanced an entity.

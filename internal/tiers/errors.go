@@ -12,6 +12,9 @@ var (
 	ErrNotFound = errors.New("record not found")
 	// ErrEntityNotFound: no entity of that lifecycle and id.
 	ErrEntityNotFound = errors.New("entity not found")
+	// ErrInvalidCursor: ListDeferredParams.After is not a cursor a
+	// ListDeferred returned.
+	ErrInvalidCursor = errors.New("invalid page cursor")
 	// ErrStaleToken: the presented fencing token is not the current owner's
 	// (a newer holder took over, or the key was released).
 	ErrStaleToken = errors.New("stale fencing token")

@@ -44,6 +44,17 @@ type ClaimRequest struct {
 	// Wait, when the key is in progress, waits up to this long (at most
 	// 30s) for the holder to finish and answers DUPLICATE instead.
 	Wait time.Duration
+	// EntityID and EventType place an event sent by EventID in the
+	// provider's entity lifecycle that declares EventType (both or neither;
+	// a Delivery's are read from it by the provider's rules unless given).
+	// claimd then orders the event against its entity: DEFERRED while it
+	// arrived too early, SUPERSEDED once the entity is past it.
+	EntityID  string
+	EventType string
+	// Start, when the claim acquires, records it already in PROCESSING:
+	// one call instead of Claim and Transition for work that starts at
+	// once.
+	Start bool
 }
 
 // Ref names a record: what Get reads.
@@ -108,6 +119,24 @@ func (c Claim) PayloadMismatch() bool {
 	return c.GetOutcome() == pb.Outcome_OUTCOME_PAYLOAD_MISMATCH
 }
 
+// Deferred reports whether the event belongs to an entity lifecycle and
+// arrived before its prerequisite: nothing is owned; answer the provider a
+// retryable status with DeferredRetryAfter, and its retry is the replay.
+// Entity says what the event waits for.
+func (c Claim) Deferred() bool { return c.GetOutcome() == pb.Outcome_OUTCOME_DEFERRED }
+
+// Superseded reports whether the event belongs to an entity lifecycle whose
+// entity is already past it: acknowledge the provider and do nothing.
+func (c Claim) Superseded() bool { return c.GetOutcome() == pb.Outcome_OUTCOME_SUPERSEDED }
+
+// DeferredRetryAfter is how long a DEFERRED event's provider should wait
+// before redelivering: the claim's retry_after rounded up to whole seconds,
+// at least one (one when claimd sent none).
+func (c Claim) DeferredRetryAfter() time.Duration {
+	d := c.GetRetryAfter().AsDuration()
+	return max((d+time.Second-1)/time.Second, 1) * time.Second
+}
+
 // TakenOver reports whether the claim was acquired from a holder whose
 // lease ran out: State then says how far that holder got, and the side
 // effect may already have happened.
@@ -153,6 +182,9 @@ func (r ClaimRequest) proto(holder string) *pb.ClaimRequest {
 		PayloadSha256: r.PayloadSHA256,
 		Holder:        r.Holder,
 		AttemptId:     r.AttemptID,
+		EntityId:      r.EntityID,
+		EventType:     r.EventType,
+		Start:         r.Start,
 	}
 	if req.Holder == "" {
 		req.Holder = holder

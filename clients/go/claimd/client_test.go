@@ -183,7 +183,7 @@ func TestErrors(t *testing.T) {
 				_, err := c.Renew(ctx, first.Lease(), 0)
 				return err
 			},
-			want: claimd.ErrStaleToken, wantCode: codes.FailedPrecondition, wantReason: claimd.ErrorReasonStaleToken,
+			want: claimd.ErrStaleToken, wantCode: codes.Aborted, wantReason: claimd.ErrorReasonStaleToken,
 		},
 		{
 			desc: "transition with the token from Get and a made-up secret",

@@ -12,6 +12,16 @@ const (
 	StateFailed     = pb.EventState_EVENT_STATE_FAILED
 )
 
+// Outcomes of a Claim, re-exported.
+const (
+	OutcomeAcquired        = pb.Outcome_OUTCOME_ACQUIRED
+	OutcomeDuplicate       = pb.Outcome_OUTCOME_DUPLICATE
+	OutcomeInProgress      = pb.Outcome_OUTCOME_IN_PROGRESS
+	OutcomePayloadMismatch = pb.Outcome_OUTCOME_PAYLOAD_MISMATCH
+	OutcomeDeferred        = pb.Outcome_OUTCOME_DEFERRED
+	OutcomeSuperseded      = pb.Outcome_OUTCOME_SUPERSEDED
+)
+
 // Reasons for an ACQUIRED claim, re-exported.
 const (
 	ReasonNew           = pb.Reason_REASON_NEW

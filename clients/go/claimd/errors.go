@@ -8,42 +8,51 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	pb "github.com/claimd/claimd/gen/idempotency/v1"
 )
 
 // ErrorDomain is the google.rpc.ErrorInfo domain of claimd's errors.
 const ErrorDomain = "claimd.dev"
 
 // ErrorInfo reasons that claimd attaches to its errors. Branch on these (or on
-// the sentinels below), never on message text.
-const (
-	ErrorReasonInvalidTransition  = "INVALID_TRANSITION"
-	ErrorReasonResultMismatch     = "RESULT_MISMATCH"
-	ErrorReasonStaleToken         = "STALE_TOKEN"
-	ErrorReasonNotOwner           = "NOT_OWNER"
-	ErrorReasonRecordNotFound     = "RECORD_NOT_FOUND"
-	ErrorReasonProviderNotFound   = "PROVIDER_NOT_FOUND"
-	ErrorReasonDurableUnavailable = "DURABLE_TIER_UNAVAILABLE"
-	ErrorReasonInvalidArgument    = "INVALID_ARGUMENT"
+// the sentinels below), never on message text. They are the names of the
+// proto's ErrorReason (the reason string is the value's name), taken from the
+// generated code so that no list of them is typed by hand.
+var (
+	ErrorReasonInvalidTransition  = pb.ErrorReason_INVALID_TRANSITION.String()
+	ErrorReasonResultMismatch     = pb.ErrorReason_RESULT_MISMATCH.String()
+	ErrorReasonStaleToken         = pb.ErrorReason_STALE_TOKEN.String()
+	ErrorReasonNotOwner           = pb.ErrorReason_NOT_OWNER.String()
+	ErrorReasonRecordNotFound     = pb.ErrorReason_RECORD_NOT_FOUND.String()
+	ErrorReasonProviderNotFound   = pb.ErrorReason_PROVIDER_NOT_FOUND.String()
+	ErrorReasonDurableUnavailable = pb.ErrorReason_DURABLE_TIER_UNAVAILABLE.String()
+	ErrorReasonInvalidArgument    = pb.ErrorReason_INVALID_ARGUMENT.String()
+	ErrorReasonEntityNotFound     = pb.ErrorReason_ENTITY_NOT_FOUND.String()    // no entity of that lifecycle and id
+	ErrorReasonLifecycleNotFound  = pb.ErrorReason_LIFECYCLE_NOT_FOUND.String() // the provider declares no such lifecycle
+	ErrorReasonInternal           = pb.ErrorReason_INTERNAL.String()            // a bug in claimd; its log has the detail
 
 	// Reasons of a claimd that authenticates callers (--auth-file,
 	// --tls-client-ca). UNAUTHENTICATED carries one of these:
-	ErrorReasonCredentialsMissing = "CREDENTIALS_MISSING" // no token and no known client certificate
-	ErrorReasonTokenMalformed     = "TOKEN_MALFORMED"     // the authorization metadata is not "Bearer <token>"
-	ErrorReasonTokenUnknown       = "TOKEN_UNKNOWN"       // revoked, mistyped, or another server's token
-	ErrorReasonIdentityUnknown    = "IDENTITY_UNKNOWN"    // the client certificate names no principal
-	ErrorReasonPrincipalConflict  = "PRINCIPAL_CONFLICT"  // token and certificate name different principals
+	ErrorReasonCredentialsMissing = pb.ErrorReason_CREDENTIALS_MISSING.String() // no token and no known client certificate
+	ErrorReasonTokenMalformed     = pb.ErrorReason_TOKEN_MALFORMED.String()     // the authorization metadata is not "Bearer <token>"
+	ErrorReasonTokenUnknown       = pb.ErrorReason_TOKEN_UNKNOWN.String()       // revoked, mistyped, or another server's token
+	ErrorReasonIdentityUnknown    = pb.ErrorReason_IDENTITY_UNKNOWN.String()    // the client certificate names no principal
+	ErrorReasonPrincipalConflict  = pb.ErrorReason_PRINCIPAL_CONFLICT.String()  // token and certificate name different principals
 	// PERMISSION_DENIED carries one of these, and the principal in Metadata:
-	ErrorReasonNamespaceDenied = "NAMESPACE_DENIED" // the principal may not use the request's namespace
-	ErrorReasonRoleDenied      = "ROLE_DENIED"      // the principal lacks the method's role
-	ErrorReasonMethodDenied    = "METHOD_DENIED"    // the method is open to no role
+	ErrorReasonNamespaceDenied = pb.ErrorReason_NAMESPACE_DENIED.String() // the principal may not use the request's namespace
+	ErrorReasonRoleDenied      = pb.ErrorReason_ROLE_DENIED.String()      // the principal lacks the method's role
+	ErrorReasonMethodDenied    = pb.ErrorReason_METHOD_DENIED.String()    // the method is open to no role
 	// RESOURCE_EXHAUSTED carries this, with a RetryInfo (Error.RetryDelay):
-	ErrorReasonRateLimited = "RATE_LIMITED"
+	ErrorReasonRateLimited = pb.ErrorReason_RATE_LIMITED.String()
 )
 
 // Sentinels matched by errors.Is against the *Error that every call returns.
 var (
 	// ErrStaleToken: a newer holder took the key over (or the token was
 	// released); the caller no longer owns it and must not settle it.
+	// claimd answers it ABORTED (older servers FAILED_PRECONDITION), with
+	// reason STALE_TOKEN.
 	ErrStaleToken = errors.New("claimd: stale fencing token")
 	// ErrNotOwner: the fencing token is the current one but the lease secret
 	// is not its owner's (PERMISSION_DENIED). Only the Lease of an ACQUIRED
@@ -122,7 +131,10 @@ func (e *Error) Error() string {
 func (e *Error) GRPCStatus() *status.Status { return e.st }
 
 // Is maps the error onto the package's sentinels by code and ErrorInfo
-// reason, so callers never compare messages.
+// reason, so callers never compare messages. Where a reason names the error
+// the reason alone decides, whatever the code: a stale token is ABORTED from
+// this claimd and FAILED_PRECONDITION from older ones, and matches
+// ErrStaleToken from both.
 func (e *Error) Is(target error) bool {
 	switch target {
 	case ErrStaleToken:

@@ -52,9 +52,9 @@ type GuardFunc func(ctx context.Context, c Claim) ([]byte, error)
 // Disposition says what Guard did with a delivery.
 type Disposition int
 
-// Dispositions. fn never ran for the first five, always ran for Settled,
-// Failed, Released, Unsettled and Unreleased; Superseded says it in
-// Outcome.Ran.
+// Dispositions. fn never ran for the first five, Deferred and
+// SupersededByEntity, always ran for Settled, Failed, Released, Unsettled
+// and Unreleased; Superseded says it in Outcome.Ran.
 const (
 	// Duplicate: settled or failed before; fn did not run (200, stored result).
 	Duplicate Disposition = iota + 1
@@ -96,12 +96,22 @@ const (
 	// RECEIVED and hide from the next holder that the side effect may have
 	// happened, so the key is left to its lease instead.
 	Unreleased
+	// Deferred: the event belongs to an entity lifecycle and arrived before
+	// its prerequisite (claimd's DEFERRED); fn did not run and nothing is
+	// owned (409, Retry-After from the claim's retry_after). The provider's
+	// retry is the replay.
+	Deferred
+	// SupersededByEntity: the event belongs to an entity lifecycle whose
+	// entity is already past it (claimd's SUPERSEDED: a stale event); fn
+	// did not run (200). Not to be confused with Superseded, a takeover.
+	SupersededByEntity
 )
 
 var dispositionNames = map[Disposition]string{
 	Duplicate: "duplicate", InProgress: "in_progress", PayloadMismatch: "payload_mismatch",
 	Unavailable: "unavailable", Rejected: "rejected", Settled: "settled", Failed: "failed",
 	Released: "released", Superseded: "superseded", Unsettled: "unsettled", Unreleased: "unreleased",
+	Deferred: "deferred", SupersededByEntity: "superseded_by_entity",
 }
 
 // String returns the disposition in snake case, for logs and metrics.
@@ -151,8 +161,9 @@ func (o Outcome) Respond(w http.ResponseWriter) {
 // table gives the status, Retry-After and body of each outcome):
 //
 //   - It claims the delivery. DUPLICATE, IN_PROGRESS and PAYLOAD_MISMATCH
-//     answer at once without running fn; so does a claimd that cannot be
-//     reached (503).
+//     answer at once without running fn; so do an event of an entity
+//     lifecycle that came too early (DEFERRED: 409 with Retry-After) or too
+//     late (SUPERSEDED: 200), and a claimd that cannot be reached (503).
 //   - ACQUIRED: it moves the event to PROCESSING, renews the lease every
 //     third of it while fn runs, and runs fn. Success settles the event with
 //     fn's result (200); a Permanent error fails it (200); any other error
@@ -188,6 +199,18 @@ func (c *Client) Guard(ctx context.Context, req ClaimRequest, fn GuardFunc) Outc
 		return Outcome{
 			Status: http.StatusUnprocessableEntity, Body: []byte("payload differs from an earlier delivery with the same key\n"),
 			Disposition: PayloadMismatch, Claim: cl, Err: err,
+		}
+	case cl.Deferred():
+		// No token was issued: nothing to release. The provider's retry,
+		// after Retry-After, is the replay.
+		return Outcome{
+			Status: http.StatusConflict, Body: []byte("event arrived before its prerequisite; retry later\n"),
+			RetryAfter: cl.DeferredRetryAfter(), Disposition: Deferred, Claim: cl,
+		}
+	case cl.Superseded():
+		return Outcome{
+			Status: http.StatusOK, Body: []byte("event superseded by a later state of its entity\n"),
+			Disposition: SupersededByEntity, Claim: cl,
 		}
 	case cl.Acquired():
 		return c.run(ctx, req, cl, fn)

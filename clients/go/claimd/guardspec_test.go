@@ -86,11 +86,14 @@ type delivery struct {
 }
 
 type specRequest struct {
-	Provider string            `json:"provider"`
-	Body     *specText         `json:"body"`
-	Headers  map[string]string `json:"headers"`
-	LeaseMS  int64             `json:"lease_ms"`
-	WaitMS   int64             `json:"wait_ms"`
+	Provider  string            `json:"provider"`
+	Body      *specText         `json:"body"`
+	Headers   map[string]string `json:"headers"`
+	LeaseMS   int64             `json:"lease_ms"`
+	WaitMS    int64             `json:"wait_ms"`
+	EventID   string            `json:"event_id"`
+	EntityID  string            `json:"entity_id"`
+	EventType string            `json:"event_type"`
 }
 
 type specHandler struct {
@@ -257,6 +260,9 @@ func loadSpec(t *testing.T) guardSpec {
 			e := d.Expect
 			if e == nil || e.Status == nil || e.Body == nil || e.Ran == nil {
 				t.Fatalf("%s: delivery %d: expect with status, body and ran is required", where, j+1)
+			}
+			if r := d.Request; r != nil && r.Body != nil && r.EventID != "" {
+				t.Fatalf("%s: delivery %d: event_id and body exclude each other", where, j+1)
 			}
 			if h := d.Handler; h != nil && (h.Returns == nil) == (h.Raises == nil) {
 				t.Fatalf("%s: delivery %d: a handler needs exactly one of returns and raises", where, j+1)
@@ -469,6 +475,11 @@ func claimRequest(id string, r *specRequest) claimd.ClaimRequest {
 	if r.Provider != "" {
 		req.Provider = r.Provider
 	}
+	if r.EventID != "" {
+		req.EventID = strings.ReplaceAll(r.EventID, "{event_id}", id)
+	}
+	req.EntityID = strings.ReplaceAll(r.EntityID, "{event_id}", id)
+	req.EventType = r.EventType
 	if r.Body != nil {
 		req.EventID = ""
 		req.Delivery = &claimd.Delivery{Headers: r.Headers, Body: []byte(strings.ReplaceAll(string(*r.Body), "{event_id}", id))}

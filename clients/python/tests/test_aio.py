@@ -21,6 +21,7 @@ from test_guardspec import (
     _body,
     _check,
     _delivery_key,
+    _entity,
     _outlive_lease,
     fault_status,
     handler_outcome,
@@ -29,7 +30,7 @@ from test_guardspec import (
 from test_retry import closed_port
 
 from claimd import Client as SyncClient
-from claimd import EventState, GuardResult, NotFound, Outcome, Reason, RetryPolicy, Unavailable
+from claimd import EventRef, EventState, GuardResult, NotFound, Outcome, Reason, RetryPolicy, Unavailable
 from claimd.aio import Client, Guard
 from claimd.testing import ClaimdServer
 
@@ -122,9 +123,11 @@ async def _deliver(run: Run, client: Client, form: str, d: dict[str, Any]) -> tu
         async def handle(g: Guard) -> object:
             return await _behave(run, g, request, d.get("handler"))
 
-        result = await handle(key.get("event_id") or key["delivery"])
+        result = await handle(
+            EventRef(key["event_id"], **_entity(run, request)) if "event_id" in key else key["delivery"]
+        )
     else:
-        async with client.guard(run.ns, provider, lease=lease, wait=wait, **key) as g:
+        async with client.guard(run.ns, provider, lease=lease, wait=wait, **key, **_entity(run, request)) as g:
             if g.acquired:
                 await g.settle(await _behave(run, g, request, d.get("handler")))
         result = g.result

@@ -169,7 +169,7 @@ ERROR_CASES = [
             dataclasses.replace(c.lease, fencing_token=c.fencing_token + 1), EventState.FAILED
         ),
         want=StaleToken,
-        code=grpc.StatusCode.FAILED_PRECONDITION,
+        code=grpc.StatusCode.ABORTED,
         reason="STALE_TOKEN",
     ),
     ErrorCase(

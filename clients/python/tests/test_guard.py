@@ -4,20 +4,25 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import subprocess
 import sys
 import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_retry import closed_port
 
 from claimd import (
+    Claim,
     Client,
     Delivery,
+    EventRef,
     EventState,
     Guard,
     GuardResult,
@@ -506,3 +511,68 @@ def test_a_settle_that_raises_never_releases(
     again = client.claim(ns, "stripe", event_id=evt)
     assert again.outcome == Outcome.IN_PROGRESS, f"Claim({evt!r}) outcome = {again.outcome.name}, want IN_PROGRESS"
     assert ledger.rows == [evt]
+
+
+# --- entity lifecycles (GUARD.md rows 10, 21, 22) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "header"),
+    [
+        (None, "1"),
+        (timedelta(0), "1"),
+        (timedelta(seconds=1), "1"),
+        (timedelta(seconds=1.2), "2"),
+        (timedelta(seconds=59.01), "60"),
+    ],
+)
+def test_deferred_answers_retry_after_rounded_up(
+    client: Client, ns: str, evt: str, monkeypatch: pytest.MonkeyPatch, retry_after: timedelta | None, header: str
+) -> None:
+    # A real DEFERRED (a refund before its charge succeeded) whose retry_after
+    # the test sets, to pin the rounding.
+    real_claim = client.claim
+
+    def claim(*args: Any, **kwargs: Any) -> Claim:
+        return dataclasses.replace(real_claim(*args, **kwargs), retry_after=retry_after)
+
+    monkeypatch.setattr(client, "claim", claim)
+    ledger = Ledger()
+    with client.guard(ns, "stripe", event_id=evt, entity_id=f"ch_{evt}", event_type="charge.refunded") as g:
+        if g.acquired:
+            ledger.append(evt)
+    r = g.result
+    assert (r.status, r.outcome, r.ran, ledger.rows) == (409, Outcome.DEFERRED, False, []), r
+    assert r.headers == {"Retry-After": header}, f"retry_after {retry_after}: headers {r.headers}"
+    assert r.claim is not None and r.claim.entity is not None and r.claim.entity.awaiting == ("succeeded",), r.claim
+
+
+def test_superseded_runs_nothing_and_acknowledges(client: Client, ns: str, evt: str) -> None:
+    pi = f"pi_{evt}"
+
+    @client.guarded(ns, "stripe")
+    def handle(g: Guard) -> str:
+        return g.claim.key
+
+    first = handle(EventRef(f"{evt}_succeeded", entity_id=pi, event_type="payment_intent.succeeded"))
+    assert (first.status, first.ran) == (200, True), first
+    stale = handle(EventRef(evt, entity_id=pi, event_type="payment_intent.processing"))
+    assert (stale.status, stale.outcome, stale.ran, stale.headers) == (200, Outcome.SUPERSEDED, False, {}), stale
+    assert stale.body == b"event superseded by a later state of its entity\n"
+    assert stale.claim is not None and stale.claim.entity is not None and stale.claim.entity.state == "succeeded"
+
+
+def test_an_outcome_the_guard_does_not_know_is_a_500(
+    client: Client, ns: str, evt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A newer claimd's outcome reads as UNSPECIFIED (types._enum).
+    real_claim = client.claim
+
+    def claim(*args: Any, **kwargs: Any) -> Claim:
+        return dataclasses.replace(real_claim(*args, **kwargs), outcome=Outcome.UNSPECIFIED)
+
+    monkeypatch.setattr(client, "claim", claim)
+    with client.guard(ns, "stripe", event_id=evt) as g:
+        assert not g.acquired
+    r = g.result
+    assert (r.status, r.body, r.ran, r.headers) == (500, b"unexpected answer from claimd\n", False, {}), r

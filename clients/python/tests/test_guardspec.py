@@ -29,6 +29,7 @@ from claimd import (
     Claim,
     Client,
     Delivery,
+    EventRef,
     EventState,
     Guard,
     GuardResult,
@@ -109,9 +110,16 @@ def _check_scenario(sc: Any, where: str, row_count: int) -> None:
         w = f"{where}.deliveries[{i}]"
         _fields(d, w, {"expect"}, {"request", "handler", "faults"})
         if "request" in d:
-            r = _fields(d["request"], w + ".request", set(), {"provider", "body", "headers", "lease_ms", "wait_ms"})
+            r = _fields(
+                d["request"],
+                w + ".request",
+                set(),
+                {"provider", "body", "headers", "lease_ms", "wait_ms", "event_id", "entity_id", "event_type"},
+            )
             if "body" in r:
                 _text(r["body"], w + ".request.body")
+            if "body" in r and "event_id" in r:
+                raise SpecError(f"{w}.request: event_id and body exclude each other")
         if "handler" in d:
             h = _fields(
                 d["handler"],
@@ -319,7 +327,16 @@ def _delivery_key(run: Run, request: dict[str, Any]) -> dict[str, Any]:
     if "body" in request:
         body = _text(request["body"], "body").replace("{event_id}", run.evt).encode("utf-8")
         return {"delivery": Delivery(dict(request.get("headers", {})), body)}
-    return {"event_id": run.evt}
+    return {"event_id": request.get("event_id", "{event_id}").replace("{event_id}", run.evt)}
+
+
+def _entity(run: Run, request: dict[str, Any]) -> dict[str, str]:
+    """_entity is the claim options that place an event sent by id in its
+    entity's lifecycle, when the request names them."""
+    return {
+        "entity_id": request.get("entity_id", "").replace("{event_id}", run.evt),
+        "event_type": request.get("event_type", ""),
+    }
 
 
 def _behave(run: Run, g: Guard, request: dict[str, Any], h: dict[str, Any] | None) -> object:
@@ -395,10 +412,10 @@ def _deliver(run: Run, client: Client, form: str, d: dict[str, Any]) -> tuple[Gu
         def handle(g: Guard) -> object:
             return _behave(run, g, request, d.get("handler"))
 
-        arg = key.get("event_id") or key["delivery"]
+        arg = EventRef(key["event_id"], **_entity(run, request)) if "event_id" in key else key["delivery"]
         result = handle(arg)
     else:
-        with client.guard(run.ns, provider, lease=lease, wait=wait, **key) as g:
+        with client.guard(run.ns, provider, lease=lease, wait=wait, **key, **_entity(run, request)) as g:
             if g.acquired:
                 g.settle(_behave(run, g, request, d.get("handler")))
         result = g.result

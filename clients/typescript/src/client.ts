@@ -136,6 +136,17 @@ export interface ClaimInput {
   attemptId?: string;
   /** waitMs waits up to this long (≤ 30000) for an IN_PROGRESS holder's result. */
   waitMs?: number;
+  /**
+   * entityId and eventType (both or neither) place an event sent by eventId
+   * in the provider's entity lifecycle that declares eventType: claimd then
+   * orders it against its entity (DEFERRED while it came too early,
+   * SUPERSEDED once the entity is past it). A delivery's are read from it
+   * by the provider's rules.
+   */
+  entityId?: string;
+  eventType?: string;
+  /** start records an ACQUIRED claim already in PROCESSING (one call instead of two). */
+  start?: boolean;
 }
 
 /** RecordRef names one record: the canonical key that Claim returned. */
@@ -364,6 +375,9 @@ class Claimd implements ClaimdClient {
       holder: req.holder ?? this.holder,
       attemptId: req.attemptId ?? randomBytes(16).toString("hex"),
       wait: duration(req.waitMs),
+      entityId: req.entityId ?? "",
+      eventType: req.eventType ?? "",
+      start: req.start ?? false,
     });
     // A wait holds the call open on the server; give it that much more time.
     const waited = req.waitMs ? { ...opts, timeoutMs: (opts?.timeoutMs ?? this.timeoutMs) + req.waitMs } : opts;

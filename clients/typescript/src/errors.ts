@@ -1,37 +1,29 @@
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { ErrorReason as GenErrorReason } from "./gen/idempotency/v1/claim_pb.js";
 
 export { Code };
 
 /** ERROR_DOMAIN is the ErrorInfo domain of every error claimd returns. */
 export const ERROR_DOMAIN = "claimd.dev";
 
+/** ErrorReasonName is the name of an ErrorReason value: an ErrorInfo reason. */
+export type ErrorReasonName = Exclude<keyof typeof GenErrorReason, "ERROR_REASON_UNSPECIFIED">;
+
 /**
- * ErrorReason holds the ErrorInfo reasons claimd sends. Branch on these (or on
- * the subclasses below), never on messages.
+ * ErrorReason holds the ErrorInfo reasons claimd sends, each its own name
+ * (ErrorReason.STALE_TOKEN === "STALE_TOKEN"). Branch on these (or on the
+ * subclasses below), never on messages. Built from the generated
+ * idempotency.v1.ErrorReason, so no list of reasons is typed by hand and a
+ * reason added to the proto appears here when the code is generated again.
  */
-export const ErrorReason = {
-  INVALID_TRANSITION: "INVALID_TRANSITION",
-  RESULT_MISMATCH: "RESULT_MISMATCH",
-  STALE_TOKEN: "STALE_TOKEN",
-  NOT_OWNER: "NOT_OWNER",
-  RECORD_NOT_FOUND: "RECORD_NOT_FOUND",
-  PROVIDER_NOT_FOUND: "PROVIDER_NOT_FOUND",
-  DURABLE_TIER_UNAVAILABLE: "DURABLE_TIER_UNAVAILABLE",
-  INVALID_ARGUMENT: "INVALID_ARGUMENT",
-  // UNAUTHENTICATED, from a claimd that authenticates callers:
-  CREDENTIALS_MISSING: "CREDENTIALS_MISSING",
-  TOKEN_MALFORMED: "TOKEN_MALFORMED",
-  TOKEN_UNKNOWN: "TOKEN_UNKNOWN",
-  IDENTITY_UNKNOWN: "IDENTITY_UNKNOWN",
-  PRINCIPAL_CONFLICT: "PRINCIPAL_CONFLICT",
-  // PERMISSION_DENIED (metadata.principal names who was refused):
-  NAMESPACE_DENIED: "NAMESPACE_DENIED",
-  ROLE_DENIED: "ROLE_DENIED",
-  METHOD_DENIED: "METHOD_DENIED",
-  // RESOURCE_EXHAUSTED, with a RetryInfo:
-  RATE_LIMITED: "RATE_LIMITED",
-} as const;
+export const ErrorReason: { readonly [K in ErrorReasonName]: K } = Object.freeze(
+  Object.fromEntries(
+    Object.keys(GenErrorReason)
+      .filter((k) => Number.isNaN(Number(k)) && k !== "ERROR_REASON_UNSPECIFIED")
+      .map((k) => [k, k]),
+  ) as { [K in ErrorReasonName]: K },
+);
 
 /** ErrorInfo is the decoded google.rpc.ErrorInfo detail of a claimd error. */
 export interface ErrorInfo {
@@ -74,11 +66,15 @@ export class ClaimdError extends Error {
    * answer in time: the caller should answer its provider "retry later".
    */
   get unavailable(): boolean {
-    return isTransient(this.code);
+    return isTransient(this.code, this.reason);
   }
 }
 
-/** StaleTokenError: a newer holder exists, or the token was released. */
+/**
+ * StaleTokenError: a newer holder exists, or the token was released. claimd
+ * answers it ABORTED (older servers FAILED_PRECONDITION); the reason
+ * STALE_TOKEN decides, whatever the code.
+ */
 export class StaleTokenError extends ClaimdError {}
 
 /**
@@ -165,7 +161,8 @@ const byReason: Record<string, typeof ClaimdError> = {
 
 /**
  * toClaimdError turns anything a Connect call threw into a ClaimdError of the
- * class matching its ErrorInfo reason. A ClaimdError passes through.
+ * class matching its ErrorInfo reason (the reason decides before the code).
+ * A ClaimdError passes through.
  */
 export function toClaimdError(err: unknown): ClaimdError {
   if (err instanceof ClaimdError) {
@@ -179,12 +176,14 @@ export function toClaimdError(err: unknown): ClaimdError {
 }
 
 /**
- * isTransient reports whether a code means "claimd did not answer" rather
- * than "claimd said no". Connect reports a connection reset as ABORTED;
- * claimd itself never answers ABORTED.
+ * isTransient reports whether a code (with the ErrorInfo reason, if any)
+ * means "claimd did not answer" rather than "claimd said no". Connect reports
+ * a connection reset as ABORTED without a reason; claimd's own ABORTED
+ * always carries one (STALE_TOKEN: another holder owns the key), and
+ * repeating that call cannot help.
  */
-export function isTransient(code: Code): boolean {
-  return code === Code.Unavailable || code === Code.DeadlineExceeded || code === Code.Aborted;
+export function isTransient(code: Code, reason?: string): boolean {
+  return code === Code.Unavailable || code === Code.DeadlineExceeded || (code === Code.Aborted && !reason);
 }
 
 const errorInfoType = "google.rpc.ErrorInfo";

@@ -78,6 +78,8 @@ const answers = {
   takenOver: "delivery taken over by another holder; retry later\n",
   handlerFailed: "processing failed; retry later\n",
   unsettled: "could not record the outcome; retry later\n",
+  deferred: "event arrived before its prerequisite; retry later\n",
+  superseded: "event superseded by a later state of its entity\n",
 } as const;
 
 /**
@@ -151,6 +153,10 @@ const consoleLogger: GuardLogger = {
  *   DUPLICATE        → 200 with the stored result; handler not called.
  *   IN_PROGRESS      → 409, Retry-After until the holder's lease ends.
  *   PAYLOAD_MISMATCH → 422, and a warning for alerting.
+ *   DEFERRED         → 409, Retry-After from the claim's retry_after (an
+ *                      event of an entity lifecycle that came too early:
+ *                      the provider's retry is the replay); handler not called.
+ *   SUPERSEDED       → 200 (the entity is past the event); handler not called.
  *   INVALID_ARGUMENT (a delivery claimd cannot key) → 400; handler not called.
  *   claimd unreachable or too slow → 503, Retry-After 5; handler not called.
  *   rate limited (RESOURCE_EXHAUSTED) → 503, Retry-After from claimd's RetryInfo.
@@ -193,10 +199,28 @@ export async function guard(
         key: claim.key,
       });
       return { ...base, status: 422, body: text(answers.payloadMismatch) };
+    case Outcome.DEFERRED:
+      // No token was issued: nothing to release. The provider's retry,
+      // after Retry-After, is the replay.
+      return { ...base, status: 409, body: text(answers.deferred), retryAfter: deferredRetryAfterS(claim) };
+    case Outcome.SUPERSEDED:
+      return { ...base, status: 200, body: text(answers.superseded) };
     case Outcome.ACQUIRED:
       return runAcquired(client, request, claim, handler, opts, log);
   }
   return { ...base, status: 500, body: text(answers.unexpected), error: new Error(`claimd: unexpected outcome ${claim.outcome}`) };
+}
+
+/**
+ * deferredRetryAfterS is a DEFERRED claim's retry_after in whole seconds,
+ * rounded up, at least 1 (1 when claimd sent none).
+ */
+function deferredRetryAfterS(claim: ClaimResponse): number {
+  const d = claim.retryAfter;
+  if (d === undefined) {
+    return 1;
+  }
+  return Math.max(1, Math.ceil(Number(d.seconds) + d.nanos / 1e9));
 }
 
 /**

@@ -89,7 +89,7 @@ export async function withRetry<T>(
       // RetryInfo is something else (a message over a size limit), which
       // repeating does not change.
       const limited = err.code === Code.ResourceExhausted && err.retryAfterMs !== undefined;
-      if (!(isTransient(err.code) || limited) || signal?.aborted || n >= policy.maxAttempts) {
+      if (!(isTransient(err.code, err.reason) || limited) || signal?.aborted || n >= policy.maxAttempts) {
         throw err;
       }
       const pause = Math.max(backoffMs(policy, n), limited ? Math.ceil(err.retryAfterMs!) : 0);

@@ -8,6 +8,7 @@ import {
   backoffMs,
   ClaimdError,
   createClient,
+  ErrorReason,
   EventState,
   InvalidArgumentError,
   InvalidTransitionError,
@@ -160,8 +161,8 @@ describe("errors carry code and ErrorInfo reason", () => {
         const c = await client.claim({ namespace: NS, provider: "stripe", eventId: eventId() });
         await client.transition({ ...leaseOf({ namespace: NS, provider: "stripe" }, c), fencingToken: 7, to: EventState.PROCESSING });
       },
-      code: Code.FailedPrecondition,
-      reason: "STALE_TOKEN",
+      code: Code.Aborted,
+      reason: ErrorReason.STALE_TOKEN,
       cls: StaleTokenError,
     },
     {

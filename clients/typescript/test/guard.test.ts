@@ -417,3 +417,79 @@ describe("guard with claimd down", () => {
     }
   });
 });
+
+/** rewriting is client, with each Claim's answer edited after claimd gave it. */
+function rewriting(edit: (c: ClaimResponse) => void): ClaimdClient {
+  return new Proxy(client, {
+    get(target, prop, receiver) {
+      if (prop === "claim") {
+        return async (...args: Parameters<ClaimdClient["claim"]>) => {
+          const c = await target.claim(...args);
+          edit(c);
+          return c;
+        };
+      }
+      return Reflect.get(target, prop, receiver);
+    },
+  });
+}
+
+describe("guard and entity lifecycles (GUARD.md rows 10, 21, 22)", () => {
+  const refundFirst = () => {
+    const id = eventId();
+    return { namespace: NS, provider: "stripe", eventId: id, entityId: `ch_${id}`, eventType: "charge.refunded" };
+  };
+  const cases: { desc: string; retryAfter?: { seconds: bigint; nanos: number }; keep?: boolean; want: number[] }[] = [
+    { desc: "claimd's first deferral is 1-2 s", keep: true, want: [1, 2] },
+    { desc: "none sent", want: [1] },
+    { desc: "zero", retryAfter: { seconds: 0n, nanos: 0 }, want: [1] },
+    { desc: "whole seconds stay", retryAfter: { seconds: 3n, nanos: 0 }, want: [3] },
+    { desc: "a fraction rounds up", retryAfter: { seconds: 1n, nanos: 200_000_000 }, want: [2] },
+  ];
+  for (const tc of cases) {
+    test(`DEFERRED: 409, handler not called, Retry-After rounded up (${tc.desc})`, async () => {
+      const c = rewriting((r) => {
+        if (!tc.keep) {
+          r.retryAfter = tc.retryAfter === undefined ? undefined : { $typeName: "google.protobuf.Duration", ...tc.retryAfter };
+        }
+      });
+      let calls = 0;
+      const r = await guard(c, refundFirst(), () => void calls++, { logger: quiet() });
+      assert.equal(r.status, 409, describeResult(r));
+      assert.equal(r.outcome, Outcome.DEFERRED);
+      assert.equal(str(r.body), "event arrived before its prerequisite; retry later\n");
+      assert.equal(calls, 0);
+      assert.equal(r.ran, false);
+      assert.ok(r.retryAfter !== undefined && tc.want.includes(r.retryAfter), `Retry-After ${r.retryAfter}, want one of ${tc.want}`);
+      assert.deepEqual(r.claim?.entity?.awaiting, ["succeeded"]);
+    });
+  }
+
+  test("SUPERSEDED: 200, handler not called", async () => {
+    const id = eventId();
+    const pi = `pi_${id}`;
+    let calls = 0;
+    const handler = () => {
+      calls++;
+      return "applied";
+    };
+    const first = await guard(client, { namespace: NS, provider: "stripe", eventId: `${id}_succeeded`, entityId: pi, eventType: "payment_intent.succeeded" }, handler);
+    assert.equal(first.status, 200, describeResult(first));
+    const stale = await guard(client, { namespace: NS, provider: "stripe", eventId: id, entityId: pi, eventType: "payment_intent.processing" }, handler);
+    assert.equal(stale.status, 200, describeResult(stale));
+    assert.equal(stale.outcome, Outcome.SUPERSEDED);
+    assert.equal(stale.retryAfter, undefined);
+    assert.equal(str(stale.body), "event superseded by a later state of its entity\n");
+    assert.equal(calls, 1);
+    assert.equal(stale.claim?.entity?.state, "succeeded");
+  });
+
+  test("an outcome the guard does not know: 500, handler not called", async () => {
+    let calls = 0;
+    const r = await guard(rewriting((c) => void (c.outcome = 99 as Outcome)), req(eventId()), () => void calls++, { logger: quiet() });
+    assert.equal(r.status, 500, describeResult(r));
+    assert.equal(str(r.body), "unexpected answer from claimd\n");
+    assert.equal(calls, 0);
+    assert.ok(r.error instanceof Error);
+  });
+});

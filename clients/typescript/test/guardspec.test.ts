@@ -116,9 +116,12 @@ function checkScenario(sc: Json, where: string, rowCount: number): void {
     const w = `${where}.deliveries[${i}]`;
     const dv = fields(d, w, ["expect"], ["request", "handler", "faults"]);
     if ("request" in dv) {
-      const r = fields(dv["request"], `${w}.request`, [], ["provider", "body", "headers", "lease_ms", "wait_ms"]);
+      const r = fields(dv["request"], `${w}.request`, [], ["provider", "body", "headers", "lease_ms", "wait_ms", "event_id", "entity_id", "event_type"]);
       if ("body" in r) {
         text(r["body"], `${w}.request.body`);
+      }
+      if ("body" in r && "event_id" in r) {
+        throw new SpecError(`${w}.request: event_id and body exclude each other`);
       }
     }
     if ("handler" in dv) {
@@ -351,7 +354,11 @@ function claimInput(run: Run, request: Obj): ClaimInput {
     const headers = (request["headers"] ?? {}) as { [k: string]: string };
     input.delivery = { headers, body: text(request["body"], "body").replaceAll("{event_id}", run.evt) };
   } else {
-    input.eventId = run.evt;
+    input.eventId = String(request["event_id"] ?? "{event_id}").replaceAll("{event_id}", run.evt);
+  }
+  if ("entity_id" in request || "event_type" in request) {
+    input.entityId = String(request["entity_id"] ?? "").replaceAll("{event_id}", run.evt);
+    input.eventType = String(request["event_type"] ?? "");
   }
   if (typeof request["lease_ms"] === "number") {
     input.leaseMs = request["lease_ms"];

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,7 +42,9 @@ class Receiver:
 def receiver(claimd_server: ClaimdServer, tmp_path: Path) -> Iterator[Receiver]:
     ledger = Ledger(str(tmp_path / "ledger.db"))
     with Client(claimd_server.grpc_address) as client:
-        server = make_server(("127.0.0.1", 0), client, ledger, namespace="example")
+        # A namespace per test: entities (a charge, a payment intent) are per
+        # namespace, so tests that replay one fixture never meet each other's.
+        server = make_server(("127.0.0.1", 0), client, ledger, namespace=f"example-{uuid.uuid4().hex[:12]}")
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:

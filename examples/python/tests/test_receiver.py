@@ -26,7 +26,10 @@ def post(url: str, body: bytes, signature: str) -> tuple[int, bytes, dict[str, s
 
 
 def stripe_event(event_id: str, amount: int | None = 1999) -> bytes:
-    obj = {"id": "pi_1", "object": "payment_intent"} | ({"amount": amount} if amount is not None else {})
+    # One payment intent per event: claimd orders a payment intent's events
+    # (Stripe's lifecycle), and a second succeeded of one intent would be
+    # superseded.
+    obj = {"id": f"pi_{event_id}", "object": "payment_intent"} | ({"amount": amount} if amount is not None else {})
     return json.dumps({"id": event_id, "type": "payment_intent.succeeded", "data": {"object": obj}}).encode()
 
 

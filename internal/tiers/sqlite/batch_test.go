@@ -192,7 +192,7 @@ func TestBatchFailedWriteAlone(t *testing.T) {
 	bad := goCall(t, "bad", func(ctx context.Context, c *call) {
 		c.err = s.write(ctx, "bad", func(t *txn) error {
 			rec := canonical(tiers.NewRecord(claimAt("evt_bad", t0)))
-			if err := t.put(&rec); err != nil {
+			if err := t.put(&rec, ""); err != nil {
 				return err
 			}
 			// audit_log.op allows only the four operations.
@@ -269,7 +269,7 @@ func TestBatchCallerLeavesMidWrite(t *testing.T) {
 		c.err = s.write(ctx, "claim", func(t *txn) error {
 			c.cancel() // the caller gives up while its write runs
 			rec := canonical(tiers.NewRecord(claimAt("evt_left", t0)))
-			return t.put(&rec)
+			return t.put(&rec, "")
 		})
 	})
 	waitQueued(s, 1)

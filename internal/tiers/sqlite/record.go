@@ -12,8 +12,11 @@ import (
 
 // recordColumns are the columns of claims that make up a tiers.Record besides
 // its key, in the order scanRecord reads them.
+// entity_to, last, is not part of the Record: it is the state settling the
+// record moves its entity to (entity.go).
 const recordColumns = `state, token, version, attempt, reason, released, holder, attempt_id,
-	salt, secret_hash, payload_sha256, result, first_seen_at, lease_expires_at, window_expires_at, updated_at`
+	salt, secret_hash, payload_sha256, result, first_seen_at, lease_expires_at, window_expires_at, updated_at,
+	lifecycle, entity_id, event_type, entity_to`
 
 const selectRecord = `SELECT ` + recordColumns + ` FROM claims
 	WHERE namespace = ? AND provider = ? AND key = ?`
@@ -21,7 +24,7 @@ const selectRecord = `SELECT ` + recordColumns + ` FROM claims
 // upsertRecord writes a whole record. The decision was made in Go under the
 // write lock, so the row is simply replaced by the decided one.
 const upsertRecord = `INSERT INTO claims (namespace, provider, key, ` + recordColumns + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (namespace, provider, key) DO UPDATE SET
 		state = excluded.state,
 		token = excluded.token,
@@ -38,33 +41,45 @@ const upsertRecord = `INSERT INTO claims (namespace, provider, key, ` + recordCo
 		first_seen_at = excluded.first_seen_at,
 		lease_expires_at = excluded.lease_expires_at,
 		window_expires_at = excluded.window_expires_at,
-		updated_at = excluded.updated_at`
+		updated_at = excluded.updated_at,
+		lifecycle = excluded.lifecycle,
+		entity_id = excluded.entity_id,
+		event_type = excluded.event_type,
+		entity_to = excluded.entity_to`
 
 // scanRecord reads the record of k from row, the result of selectRecord; it
 // returns nil when there is none.
 func scanRecord(row *sql.Row, k tiers.Key) (*tiers.Record, error) {
+	rec, _, err := scanStored(row, k)
+	return rec, err
+}
+
+// scanStored is scanRecord that also returns the record's entity_to.
+func scanStored(row *sql.Row, k tiers.Key) (rec *tiers.Record, entityTo string, err error) {
 	var (
-		rec                                 = tiers.Record{Key: k}
+		r                                   = tiers.Record{Key: k}
 		state, reason                       string
 		token, version, attempt, released   int64
 		firstSeen, lease, window, updatedAt int64
 		salt, secretHash, payload, result   []byte
 	)
-	err := row.Scan(
-		&state, &token, &version, &attempt, &reason, &released, &rec.Holder, &rec.AttemptID,
-		&salt, &secretHash, &payload, &result, &firstSeen, &lease, &window, &updatedAt)
+	err = row.Scan(
+		&state, &token, &version, &attempt, &reason, &released, &r.Holder, &r.AttemptID,
+		&salt, &secretHash, &payload, &result, &firstSeen, &lease, &window, &updatedAt,
+		&r.Lifecycle, &r.EntityID, &r.EventType, &entityTo)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
+		return nil, "", nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	if rec.State, err = tiers.ParseState(state); err != nil {
-		return nil, fmt.Errorf("claims row %s: %w", k, err)
+	if r.State, err = tiers.ParseState(state); err != nil {
+		return nil, "", fmt.Errorf("claims row %s: %w", k, err)
 	}
-	if rec.Reason, err = tiers.ParseReason(reason); err != nil {
-		return nil, fmt.Errorf("claims row %s: %w", k, err)
+	if r.Reason, err = tiers.ParseReason(reason); err != nil {
+		return nil, "", fmt.Errorf("claims row %s: %w", k, err)
 	}
+	rec = &r
 	rec.Token = uint64(token)
 	rec.Version = uint64(version)
 	rec.Attempt = uint32(attempt)
@@ -77,12 +92,12 @@ func scanRecord(row *sql.Row, k tiers.Key) (*tiers.Record, error) {
 	rec.LeaseExpiresAt = fromMicros(lease)
 	rec.WindowExpiresAt = fromMicros(window)
 	rec.UpdatedAt = fromMicros(updatedAt)
-	return &rec, nil
+	return rec, entityTo, nil
 }
 
 // recordArgs are the arguments of upsertRecord for rec, which canonical has
-// already brought to the stored precision.
-func recordArgs(rec *tiers.Record) []any {
+// already brought to the stored precision, and its entity_to.
+func recordArgs(rec *tiers.Record, entityTo string) []any {
 	released := 0
 	if rec.Released {
 		released = 1
@@ -90,7 +105,8 @@ func recordArgs(rec *tiers.Record) []any {
 	return []any{rec.Key.Namespace, rec.Key.Provider, rec.Key.Key,
 		rec.State.String(), int64(rec.Token), int64(rec.Version), int64(rec.Attempt), rec.Reason.String(),
 		released, rec.Holder, rec.AttemptID, rec.Salt, rec.SecretHash, rec.PayloadHash, rec.Result,
-		rec.FirstSeenAt.UnixMicro(), rec.LeaseExpiresAt.UnixMicro(), rec.WindowExpiresAt.UnixMicro(), rec.UpdatedAt.UnixMicro()}
+		rec.FirstSeenAt.UnixMicro(), rec.LeaseExpiresAt.UnixMicro(), rec.WindowExpiresAt.UnixMicro(), rec.UpdatedAt.UnixMicro(),
+		rec.Lifecycle, rec.EntityID, rec.EventType, entityTo}
 }
 
 // canonical returns rec as it reads back from the database: times in UTC at

@@ -7,7 +7,9 @@
 // tiers) and the write of the record and its audit row run together under
 // the write lock, in a savepoint of a transaction that commits the writes of
 // every caller queued meanwhile at once (group commit), and no caller hears
-// its answer before that COMMIT has returned. Reads (Get, Stats, Ping) use a
+// its answer before that COMMIT has returned. A claim of a lifecycle event
+// is ordered against its entity, and a settle advances the entity, inside
+// that same write (entity.go). Reads (Get, Stats, Ping) use a
 // second, read-only pool so that on-call debugging never queues behind
 // claims.
 //

@@ -8,12 +8,14 @@ import (
 	"github.com/claimd/claimd/internal/tiers"
 )
 
-// Claim decides p with tiers.Decide against the stored record and stores the
-// decided record and an audit row, all in one transaction.
+// Claim decides p with tiers.Decide against the stored record and, for a
+// claim that carries an Entity and would acquire, orders it against its
+// entity (entity.go); it stores the decided record, the entity's hold or the
+// event's deferral, and an audit row, all in one transaction.
 func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
 	var res tiers.ClaimResult
 	err := s.write(ctx, "claim", func(t *txn) error {
-		cur, err := t.read(p.Key)
+		cur, curTo, err := t.read(p.Key)
 		if err != nil {
 			return err
 		}
@@ -22,9 +24,23 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 			write bool
 		)
 		res, next, write = tiers.Decide(cur, p)
+		entityTo := curTo
+		if write {
+			entityTo = ""
+			next.Lifecycle, next.EntityID, next.EventType = "", "", ""
+			if p.Entity != nil {
+				next.Lifecycle, next.EntityID, next.EventType = p.Entity.Lifecycle, p.Entity.EntityID, p.Entity.EventType
+				entityTo = p.Entity.To
+			}
+		}
+		if p.Entity != nil && res.Outcome == tiers.OutcomeAcquired {
+			if res, write, err = t.order(p, cur, res, write); err != nil {
+				return err
+			}
+		}
 		if write {
 			next = canonical(next)
-			if err := t.put(&next); err != nil {
+			if err := t.put(&next, entityTo); err != nil {
 				return err
 			}
 			res.Record = next
@@ -41,6 +57,8 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 		}
 		if cur != nil {
 			a.from = cur.State.String()
+		} else if !write {
+			a.to = "" // DEFERRED or SUPERSEDED: there is no record
 		}
 		return t.audit(a)
 	})
@@ -92,7 +110,7 @@ func (s *Store) fenced(ctx context.Context, op string, k tiers.Key, now time.Tim
 		verdict error // the state machine's answer, kept apart from storage errors
 	)
 	err := s.write(ctx, op, func(t *txn) error {
-		cur, err := t.read(k)
+		cur, entityTo, err := t.read(k)
 		if err != nil {
 			return err
 		}
@@ -104,8 +122,16 @@ func (s *Store) fenced(ctx context.Context, op string, k tiers.Key, now time.Tim
 		if !changed {
 			return nil
 		}
+		if cur.Lifecycle != "" {
+			// The record's entity moves (SETTLED) or is freed (FAILED,
+			// released) with it, or the settle is refused.
+			if verdict, err = t.moveEntity(k, now, token, rec, entityTo); err != nil || verdict != nil {
+				rec, changed = *cur, false
+				return err
+			}
+		}
 		rec = canonical(rec)
-		if err := t.put(&rec); err != nil {
+		if err := t.put(&rec, entityTo); err != nil {
 			return err
 		}
 		return t.audit(auditRow{

@@ -62,14 +62,16 @@ func (t *txn) exec(st *sql.Stmt) error {
 	return err
 }
 
-// read returns the record of k, or nil when there is none.
-func (t *txn) read(k tiers.Key) (*tiers.Record, error) {
-	return scanRecord(t.tx.StmtContext(t.ctx, t.st.read).QueryRowContext(t.ctx, k.Namespace, k.Provider, k.Key), k)
+// read returns the record of k, or nil when there is none, and the state
+// settling it moves its entity to ("" without one).
+func (t *txn) read(k tiers.Key) (*tiers.Record, string, error) {
+	return scanStored(t.tx.StmtContext(t.ctx, t.st.read).QueryRowContext(t.ctx, k.Namespace, k.Provider, k.Key), k)
 }
 
-// put stores rec, replacing the record of its key.
-func (t *txn) put(rec *tiers.Record) error {
-	_, err := t.tx.StmtContext(t.ctx, t.st.upsert).ExecContext(t.ctx, recordArgs(rec)...)
+// put stores rec, replacing the record of its key, with its entity's target
+// state entityTo.
+func (t *txn) put(rec *tiers.Record, entityTo string) error {
+	_, err := t.tx.StmtContext(t.ctx, t.st.upsert).ExecContext(t.ctx, recordArgs(rec, entityTo)...)
 	return err
 }
 

@@ -3,6 +3,7 @@ package tierstest
 import (
 	"bytes"
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,9 +16,9 @@ import (
 // Run runs the Store conformance suite against the stores f makes. The
 // cases run in parallel (t.Parallel): each calls f for an environment of
 // its own and works in a namespace of its own, so f may hand every case the
-// same server.
+// same server (but see the entity cases, entity.go, for CountDeferred).
 func Run(t *testing.T, f Factory) {
-	for _, tc := range storeCases {
+	for _, tc := range slices.Concat(storeCases, entityCases) {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			tc.run(t, newEnv(t, f))

@@ -140,6 +140,13 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 	}
 	switch fr.Verdict {
 	case tiers.FastDecided:
+		if p.Entity != nil && fr.Outcome == tiers.OutcomeAcquired {
+			// The same attempt again, answered from a copy: it holds
+			// the entity already, but only the durable tier says where
+			// the entity stands, and only it may admit a lifecycle
+			// event. DUPLICATE and IN_PROGRESS admit nothing and stand.
+			return s.claimDurable(ctx, p, true)
+		}
 		if fr.Outcome == tiers.OutcomeDuplicate {
 			s.remember(fr.Record)
 		}
@@ -155,7 +162,7 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 		s.abort(ctx, p.Key, nonce)
 		return res, err
 	}
-	if res.Outcome != tiers.OutcomeAcquired || res.Reason != tiers.ReasonNew {
+	if durableHadRecord(res) {
 		s.cfg.Observer.FastFalseNegative()
 	}
 	if !cacheable(res) {
@@ -184,8 +191,32 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 // IN_PROGRESS for an event other callers were told is DUPLICATE, until the
 // lease ends. Such answers are not cached; the next claim asks the
 // durable tier again. (Found by make chaos under FLUSHALL.)
+//
+// DEFERRED and SUPERSEDED are never cached either: they acquired nothing,
+// and the record they carry (if the key had one) was only read. A copy of
+// them could only answer the next delivery of the event from a fast tier
+// that cannot know whether its entity has moved since, which is the durable
+// tier's decision alone (tiers.EntityEvent).
 func cacheable(res tiers.ClaimResult) bool {
+	switch res.Outcome {
+	case tiers.OutcomeDeferred, tiers.OutcomeSuperseded:
+		return false
+	}
 	return res.Outcome == tiers.OutcomeAcquired || res.Record.State.Terminal()
+}
+
+// durableHadRecord reports whether the durable tier decided res from a
+// record of the key, when the fast tier had none (a false negative of the
+// fast tier). A DEFERRED or SUPERSEDED claim of a key without a record
+// carries a record with only its key.
+func durableHadRecord(res tiers.ClaimResult) bool {
+	switch res.Outcome {
+	case tiers.OutcomeAcquired:
+		return res.Reason != tiers.ReasonNew
+	case tiers.OutcomeDeferred, tiers.OutcomeSuperseded:
+		return res.Record.Version != 0
+	}
+	return true
 }
 
 // claimDurable asks the durable tier and, when the fast tier answers,
@@ -296,6 +327,49 @@ func (s *Store) Get(ctx context.Context, k tiers.Key) (tiers.Record, error) {
 // its own at the window end).
 func (s *Store) Prune(ctx context.Context, cutoff time.Time, limit int) (int, error) {
 	return s.durable.Prune(ctx, cutoff, limit)
+}
+
+var _ tiers.Entities = (*Store)(nil)
+
+// errNoEntities answers the entity reads over a durable tier that keeps no
+// entities.
+var errNoEntities = errors.New("twotier: the durable tier keeps no entities")
+
+// entities is the durable tier's tiers.Entities: entities live there only,
+// never in the fast tier.
+func (s *Store) entities() (tiers.Entities, error) {
+	en, ok := s.durable.(tiers.Entities)
+	if !ok {
+		return nil, errNoEntities
+	}
+	return en, nil
+}
+
+// GetEntity reads the entity from the durable tier.
+func (s *Store) GetEntity(ctx context.Context, k tiers.EntityKey) (tiers.Entity, error) {
+	en, err := s.entities()
+	if err != nil {
+		return tiers.Entity{}, err
+	}
+	return en.GetEntity(ctx, k)
+}
+
+// ListDeferred lists the durable tier's deferred and superseded events.
+func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([]tiers.DeferredEvent, string, error) {
+	en, err := s.entities()
+	if err != nil {
+		return nil, "", err
+	}
+	return en.ListDeferred(ctx, p)
+}
+
+// CountDeferred counts the durable tier's open and lost deferrals.
+func (s *Store) CountDeferred(ctx context.Context, lostBefore map[string]time.Time) (deferred, lost int, err error) {
+	en, err := s.entities()
+	if err != nil {
+		return 0, 0, err
+	}
+	return en.CountDeferred(ctx, lostBefore)
 }
 
 // Ping reports the durable tier's health: without it nothing can be decided,

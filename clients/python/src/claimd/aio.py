@@ -53,27 +53,24 @@ from claimd.errors import (
     InvalidTransition,
     NotFound,
     NotOwner,
-    PayloadMismatch,
     PermanentError,
     StaleToken,
     Unavailable,
 )
 from claimd.guard import (
     _HANDLER_FAILED,
-    _IN_PROGRESS,
-    _PAYLOAD_MISMATCH,
     _TAKEN_OVER,
-    _UNEXPECTED,
     _UNSETTLED,
     SUPERSEDED_RETRY_AFTER,
     UNAVAILABLE_RETRY_AFTER,
+    GuardKey,
     GuardResult,
+    _answer_unowned,
     _encode,
     _ended_already,
     _failure_text,
     _Heartbeat,
     _refused,
-    _seconds_until,
     _taken_over_from_processing,
 )
 from claimd.retry import RetryPolicy, call_with_retry_async
@@ -82,6 +79,7 @@ from claimd.types import (
     MAX_RESULT_BYTES,
     Claim,
     Delivery,
+    EventRef,
     EventState,
     Lease,
     Outcome,
@@ -176,6 +174,9 @@ class Client:
         holder: str | None = None,
         attempt_id: str | None = None,
         wait: Seconds | None = None,
+        entity_id: str = "",
+        event_type: str = "",
+        start: bool = False,
     ) -> Claim:
         """claim is claimd.Client.claim: exactly one of event_id or delivery;
         every retry sends the same attempt_id (default: 16 random bytes, hex)."""
@@ -190,6 +191,9 @@ class Client:
             attempt_id=attempt_id or secrets.token_hex(16),
             lease=_duration(lease),
             wait=_duration(wait),
+            entity_id=entity_id,
+            event_type=event_type,
+            start=start,
         )
         if event_id is not None:
             req.event_id = event_id
@@ -281,6 +285,9 @@ class Client:
         lease: Seconds | None = None,
         holder: str | None = None,
         wait: Seconds | None = None,
+        entity_id: str = "",
+        event_type: str = "",
+        start: bool = False,
     ) -> Guard:
         """guard claims a delivery for an async with-block; see Guard."""
         return Guard(
@@ -294,6 +301,9 @@ class Client:
             lease=lease,
             holder=holder,
             wait=wait,
+            entity_id=entity_id,
+            event_type=event_type,
+            start=start,
         )
 
     def guarded(
@@ -305,12 +315,13 @@ class Client:
         lease: Seconds | None = None,
         holder: str | None = None,
         wait: Seconds | None = None,
+        start: bool = False,
     ) -> Callable[
         [Callable[Concatenate[Guard, P], Awaitable[object]]],
-        Callable[Concatenate[str | Delivery, P], Coroutine[Any, Any, GuardResult]],
+        Callable[Concatenate[GuardKey, P], Coroutine[Any, Any, GuardResult]],
     ]:
         """guarded decorates async fn(guard, *args) -> result; see guarded."""
-        return guarded(self, namespace, provider, scope=scope, lease=lease, holder=holder, wait=wait)
+        return guarded(self, namespace, provider, scope=scope, lease=lease, holder=holder, wait=wait, start=start)
 
     async def _call(self, method: Any, req: Any, extra: float = 0.0) -> Any:
         return await call_with_retry_async(self.retry, self.timeout, lambda t: method(req, timeout=t), extra)
@@ -339,6 +350,9 @@ class Guard:
         lease: Seconds | None = None,
         holder: str | None = None,
         wait: Seconds | None = None,
+        entity_id: str = "",
+        event_type: str = "",
+        start: bool = False,
     ) -> None:
         if (event_id is None) == (delivery is None):
             raise ValueError("guard: exactly one of event_id or delivery is required")
@@ -352,6 +366,9 @@ class Guard:
         self._payload_sha256 = payload_sha256
         self._holder = holder
         self._wait = wait
+        self._entity_id = entity_id
+        self._event_type = event_type
+        self._start_at_claim = start
         self._claim: Claim | None = None
         self.cancelled = asyncio.Event()
         self._lost: ClaimdError | None = None
@@ -415,6 +432,9 @@ class Guard:
                 lease=self.lease,
                 holder=self._holder,
                 wait=self._wait,
+                entity_id=self._entity_id,
+                event_type=self._event_type,
+                start=self._start_at_claim,
             )
         except ClaimdError as err:
             status, body, retry = _refused(err)
@@ -423,21 +443,10 @@ class Guard:
             self._result = GuardResult(status, body, retry, error=err)
             return self
         self._claim = claim
-        if claim.outcome == Outcome.DUPLICATE:
-            self._result = GuardResult(200, claim.result, outcome=claim.outcome, claim=claim)
-        elif claim.outcome == Outcome.IN_PROGRESS:
-            self._result = GuardResult(
-                409, _IN_PROGRESS, _seconds_until(claim.lease_expires_at), outcome=claim.outcome, claim=claim
-            )
-        elif claim.outcome == Outcome.PAYLOAD_MISMATCH:
-            mismatch = PayloadMismatch(f"key {claim.key!r} was claimed with a different payload")
-            log.error("claimd: %s/%s: %s", claim.namespace, claim.provider, mismatch)
-            self._result = GuardResult(422, _PAYLOAD_MISMATCH, outcome=claim.outcome, error=mismatch, claim=claim)
-        elif claim.outcome == Outcome.ACQUIRED:
+        if claim.outcome == Outcome.ACQUIRED:
             await self._start(claim)
         else:
-            unknown = ClaimdError(f"claim answered outcome {claim.outcome!r}")
-            self._result = GuardResult(500, _UNEXPECTED, outcome=claim.outcome, error=unknown, claim=claim)
+            self._result = _answer_unowned(claim)
         return self
 
     async def _start(self, claim: Claim) -> None:
@@ -635,9 +644,10 @@ def guarded(
     lease: Seconds | None = None,
     holder: str | None = None,
     wait: Seconds | None = None,
+    start: bool = False,
 ) -> Callable[
     [Callable[Concatenate[Guard, P], Awaitable[object]]],
-    Callable[Concatenate[str | Delivery, P], Coroutine[Any, Any, GuardResult]],
+    Callable[Concatenate[GuardKey, P], Coroutine[Any, Any, GuardResult]],
 ]:
     """guarded is Client.guarded: async fn(guard, *args, **kwargs) -> result
     becomes async f(event_id_or_delivery, *args, **kwargs) -> GuardResult.
@@ -647,19 +657,23 @@ def guarded(
 
     def decorate(
         fn: Callable[Concatenate[Guard, P], Awaitable[object]],
-    ) -> Callable[Concatenate[str | Delivery, P], Coroutine[Any, Any, GuardResult]]:
+    ) -> Callable[Concatenate[GuardKey, P], Coroutine[Any, Any, GuardResult]]:
         @functools.wraps(fn)
-        async def run(key: str | Delivery, /, *args: P.args, **kwargs: P.kwargs) -> GuardResult:
+        async def run(key: GuardKey, /, *args: P.args, **kwargs: P.kwargs) -> GuardResult:
+            ref = EventRef(key) if isinstance(key, str) else key
             g = Guard(
                 client,
                 namespace,
                 provider,
-                event_id=key if isinstance(key, str) else None,
-                delivery=key if isinstance(key, Delivery) else None,
+                event_id=ref.event_id if isinstance(ref, EventRef) else None,
+                delivery=ref if isinstance(ref, Delivery) else None,
                 scope=scope,
                 lease=lease,
                 holder=holder,
                 wait=wait,
+                entity_id=ref.entity_id if isinstance(ref, EventRef) else "",
+                event_type=ref.event_type if isinstance(ref, EventRef) else "",
+                start=start,
             )
             await g._open()
             if not g.acquired:

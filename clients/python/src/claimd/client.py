@@ -19,7 +19,7 @@ from claimd._gen.idempotency.v1 import claim_pb2_grpc as pb_grpc
 from claimd._gen.idempotency.v1 import provider_pb2 as provider_pb
 from claimd._gen.idempotency.v1 import provider_pb2_grpc as provider_grpc
 from claimd.errors import Unavailable
-from claimd.guard import Guard, GuardResult, guarded
+from claimd.guard import Guard, GuardKey, GuardResult, guarded
 from claimd.retry import RetryPolicy, call_with_retry
 from claimd.security import TLSConfig, TokenProvider, channel_credentials
 from claimd.types import Claim, Delivery, EventState, Lease, Provider, Record, Transitioned
@@ -186,10 +186,15 @@ class Client:
         holder: str | None = None,
         attempt_id: str | None = None,
         wait: Seconds | None = None,
+        entity_id: str = "",
+        event_type: str = "",
+        start: bool = False,
     ) -> Claim:
         """claim asks whether the caller owns a delivery, named by exactly one
         of event_id or delivery. See idempotency.v1.ClaimRequest for each
-        field; holder defaults to the client's.
+        field; holder defaults to the client's. entity_id and event_type
+        (both or neither) place an event sent by event_id in its entity's
+        lifecycle; start records an ACQUIRED claim already in PROCESSING.
 
         attempt_id identifies this logical claim (default: 16 random bytes,
         hex). Every retry of this call sends the same one, so a Claim whose
@@ -206,6 +211,9 @@ class Client:
             attempt_id=attempt_id or secrets.token_hex(16),
             lease=_duration(lease),
             wait=_duration(wait),
+            entity_id=entity_id,
+            event_type=event_type,
+            start=start,
         )
         if event_id is not None:
             req.event_id = event_id
@@ -306,11 +314,16 @@ class Client:
         lease: Seconds | None = None,
         holder: str | None = None,
         wait: Seconds | None = None,
+        entity_id: str = "",
+        event_type: str = "",
+        start: bool = False,
     ) -> Guard:
         """guard claims a delivery for a with-block and settles, fails or
         releases it as the block ends; see claimd.guard.Guard. wait lets an
         IN_PROGRESS claim wait (at most 30s) for the holder to finish, or for
-        its lease to run out, before answering."""
+        its lease to run out, before answering. entity_id and event_type
+        place an event sent by event_id in its entity's lifecycle (a
+        delivery's are read from it)."""
         return Guard(
             self,
             namespace,
@@ -322,6 +335,9 @@ class Client:
             lease=lease,
             holder=holder,
             wait=wait,
+            entity_id=entity_id,
+            event_type=event_type,
+            start=start,
         )
 
     def guarded(
@@ -333,14 +349,16 @@ class Client:
         lease: Seconds | None = None,
         holder: str | None = None,
         wait: Seconds | None = None,
-    ) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[Concatenate[str | Delivery, P], GuardResult]]:
+        start: bool = False,
+    ) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[Concatenate[GuardKey, P], GuardResult]]:
         """guarded decorates fn(guard, *args) -> result. The decorated
-        function takes the delivery first (an event id or a Delivery) and
-        returns the GuardResult; fn runs only when the claim is acquired.
+        function takes the delivery first (an event id, an EventRef naming
+        the event's entity and event type, or a Delivery) and returns the
+        GuardResult; fn runs only when the claim is acquired.
         fn's result is stored as Guard.settle encodes it: bytes as they are,
         str as UTF-8, None as empty, a dict, list or other JSON value as
         compact JSON."""
-        return guarded(self, namespace, provider, scope=scope, lease=lease, holder=holder, wait=wait)
+        return guarded(self, namespace, provider, scope=scope, lease=lease, holder=holder, wait=wait, start=start)
 
     def _call(self, method: Any, req: Any, extra: float = 0.0) -> Any:
         return call_with_retry(self.retry, self.timeout, lambda t: method(req, timeout=t), extra)

@@ -10,8 +10,26 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
+from claimd._gen.idempotency.v1 import claim_pb2 as _pb
+
 ERROR_DOMAIN = "claimd.dev"
 """ERROR_DOMAIN is the ErrorInfo domain of every error claimd returns."""
+
+# The ErrorInfo reasons the client branches on: the names of the proto's
+# ErrorReason (the reason string is the value's name), read from the
+# generated code so that no list of them is typed by hand.
+REASON_STALE_TOKEN = _pb.ErrorReason.Name(_pb.ErrorReason.STALE_TOKEN)
+"""REASON_STALE_TOKEN: another holder owns the key now (ABORTED)."""
+REASON_NOT_OWNER = _pb.ErrorReason.Name(_pb.ErrorReason.NOT_OWNER)
+"""REASON_NOT_OWNER: the lease secret is not the token's owner's (PERMISSION_DENIED)."""
+REASON_INVALID_TRANSITION = _pb.ErrorReason.Name(_pb.ErrorReason.INVALID_TRANSITION)
+"""REASON_INVALID_TRANSITION: the state machine forbids the move (FAILED_PRECONDITION)."""
+REASON_RESULT_MISMATCH = _pb.ErrorReason.Name(_pb.ErrorReason.RESULT_MISMATCH)
+"""REASON_RESULT_MISMATCH: a terminal move repeated with another result (FAILED_PRECONDITION)."""
+REASON_RECORD_NOT_FOUND = _pb.ErrorReason.Name(_pb.ErrorReason.RECORD_NOT_FOUND)
+"""REASON_RECORD_NOT_FOUND: no record of the key (NOT_FOUND)."""
+REASON_PROVIDER_NOT_FOUND = _pb.ErrorReason.Name(_pb.ErrorReason.PROVIDER_NOT_FOUND)
+"""REASON_PROVIDER_NOT_FOUND: the provider is not registered (NOT_FOUND)."""
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
@@ -126,6 +144,26 @@ class PermanentError(Exception):
     """
 
 
+_BY_REASON: dict[str, type[ClaimdError]] = {
+    REASON_STALE_TOKEN: StaleToken,
+    REASON_NOT_OWNER: NotOwner,
+    REASON_INVALID_TRANSITION: InvalidTransition,
+    REASON_RESULT_MISMATCH: ResultMismatch,
+}
+"""_BY_REASON: the reasons that name an error whatever its code."""
+
+_BY_CODE: dict[grpc.StatusCode, type[ClaimdError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+}
+"""_BY_CODE: the class of an error whose reason names none."""
+
+
 def _details(err: grpc.RpcError) -> list[any_pb2.Any]:
     trailing = getattr(err, "trailing_metadata", None)
     if trailing is None:
@@ -163,8 +201,9 @@ def retry_delay(err: grpc.RpcError) -> float | None:
 
 def from_rpc_error(err: grpc.RpcError) -> ClaimdError:
     """from_rpc_error maps a failed gRPC call to the ClaimdError subclass its
-    code and ErrorInfo reason call for. Reasons decide before codes: both
-    STALE_TOKEN and INVALID_TRANSITION are FAILED_PRECONDITION."""
+    code and ErrorInfo reason call for. Reasons decide before codes: a stale
+    token is ABORTED from this claimd and FAILED_PRECONDITION from older
+    ones (like INVALID_TRANSITION), and is StaleToken from both."""
     code_fn = getattr(err, "code", None)
     details_fn = getattr(err, "details", None)
     code: grpc.StatusCode = code_fn() if code_fn is not None else grpc.StatusCode.UNKNOWN
@@ -174,25 +213,5 @@ def from_rpc_error(err: grpc.RpcError) -> ClaimdError:
     reason = info.reason if info is not None else ""
     metadata = dict(info.metadata) if info is not None else {}
 
-    cls: type[ClaimdError] = ClaimdError
-    if reason == "STALE_TOKEN":
-        cls = StaleToken
-    elif reason == "NOT_OWNER":
-        cls = NotOwner
-    elif reason == "INVALID_TRANSITION":
-        cls = InvalidTransition
-    elif reason == "RESULT_MISMATCH":
-        cls = ResultMismatch
-    elif code == grpc.StatusCode.INVALID_ARGUMENT:
-        cls = InvalidArgument
-    elif code == grpc.StatusCode.NOT_FOUND:
-        cls = NotFound
-    elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        cls = Unavailable
-    elif code == grpc.StatusCode.UNAUTHENTICATED:
-        cls = Unauthenticated
-    elif code == grpc.StatusCode.PERMISSION_DENIED:
-        cls = PermissionDenied
-    elif code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        cls = ResourceExhausted
+    cls = _BY_REASON.get(reason) or _BY_CODE.get(code, ClaimdError)
     return cls(message, code=code, reason=reason, metadata=metadata, retry_after=_retry_delay(details))

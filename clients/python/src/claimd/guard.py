@@ -65,7 +65,7 @@ from claimd.errors import (
     StaleToken,
     Unavailable,
 )
-from claimd.types import MAX_RESULT_BYTES, Claim, Delivery, EventState, Outcome, Reason, Record
+from claimd.types import MAX_RESULT_BYTES, Claim, Delivery, EventRef, EventState, Outcome, Reason, Record
 
 if TYPE_CHECKING:
     from claimd.client import Client, Seconds
@@ -73,6 +73,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("claimd")
 
 P = ParamSpec("P")
+
+GuardKey = str | EventRef | Delivery
+"""GuardKey is what a guarded function takes first: an event id, an EventRef
+(an event id with its entity and event type), or a raw Delivery."""
 
 UNAVAILABLE_RETRY_AFTER = 5
 """UNAVAILABLE_RETRY_AFTER is the Retry-After, in seconds, of a 503 when
@@ -97,6 +101,8 @@ _REFUSED = b"claimd refused the delivery\n"
 _RATE_LIMITED = b"claimd rate limit reached; retry later\n"
 _UNAVAILABLE = b"claimd unavailable; retry later\n"
 _UNEXPECTED = b"unexpected answer from claimd\n"
+_DEFERRED = b"event arrived before its prerequisite; retry later\n"
+_SUPERSEDED = b"event superseded by a later state of its entity\n"
 _TAKEN_OVER = b"delivery taken over by another holder; retry later\n"
 _HANDLER_FAILED = b"processing failed; retry later\n"
 _UNSETTLED = b"could not record the outcome; retry later\n"
@@ -133,6 +139,37 @@ def _seconds_until(t: datetime | None, minimum: int = 1) -> int:
     if t is None:
         return minimum
     return max(minimum, math.ceil((t - datetime.now(timezone.utc)).total_seconds()))
+
+
+def _answer_unowned(claim: Claim) -> GuardResult:
+    """_answer_unowned is the answer to a claim that owns nothing, so the
+    handler does not run (GUARD.md rows 1-3, 10, 21, 22)."""
+    if claim.outcome == Outcome.DUPLICATE:
+        return GuardResult(200, claim.result, outcome=claim.outcome, claim=claim)
+    if claim.outcome == Outcome.IN_PROGRESS:
+        return GuardResult(
+            409, _IN_PROGRESS, _seconds_until(claim.lease_expires_at), outcome=claim.outcome, claim=claim
+        )
+    if claim.outcome == Outcome.PAYLOAD_MISMATCH:
+        mismatch = PayloadMismatch(f"key {claim.key!r} was claimed with a different payload")
+        log.error("claimd: %s/%s: %s", claim.namespace, claim.provider, mismatch)
+        return GuardResult(422, _PAYLOAD_MISMATCH, outcome=claim.outcome, error=mismatch, claim=claim)
+    if claim.outcome == Outcome.DEFERRED:
+        # No token was issued: nothing to release. The provider's retry,
+        # after Retry-After, is the replay.
+        return GuardResult(409, _DEFERRED, _deferred_retry_after(claim), outcome=claim.outcome, claim=claim)
+    if claim.outcome == Outcome.SUPERSEDED:
+        return GuardResult(200, _SUPERSEDED, outcome=claim.outcome, claim=claim)
+    unknown = ClaimdError(f"claim answered outcome {claim.outcome!r}")
+    return GuardResult(500, _UNEXPECTED, outcome=claim.outcome, error=unknown, claim=claim)
+
+
+def _deferred_retry_after(claim: Claim) -> int:
+    """_deferred_retry_after is a DEFERRED claim's retry_after in whole
+    seconds, rounded up, at least 1 (1 when claimd sent none)."""
+    if claim.retry_after is None:
+        return 1
+    return max(1, math.ceil(claim.retry_after.total_seconds()))
 
 
 def _refused(err: ClaimdError) -> tuple[int, bytes, int | None]:
@@ -264,6 +301,9 @@ class Guard:
         lease: Seconds | None = None,
         holder: str | None = None,
         wait: Seconds | None = None,
+        entity_id: str = "",
+        event_type: str = "",
+        start: bool = False,
     ) -> None:
         if (event_id is None) == (delivery is None):
             raise ValueError("guard: exactly one of event_id or delivery is required")
@@ -277,6 +317,9 @@ class Guard:
         self._payload_sha256 = payload_sha256
         self._holder = holder
         self._wait = wait
+        self._entity_id = entity_id
+        self._event_type = event_type
+        self._start_at_claim = start
         self._claim: Claim | None = None
         self.cancelled = threading.Event()
         self._lost: ClaimdError | None = None
@@ -329,6 +372,9 @@ class Guard:
                 lease=self.lease,
                 holder=self._holder,
                 wait=self._wait,
+                entity_id=self._entity_id,
+                event_type=self._event_type,
+                start=self._start_at_claim,
             )
         except ClaimdError as err:
             status, body, retry = _refused(err)
@@ -341,21 +387,10 @@ class Guard:
             self._result = GuardResult(status, body, retry, error=err)
             return self
         self._claim = claim
-        if claim.outcome == Outcome.DUPLICATE:
-            self._result = GuardResult(200, claim.result, outcome=claim.outcome, claim=claim)
-        elif claim.outcome == Outcome.IN_PROGRESS:
-            self._result = GuardResult(
-                409, _IN_PROGRESS, _seconds_until(claim.lease_expires_at), outcome=claim.outcome, claim=claim
-            )
-        elif claim.outcome == Outcome.PAYLOAD_MISMATCH:
-            mismatch = PayloadMismatch(f"key {claim.key!r} was claimed with a different payload")
-            log.error("claimd: %s/%s: %s", claim.namespace, claim.provider, mismatch)
-            self._result = GuardResult(422, _PAYLOAD_MISMATCH, outcome=claim.outcome, error=mismatch, claim=claim)
-        elif claim.outcome == Outcome.ACQUIRED:
+        if claim.outcome == Outcome.ACQUIRED:
             self._start(claim)
         else:
-            unknown = ClaimdError(f"claim answered outcome {claim.outcome!r}")
-            self._result = GuardResult(500, _UNEXPECTED, outcome=claim.outcome, error=unknown, claim=claim)
+            self._result = _answer_unowned(claim)
         return self
 
     def _start(self, claim: Claim) -> None:
@@ -581,7 +616,8 @@ def guarded(
     lease: Seconds | None = None,
     holder: str | None = None,
     wait: Seconds | None = None,
-) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[Concatenate[str | Delivery, P], GuardResult]]:
+    start: bool = False,
+) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[Concatenate[GuardKey, P], GuardResult]]:
     """guarded is Client.guarded: fn(guard, *args, **kwargs) -> result becomes
     f(event_id_or_delivery, *args, **kwargs) -> GuardResult. fn's result is
     settled as Guard.settle encodes it (bytes as they are, str as UTF-8,
@@ -589,19 +625,25 @@ def guarded(
     releases the claim (fails it, for a PermanentError), and once fn has
     returned nothing releases it."""
 
-    def decorate(fn: Callable[Concatenate[Guard, P], object]) -> Callable[Concatenate[str | Delivery, P], GuardResult]:
+    def decorate(
+        fn: Callable[Concatenate[Guard, P], object],
+    ) -> Callable[Concatenate[GuardKey, P], GuardResult]:
         @functools.wraps(fn)
-        def run(key: str | Delivery, /, *args: P.args, **kwargs: P.kwargs) -> GuardResult:
+        def run(key: GuardKey, /, *args: P.args, **kwargs: P.kwargs) -> GuardResult:
+            ref = EventRef(key) if isinstance(key, str) else key
             g = Guard(
                 client,
                 namespace,
                 provider,
-                event_id=key if isinstance(key, str) else None,
-                delivery=key if isinstance(key, Delivery) else None,
+                event_id=ref.event_id if isinstance(ref, EventRef) else None,
+                delivery=ref if isinstance(ref, Delivery) else None,
                 scope=scope,
                 lease=lease,
                 holder=holder,
                 wait=wait,
+                entity_id=ref.entity_id if isinstance(ref, EventRef) else "",
+                event_type=ref.event_type if isinstance(ref, EventRef) else "",
+                start=start,
             )
             g._open()
             if not g.acquired:

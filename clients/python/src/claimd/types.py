@@ -30,6 +30,8 @@ class Outcome(enum.IntEnum):
     DUPLICATE = 2
     IN_PROGRESS = 3
     PAYLOAD_MISMATCH = 4
+    DEFERRED = 5
+    SUPERSEDED = 6
 
 
 class Reason(enum.IntEnum):
@@ -118,6 +120,52 @@ class Delivery:
 
 
 @dataclass(frozen=True)
+class EventRef:
+    """EventRef names an event sent by its id and, for an entity lifecycle,
+    its entity and event type (both or neither): claimd then orders the event
+    against its entity (DEFERRED while it came too early, SUPERSEDED once the
+    entity is past it). The guarded decorator takes it where it takes an
+    event id; a Delivery's entity and event type are read from it by the
+    provider's rules instead."""
+
+    event_id: str
+    entity_id: str = ""
+    event_type: str = ""
+
+
+@dataclass(frozen=True)
+class EntityPosition:
+    """EntityPosition is an event's place in its entity's lifecycle, as a
+    Claim decided it (idempotency.v1.EntityPosition): the entity's state
+    then, the states a DEFERRED event waits for (awaiting), the state the
+    event leads to, the event type another event of the entity is being
+    processed for (busy_with), and how often this event was deferred."""
+
+    lifecycle: str
+    entity_id: str
+    event_type: str
+    state: str
+    awaiting: tuple[str, ...] = ()
+    leads_to: str = ""
+    busy_with: str = ""
+    deferrals: int = 0
+
+    @classmethod
+    def from_pb(cls, m: pb.EntityPosition) -> EntityPosition:
+        """from_pb converts an EntityPosition."""
+        return cls(
+            lifecycle=m.lifecycle,
+            entity_id=m.entity_id,
+            event_type=m.event_type,
+            state=m.state,
+            awaiting=tuple(m.awaiting),
+            leads_to=m.leads_to,
+            busy_with=m.busy_with,
+            deferrals=m.deferrals,
+        )
+
+
+@dataclass(frozen=True)
 class Lease:
     """Lease is the owner's handle on a claimed record: what Client.transition,
     renew and release present. fencing_token is a sequence number anyone may
@@ -158,6 +206,11 @@ class Claim:
     holder: str
     attempt_id: str = ""
     lease_secret: bytes = field(default=b"", repr=False)
+    retry_after: timedelta | None = None
+    """retry_after is set for DEFERRED: how long the provider should wait
+    before redelivering."""
+    entity: EntityPosition | None = None
+    """entity is set when the event belongs to an entity lifecycle."""
 
     @property
     def acquired(self) -> bool:
@@ -194,6 +247,8 @@ class Claim:
             holder=m.holder,
             attempt_id=attempt_id,
             lease_secret=m.lease_secret,
+            retry_after=_duration(m.retry_after, m.HasField("retry_after")),
+            entity=EntityPosition.from_pb(m.entity) if m.HasField("entity") else None,
         )
 
 

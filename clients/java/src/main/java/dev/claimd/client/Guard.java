@@ -21,7 +21,8 @@ import java.util.concurrent.locks.ReentrantLock;
  * Retry-After and body of each way a delivery ends:
  *
  * <ul>
- *   <li>It claims the delivery. DUPLICATE, IN_PROGRESS, PAYLOAD_MISMATCH,
+ *   <li>It claims the delivery (entity_id, event_type and start pass through
+ *       unchanged). DUPLICATE, IN_PROGRESS, PAYLOAD_MISMATCH,
  *       DEFERRED and SUPERSEDED answer at once without running the handler; so
  *       does a claimd that refuses or cannot be reached.
  *   <li>ACQUIRED: it moves the event to PROCESSING, renews the lease every third
@@ -73,7 +74,8 @@ public final class Guard {
   static final String TAKEN_OVER_BODY = "delivery taken over by another holder; retry later\n";
   static final String PROCESSING_FAILED_BODY = "processing failed; retry later\n";
   static final String UNSETTLED_BODY = "could not record the outcome; retry later\n";
-  static final String DEFERRED_BODY = "delivery arrived before its prerequisite; retry later\n";
+  static final String DEFERRED_BODY = "event arrived before its prerequisite; retry later\n";
+  static final String SUPERSEDED_BODY = "event superseded by a later state of its entity\n";
 
   /** Handler does the side effect of one delivery that the caller owns. */
   @FunctionalInterface
@@ -200,7 +202,7 @@ public final class Guard {
         return answer(409, bytes(DEFERRED_BODY), cl.retryAfterSeconds(client.clock().instant()), Disposition.DEFERRED, cl,
             false, null);
       case OUTCOME_SUPERSEDED:
-        return answer(200, new byte[0], null, Disposition.SUPERSEDED, cl, false, null);
+        return answer(200, bytes(SUPERSEDED_BODY), null, Disposition.SUPERSEDED, cl, false, null);
       default:
         return answer(500, bytes(UNEXPECTED_BODY), null, Disposition.REJECTED, cl, false,
             new IllegalStateException("claimd: unexpected claim outcome " + cl.outcome()));

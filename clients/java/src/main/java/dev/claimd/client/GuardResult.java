@@ -29,9 +29,9 @@ public record GuardResult(
     IN_PROGRESS,
     /** PAYLOAD_MISMATCH: the key was seen with another payload; the handler did not run (422). Alert on it. */
     PAYLOAD_MISMATCH,
-    /** DEFERRED: the event came before its entity's prerequisite; the handler did not run (409, claimd's retry_after). */
+    /** DEFERRED: the event came before its entity's prerequisite; the handler did not run (409, Retry-After from claimd's retry_after). */
     DEFERRED,
-    /** SUPERSEDED: the event's entity moved past it; the handler did not run (200, empty). */
+    /** SUPERSEDED: the event's entity moved past it; the handler did not run (200). */
     SUPERSEDED,
     /** UNAVAILABLE: claimd could not be asked, or rate-limits this receiver; the handler did not run (503). */
     UNAVAILABLE,

@@ -173,9 +173,12 @@ class GuardSpecTest {
       JsonObject d = fields(deliveries.get(i), w, List.of("expect"), List.of("request", "handler", "faults"));
       if (d.has("request")) {
         JsonObject r = fields(d.get("request"), w + ".request", List.of(),
-            List.of("provider", "body", "headers", "lease_ms", "wait_ms"));
+            List.of("provider", "body", "headers", "lease_ms", "wait_ms", "event_id", "entity_id", "event_type"));
         if (r.has("body")) {
           text(r.get("body"), w + ".request.body");
+          if (r.has("event_id")) {
+            throw new SpecError(w + ".request: event_id and body are exclusive");
+          }
         }
       }
       if (d.has("handler")) {
@@ -428,7 +431,13 @@ class GuardSpecTest {
       }
       b.setDelivery(d);
     } else {
-      b.setEventId(run.evt);
+      b.setEventId(request.has("event_id") ? request.get("event_id").getAsString().replace("{event_id}", run.evt) : run.evt);
+    }
+    if (request.has("entity_id")) {
+      b.setEntityId(request.get("entity_id").getAsString().replace("{event_id}", run.evt));
+    }
+    if (request.has("event_type")) {
+      b.setEventType(request.get("event_type").getAsString());
     }
     if (request.has("lease_ms")) {
       b.setLease(ClaimdClient.protoDuration(Duration.ofMillis(request.get("lease_ms").getAsLong())));

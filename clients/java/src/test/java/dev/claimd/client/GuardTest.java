@@ -187,7 +187,7 @@ class GuardTest {
     assertEquals(0, rec.getResult().size());
   }
 
-  // --- the lifecycle outcomes (answers rewritten: this claimd has no lifecycles yet) ---
+  // --- the lifecycle outcomes, answers rewritten (the guardspec has them from claimd itself) ---
 
   /** Rewrite replaces claimd's Claim answer with another. */
   static final class Rewrite implements ClientInterceptor {
@@ -218,6 +218,16 @@ class GuardTest {
   }
 
   @Test
+  void deferredWithoutARetryAfterIsToldToComeBackInASecond() {
+    Rewrite rw = new Rewrite(r -> ClaimResponse.newBuilder().setOutcome(Outcome.OUTCOME_DEFERRED).setKey(r.getKey()).build());
+    try (ClaimdClient c = ClaimdClient.builder(server.target()).interceptor(rw).logger(Quiet.LOGGER).build()) {
+      GuardResult r = c.guard(request(null), ctx -> "no");
+      assertEquals(409, r.status());
+      assertEquals(1, r.retryAfter().getAsLong());
+    }
+  }
+
+  @Test
   void deferredIsARetryableAnswerWithClaimdsRetryAfterAndRunsNothing() {
     Rewrite rw = new Rewrite(r -> ClaimResponse.newBuilder().setOutcome(Outcome.OUTCOME_DEFERRED).setKey(r.getKey())
         .setRetryAfter(ClaimdClient.protoDuration(Duration.ofMillis(2500))).build());
@@ -242,7 +252,7 @@ class GuardTest {
       assertEquals(200, r.status());
       assertFalse(r.retryAfter().isPresent());
       assertEquals(Disposition.SUPERSEDED, r.disposition());
-      assertArrayEquals(new byte[0], r.body());
+      assertArrayEquals(utf8("event superseded by a later state of its entity\n"), r.body());
     }
   }
 

@@ -17,10 +17,9 @@ import java.io.OutputStream;
 import java.lang.System.Logger.Level;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
 
@@ -46,29 +45,50 @@ public final class Receiver {
   private Receiver() {}
 
   /**
-   * Ledger is the side effect: an append-only list of money movements. It is
-   * in memory to keep the example to the JDK; a real one is a database table.
+   * Ledger is the side effect: an append-only list of bookings. It is in
+   * memory to keep the example to the JDK; a real one is a database table.
    */
   public static final class Ledger {
-    private final List<String> rows = new CopyOnWriteArrayList<>();
-    private final Map<String, Integer> byEvent = new ConcurrentHashMap<>();
+    /** Booking is one row: what an event booked (+ money in, − money out, 0 a status). */
+    public record Booking(String eventId, String type, String objectId, String orderId, long amount) {}
+
+    private final List<Booking> rows = new ArrayList<>();
 
     /** append writes one row and returns its number (from 1). */
-    public synchronized int append(String eventId, String type, long amount) {
-      rows.add(eventId + " " + type + " " + amount);
-      int row = rows.size();
-      byEvent.putIfAbsent(eventId, row);
-      return row;
+    public synchronized int append(Booking b) {
+      rows.add(b);
+      return rows.size();
     }
 
     /** find returns the number of the row written for eventId, or null. */
-    public Integer find(String eventId) {
-      return byEvent.get(eventId);
+    public synchronized Integer find(String eventId) {
+      for (int i = 0; i < rows.size(); i++) {
+        if (rows.get(i).eventId().equals(eventId)) {
+          return i + 1;
+        }
+      }
+      return null;
     }
 
     /** rows counts the rows written for eventId. */
-    public long rows(String eventId) {
-      return rows.stream().filter(r -> r.startsWith(eventId + " ")).count();
+    public synchronized long rows(String eventId) {
+      return rows.stream().filter(r -> r.eventId().equals(eventId)).count();
+    }
+
+    /** refunded is how much the refunds of a charge booked out so far. */
+    public synchronized long refunded(String charge) {
+      return -rows.stream().filter(r -> r.objectId().equals(charge) && r.type().equals("charge.refunded"))
+          .mapToLong(Booking::amount).sum();
+    }
+
+    /** balance is the sum booked for an order. */
+    public synchronized long balance(String orderId) {
+      return rows.stream().filter(r -> r.orderId().equals(orderId)).mapToLong(Booking::amount).sum();
+    }
+
+    /** bookings are every row, oldest first. */
+    public synchronized List<Booking> bookings() {
+      return List.copyOf(rows);
     }
   }
 
@@ -131,12 +151,39 @@ public final class Receiver {
         // Retrying cannot fix the event: record it FAILED, answer 200.
         throw new PermanentException("event " + id + " has no integer data.object.amount");
       }
-      String type = evt.has("type") ? evt.get("type").getAsString() : "";
-      return Map.of("ledger_row", ledger.append(id, type, amount.getAsLong()));
+      JsonObject obj = evt.getAsJsonObject("data").getAsJsonObject("object");
+      String type = string(evt, "type");
+      String objectId = string(obj, "id");
+      String orderId = obj.has("metadata") && obj.get("metadata").isJsonObject() ? string(obj.getAsJsonObject("metadata"), "order_id") : "";
+      long booked = booked(ledger, type, objectId, obj, amount.getAsLong());
+      return Map.of("ledger_row", ledger.append(new Ledger.Booking(id, type, objectId, orderId, booked)));
     });
     LOG.log(r.status() >= 400 ? Level.WARNING : Level.INFO, "{0} -> {1} {2} ran={3} error={4}",
         id, r.status(), r.disposition(), r.ran(), r.error());
     answer(ex, r.status(), r.body(), r);
+  }
+
+  /**
+   * booked is what an event books. A charge that succeeded brings its amount
+   * in; a refund takes out what was refunded since the last one
+   * (charge.refunded carries the running amount_refunded); anything else moves
+   * nothing. No ordering logic: claimd's Stripe lifecycles never run a refund
+   * before its charge succeeded (DEFERRED: 409 with Retry-After, Stripe
+   * retries), never a stale event (SUPERSEDED: 200), and one event of a charge
+   * at a time, so reading the refunds booked so far is safe.
+   */
+  static long booked(Ledger ledger, String type, String objectId, JsonObject obj, long amount) {
+    return switch (type) {
+      case "charge.succeeded" -> amount;
+      case "charge.refunded" -> -((obj.has("amount_refunded") ? obj.get("amount_refunded").getAsLong() : 0)
+          - ledger.refunded(objectId));
+      default -> 0;
+    };
+  }
+
+  private static String string(JsonObject o, String field) {
+    JsonElement e = o.get(field);
+    return e != null && e.isJsonPrimitive() ? e.getAsString() : "";
   }
 
   private static JsonElement amountOf(JsonObject event) {

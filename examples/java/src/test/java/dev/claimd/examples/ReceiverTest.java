@@ -64,7 +64,10 @@ class ReceiverTest {
   }
 
   static String stripeEvent(String id, Long amount) {
-    String obj = "{\"id\":\"pi_1\",\"object\":\"payment_intent\"" + (amount == null ? "" : ",\"amount\":" + amount) + "}";
+    // One payment intent per event: claimd orders a payment intent's events
+    // (Stripe's lifecycle), and a second succeeded of one intent would be
+    // superseded.
+    String obj = "{\"id\":\"pi_" + id + "\",\"object\":\"payment_intent\"" + (amount == null ? "" : ",\"amount\":" + amount) + "}";
     return "{\"id\":\"" + id + "\",\"type\":\"payment_intent.succeeded\",\"data\":{\"object\":" + obj + "}}";
   }
 

@@ -145,7 +145,10 @@ public final class TestClaimd implements AutoCloseable {
    * stop sends SIGTERM and waits for the exit; it returns the exit code, and
    * removes the data directory unless claimd failed (its log is kept there).
    */
-  public int stop() throws InterruptedException {
+  public synchronized int stop() throws InterruptedException {
+    if (!process.isAlive() && !Files.exists(dataDir)) {
+      return process.exitValue(); // stopped before
+    }
     process.destroy();
     if (!process.waitFor(20, TimeUnit.SECONDS)) {
       process.destroyForcibly().waitFor();
