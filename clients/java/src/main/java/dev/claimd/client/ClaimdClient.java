@@ -70,6 +70,7 @@ import java.util.function.Supplier;
  */
 public final class ClaimdClient implements AutoCloseable {
   private static final SecureRandom ATTEMPT_IDS = new SecureRandom();
+  private static final int HEARTBEAT_THREADS = 4;
 
   private final ManagedChannel managed; // null when built on a caller's channel
   private final Channel channel;
@@ -90,7 +91,9 @@ public final class ClaimdClient implements AutoCloseable {
     this.clock = b.clock;
     this.sleeper = b.sleeper;
     this.logger = b.logger;
-    ScheduledThreadPoolExecutor ex = new ScheduledThreadPoolExecutor(1, r -> {
+    // Renewals block for at most two heartbeat intervals; a few threads keep
+    // one slow renewal from delaying the other guards' in flight.
+    ScheduledThreadPoolExecutor ex = new ScheduledThreadPoolExecutor(HEARTBEAT_THREADS, r -> {
       Thread t = new Thread(r, "claimd-heartbeat");
       t.setDaemon(true);
       return t;

@@ -187,6 +187,53 @@ class GuardTest {
     assertEquals(0, rec.getResult().size());
   }
 
+  @Test
+  void concurrentDeliveriesOfOneEventRunTheHandlerOnce() throws Exception {
+    ClaimRequest req = request(Duration.ofSeconds(30));
+    int n = 8;
+    java.util.concurrent.CountDownLatch othersAnswered = new java.util.concurrent.CountDownLatch(n - 1);
+    java.util.concurrent.atomic.AtomicInteger runs = new java.util.concurrent.atomic.AtomicInteger();
+    java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(n);
+    try {
+      List<java.util.concurrent.Future<GuardResult>> results = new ArrayList<>();
+      for (int i = 0; i < n; i++) {
+        results.add(pool.submit(() -> {
+          GuardResult r = plain.guard(req, ctx -> {
+            runs.incrementAndGet();
+            // The owner finishes only once every other delivery was answered:
+            // they met its live lease, not its result.
+            if (!othersAnswered.await(20, java.util.concurrent.TimeUnit.SECONDS)) {
+              throw new IllegalStateException("the other deliveries were not answered");
+            }
+            return "once";
+          });
+          if (!r.ran()) {
+            othersAnswered.countDown();
+          }
+          return r;
+        }));
+      }
+      int ok = 0;
+      int inProgress = 0;
+      for (java.util.concurrent.Future<GuardResult> f : results) {
+        GuardResult r = f.get(30, java.util.concurrent.TimeUnit.SECONDS);
+        if (r.status() == 200) {
+          ok++;
+          assertArrayEquals(utf8("once"), r.body());
+        } else {
+          assertEquals(409, r.status(), () -> String.valueOf(r.error()));
+          assertEquals(Disposition.IN_PROGRESS, r.disposition());
+          assertTrue(r.retryAfter().getAsLong() >= 1);
+          inProgress++;
+        }
+      }
+      assertEquals(1, runs.get(), "handler runs");
+      assertEquals(List.of(1, n - 1), List.of(ok, inProgress));
+    } finally {
+      pool.shutdownNow();
+    }
+  }
+
   // --- the lifecycle outcomes, answers rewritten (the guardspec has them from claimd itself) ---
 
   /** Rewrite replaces claimd's Claim answer with another. */
