@@ -18,7 +18,7 @@ source "$here/mvn.sh"
 
 for tool in java mvn go; do
 	command -v "$tool" >/dev/null || {
-		echo "test.sh: $tool is not on PATH" >&2
+		echo "test.sh: $tool is not on PATH (Debian: apt-get install openjdk-17-jdk-headless maven; and Go)" >&2
 		exit 1
 	}
 done

@@ -419,6 +419,11 @@ public final class ClaimdClient implements AutoCloseable {
      */
     public Builder token(String token) {
       Objects.requireNonNull(token, "token");
+      // A token read from a file often keeps its newline; claimd would refuse
+      // it as malformed on every call. Say so here, without echoing it.
+      if (token.isEmpty() || !token.strip().equals(token) || token.chars().anyMatch(Character::isISOControl)) {
+        throw new IllegalArgumentException("claimd client: the token is empty or has spaces, a trailing newline or control characters");
+      }
       return tokenSupplier(() -> token);
     }
 

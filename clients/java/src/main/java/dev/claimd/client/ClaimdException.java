@@ -57,11 +57,16 @@ public class ClaimdException extends RuntimeException {
    * client knows ({@link #reasonName()} has it).
    */
   public ErrorReason reason() {
-    if (reasonName.isEmpty()) {
+    return reasonOf(reasonName);
+  }
+
+  /** reasonOf maps an ErrorInfo reason onto the generated enum, whose value names are the reasons. */
+  static ErrorReason reasonOf(String name) {
+    if (name.isEmpty()) {
       return ErrorReason.ERROR_REASON_UNSPECIFIED;
     }
     for (ErrorReason r : ErrorReason.values()) {
-      if (r != ErrorReason.UNRECOGNIZED && r.name().equals(reasonName)) {
+      if (r != ErrorReason.UNRECOGNIZED && r.name().equals(name)) {
         return r;
       }
     }
@@ -125,18 +130,18 @@ public class ClaimdException extends RuntimeException {
     }
     String msg = st.getDescription() == null ? "" : st.getDescription();
     Status.Code code = st.getCode();
-    switch (reason) {
-      // STALE_TOKEN is ABORTED from Renew and Release but FAILED_PRECONDITION
-      // from Transition on older servers: the reason decides, not the code.
-      case "STALE_TOKEN":
+    // The reason decides before the code: STALE_TOKEN is ABORTED from this
+    // claimd but FAILED_PRECONDITION from older ones.
+    switch (reasonOf(reason)) {
+      case STALE_TOKEN:
         return new StaleToken(op, code, reason, metadata, msg, attempts, delay, t);
-      case "NOT_OWNER":
+      case NOT_OWNER:
         return new NotOwner(op, code, reason, metadata, msg, attempts, delay, t);
-      case "INVALID_TRANSITION":
+      case INVALID_TRANSITION:
         return new InvalidTransition(op, code, reason, metadata, msg, attempts, delay, t);
-      case "RESULT_MISMATCH":
+      case RESULT_MISMATCH:
         return new ResultMismatch(op, code, reason, metadata, msg, attempts, delay, t);
-      case "PROVIDER_NOT_FOUND":
+      case PROVIDER_NOT_FOUND:
         return new ProviderNotFound(op, code, reason, metadata, msg, attempts, delay, t);
       default:
         break;

@@ -402,6 +402,10 @@ class ClientTest {
       assertFalse(tok.getMessage().contains("secret-all-the-same"));
       ClaimdClient.builder(t).insecure().build().close();
     }
+    for (String bad : List.of("cl_secret-all-the-same\n", " cl_secret-all-the-same", "", "cl_a\tb")) {
+      IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> ClaimdClient.builder("127.0.0.1:1").token(bad));
+      assertFalse(e.getMessage().contains("secret-all-the-same"), "the message quotes the token");
+    }
   }
 
   @Test

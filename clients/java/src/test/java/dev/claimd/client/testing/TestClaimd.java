@@ -160,9 +160,14 @@ public final class TestClaimd implements AutoCloseable {
     return code;
   }
 
+  /** close stops claimd (see stop); an interrupt while waiting is kept on the thread. */
   @Override
-  public void close() throws InterruptedException {
-    stop();
+  public void close() {
+    try {
+      stop();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
   }
 
   /** binary is $CLAIMD_BIN, else a go build of ./cmd/claimd of the checkout into target/claimd. */
