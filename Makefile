@@ -74,7 +74,7 @@ build: ## build bin/claimd, its version from git describe (VERSION=... to set it
 run: build ## start claimd with embedded tiers on 127.0.0.1:50051 (ARGS="--flag ..." to add flags)
 	./bin/claimd serve $(ARGS)
 
-test: $(HELM) ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and PostgreSQL, installed when missing; helm lint/template of the chart), each benchmark once, the Go, Python and TypeScript clients
+test: $(HELM) ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and PostgreSQL, installed when missing; helm lint/template of the chart), each benchmark once, the Go, Python, TypeScript and Java clients
 	./scripts/test-deps.sh
 	go test $(GO_TEST_FLAGS) ./...
 	cd $(CLIENT_MODULE) && go test $(GO_TEST_FLAGS) ./...
@@ -84,15 +84,18 @@ test: $(HELM) ## every test: Go with -race (real Redis, Redis Cluster, Sentinel 
 	./clients/python/test.sh
 	@echo "== TypeScript client and Node example"
 	./clients/typescript/test.sh
+	@echo "== Java client and example"
+	./clients/java/test.sh
 
 # GENERATED are the generated files of every language, all from proto/.
-GENERATED := gen clients/python/src/claimd/_gen clients/typescript/src/gen
+GENERATED := gen clients/python/src/claimd/_gen clients/typescript/src/gen clients/java/src/generated/java
 
-generate: $(GEN_TOOLS) ## regenerate the code of proto/ in every language with local, pinned plugins: Go (gen/), Python (grpcio-tools, in the client's venv) and TypeScript (protoc-gen-es, from npm)
+generate: $(GEN_TOOLS) ## regenerate the code of proto/ in every language with local, pinned plugins: Go (gen/), Python (grpcio-tools, in the client's venv), TypeScript (protoc-gen-es, from npm) and Java (protoc's own generator, from Maven)
 	rm -rf gen
 	buf generate
 	./clients/python/generate.sh
 	./clients/typescript/generate.sh
+	./clients/java/generate.sh
 
 checkgenerate: generate ## fail if any generated code differs from what make generate produces
 	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run make generate and commit"; exit 1; }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Tests the Java client and its example against a real claimd, from any
+# working directory: checks that src/generated/java is what generate.sh
+# produces, builds claimd once ($CLAIMD_BIN, shared with the tests) and testca
+# (the secured tests' certificates), runs the
+# client's tests with mvn install (unit tests, the guardspec scenarios, the
+# typed calls; install puts the client and its test jar in the local
+# repository) and then the example's tests with mvn verify. Maven resolves
+# online the first time only (see mvn.sh). Exits non-zero on any failure and
+# ends with a "N passed, N failed" line.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+example="$repo/examples/java"
+# shellcheck source=mvn.sh
+source "$here/mvn.sh"
+
+for tool in java mvn go; do
+	command -v "$tool" >/dev/null || {
+		echo "test.sh: $tool is not on PATH (Debian: apt-get install openjdk-17-jdk-headless maven; and Go)" >&2
+		exit 1
+	}
+done
+
+"$here/generate.sh" --check
+
+mkdir -p "$here/.build"
+if [[ -z "${CLAIMD_BIN:-}" ]]; then
+	(cd "$repo" && go build -o "$here/.build/claimd" ./cmd/claimd)
+	export CLAIMD_BIN="$here/.build/claimd"
+fi
+# The secured tests' CA and certificates, made as every client's are.
+(cd "$repo" && go build -o "$here/.build/testca" ./internal/testenv/cmd/testca)
+export CLAIMD_TESTCA_BIN="$here/.build/testca"
+
+rm -rf "$here/target/surefire-reports" "$example/target/surefire-reports"
+rc=0
+mvn_run "$here" install || rc=$?
+if ((rc == 0)); then
+	mvn_run "$example" verify || rc=$?
+fi
+
+# Surefire says nothing under -q when all pass: count its reports.
+tests=0 failed=0
+for f in "$here"/target/surefire-reports/TEST-*.xml "$example"/target/surefire-reports/TEST-*.xml; do
+	[[ -e "$f" ]] || continue
+	line="$(grep -m1 -o '<testsuite [^>]*>' "$f")"
+	n="$(sed -E 's/.* tests="([0-9]+)".*/\1/' <<<"$line")"
+	e="$(sed -E 's/.* errors="([0-9]+)".*/\1/' <<<"$line")"
+	x="$(sed -E 's/.* failures="([0-9]+)".*/\1/' <<<"$line")"
+	tests=$((tests + n))
+	failed=$((failed + e + x))
+done
+if ((tests == 0)); then
+	echo "java: no tests ran" >&2
+	exit 1
+fi
+echo "java: $((tests - failed)) passed, $failed failed"
+exit "$rc"

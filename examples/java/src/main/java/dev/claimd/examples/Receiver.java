@@ -1,0 +1,240 @@
+package dev.claimd.examples;
+
+import com.google.gson.JsonElement;
+import com.google.gson.JsonObject;
+import com.google.gson.JsonParser;
+import com.google.protobuf.ByteString;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpServer;
+import dev.claimd.client.ClaimdClient;
+import dev.claimd.client.GuardResult;
+import dev.claimd.client.PermanentException;
+import dev.claimd.idempotency.v1.ClaimRequest;
+import dev.claimd.idempotency.v1.Delivery;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.lang.System.Logger.Level;
+import java.net.InetSocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executors;
+
+/**
+ * Receiver is a Stripe webhook receiver that writes one ledger row per event,
+ * however often Stripe delivers it: the JDK's HTTP server, a ledger, and
+ * claimd's guard in between.
+ *
+ * <pre>
+ * java -cp ... dev.claimd.examples.Receiver --claimd 127.0.0.1:50051 --listen 127.0.0.1:8080
+ * </pre>
+ *
+ * <p>POST /webhooks/stripe with a Stripe event ({"id": "evt_...", "type": ...,
+ * "data": {"object": {"amount": ...}}}). The raw delivery goes to claimd, which
+ * derives the key from the body's "id" (never from Stripe-Signature, which
+ * changes on every retry) and answers whether this delivery is the first.
+ */
+public final class Receiver {
+  private static final System.Logger LOG = System.getLogger("receiver");
+  /** MAX_BODY refuses anything larger: Stripe events are far smaller. */
+  static final int MAX_BODY = 1 << 20;
+
+  private Receiver() {}
+
+  /**
+   * Ledger is the side effect: an append-only list of bookings. It is in
+   * memory to keep the example to the JDK; a real one is a database table.
+   */
+  public static final class Ledger {
+    /** Booking is one row: what an event booked (+ money in, − money out, 0 a status). */
+    public record Booking(String eventId, String type, String objectId, String orderId, long amount) {}
+
+    private final List<Booking> rows = new ArrayList<>();
+
+    /** append writes one row and returns its number (from 1). */
+    public synchronized int append(Booking b) {
+      rows.add(b);
+      return rows.size();
+    }
+
+    /** find returns the number of the row written for eventId, or null. */
+    public synchronized Integer find(String eventId) {
+      for (int i = 0; i < rows.size(); i++) {
+        if (rows.get(i).eventId().equals(eventId)) {
+          return i + 1;
+        }
+      }
+      return null;
+    }
+
+    /** rows counts the rows written for eventId. */
+    public synchronized long rows(String eventId) {
+      return rows.stream().filter(r -> r.eventId().equals(eventId)).count();
+    }
+
+    /** refunded is how much the refunds of a charge booked out so far. */
+    public synchronized long refunded(String charge) {
+      return -rows.stream().filter(r -> r.objectId().equals(charge) && r.type().equals("charge.refunded"))
+          .mapToLong(Booking::amount).sum();
+    }
+
+    /** balance is the sum booked for an order. */
+    public synchronized long balance(String orderId) {
+      return rows.stream().filter(r -> r.orderId().equals(orderId)).mapToLong(Booking::amount).sum();
+    }
+
+    /** bookings are every row, oldest first. */
+    public synchronized List<Booking> bookings() {
+      return List.copyOf(rows);
+    }
+  }
+
+  /** start serves the receiver on address (port 0: any free one) until the server is stopped. */
+  public static HttpServer start(InetSocketAddress address, ClaimdClient claimd, Ledger ledger, String namespace)
+      throws IOException {
+    HttpServer server = HttpServer.create(address, 0);
+    server.createContext("/webhooks/stripe", exchange -> {
+      try (exchange) {
+        handle(exchange, claimd, ledger, namespace);
+      }
+    });
+    server.setExecutor(Executors.newFixedThreadPool(8));
+    server.start();
+    return server;
+  }
+
+  private static void handle(HttpExchange ex, ClaimdClient claimd, Ledger ledger, String namespace) throws IOException {
+    if (!ex.getRequestMethod().equals("POST") || !ex.getRequestURI().getPath().equals("/webhooks/stripe")) {
+      answer(ex, 404, "not found\n".getBytes(StandardCharsets.UTF_8), null);
+      return;
+    }
+    byte[] body;
+    try (InputStream in = ex.getRequestBody()) {
+      body = in.readNBytes(MAX_BODY + 1);
+    }
+    if (body.length > MAX_BODY) {
+      answer(ex, 413, "too large\n".getBytes(StandardCharsets.UTF_8), null);
+      return;
+    }
+    JsonObject event;
+    try {
+      JsonElement parsed = JsonParser.parseString(new String(body, StandardCharsets.UTF_8));
+      event = parsed.isJsonObject() ? parsed.getAsJsonObject() : null;
+    } catch (RuntimeException e) {
+      event = null;
+    }
+    if (event == null || !event.has("id") || !event.get("id").isJsonPrimitive()) {
+      answer(ex, 400, "not a Stripe event\n".getBytes(StandardCharsets.UTF_8), null);
+      return;
+    }
+    // In production, verify Stripe-Signature here, before claiming.
+    Delivery.Builder delivery = Delivery.newBuilder().setBody(ByteString.copyFrom(body));
+    ex.getRequestHeaders().forEach((name, values) -> delivery.putHeaders(name, String.join(", ", values)));
+    ClaimRequest req = ClaimRequest.newBuilder().setNamespace(namespace).setProvider("stripe").setDelivery(delivery).build();
+
+    JsonObject evt = event;
+    String id = evt.get("id").getAsString();
+    GuardResult r = claimd.guard(req, ctx -> {
+      // A holder that vanished after PROCESSING may have written the row
+      // before it died: the claim says so, and the ledger knows.
+      if (ctx.claim().takenOverFromProcessing()) {
+        Integer row = ledger.find(id);
+        if (row != null) {
+          return Map.of("ledger_row", row);
+        }
+      }
+      JsonElement amount = amountOf(evt);
+      if (amount == null) {
+        // Retrying cannot fix the event: record it FAILED, answer 200.
+        throw new PermanentException("event " + id + " has no integer data.object.amount");
+      }
+      JsonObject obj = evt.getAsJsonObject("data").getAsJsonObject("object");
+      String type = string(evt, "type");
+      String objectId = string(obj, "id");
+      String orderId = obj.has("metadata") && obj.get("metadata").isJsonObject() ? string(obj.getAsJsonObject("metadata"), "order_id") : "";
+      long booked = booked(ledger, type, objectId, obj, amount.getAsLong());
+      return Map.of("ledger_row", ledger.append(new Ledger.Booking(id, type, objectId, orderId, booked)));
+    });
+    LOG.log(r.status() >= 400 ? Level.WARNING : Level.INFO, "{0} -> {1} {2} ran={3} error={4}",
+        id, r.status(), r.disposition(), r.ran(), r.error());
+    answer(ex, r.status(), r.body(), r);
+  }
+
+  /**
+   * booked is what an event books. A charge that succeeded brings its amount
+   * in; a refund takes out what was refunded since the last one
+   * (charge.refunded carries the running amount_refunded); anything else moves
+   * nothing. No ordering logic: claimd's Stripe lifecycles never run a refund
+   * before its charge succeeded (DEFERRED: 409 with Retry-After, Stripe
+   * retries), never a stale event (SUPERSEDED: 200), and one event of a charge
+   * at a time, so reading the refunds booked so far is safe.
+   */
+  static long booked(Ledger ledger, String type, String objectId, JsonObject obj, long amount) {
+    return switch (type) {
+      case "charge.succeeded" -> amount;
+      case "charge.refunded" -> -((obj.has("amount_refunded") ? obj.get("amount_refunded").getAsLong() : 0)
+          - ledger.refunded(objectId));
+      default -> 0;
+    };
+  }
+
+  private static String string(JsonObject o, String field) {
+    JsonElement e = o.get(field);
+    return e != null && e.isJsonPrimitive() ? e.getAsString() : "";
+  }
+
+  private static JsonElement amountOf(JsonObject event) {
+    try {
+      JsonElement a = event.getAsJsonObject("data").getAsJsonObject("object").get("amount");
+      if (a != null && a.isJsonPrimitive() && a.getAsJsonPrimitive().isNumber()
+          && a.getAsBigDecimal().stripTrailingZeros().scale() <= 0) {
+        return a;
+      }
+    } catch (RuntimeException notAnObject) {
+      // data or data.object missing or not an object
+    }
+    return null;
+  }
+
+  /** answer writes status, Retry-After (when the guard gives one), and the body. */
+  static void answer(HttpExchange ex, int status, byte[] body, GuardResult r) throws IOException {
+    if (r != null && r.retryAfter().isPresent()) {
+      ex.getResponseHeaders().set("Retry-After", Long.toString(r.retryAfter().getAsLong()));
+    }
+    ex.getResponseHeaders().set("Content-Type", status == 200 ? "application/json" : "text/plain; charset=utf-8");
+    ex.sendResponseHeaders(status, body.length == 0 ? -1 : body.length);
+    try (OutputStream out = ex.getResponseBody()) {
+      out.write(body);
+    }
+  }
+
+  /** main serves until SIGTERM or Ctrl-C: --claimd host:port, --listen host:port, --namespace name. */
+  public static void main(String[] args) throws Exception {
+    String target = "127.0.0.1:50051";
+    String listen = "127.0.0.1:8080";
+    String namespace = "billing";
+    for (int i = 0; i + 1 < args.length; i += 2) {
+      switch (args[i]) {
+        case "--claimd" -> target = args[i + 1];
+        case "--listen" -> listen = args[i + 1];
+        case "--namespace" -> namespace = args[i + 1];
+        default -> throw new IllegalArgumentException("unknown flag " + args[i]);
+      }
+    }
+    int colon = listen.lastIndexOf(':');
+    InetSocketAddress address = new InetSocketAddress(listen.substring(0, colon), Integer.parseInt(listen.substring(colon + 1)));
+    ClaimdClient claimd = ClaimdClient.builder(target).build();
+    HttpServer server = start(address, claimd, new Ledger(), namespace);
+    CountDownLatch stopped = new CountDownLatch(1);
+    Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+      server.stop(5); // let deliveries in flight finish and settle
+      claimd.close();
+      stopped.countDown();
+    }));
+    LOG.log(Level.INFO, "receiving on http://{0}/webhooks/stripe (claimd {1})", listen, target);
+    stopped.await();
+  }
+}
