@@ -11,7 +11,11 @@ import (
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/testenv"
 	"github.com/claimd/claimd/internal/tiers"
+	"github.com/claimd/claimd/internal/tiers/postgres"
+	"github.com/claimd/claimd/internal/tiers/redis"
+	"github.com/claimd/claimd/internal/tiers/twotier"
 )
 
 // TestStripeOutOfOrderOverGRPC delivers a Stripe charge's events out of
@@ -19,11 +23,32 @@ import (
 // charge succeeded (DEFERRED, nothing written), the success (ACQUIRED,
 // settled: the charge advances), the refund's retry (ACQUIRED, settled), and
 // a stale charge.pending (SUPERSEDED). The entity then shows both events
-// applied in lifecycle order, and ListDeferred the deferral as applied.
+// applied in lifecycle order, and ListDeferred the deferral as applied. It
+// runs on SQLite alone, on the embedded pair, and on real Redis in front of
+// real PostgreSQL.
 func TestStripeOutOfOrderOverGRPC(t *testing.T) {
-	for name, open := range map[string]func(*testing.T) tiers.Store{"sqlite": durableOnly, "embedded": embedded} {
+	for name, open := range map[string]func(*testing.T) tiers.Store{"sqlite": durableOnly, "embedded": embedded, "redis+postgres": production} {
 		t.Run(name, func(t *testing.T) { stripeOutOfOrder(t, open(t)) })
 	}
+}
+
+// production opens the production pair: Redis in front of PostgreSQL, both
+// real servers started by testenv.
+func production(t *testing.T) tiers.Store {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := postgres.New(ctx, postgres.Config{URL: testenv.Postgres(t, postgres.Migrate)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := redis.New(ctx, redis.Config{URL: testenv.Redis(t)})
+	if err != nil {
+		pg.Close()
+		t.Fatal(err)
+	}
+	s := twotier.New(rd, pg, twotier.Config{})
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 func stripeOutOfOrder(t *testing.T, store tiers.Store) {
