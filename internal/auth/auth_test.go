@@ -79,11 +79,11 @@ func TestMTLSPrincipal(t *testing.T) {
 				ctx = as(tc.token)
 			}
 			e.seen.Store(nil)
-			before := e.store.writes.Load()
+			before := e.store.Writes.Load()
 			_, err := c.Claim(ctx, claimReq("billing", "evt_"+strings.ReplaceAll(tc.desc, " ", "_")))
 			if tc.code != codes.OK {
 				wantRefused(t, "Claim", err, tc.code, tc.why)
-				if e.store.writes.Load() != before {
+				if e.store.Writes.Load() != before {
 					t.Errorf("a refused Claim reached the store")
 				}
 				return
@@ -131,7 +131,7 @@ func TestUnauthenticated(t *testing.T) {
 			for _, v := range tc.values {
 				ctx = metadata.AppendToOutgoingContext(ctx, "authorization", v)
 			}
-			before, writes := e.denied(t, tc.reason), e.store.writes.Load()
+			before, writes := e.denied(t, tc.reason), e.store.Writes.Load()
 			_, err := c.Claim(ctx, claimReq("billing", "evt_unauth"))
 			wantRefused(t, "Claim", err, codes.Unauthenticated, tc.reason)
 			if strings.Contains(err.Error(), hooksToken) || strings.Contains(err.Error(), unknown) || len(err.Error()) > 300 {
@@ -140,7 +140,7 @@ func TestUnauthenticated(t *testing.T) {
 			if got := e.denied(t, tc.reason) - before; got != 1 {
 				t.Errorf("claimd_auth_denied_total{reason=%q} moved by %v, want 1", tc.reason, got)
 			}
-			if e.store.writes.Load() != writes {
+			if e.store.Writes.Load() != writes {
 				t.Errorf("a refused Claim reached the store")
 			}
 		})
@@ -217,7 +217,7 @@ func TestEveryRPCOutsideNamespace(t *testing.T) {
 	for _, who := range []struct{ name, token string }{{"billing-hooks", hooksToken}, {"billing-reader", readerToken}} {
 		for method, call := range rpcs(c, "payments", "evt_held", held.GetFencingToken(), held.GetLeaseSecret()) {
 			t.Run(who.name+"/"+method, func(t *testing.T) {
-				denied, writes := e.denied(t, auth.ReasonNamespaceDenied), e.store.writes.Load()
+				denied, writes := e.denied(t, auth.ReasonNamespaceDenied), e.store.Writes.Load()
 				if method != "Get" && who.name == "billing-reader" {
 					denied = e.denied(t, auth.ReasonRoleDenied) // the role is checked first
 				}
@@ -230,7 +230,7 @@ func TestEveryRPCOutsideNamespace(t *testing.T) {
 				if got := e.denied(t, reason) - denied; got != 1 {
 					t.Errorf("claimd_auth_denied_total{reason=%q} moved by %v, want 1", reason, got)
 				}
-				if e.store.writes.Load() != writes {
+				if e.store.Writes.Load() != writes {
 					t.Errorf("%s outside its namespace reached the store", method)
 				}
 			})
@@ -303,12 +303,12 @@ func TestEveryRPCOutsideRole(t *testing.T) {
 	claimRole := map[string]bool{"Claim": true, "Transition": true, "Renew": true, "Release": true}
 	for method, call := range rpcs(c, "billing", "evt_role", held.GetFencingToken(), held.GetLeaseSecret()) {
 		// billing-reader (read) may Get only.
-		writes := e.store.writes.Load()
+		writes := e.store.Writes.Load()
 		err := call(as(readerToken))
 		switch {
 		case claimRole[method]:
 			wantRefused(t, method+" as billing-reader", err, codes.PermissionDenied, auth.ReasonRoleDenied)
-			if e.store.writes.Load() != writes {
+			if e.store.Writes.Load() != writes {
 				t.Errorf("%s as billing-reader reached the store", method)
 			}
 		case err != nil:

@@ -94,7 +94,7 @@ func TestRateLimitFairness(t *testing.T) {
 		t.Errorf(`claimd_auth_rate_limited_total{principal="calm"} = %v, want 0`, got)
 	}
 	// Refused calls wrote nothing: only the accepted claims reached the store.
-	if got, want := e.store.writes.Load(), floodOK.Load()+calmOK.Load(); got != want {
+	if got, want := e.store.Writes.Load(), floodOK.Load()+calmOK.Load(); got != want {
 		t.Errorf("store writes = %d, want %d (the accepted claims only)", got, want)
 	}
 

@@ -41,6 +41,7 @@ import (
 	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/memory"
 	"github.com/claimd/claimd/internal/tiers/sqlite"
+	"github.com/claimd/claimd/internal/tiers/tierstest"
 	"github.com/claimd/claimd/internal/tiers/twotier"
 )
 
@@ -137,33 +138,6 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// countingStore counts the writes that reach the store, so tests can prove
-// that a refused call wrote nothing.
-type countingStore struct {
-	tiers.Store
-	writes atomic.Int64
-}
-
-func (s *countingStore) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
-	s.writes.Add(1)
-	return s.Store.Claim(ctx, p)
-}
-
-func (s *countingStore) Transition(ctx context.Context, p tiers.TransitionParams) (tiers.Record, bool, error) {
-	s.writes.Add(1)
-	return s.Store.Transition(ctx, p)
-}
-
-func (s *countingStore) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, error) {
-	s.writes.Add(1)
-	return s.Store.Renew(ctx, p)
-}
-
-func (s *countingStore) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Record, error) {
-	s.writes.Add(1)
-	return s.Store.Release(ctx, p)
-}
-
 // Tokens of the test auth file (testFile).
 var (
 	hooksToken  = auth.NewToken() // billing-hooks: claim, read in billing and payouts-*
@@ -228,7 +202,7 @@ type env struct {
 	path     string
 	reg      *prometheus.Registry
 	clk      *clock.Fake
-	store    *countingStore
+	store    *tierstest.CountingStore
 	logs     *syncBuffer
 	addr     string
 	serverCA *ca
@@ -260,7 +234,7 @@ func newEnv(t *testing.T) *env {
 	}
 	store := twotier.New(memory.New(memory.Config{}), lite, twotier.Config{})
 	t.Cleanup(func() { store.Close() })
-	e.store = &countingStore{Store: store}
+	e.store = &tierstest.CountingStore{Store: store}
 	reg, err := horizon.Default()
 	if err != nil {
 		t.Fatal(err)
@@ -284,7 +258,7 @@ func newEnv(t *testing.T) *env {
 	// The service reads entities through the store it is given: keep the
 	// embedded pair's reads visible behind the counting wrapper.
 	svcStore := struct {
-		*countingStore
+		*tierstest.CountingStore
 		tiers.Entities
 	}{e.store, store}
 	service.New(service.Config{Store: svcStore, Registry: reg, Clock: e.clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Register(srv)

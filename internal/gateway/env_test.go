@@ -49,9 +49,9 @@ import (
 	"github.com/claimd/claimd/internal/metrics"
 	"github.com/claimd/claimd/internal/service"
 	"github.com/claimd/claimd/internal/telemetry"
-	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/memory"
 	"github.com/claimd/claimd/internal/tiers/sqlite"
+	"github.com/claimd/claimd/internal/tiers/tierstest"
 	"github.com/claimd/claimd/internal/tiers/twotier"
 )
 
@@ -108,33 +108,6 @@ func (c *ca) issue(t *testing.T, cn string, usage x509.ExtKeyUsage) tls.Certific
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-// countingStore counts the writes that reach the store, so tests can prove
-// that a refused call wrote nothing.
-type countingStore struct {
-	tiers.Store
-	writes atomic.Int64
-}
-
-func (s *countingStore) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
-	s.writes.Add(1)
-	return s.Store.Claim(ctx, p)
-}
-
-func (s *countingStore) Transition(ctx context.Context, p tiers.TransitionParams) (tiers.Record, bool, error) {
-	s.writes.Add(1)
-	return s.Store.Transition(ctx, p)
-}
-
-func (s *countingStore) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, error) {
-	s.writes.Add(1)
-	return s.Store.Renew(ctx, p)
-}
-
-func (s *countingStore) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Record, error) {
-	s.writes.Add(1)
-	return s.Store.Release(ctx, p)
-}
-
 // Tokens of the test auth file.
 var (
 	hooksToken   = auth.NewToken() // hooks: claim and read in billing
@@ -175,7 +148,7 @@ const maxRequestBytes = 64 << 10
 // HTTPS listener that asks for client certificates but does not require
 // them, as the HTTP listener of claimd serve does.
 type env struct {
-	store    *countingStore
+	store    *tierstest.CountingStore
 	promReg  *prometheus.Registry
 	spans    *tracetest.SpanRecorder
 	logs     *syncBuffer
@@ -217,7 +190,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	store := twotier.New(memory.New(memory.Config{}), lite, twotier.Config{})
 	t.Cleanup(func() { store.Close() })
-	e.store = &countingStore{Store: store}
+	e.store = &tierstest.CountingStore{Store: store}
 
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })

@@ -275,7 +275,7 @@ func TestErrorsMatchGRPC(t *testing.T) {
 			outcome{code: codes.PermissionDenied, reason: "NAMESPACE_DENIED", principal: "hooks"}, false},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
-			writes := e.store.writes.Load()
+			writes := e.store.Writes.Load()
 			_, got := e.grpcCall(t, e.grpcConn(t, cred{}), tc.cred, tc.method, tc.req)
 			// Field paths are the service's; compare them by their last
 			// element, which names the field.
@@ -290,7 +290,7 @@ func TestErrorsMatchGRPC(t *testing.T) {
 					t.Errorf("over %s (-gRPC +%s):\n%s\nbody: %s", c.name, c.name, diff, raw)
 				}
 			}
-			if w := e.store.writes.Load(); w != writes && !tc.byStore {
+			if w := e.store.Writes.Load(); w != writes && !tc.byStore {
 				t.Errorf("the refused calls reached the store %d times", w-writes)
 			}
 		})
@@ -387,7 +387,7 @@ func TestClientCertificates(t *testing.T) {
 			}
 		})
 	}
-	writes := e.store.writes.Load()
+	writes := e.store.Writes.Load()
 	for _, c := range e.callers(t, cred{token: hooksToken}) {
 		req := &pb.ClaimRequest{Namespace: "billing", Provider: "stripe", Key: &pb.ClaimRequest_EventId{EventId: "evt_token_only"}}
 		want := outcome{code: codes.Unauthenticated, httpStatus: 401, reason: "CREDENTIALS_MISSING"}
@@ -395,7 +395,7 @@ func TestClientCertificates(t *testing.T) {
 			t.Errorf("%s: Claim with a token and no certificate = %+v %s, want %+v", c.name, o, raw, want)
 		}
 	}
-	if w := e.store.writes.Load(); w != writes {
+	if w := e.store.Writes.Load(); w != writes {
 		t.Errorf("calls without a certificate reached the store %d times", w-writes)
 	}
 }
@@ -463,7 +463,7 @@ func TestBounds(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	hooks := cred{token: hooksToken}
 	hc := e.httpClient(t, hooks)
-	writes := e.store.writes.Load()
+	writes := e.store.Writes.Load()
 
 	// The message is just over the limit; its JSON (base64) is longer
 	// still but within the transcoder's buffer: the gRPC server refuses it.
@@ -489,7 +489,7 @@ func TestBounds(t *testing.T) {
 	} else if len(st.Message()) > 400 {
 		t.Errorf("error message of an unknown field is %d bytes long, want it clipped", len(st.Message()))
 	}
-	if w := e.store.writes.Load(); w != writes {
+	if w := e.store.Writes.Load(); w != writes {
 		t.Errorf("refused requests reached the store %d times", w-writes)
 	}
 

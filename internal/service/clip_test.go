@@ -15,6 +15,7 @@ import (
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/horizon"
+	"github.com/claimd/claimd/internal/tiers/tierstest"
 )
 
 func TestQuoteAndClip(t *testing.T) {
@@ -51,7 +52,7 @@ func TestRefusedInputIsClipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := &countingStore{Store: embedded(t)}
+	store := &tierstest.CountingStore{Store: embedded(t)}
 	svc := New(Config{Store: store, Registry: reg, Clock: clock.NewFake(time.Now()), Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	ctx := context.Background()
 
@@ -113,7 +114,7 @@ func TestRefusedInputIsClipped(t *testing.T) {
 			t.Errorf("%s: log line is not one JSON record: %v", tc.desc, err)
 		}
 	}
-	if n := store.calls.Load(); n != 0 {
+	if n := store.Writes.Load(); n != 0 {
 		t.Errorf("refused requests reached the store %d times, want 0", n)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/tiers/tierstest"
 )
 
 // wire builds a request's bytes field by field, so that a test can send
@@ -49,7 +50,7 @@ func invokeRaw(ctx context.Context, conn *grpc.ClientConn, method string, body w
 // unmarshal": it is bad input, answered INVALID_ARGUMENT naming the field,
 // and nothing reaches the store.
 func TestInvalidUTF8InRequestIsInvalidArgument(t *testing.T) {
-	store := &countingStore{Store: embedded(t)}
+	store := &tierstest.CountingStore{Store: embedded(t)}
 	conn := dialConn(t, newTestService(t, store, clock.NewFake(time.Now())))
 	claim := wire(nil).str(1, "billing").str(2, "stripe")
 	tests := []struct {
@@ -76,7 +77,7 @@ func TestInvalidUTF8InRequestIsInvalidArgument(t *testing.T) {
 			}
 		})
 	}
-	if n := store.calls.Load(); n != 0 {
+	if n := store.Writes.Load(); n != 0 {
 		t.Fatalf("requests with invalid UTF-8 reached the store %d times", n)
 	}
 	// A well-formed request still goes through the same decoding.

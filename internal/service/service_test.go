@@ -9,7 +9,6 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,35 +25,9 @@ import (
 	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/memory"
 	"github.com/claimd/claimd/internal/tiers/sqlite"
+	"github.com/claimd/claimd/internal/tiers/tierstest"
 	"github.com/claimd/claimd/internal/tiers/twotier"
 )
-
-// countingStore records how many calls reach the store, so tests can prove
-// that bad input writes nothing.
-type countingStore struct {
-	tiers.Store
-	calls atomic.Int64
-}
-
-func (s *countingStore) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
-	s.calls.Add(1)
-	return s.Store.Claim(ctx, p)
-}
-
-func (s *countingStore) Transition(ctx context.Context, p tiers.TransitionParams) (tiers.Record, bool, error) {
-	s.calls.Add(1)
-	return s.Store.Transition(ctx, p)
-}
-
-func (s *countingStore) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, error) {
-	s.calls.Add(1)
-	return s.Store.Renew(ctx, p)
-}
-
-func (s *countingStore) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Record, error) {
-	s.calls.Add(1)
-	return s.Store.Release(ctx, p)
-}
 
 // embedded opens the production embedded pair (memory fast tier in front of
 // SQLite) in a temp dir.
@@ -155,14 +128,14 @@ func TestClaimValidation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
-			store := &countingStore{Store: embedded(t)}
+			store := &tierstest.CountingStore{Store: embedded(t)}
 			svc := newTestService(t, store, clock.NewFake(time.Now()))
 			_, err := svc.Claim(context.Background(), tc.req)
 			code, field, desc := fieldOf(err)
 			if code != tc.code || field != tc.field || !strings.Contains(desc, tc.descMatch) {
 				t.Errorf("Claim(%s) = %v %q %q, want %v %q containing %q", tc.desc, code, field, desc, tc.code, tc.field, tc.descMatch)
 			}
-			if n := store.calls.Load(); n != 0 {
+			if n := store.Writes.Load(); n != 0 {
 				t.Errorf("Claim(%s) reached the store %d times; bad input must write nothing", tc.desc, n)
 			}
 		})
@@ -254,13 +227,13 @@ func TestFollowUpValidation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
-			store := &countingStore{Store: embedded(t)}
+			store := &tierstest.CountingStore{Store: embedded(t)}
 			err := tc.call(newTestService(t, store, clock.NewFake(time.Now())))
 			code, field, _ := fieldOf(err)
 			if code != tc.code || field != tc.field {
 				t.Errorf("%s = %v %q, want %v %q (%v)", tc.desc, code, field, tc.code, tc.field, err)
 			}
-			if n := store.calls.Load(); n != 0 {
+			if n := store.Writes.Load(); n != 0 {
 				t.Errorf("%s reached the store %d times; bad input must write nothing", tc.desc, n)
 			}
 		})
@@ -581,7 +554,7 @@ func TestFollowUpKeyWithScope(t *testing.T) {
 		{"control character in the scope", "evt_1\x1fset\ntled", false},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
-			store := &countingStore{Store: embedded(t)}
+			store := &tierstest.CountingStore{Store: embedded(t)}
 			svc := newTestService(t, store, clock.NewFake(time.Now()))
 			_, err := svc.Get(context.Background(), &pb.GetRequest{Namespace: "billing", Provider: "stripe", Key: tc.key})
 			code, field, _ := fieldOf(err)
