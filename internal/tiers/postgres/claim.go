@@ -46,7 +46,7 @@ func (s *Store) claimRound(ctx context.Context, p tiers.ClaimParams) (res tiers.
 	var acquired bool
 	row := s.pool.QueryRow(ctx, claimSQL,
 		p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now,
-		p.Now.Add(p.Lease), p.Now.Add(p.TTL), p.PayloadHash, p.Holder, p.AttemptID, p.Salt, p.SecretHash)
+		p.Now.Add(p.Lease), p.Now.Add(p.TTL), p.PayloadHash, p.Holder, p.AttemptID, p.Salt, p.SecretHash, p.Start)
 	rec, err := scanRecord(row, p.Key, &acquired)
 	switch {
 	case err == nil && acquired:
