@@ -109,14 +109,28 @@ func TestReport(t *testing.T) {
 }
 
 // TestMeasures: the relaxed embedded tier runs only the scenario it is the
-// yardstick for; every other target runs every scenario.
+// yardstick for, the no-op handler (every Claim a DUPLICATE) no lifecycle;
+// every other target runs every scenario.
 func TestMeasures(t *testing.T) {
 	for _, tg := range allTargets {
 		for _, sc := range allScenarios {
-			want := tg != targetEmbeddedRelaxed || sc == scenarioNew
+			want := (tg != targetEmbeddedRelaxed || sc == scenarioNew) && (tg != targetNoop || !lifecycle(sc))
 			if got := measures(tg, sc); got != want {
 				t.Errorf("measures(%q, %q) = %v, want %v", tg, sc, got, want)
 			}
+		}
+	}
+}
+
+// TestClientRuns: ghz sends single Claims, so only claimload runs whole
+// events.
+func TestClientRuns(t *testing.T) {
+	for _, sc := range allScenarios {
+		if !clientRuns(clientClaimload, sc) {
+			t.Errorf("clientRuns(claimload, %q) = false, want true", sc)
+		}
+		if got, want := clientRuns(clientGhz, sc), !lifecycle(sc); got != want {
+			t.Errorf("clientRuns(ghz, %q) = %v, want %v", sc, got, want)
 		}
 	}
 }
