@@ -6,8 +6,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -66,16 +64,6 @@ func (s *Store) fenced(ctx context.Context, op string, k tiers.Key, now time.Tim
 		return tiers.Record{}, false, dbErr
 	}
 	return rec, changed, verdict
-}
-
-// updateRow runs a fenced UPDATE … RETURNING statement: ok is false when it
-// matched no row.
-func (s *Store) updateRow(ctx context.Context, k tiers.Key, sql string, args ...any) (tiers.Record, bool, error) {
-	rec, err := scanRecord(s.pool.QueryRow(ctx, sql, args...), k)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return tiers.Record{}, false, nil
-	}
-	return rec, err == nil, err
 }
 
 // Transition applies p.To when p.Token is current and the state machine
