@@ -275,8 +275,9 @@ func BenchmarkProductionNewKeys(b *testing.B) {
 // on the production tiers (Redis in front of a PostgreSQL with synchronous
 // commit), 50 concurrent callers: Claim, Transition to PROCESSING,
 // Transition to SETTLED with a small result (sub-benchmark start: Claim with
-// start, then SETTLED). cpu-µs/event is this process's CPU (the service and
-// both tier clients: claimd's own share without gRPC), from getrusage.
+// start, then SETTLED), each with the Redis coalescer and without it
+// (-unpipelined). cpu-µs/event is this process's CPU (the service and both
+// tier clients: claimd's own share without gRPC), from getrusage.
 func BenchmarkProductionLifecycle(b *testing.B) {
 	ctx := context.Background()
 	pgSrv := testenv.StartPostgresWith(b, testenv.Options{Durable: true}, postgres.Migrate)
@@ -284,20 +285,20 @@ func BenchmarkProductionLifecycle(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rd, err := redis.New(ctx, redis.Config{URL: testenv.Redis(b), KeyPrefix: "bench" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := twotier.New(rd, pg, twotier.Config{})
-	b.Cleanup(func() { s.Close() })
-	svc := newService(b, s)
 	var seq atomic.Int64
-	for _, start := range []bool{false, true} {
-		name := "three-rpcs"
-		if start {
-			name = "start"
+	for _, variant := range []struct {
+		name              string
+		start, noPipeline bool
+	}{{"three-rpcs", false, false}, {"three-rpcs-unpipelined", false, true}, {"start", true, false}, {"start-unpipelined", true, true}} {
+		start := variant.start
+		rd, err := redis.New(ctx, redis.Config{URL: testenv.Redis(b), NoPipelining: variant.noPipeline,
+			KeyPrefix: "bench" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"})
+		if err != nil {
+			b.Fatal(err)
 		}
-		b.Run(name, func(b *testing.B) {
+		s := twotier.New(rd, pg, twotier.Config{})
+		svc := newService(b, s)
+		b.Run(variant.name, func(b *testing.B) {
 			b.SetParallelism(25)
 			b.ReportAllocs()
 			cpu0 := processCPU(b)
@@ -331,7 +332,9 @@ func BenchmarkProductionLifecycle(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/event")
 		})
+		rd.Close() // not s.Close: the PostgreSQL store serves the next variant
 	}
+	pg.Close()
 }
 
 // processCPU is the CPU time this process has used so far.
