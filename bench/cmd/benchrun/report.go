@@ -65,17 +65,19 @@ func writeMarkdown(path string, r *Report, svg, jsonPath, notes string) error {
 	p("PostgreSQL runs with fsync and synchronous_commit on. claimd runs as `claimd %s` plus its tier flags. ", r.Options.ClaimdArgs)
 	p("CPU is in seconds over the run, read from /proc/<pid>/stat for the server, redis-server and every PostgreSQL process (backends, autovacuum and the checkpointer included), and from the load client's rusage. ")
 	p("The targets run one after the other (each settles %d keys first for the duplicate scenarios), then the baselines; after each target the harness drops its database, flushes Redis and checkpoints, so no run pays for vacuuming the previous one's rows.\n\n", r.Options.DupKeys)
-	p("![rps and p99 by scenario](%s)\n\n", svgRel)
-
-	writeTargets(&w, r)
+	// The headline first: whole webhook events, then the targets, the
+	// Python comparison and the scaling runs; the per-scenario detail
+	// (rates, CPU per request of every process, baselines) after them.
 	writeLifecycle(&w, r)
+	writeTargets(&w, r)
+	writePython(&w, r)
+	writeScaling(&w, r)
+	p("![rate and p99 by scenario](%s)\n\n", svgRel)
 	writeRuns(&w, r)
+	writeCPUPerRequest(&w, r)
+	writeCPUShares(&w, r)
 	writeBaselines(&w, r)
 	writeRatios(&w, r)
-	writeCPUShares(&w, r)
-	writeCPUPerRequest(&w, r)
-	writeScaling(&w, r)
-	writePython(&w, r)
 	if b, err := os.ReadFile(notes); err == nil {
 		p("## Analysis\n\n%s\n", strings.TrimSpace(string(b)))
 		p("\n")
