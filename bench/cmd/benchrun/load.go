@@ -150,7 +150,10 @@ func (b *bench) ghz(addr, scenario string, callers int, prefix string, authn boo
 		"-c", strconv.Itoa(callers), "-z", b.opts.duration.String(), "--duration-stop", "wait",
 		"--format", "json", "-d", data}
 	if authn {
-		args = append(args, "--metadata", fmt.Sprintf(`{"authorization":"Bearer %s"}`, b.token))
+		// The calls and the reflection request that finds the method
+		// (reflection, too, needs an authenticated principal).
+		md := fmt.Sprintf(`{"authorization":"Bearer %s"}`, b.token)
+		args = append(args, "--metadata", md, "--reflect-metadata", md)
 	}
 	cmd := exec.CommandContext(b.ctx, b.opts.ghz, append(args, addr)...)
 	cmd.Env = b.env()
