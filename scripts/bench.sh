@@ -88,7 +88,7 @@ duration=${BENCH_DURATION:-15s}
 command=scripts/bench.sh
 [[ -n ${MAKELEVEL:-} ]] && command="make bench"
 for v in BENCH_OUT BENCH_JSON BENCH_SVG BENCH_PYTHON BENCH_PY_THREADS BENCH_BASELINES BENCH_SCENARIOS BENCH_CLIENTS BENCH_TARGETS BENCH_CALLERS BENCH_CORES BENCH_REPLICAS BENCH_DURATION; do
-	[[ -n ${!v:-} ]] && command="$v=${!v} $command"
+	[[ -n ${!v+x} ]] && command="$v=${!v} $command"
 done
 
 "$work/bin/benchrun" \

@@ -414,8 +414,7 @@ func (c *Client) heartbeat(ctx context.Context, l Lease, lease, every time.Durat
 		inflight sync.WaitGroup
 		timer    *time.Timer
 	)
-	var tick func()
-	tick = func() {
+	tick := func() {
 		mu.Lock()
 		if stopped {
 			mu.Unlock()
