@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -20,11 +19,13 @@ const maxPipeline = 128
 // grows with the load and a lone call goes out at once. There is no timer.
 //
 // It keeps what go-redis's experimental AutoPipeline did not: a caller
-// whose context is done before its pipeline goes out sends nothing; a call
-// alone runs on its own context, exactly as without the coalescer; and
-// when a pipeline fails on the network (a Redis that stopped answering),
-// the calls queued behind it fail with it at once instead of each waiting
-// out the timeouts again.
+// whose context is done before its pipeline goes out sends nothing, and a
+// call alone runs on its own context, exactly as without the coalescer. A
+// pipeline that fails on the network fails only its own calls (go-redis
+// retries it once, as it retries a single call); the calls queued behind
+// it go out in the next pipeline, on a new connection, as they would have
+// alone. (Failing them with it, to spare a hung Redis's timeouts, dropped
+// fast-tier repairs after a Redis restart: make chaos, redis-kill.)
 type coalescer struct {
 	client goredis.UniversalClient
 	queue  chan *scriptCall
@@ -121,16 +122,13 @@ func (c *coalescer) flusher() {
 				break fill
 			}
 		}
-		if err := c.flush(batch); err != nil {
-			c.failQueued(err)
-		}
+		c.flush(batch)
 		clear(batch)
 	}
 }
 
-// flush sends batch and answers its callers. It returns the network error
-// of a pipeline that failed as a whole.
-func (c *coalescer) flush(batch []*scriptCall) error {
+// flush sends batch and answers its callers.
+func (c *coalescer) flush(batch []*scriptCall) {
 	live := batch[:0:0]
 	var deadline time.Time
 	bounded := true
@@ -151,16 +149,13 @@ func (c *coalescer) flush(batch []*scriptCall) error {
 	}
 	switch len(live) {
 	case 0:
-		return nil
+		return
 	case 1:
 		// Alone: exactly the plain call, on the caller's context.
 		q := live[0]
 		q.cmd = q.script.Run(q.ctx, c.client, q.keys, q.args...)
 		close(q.done)
-		if q.ctx.Err() != nil {
-			return nil // the caller's deadline, not Redis
-		}
-		return networkErr(q.cmd.Err())
+		return
 	}
 	// The pipeline outlives any one caller, bounded by the latest deadline
 	// among them (and by the client's read and write timeouts).
@@ -175,7 +170,7 @@ func (c *coalescer) flush(batch []*scriptCall) error {
 	for i, q := range live {
 		cmds[i] = pipe.EvalSha(ctx, q.script.Hash(), q.keys, q.args...)
 	}
-	_, err := pipe.Exec(ctx)
+	pipe.Exec(ctx) // each command carries its own error
 	for i, q := range live {
 		q.cmd = cmds[i]
 		if err := q.cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -183,38 +178,4 @@ func (c *coalescer) flush(batch []*scriptCall) error {
 		}
 		close(q.done)
 	}
-	if ctx.Err() != nil {
-		return nil // the callers' deadline, not Redis
-	}
-	return networkErr(err)
-}
-
-// failQueued answers every call queued now with err: they were behind a
-// pipeline that Redis did not answer, and would wait the same timeouts for
-// the same answer.
-func (c *coalescer) failQueued(err error) {
-	for {
-		select {
-		case q, ok := <-c.queue:
-			if !ok {
-				return
-			}
-			q.cmd = goredis.NewCmd(q.ctx)
-			q.cmd.SetErr(err)
-			close(q.done)
-		default:
-			return
-		}
-	}
-}
-
-// networkErr is err when it is not an answer of Redis (a reply error, or
-// nil): a connection that failed or timed out.
-func networkErr(err error) error {
-	var reply goredis.Error
-	if err == nil || errors.Is(err, goredis.Nil) || errors.As(err, &reply) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return nil
-	}
-	return err
 }
