@@ -9,7 +9,17 @@
 #   BENCH_TARGETS   subset of noop,naive,claimd-embedded,claimd-embedded-relaxed,claimd
 #                   (claimd-embedded-relaxed runs the new scenario only)
 #   BENCH_CLIENTS   subset of claimload,ghz (ghz is installed only when used)
-#   BENCH_SCENARIOS subset of new,dup,mix,contend
+#   BENCH_SCENARIOS subset of lifecycle,lifecycle-start,new,dup,mix,contend
+#                   (the lifecycle ones run under claimload only)
+#   BENCH_REPLICAS  claimd replica counts of the scaling runs (default 1,2,4;
+#                   empty for none)
+#   BENCH_PYTHON    false to skip the Python baseline (claimd's Python guard
+#                   against Powertools' idempotency on Redis, in its own
+#                   virtualenv bench/python/.venv, made here from
+#                   bench/python/requirements.txt)
+#   BENCH_PY_THREADS threads of the Python baseline (default 8)
+#   BENCH_CORES     GOMAXPROCS of claimd, the handlers and the load clients
+#                   (default: every core), to rerun on bigger hardware
 #   BENCH_BASELINES false to skip redis-benchmark and pgbench
 #   BENCH_OUT       report path (default BENCHMARKS.md)
 #   BENCH_JSON, BENCH_SVG  raw results and plot (default bench/results.json
@@ -51,6 +61,21 @@ if [[ ,$clients, == *,ghz,* ]] && ! { command -v ghz >/dev/null && go version -m
 	(cd /tmp && GOBIN="$TOOLS_BIN" GOFLAGS='' go install "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION")
 fi
 
+python_args=()
+if [[ ${BENCH_PYTHON:-true} != false ]]; then
+	venv=$root/bench/python/.venv
+	want="$(sha256sum <bench/python/requirements.txt | cut -d' ' -f1) $(python3 -c 'import sys; print(sys.version)' | head -1)"
+	if [[ ! -x $venv/bin/python || ! -f $venv/.stamp || "$(cat "$venv/.stamp")" != "$want" ]]; then
+		echo "bench.sh: installing the Python baseline into $venv"
+		rm -rf "$venv"
+		python3 -m venv "$venv"
+		"$venv/bin/pip" install --quiet --disable-pip-version-check -r bench/python/requirements.txt
+		echo "$want" >"$venv/.stamp"
+	fi
+	python_args=(-python "$venv/bin/python" -py-script "$root/bench/python/guard_vs_powertools.py"
+		-py-src "$root/clients/python/src" -py-threads "${BENCH_PY_THREADS:-8}")
+fi
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/claimd-bench.XXXXXX")
 chmod 755 "$work"
 trap 'rm -rf "$work"' EXIT
@@ -62,8 +87,8 @@ duration=${BENCH_DURATION:-15s}
 # The report quotes the command that reproduces it: make sets MAKELEVEL.
 command=scripts/bench.sh
 [[ -n ${MAKELEVEL:-} ]] && command="make bench"
-for v in BENCH_OUT BENCH_JSON BENCH_SVG BENCH_BASELINES BENCH_SCENARIOS BENCH_CLIENTS BENCH_TARGETS BENCH_CALLERS BENCH_DURATION; do
-	[[ -n ${!v:-} ]] && command="$v=${!v} $command"
+for v in BENCH_OUT BENCH_JSON BENCH_SVG BENCH_PYTHON BENCH_PY_THREADS BENCH_BASELINES BENCH_SCENARIOS BENCH_CLIENTS BENCH_TARGETS BENCH_CALLERS BENCH_CORES BENCH_REPLICAS BENCH_DURATION; do
+	[[ -n ${!v+x} ]] && command="$v=${!v} $command"
 done
 
 "$work/bin/benchrun" \
@@ -74,8 +99,11 @@ done
 	-c "${BENCH_CALLERS:-50}" \
 	-targets "${BENCH_TARGETS:-noop,naive,claimd-embedded,claimd-embedded-relaxed,claimd}" \
 	-clients "$clients" \
-	-scenarios "${BENCH_SCENARIOS:-new,dup,mix,contend}" \
+	-scenarios "${BENCH_SCENARIOS:-lifecycle,lifecycle-start,new,dup,mix,contend}" \
+	-replicas "${BENCH_REPLICAS-1,2,4}" \
+	-cores "${BENCH_CORES:-0}" \
 	-baselines="${BENCH_BASELINES:-true}" \
+	"${python_args[@]}" \
 	-out "${BENCH_OUT:-$root/BENCHMARKS.md}" \
 	-svg "${BENCH_SVG:-$root/bench/results.svg}" \
 	-json "${BENCH_JSON:-$root/bench/results.json}" \

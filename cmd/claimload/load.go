@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
@@ -26,11 +27,32 @@ const (
 	ScenarioDup
 	ScenarioMix
 	ScenarioContend
+	// ScenarioLifecycle is a webhook's whole event on a new key: Claim,
+	// Transition to PROCESSING, Transition to SETTLED with a small result.
+	ScenarioLifecycle
+	// ScenarioLifecycleStart is the same event with one RPC fewer: a Claim
+	// with start (ACQUIRED already in PROCESSING), then SETTLED.
+	ScenarioLifecycleStart
 )
 
 var scenarioNames = map[Scenario]string{
 	ScenarioNew: "new", ScenarioDup: "dup", ScenarioMix: "mix", ScenarioContend: "contend",
+	ScenarioLifecycle: "lifecycle", ScenarioLifecycleStart: "lifecycle-start",
 }
+
+// Lifecycle reports whether s runs whole events (Claim and Transitions)
+// rather than single Claims.
+func (s Scenario) Lifecycle() bool { return s == ScenarioLifecycle || s == ScenarioLifecycleStart }
+
+// The RPCs of a lifecycle event, as Summary.RPCs names them.
+const (
+	rpcClaim      = "claim"
+	rpcProcessing = "processing"
+	rpcSettle     = "settle"
+)
+
+// rpcNames index caller.rpcLat.
+var rpcNames = [...]string{rpcClaim, rpcProcessing, rpcSettle}
 
 func (s Scenario) String() string { return scenarioNames[s] }
 
@@ -41,12 +63,14 @@ func ParseScenario(name string) (Scenario, error) {
 			return s, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown scenario %q: want new, dup, mix or contend", name)
+	return 0, fmt.Errorf("unknown scenario %q: want new, dup, mix, contend, lifecycle or lifecycle-start", name)
 }
 
 // Config is one run of the load.
 type Config struct {
-	Addr      string
+	// Addrs are the servers (replicas of one service); the connections go
+	// to them round robin.
+	Addrs     []string
 	Callers   int
 	Duration  time.Duration
 	Conns     int
@@ -57,11 +81,14 @@ type Config struct {
 	DupPrefix string
 	DupKeys   int
 	Holder    string
+	// Token, when set, is sent as "authorization: Bearer <token>" on every
+	// call, so that the server's authentication is inside every figure.
+	Token string
 }
 
 // AppendKey appends the event id of request number n to dst.
 func (c *Config) AppendKey(dst []byte, n uint64) []byte {
-	isNew := c.Scenario == ScenarioNew || (c.Scenario == ScenarioMix && n%10 == 0)
+	isNew := c.Scenario == ScenarioNew || c.Scenario.Lifecycle() || (c.Scenario == ScenarioMix && n%10 == 0)
 	switch {
 	case c.Scenario == ScenarioContend:
 		return append(dst, c.Prefix...)
@@ -76,12 +103,16 @@ func (c *Config) AppendKey(dst []byte, n uint64) []byte {
 	}
 }
 
-// Summary is the result of a run. Latencies are in milliseconds.
+// Summary is the result of a run. Latencies are in milliseconds. In a
+// lifecycle scenario Requests counts events (each several RPCs), RPS is
+// events per second, and the percentiles are over every RPC; RPCs has
+// them per RPC.
 type Summary struct {
 	Scenario   string           `json:"scenario"`
 	Callers    int              `json:"callers"`
 	Seconds    float64          `json:"seconds"`
 	Requests   int64            `json:"requests"`
+	Calls      int64            `json:"calls"` // RPCs sent, errors included
 	Errors     int64            `json:"errors"`
 	ErrorCodes map[string]int64 `json:"error_codes,omitempty"`
 	RPS        float64          `json:"rps"`
@@ -91,17 +122,33 @@ type Summary struct {
 	Max        float64          `json:"max_ms"`
 	Outcomes   map[string]int64 `json:"outcomes"`
 	ServedBy   map[string]int64 `json:"served_by"`
+	RPCs       map[string]RPC   `json:"rpcs,omitempty"`
+}
+
+// RPC is the latency of one RPC of a lifecycle event.
+type RPC struct {
+	Calls int64   `json:"calls"` // answered without error
+	P50   float64 `json:"p50_ms"`
+	P99   float64 `json:"p99_ms"`
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("%s: %d requests in %.2fs, %.0f rps, p50 %.2fms p90 %.2fms p99 %.2fms max %.2fms, %d errors %v, outcomes %v, served by %v",
+	out := fmt.Sprintf("%s: %d requests in %.2fs, %.0f rps, p50 %.2fms p90 %.2fms p99 %.2fms max %.2fms, %d errors %v, outcomes %v, served by %v",
 		s.Scenario, s.Requests, s.Seconds, s.RPS, s.P50, s.P90, s.P99, s.Max, s.Errors, s.ErrorCodes, s.Outcomes, s.ServedBy)
+	for _, n := range rpcNames {
+		if r, ok := s.RPCs[n]; ok {
+			out += fmt.Sprintf("; %s p50 %.2fms p99 %.2fms", n, r.P50, r.P99)
+		}
+	}
+	return out
 }
 
 // caller is one closed loop. Its counters are its own, so the hot loop
 // shares nothing but the request sequence and the stop flag.
 type caller struct {
-	lat      []time.Duration // successful calls only
+	lat      []time.Duration // successful calls (lifecycle: events) only
+	rpcLat   [len(rpcNames)][]time.Duration
+	calls    int64
 	errCodes map[string]int64
 	outcomes [5]int64 // by pb.Outcome
 	served   [4]int64 // by pb.Tier
@@ -110,9 +157,9 @@ type caller struct {
 // Run drives cfg's load until cfg.Duration has passed (callers finish the
 // call they are in) or ctx ends.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
-	conns := make([]*grpc.ClientConn, cfg.Conns)
+	conns := make([]*grpc.ClientConn, max(cfg.Conns, len(cfg.Addrs)))
 	for i := range conns {
-		cc, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(cfg.Addrs[i%len(cfg.Addrs)], grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			return Summary{}, err
 		}
@@ -135,7 +182,15 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		c := &caller{lat: make([]time.Duration, 0, 1<<16), errCodes: map[string]int64{}}
 		callers[i] = c
 		cc := conns[i%len(conns)]
-		wg.Go(func() { c.loop(ctx, cc, &cfg, &seq, &stopped) })
+		cctx := withToken(ctx, cfg.Token)
+		if cfg.Scenario.Lifecycle() {
+			for r := range c.rpcLat {
+				c.rpcLat[r] = make([]time.Duration, 0, 1<<15)
+			}
+			wg.Go(func() { c.lifecycle(cctx, cc, &cfg, &seq, &stopped) })
+			continue
+		}
+		wg.Go(func() { c.loop(cctx, cc, &cfg, &seq, &stopped) })
 	}
 	timer := time.NewTimer(cfg.Duration)
 	select {
@@ -164,6 +219,7 @@ func (c *caller) loop(ctx context.Context, cc *grpc.ClientConn, cfg *Config, seq
 		t0 := time.Now()
 		err := cc.Invoke(ctx, pb.ClaimService_Claim_FullMethodName, req, resp)
 		d := time.Since(t0)
+		c.calls++
 		if err != nil {
 			c.errCodes[status.Code(err).String()]++
 			continue
@@ -178,6 +234,76 @@ func (c *caller) loop(ctx context.Context, cc *grpc.ClientConn, cfg *Config, seq
 	}
 }
 
+// withToken returns ctx carrying the bearer token, once per caller rather
+// than per call (as a client with a static token does).
+func withToken(ctx context.Context, token string) context.Context {
+	if token == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
+
+// lifecycle runs whole events on new keys: Claim (with start for
+// ScenarioLifecycleStart), Transition to PROCESSING (without start), and
+// Transition to SETTLED with a small result. An event counts when all its
+// RPCs succeeded; a Claim that does not acquire is an error
+// ("NOT_ACQUIRED"), since every key is new.
+func (c *caller) lifecycle(ctx context.Context, cc *grpc.ClientConn, cfg *Config, seq *atomic.Uint64, stopped *atomic.Bool) {
+	start := cfg.Scenario == ScenarioLifecycleStart
+	req := &pb.ClaimRequest{Namespace: cfg.Namespace, Provider: cfg.Provider, Holder: cfg.Holder, Start: start}
+	key := &pb.ClaimRequest_EventId{}
+	req.Key = key
+	resp := &pb.ClaimResponse{}
+	tr := &pb.TransitionRequest{Namespace: cfg.Namespace, Provider: cfg.Provider}
+	tresp := &pb.TransitionResponse{}
+	var buf []byte
+	invoke := func(rpc int, method string, in, out any) bool {
+		t0 := time.Now()
+		err := cc.Invoke(ctx, method, in, out)
+		d := time.Since(t0)
+		c.calls++
+		if err != nil {
+			c.errCodes[status.Code(err).String()]++
+			return false
+		}
+		c.rpcLat[rpc] = append(c.rpcLat[rpc], d)
+		return true
+	}
+	for !stopped.Load() && ctx.Err() == nil {
+		buf = cfg.AppendKey(buf[:0], seq.Add(1)-1)
+		key.EventId = string(buf)
+		t0 := time.Now()
+		if !invoke(0, pb.ClaimService_Claim_FullMethodName, req, resp) {
+			continue
+		}
+		if o := int(resp.GetOutcome()); o < len(c.outcomes) {
+			c.outcomes[o]++
+		}
+		if t := int(resp.GetServedBy()); t < len(c.served) {
+			c.served[t]++
+		}
+		if resp.GetOutcome() != pb.Outcome_OUTCOME_ACQUIRED {
+			c.errCodes["NOT_ACQUIRED"]++
+			continue
+		}
+		tr.Key, tr.FencingToken, tr.LeaseSecret = resp.GetKey(), resp.GetFencingToken(), resp.GetLeaseSecret()
+		if !start {
+			tr.To, tr.Result = pb.EventState_EVENT_STATE_PROCESSING, nil
+			if !invoke(1, pb.ClaimService_Transition_FullMethodName, tr, tresp) {
+				continue
+			}
+		}
+		tr.To = pb.EventState_EVENT_STATE_SETTLED
+		tr.Result = append(tr.Result[:0], `{"charge":"ch_`...)
+		tr.Result = append(tr.Result, buf...)
+		tr.Result = append(tr.Result, `"}`...)
+		if !invoke(2, pb.ClaimService_Transition_FullMethodName, tr, tresp) {
+			continue
+		}
+		c.lat = append(c.lat, time.Since(t0))
+	}
+}
+
 func summarize(cfg Config, callers []*caller, elapsed time.Duration) Summary {
 	s := Summary{
 		Scenario: cfg.Scenario.String(),
@@ -187,8 +313,13 @@ func summarize(cfg Config, callers []*caller, elapsed time.Duration) Summary {
 		ServedBy: map[string]int64{},
 	}
 	var lat []time.Duration
+	var rpcLat [len(rpcNames)][]time.Duration
 	for _, c := range callers {
 		lat = append(lat, c.lat...)
+		s.Calls += c.calls
+		for r := range rpcLat {
+			rpcLat[r] = append(rpcLat[r], c.rpcLat[r]...)
+		}
 		for code, n := range c.errCodes {
 			if s.ErrorCodes == nil {
 				s.ErrorCodes = map[string]int64{}
@@ -208,7 +339,24 @@ func summarize(cfg Config, callers []*caller, elapsed time.Duration) Summary {
 		}
 	}
 	s.Requests = int64(len(lat)) + s.Errors
-	s.RPS = float64(s.Requests) / elapsed.Seconds()
+	if cfg.Scenario.Lifecycle() {
+		// Events: a failed RPC ends its event, so each error is one
+		// event that did not complete.
+		var all []time.Duration
+		s.RPCs = map[string]RPC{}
+		for r, l := range rpcLat {
+			if len(l) == 0 {
+				continue
+			}
+			slices.Sort(l)
+			s.RPCs[rpcNames[r]] = RPC{Calls: int64(len(l)), P50: ms(Percentile(l, 50)), P99: ms(Percentile(l, 99))}
+			all = append(all, l...)
+		}
+		s.RPS = float64(len(lat)) / elapsed.Seconds()
+		lat = all
+	} else {
+		s.RPS = float64(s.Requests) / elapsed.Seconds()
+	}
 	slices.Sort(lat)
 	s.P50, s.P90, s.P99 = ms(Percentile(lat, 50)), ms(Percentile(lat, 90)), ms(Percentile(lat, 99))
 	if len(lat) > 0 {

@@ -19,6 +19,8 @@ func TestAppendKey(t *testing.T) {
 		{"mix: every tenth is new", ScenarioMix, 20, "run1-20"},
 		{"mix: the others are duplicates", ScenarioMix, 21, "settled-21"},
 		{"contend: always the same key", ScenarioContend, 99, "run1"},
+		{"lifecycle: every event on a new key", ScenarioLifecycle, 1007, "run1-1007"},
+		{"lifecycle-start: every event on a new key", ScenarioLifecycleStart, 3, "run1-3"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -31,7 +33,7 @@ func TestAppendKey(t *testing.T) {
 }
 
 func TestParseScenario(t *testing.T) {
-	for _, s := range []Scenario{ScenarioNew, ScenarioDup, ScenarioMix, ScenarioContend} {
+	for _, s := range []Scenario{ScenarioNew, ScenarioDup, ScenarioMix, ScenarioContend, ScenarioLifecycle, ScenarioLifecycleStart} {
 		got, err := ParseScenario(s.String())
 		if err != nil || got != s {
 			t.Fatalf("ParseScenario(%q) = %v, %v; want %v", s.String(), got, err, s)

@@ -18,6 +18,13 @@
 //	dup      <dup-prefix>-<n mod dup-keys>: keys settled before the run
 //	mix      every tenth request new, the rest dup
 //	contend  <prefix>: every caller claims the same key
+//	lifecycle        <prefix>-<n>: a whole event per key: Claim, Transition
+//	                 to PROCESSING, Transition to SETTLED with a small result
+//	lifecycle-start  the same with Claim(start) then SETTLED (one RPC fewer)
+//
+// In the lifecycle scenarios the rate is events per second and the summary
+// has the p50 and p99 of each RPC. -addr takes a comma-separated list of
+// replicas; -token-file a bearer token sent on every call.
 //
 // With -settle it first claims and settles the dup-keys keys, so that dup
 // and mix meet settled duplicates (bench/cmd/benchrun does the same before
@@ -33,6 +40,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -48,11 +56,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("claimload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg Config
-	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:50051", "server address")
+	addrs := fs.String("addr", "127.0.0.1:50051", "server address, or several (replicas) separated by commas")
+	tokenFile := fs.String("token-file", "", "file whose first line is a bearer token to send on every call")
 	fs.IntVar(&cfg.Callers, "c", 50, "concurrent callers")
 	fs.DurationVar(&cfg.Duration, "d", 15*time.Second, "duration of the run")
 	fs.IntVar(&cfg.Conns, "conns", 1, "gRPC connections shared by the callers (round robin)")
-	scenario := fs.String("scenario", "new", "new, dup, mix or contend")
+	scenario := fs.String("scenario", "new", "new, dup, mix, contend, lifecycle or lifecycle-start")
 	fs.StringVar(&cfg.Namespace, "namespace", "bench", "ClaimRequest.namespace")
 	fs.StringVar(&cfg.Provider, "provider", "stripe", "ClaimRequest.provider")
 	fs.StringVar(&cfg.Prefix, "prefix", "load", "prefix of new keys (the key itself for contend); make it unique per run")
@@ -70,6 +79,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 	var err error
 	if cfg.Scenario, err = ParseScenario(*scenario); err != nil {
 		return err
+	}
+	for _, a := range strings.Split(*addrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			cfg.Addrs = append(cfg.Addrs, a)
+		}
+	}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return err
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		cfg.Token = strings.TrimSpace(line)
 	}
 	if err := cfg.validate(); err != nil {
 		return err
@@ -97,6 +119,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 func (c *Config) validate() error {
 	switch {
+	case len(c.Addrs) == 0:
+		return errors.New("-addr names no server")
 	case c.Callers < 1:
 		return errors.New("-c must be at least 1")
 	case c.Duration <= 0:

@@ -23,12 +23,13 @@ const settleWorkers = 16
 // are settled duplicates. A server without Transition (a baseline handler)
 // keeps its claims as they are.
 func Settle(ctx context.Context, cfg Config) error {
-	cc, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(cfg.Addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
 	defer cc.Close()
 	c := pb.NewClaimServiceClient(cc)
+	ctx = withToken(ctx, cfg.Token)
 	var (
 		next  atomic.Int64
 		wg    sync.WaitGroup

@@ -94,12 +94,12 @@ func PendingRecord(k Key, until time.Time) Record {
 	return Record{Key: k, State: StateReceived, LeaseExpiresAt: until}
 }
 
-// NewRecord is the record a first claim creates: token 1, RECEIVED, a window
-// of p.TTL and a lease of p.Lease from p.Now.
+// NewRecord is the record a first claim creates: token 1, RECEIVED (PROCESSING
+// with p.Start), a window of p.TTL and a lease of p.Lease from p.Now.
 func NewRecord(p ClaimParams) Record {
 	return Record{
 		Key:             p.Key,
-		State:           StateReceived,
+		State:           startState(StateReceived, p.Start),
 		Token:           1,
 		Version:         1,
 		Attempt:         1,
@@ -119,7 +119,8 @@ func NewRecord(p ClaimParams) Record {
 // Takeover hands cur to the claimant of p for the given reason: token+1,
 // attempt+1, a fresh lease. After a release or a new window the state starts
 // again at RECEIVED; after an expired lease it stays where the vanished
-// holder left it, so the new holder knows how far it got.
+// holder left it, so the new holder knows how far it got. With p.Start a
+// state short of PROCESSING moves on to it.
 func Takeover(cur Record, p ClaimParams, reason Reason) Record {
 	next := cur
 	next.Token++
@@ -147,7 +148,17 @@ func Takeover(cur Record, p ClaimParams, reason Reason) Record {
 	if len(next.PayloadHash) == 0 {
 		next.PayloadHash = p.PayloadHash
 	}
+	next.State = startState(next.State, p.Start)
 	return next
+}
+
+// startState is the state an acquisition records: s, or PROCESSING when the
+// claim starts the work and s is short of it (RECEIVED, VALIDATED).
+func startState(s State, start bool) State {
+	if start && (s == StateReceived || s == StateValidated) {
+		return StateProcessing
+	}
+	return s
 }
 
 // checkToken fences an operation by token, then by secret: only the current

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -13,7 +14,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 
+	"github.com/claimd/claimd/internal/auth"
 	"github.com/claimd/claimd/internal/testenv"
 )
 
@@ -23,6 +26,10 @@ const (
 	scenarioDup     = "dup"
 	scenarioMix     = "mix"
 	scenarioContend = "contend"
+	// The lifecycle scenarios run whole events (claimload only): Claim →
+	// PROCESSING → SETTLED, and Claim(start) → SETTLED.
+	scenarioLifecycle      = "lifecycle"
+	scenarioLifecycleStart = "lifecycle-start"
 
 	clientGhz       = "ghz"
 	clientClaimload = "claimload"
@@ -35,7 +42,7 @@ const (
 )
 
 var (
-	allScenarios = []string{scenarioNew, scenarioDup, scenarioMix, scenarioContend}
+	allScenarios = []string{scenarioLifecycle, scenarioLifecycleStart, scenarioNew, scenarioDup, scenarioMix, scenarioContend}
 	allTargets   = []string{targetNoop, targetNaive, targetEmbedded, targetEmbeddedRelaxed, targetClaimd}
 )
 
@@ -44,6 +51,9 @@ var (
 // default's fsync per commit, which only new keys pay.
 var onlyScenarios = map[string][]string{
 	targetEmbeddedRelaxed: {scenarioNew},
+	// The no-op handler answers every Claim DUPLICATE: it has no event to
+	// carry through a lifecycle.
+	targetNoop: {scenarioNew, scenarioDup, scenarioMix, scenarioContend},
 }
 
 // measures reports whether target runs scenario sc.
@@ -51,6 +61,13 @@ func measures(target, sc string) bool {
 	only, ok := onlyScenarios[target]
 	return !ok || slices.Contains(only, sc)
 }
+
+// lifecycle reports whether sc runs whole events, which only claimload
+// sends.
+func lifecycle(sc string) bool { return sc == scenarioLifecycle || sc == scenarioLifecycleStart }
+
+// clientRuns reports whether client cl can run scenario sc.
+func clientRuns(cl, sc string) bool { return cl == clientClaimload || !lifecycle(sc) }
 
 // The request every load sends, apart from its event id.
 const (
@@ -72,6 +89,46 @@ type bench struct {
 	redisPID int
 	dbs      map[string]string // target → its PostgreSQL database, until dropped
 	report   Report
+
+	// authFile is claimd's --auth-file, naming one principal whose token
+	// (the first line of tokenFile) every load client sends: the figures
+	// include authentication and the principal's rate limiter.
+	authFile, tokenFile, token string
+}
+
+// writeAuth writes the auth file and the token file into the work
+// directory. The principal's rate is far above what the machine serves, so
+// the limiter is consulted on every call but never refuses one.
+func (b *bench) writeAuth() error {
+	b.token = auth.NewToken()
+	b.tokenFile = filepath.Join(b.opts.workDir, "bench.token")
+	b.authFile = filepath.Join(b.opts.workDir, "auth.yaml")
+	if err := os.WriteFile(b.tokenFile, []byte(b.token+"\n"), 0o600); err != nil {
+		return err
+	}
+	conf := fmt.Sprintf(`version: 1
+principals:
+  bench:
+    tokens: [%q]
+    namespaces: [%q]
+    roles: [claim, read]
+    rate: {per_second: 10000000, burst: 10000000}
+`, auth.HashToken(b.token), benchNamespace)
+	return os.WriteFile(b.authFile, []byte(conf), 0o600)
+}
+
+// env is the environment of the Go processes the run starts: GOMAXPROCS
+// set to -cores when it is given.
+func (b *bench) env() []string {
+	if b.opts.cores <= 0 {
+		return nil
+	}
+	return append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", b.opts.cores))
+}
+
+// withToken is ctx carrying the bench principal's token.
+func (b *bench) withToken(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+b.token)
 }
 
 func (b *bench) bin(name string) string { return filepath.Join(b.opts.binDir, name) }
@@ -166,7 +223,10 @@ func (b *bench) settleServers() error {
 
 // measured reports whether target t has results.
 func (b *bench) measured(t string) bool {
-	for _, x := range b.report.Runs {
+	if t == targetPython {
+		return len(b.report.Python) > 0
+	}
+	for _, x := range slices.Concat(b.report.Runs, b.report.Scaling, b.report.Python) {
 		if x.Target == t {
 			return true
 		}
@@ -184,7 +244,25 @@ type target struct {
 	server *proc
 	addr   string
 	meters []meter
-	claimd bool // speaks the whole API: settle keys with Transition, verify with Get
+	claimd bool // speaks the whole API (authenticated): settle keys with Transition, verify with Get
+	// replicas are the further claimd processes of a scaling run, serving
+	// replicaAddrs; server and addr are the first.
+	replicas     []*proc
+	replicaAddrs []string
+}
+
+// addrs are the addresses of every process of t.
+func (t *target) addrs() []string { return append([]string{t.addr}, t.replicaAddrs...) }
+
+// stop stops every process of t.
+func (t *target) stop() error {
+	err := t.server.stop()
+	for _, p := range t.replicas {
+		if serr := p.stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}
+	return err
 }
 
 // startTarget starts the server of target id on a free port.
@@ -204,15 +282,15 @@ func (b *bench) startTarget(id string) (*target, error) {
 		bin = b.bin("naive")
 		args = []string{"--listen", t.addr, "--redis-url", b.redisURL(1), "--postgres-url", b.pgURL("naive")}
 		t.meters = []meter{b.redisMeter(), b.pgMeter()}
-	case targetEmbedded, targetEmbeddedRelaxed, targetClaimd:
+	case targetEmbedded, targetEmbeddedRelaxed, targetClaimd, targetPython:
 		t.claimd = true
 		httpPort, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		args = claimdArgs(t.addr, fmt.Sprintf("127.0.0.1:%d", httpPort))
-		if id == targetClaimd {
-			args = append(args, "--redis-url", b.redisURL(0), "--postgres-url", b.pgURL("claimd"))
+		args = claimdArgs(t.addr, fmt.Sprintf("127.0.0.1:%d", httpPort), b.authFile)
+		if id == targetClaimd || id == targetPython {
+			args = append(args, "--redis-url", b.redisURL(0), "--postgres-url", b.pgURL(b.dbs[id]))
 			t.meters = []meter{b.redisMeter(), b.pgMeter()}
 		} else {
 			args = append(args, "--data-dir", filepath.Join(b.opts.workDir, id))
@@ -223,7 +301,7 @@ func (b *bench) startTarget(id string) (*target, error) {
 	default:
 		return nil, fmt.Errorf("unknown target %q (want one of %v)", id, allTargets)
 	}
-	p, err := startProc(id, bin, args, logPath)
+	p, err := startProc(id, bin, args, logPath, b.env())
 	if err != nil {
 		return nil, err
 	}
@@ -237,9 +315,10 @@ func (b *bench) startTarget(id string) (*target, error) {
 }
 
 // claimdArgs are the flags claimd runs with. Request logging is off (warn
-// level): the naive and no-op handlers log nothing either.
-func claimdArgs(listen, httpListen string) []string {
-	return []string{"serve", "--listen", listen, "--http-listen", httpListen, "--log-level", "warn"}
+// level): the naive and no-op handlers log nothing either. Authentication is
+// on: every call of the load carries a bearer token.
+func claimdArgs(listen, httpListen, authFile string) []string {
+	return []string{"serve", "--listen", listen, "--http-listen", httpListen, "--log-level", "warn", "--auth-file", authFile}
 }
 
 // waitReady polls the gRPC health service until it answers SERVING.
@@ -277,7 +356,7 @@ func (b *bench) runTarget(id string) (err error) {
 		return err
 	}
 	defer func() {
-		if serr := t.server.stop(); serr != nil && err == nil {
+		if serr := t.stop(); serr != nil && err == nil {
 			err = serr
 		}
 	}()
@@ -289,14 +368,79 @@ func (b *bench) runTarget(id string) (err error) {
 			continue
 		}
 		for _, cl := range b.opts.clients {
+			if !clientRuns(cl, sc) {
+				continue
+			}
 			res, err := b.load(t, sc, cl)
 			if err != nil {
 				return fmt.Errorf("%s/%s: %w", sc, cl, err)
 			}
-			logf("%-16s %-8s %-10s %8.0f rps  p50 %6.2fms  p99 %6.2fms  errors %d  cpu %s %s",
-				id, sc, cl, res.Rate, res.P50, res.P99, res.Errors, fmtCPU(res.CPU), res.Check)
+			logf("%-16s %-8s %-10s %8.0f %s  p50 %6.2fms  p99 %6.2fms  errors %d  cpu %s %s",
+				id, sc, cl, res.Rate, res.Unit, res.P50, res.P99, res.Errors, fmtCPU(res.CPU), res.Check)
 			b.report.Runs = append(b.report.Runs, res)
 		}
+	}
+	return nil
+}
+
+// targetReplicas is the target id of a scaling run of n replicas.
+func targetReplicas(n int) string { return fmt.Sprintf("claimd-x%d", n) }
+
+// runReplicas measures the lifecycle scenario on n claimd replicas sharing
+// one Redis and one PostgreSQL database, with claimload spreading its
+// connections over them (one per replica). Their CPU is summed as
+// "server".
+func (b *bench) runReplicas(n int) (err error) {
+	id := targetReplicas(n)
+	logf("starting %s", id)
+	b.dbs[id] = "replicas"
+	if err := b.adminExec("CREATE DATABASE replicas"); err != nil {
+		return err
+	}
+	t := &target{id: id, claimd: true, meters: []meter{b.redisMeter(), b.pgMeter()}}
+	defer func() {
+		if serr := t.stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	var servers []meter
+	for i := range n {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		httpPort, err := freePort()
+		if err != nil {
+			return err
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		args := append(claimdArgs(addr, fmt.Sprintf("127.0.0.1:%d", httpPort), b.authFile),
+			"--redis-url", b.redisURL(0), "--postgres-url", b.pgURL("replicas"))
+		p, err := startProc(fmt.Sprintf("%s-%d", id, i), b.bin("claimd"), args, filepath.Join(b.opts.workDir, fmt.Sprintf("%s-%d.log", id, i)), b.env())
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			t.server, t.addr = p, addr
+		} else {
+			t.replicas, t.replicaAddrs = append(t.replicas, p), append(t.replicaAddrs, addr)
+		}
+		servers = append(servers, pidMeter("server", p.pid()))
+		// One at a time: the first migrates the database, the others find
+		// it migrated.
+		if err := b.waitReady(&target{id: t.id, server: p, addr: addr}); err != nil {
+			return err
+		}
+	}
+	t.meters = append([]meter{sumMeter("server", servers...)}, t.meters...)
+	for _, sc := range []string{scenarioLifecycle} {
+		res, err := b.load(t, sc, clientClaimload)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sc, err)
+		}
+		logf("%-16s %-8s %-10s %8.0f %s  p50 %6.2fms  p99 %6.2fms  errors %d  cpu %s",
+			id, sc, clientClaimload, res.Rate, res.Unit, res.P50, res.P99, res.Errors, fmtCPU(res.CPU))
+		b.report.Scaling = append(b.report.Scaling, res)
 	}
 	return nil
 }

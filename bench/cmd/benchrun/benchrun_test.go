@@ -81,8 +81,18 @@ func TestReport(t *testing.T) {
 			if sc == scenarioContend && tg == targetClaimd {
 				x.Check, x.CheckOK = "1 ACQUIRED", &ok
 			}
+			if lifecycle(sc) {
+				x.RPCs = map[string]RPCLatency{"claim": {Calls: 1000, P50: 1, P99: 4}, "settle": {Calls: 1000, P50: 2, P99: 12}}
+			}
 			r.Runs = append(r.Runs, x)
 		}
+	}
+	r.Scaling = []Result{{Target: targetReplicas(2), Scenario: scenarioLifecycle, Replicas: 2, Seconds: 1, Requests: 500, Rate: 500,
+		RPCs: map[string]RPCLatency{"claim": {P99: 3}}, CPU: map[string]float64{"server": 0.1}}}
+	r.Options.PyThreads = 8
+	r.Python = []Result{
+		{Target: pyPowertools, Scenario: pyFirst, Seconds: 1, Requests: 2000, Rate: 2000, P50: 2, CPU: map[string]float64{"redis": 0.1}},
+		{Target: pyClaimd, Scenario: pyFirst, Seconds: 1, Requests: 1000, Rate: 1000, P50: 4, CPU: map[string]float64{"server": 0.2}},
 	}
 	dir := t.TempDir()
 	md, svg := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "results.svg")
@@ -100,7 +110,13 @@ func TestReport(t *testing.T) {
 		"## Targets", "new keys ≥ 3× naive rps", "| all new keys | claimd Redis+PG | claimload | 5000 |",
 		"| embedded new keys: fsync per commit (full) ≥ 0.8× relaxed rps | claimload | 3000 / 4000 rps = 0.75× | – / – | **no** |",
 		"| all new keys | claimd embedded relaxed | claimload | 4000 |",
-		"![rps and p99 by scenario](results.svg)",
+		"![rate and p99 by scenario](results.svg)",
+		"## Lifecycle: whole webhook events",
+		"| lifecycle: Claim → PROCESSING → SETTLED | claimd Redis+PG | 5000 | 1.00 / 4.00 | – | 2.00 / 12.00 | 0 | 500 | – | – | 300 | 500 |",
+		"| lifecycle: Claim → PROCESSING → SETTLED: p99 per RPC ≤ 10 ms | claimload | 12.00 ms (settle, the slowest) | – | **no** |",
+		"| 2 | 500 | 3.00 | – | – | 0 | 200 | – | – | – | 200 |",
+		"| first | claimd guard | 1000 | 4.00 | 0.00 | 0 | 200 | – | – | – | 200 |",
+		"First deliveries: claimd's guard at 0.50× Powertools' events/s and 2.00× its p50",
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("report lacks %q:\n%s", want, b)
@@ -109,14 +125,28 @@ func TestReport(t *testing.T) {
 }
 
 // TestMeasures: the relaxed embedded tier runs only the scenario it is the
-// yardstick for; every other target runs every scenario.
+// yardstick for, the no-op handler (every Claim a DUPLICATE) no lifecycle;
+// every other target runs every scenario.
 func TestMeasures(t *testing.T) {
 	for _, tg := range allTargets {
 		for _, sc := range allScenarios {
-			want := tg != targetEmbeddedRelaxed || sc == scenarioNew
+			want := (tg != targetEmbeddedRelaxed || sc == scenarioNew) && (tg != targetNoop || !lifecycle(sc))
 			if got := measures(tg, sc); got != want {
 				t.Errorf("measures(%q, %q) = %v, want %v", tg, sc, got, want)
 			}
+		}
+	}
+}
+
+// TestClientRuns: ghz sends single Claims, so only claimload runs whole
+// events.
+func TestClientRuns(t *testing.T) {
+	for _, sc := range allScenarios {
+		if !clientRuns(clientClaimload, sc) {
+			t.Errorf("clientRuns(claimload, %q) = false, want true", sc)
+		}
+		if got, want := clientRuns(clientGhz, sc), !lifecycle(sc); got != want {
+			t.Errorf("clientRuns(ghz, %q) = %v, want %v", sc, got, want)
 		}
 	}
 }

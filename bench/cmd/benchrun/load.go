@@ -43,6 +43,20 @@ type Result struct {
 	ServedBy    map[string]int64 `json:"served_by,omitempty"`
 	Check       string           `json:"check,omitempty"`
 	CheckOK     *bool            `json:"check_ok,omitempty"`
+	// RPCs are the latencies of each RPC of a lifecycle event (claim,
+	// processing, settle); Requests then counts events, Rate is events/s.
+	RPCs map[string]RPCLatency `json:"rpcs,omitempty"`
+	// Replicas is the number of claimd processes of a scaling run.
+	Replicas int `json:"replicas,omitempty"`
+	// Cores is GOMAXPROCS of the Go processes (0: the runtime's default).
+	Cores int `json:"cores,omitempty"`
+}
+
+// RPCLatency is one RPC's latency within a lifecycle event.
+type RPCLatency struct {
+	Calls int64   `json:"calls"`
+	P50   float64 `json:"p50_ms"`
+	P99   float64 `json:"p99_ms"`
 }
 
 // load runs one scenario under one client against t.
@@ -67,9 +81,9 @@ func (b *bench) load(t *target, scenario, client string) (Result, error) {
 	)
 	switch client {
 	case clientGhz:
-		res, cmd, err = b.ghz(t.addr, scenario, callers, prefix)
+		res, cmd, err = b.ghz(t.addr, scenario, callers, prefix, t.claimd)
 	case clientClaimload:
-		res, cmd, err = b.claimload(t.addr, scenario, callers, prefix)
+		res, cmd, err = b.claimload(t.addrs(), scenario, callers, prefix, t.claimd)
 	default:
 		return Result{}, fmt.Errorf("unknown client %q", client)
 	}
@@ -86,6 +100,10 @@ func (b *bench) load(t *target, scenario, client string) (Result, error) {
 	}
 	res.MachineBusy = busy1 - busy0
 	res.Target, res.Scenario, res.Client, res.Callers, res.Unit = t.id, scenario, client, callers, "req/s"
+	if lifecycle(scenario) {
+		res.Unit = "events/s"
+	}
+	res.Replicas, res.Cores = len(t.replicas)+1, b.opts.cores
 	res.CPU = since(before, after)
 	res.CPU["client"] = clientCPU(cmd)
 	if t.id == targetNoop {
@@ -125,13 +143,20 @@ type ghzReport struct {
 	} `json:"latencyDistribution"`
 }
 
-func (b *bench) ghz(addr, scenario string, callers int, prefix string) (Result, *exec.Cmd, error) {
+func (b *bench) ghz(addr, scenario string, callers int, prefix string, authn bool) (Result, *exec.Cmd, error) {
 	data := fmt.Sprintf(`{"namespace":%q,"provider":%q,"holder":"ghz","event_id":"%s"}`,
 		benchNamespace, benchProvider, b.eventIDTemplate(scenario, prefix))
-	cmd := exec.CommandContext(b.ctx, b.opts.ghz,
-		"--insecure", "--call", "idempotency.v1.ClaimService.Claim",
+	args := []string{"--insecure", "--call", "idempotency.v1.ClaimService.Claim",
 		"-c", strconv.Itoa(callers), "-z", b.opts.duration.String(), "--duration-stop", "wait",
-		"--format", "json", "-d", data, addr)
+		"--format", "json", "-d", data}
+	if authn {
+		// The calls and the reflection request that finds the method
+		// (reflection, too, needs an authenticated principal).
+		md := fmt.Sprintf(`{"authorization":"Bearer %s"}`, b.token)
+		args = append(args, "--metadata", md, "--reflect-metadata", md)
+	}
+	cmd := exec.CommandContext(b.ctx, b.opts.ghz, append(args, addr)...)
+	cmd.Env = b.env()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -164,22 +189,27 @@ func (b *bench) ghz(addr, scenario string, callers int, prefix string) (Result, 
 
 // claimloadSummary is claimload's JSON summary (cmd/claimload Summary).
 type claimloadSummary struct {
-	Seconds    float64          `json:"seconds"`
-	Requests   int64            `json:"requests"`
-	Errors     int64            `json:"errors"`
-	ErrorCodes map[string]int64 `json:"error_codes"`
-	RPS        float64          `json:"rps"`
-	P50        float64          `json:"p50_ms"`
-	P99        float64          `json:"p99_ms"`
-	Outcomes   map[string]int64 `json:"outcomes"`
-	ServedBy   map[string]int64 `json:"served_by"`
+	Seconds    float64               `json:"seconds"`
+	Requests   int64                 `json:"requests"`
+	Errors     int64                 `json:"errors"`
+	ErrorCodes map[string]int64      `json:"error_codes"`
+	RPS        float64               `json:"rps"`
+	P50        float64               `json:"p50_ms"`
+	P99        float64               `json:"p99_ms"`
+	Outcomes   map[string]int64      `json:"outcomes"`
+	ServedBy   map[string]int64      `json:"served_by"`
+	RPCs       map[string]RPCLatency `json:"rpcs"`
 }
 
-func (b *bench) claimload(addr, scenario string, callers int, prefix string) (Result, *exec.Cmd, error) {
-	cmd := exec.CommandContext(b.ctx, b.bin("claimload"),
-		"-addr", addr, "-c", strconv.Itoa(callers), "-d", b.opts.duration.String(),
+func (b *bench) claimload(addrs []string, scenario string, callers int, prefix string, authn bool) (Result, *exec.Cmd, error) {
+	args := []string{"-addr", strings.Join(addrs, ","), "-c", strconv.Itoa(callers), "-d", b.opts.duration.String(),
 		"-scenario", scenario, "-namespace", benchNamespace, "-provider", benchProvider,
-		"-prefix", prefix, "-dup-prefix", dupPrefix, "-dup-keys", strconv.Itoa(b.opts.dupKeys), "-json")
+		"-prefix", prefix, "-dup-prefix", dupPrefix, "-dup-keys", strconv.Itoa(b.opts.dupKeys), "-json"}
+	if authn {
+		args = append(args, "-token-file", b.tokenFile)
+	}
+	cmd := exec.CommandContext(b.ctx, b.bin("claimload"), args...)
+	cmd.Env = b.env()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -191,7 +221,7 @@ func (b *bench) claimload(addr, scenario string, callers int, prefix string) (Re
 	}
 	return Result{
 		Seconds: s.Seconds, Requests: s.Requests, Errors: s.Errors, ErrorCodes: s.ErrorCodes,
-		Rate: s.RPS, P50: s.P50, P99: s.P99, Outcomes: s.Outcomes, ServedBy: s.ServedBy,
+		Rate: s.RPS, P50: s.P50, P99: s.P99, Outcomes: s.Outcomes, ServedBy: s.ServedBy, RPCs: s.RPCs,
 	}, cmd, nil
 }
 
@@ -204,7 +234,7 @@ func (b *bench) checkContended(t *target, key string, res *Result) {
 	cc, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err == nil {
 		defer cc.Close()
-		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		ctx, cancel := context.WithTimeout(b.withToken(b.ctx), 10*time.Second)
 		defer cancel()
 		var resp *pb.GetResponse
 		resp, err = pb.NewClaimServiceClient(cc).Get(ctx, &pb.GetRequest{Namespace: benchNamespace, Provider: benchProvider, Key: key})
@@ -244,7 +274,7 @@ func (b *bench) settle(t *target) error {
 	}
 	defer cc.Close()
 	client := pb.NewClaimServiceClient(cc)
-	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
+	ctx, cancel := context.WithTimeout(b.withToken(b.ctx), 5*time.Minute)
 	defer cancel()
 
 	var (

@@ -24,6 +24,11 @@ type Report struct {
 	Options   ReportOptions `json:"options"`
 	Baselines []Result      `json:"baselines"`
 	Runs      []Result      `json:"runs"`
+	// Scaling are the lifecycle runs on 1, 2, 4… claimd replicas.
+	Scaling []Result `json:"scaling,omitempty"`
+	// Python are the Python baseline's runs: claimd's guard and
+	// Powertools' idempotency on Redis, first deliveries and duplicates.
+	Python []Result `json:"python,omitempty"`
 }
 
 // Machine describes the machine the figures belong to.
@@ -53,13 +58,17 @@ type ReportOptions struct {
 	Scenarios  []string `json:"scenarios"`
 	Command    string   `json:"command"`
 	ClaimdArgs string   `json:"claimd_args"`
+	Cores      int      `json:"cores,omitempty"`
+	Replicas   []int    `json:"replicas,omitempty"`
+	PyThreads  int      `json:"python_threads,omitempty"`
 }
 
 func reportOptions(o options) ReportOptions {
 	return ReportOptions{
 		Duration: o.duration.String(), Callers: o.callers, Contend: o.contend, DupKeys: o.dupKeys,
 		Targets: o.targets, Clients: o.clients, Scenarios: o.scenarios, Command: o.command,
-		ClaimdArgs: strings.Join(claimdArgs("ADDR", "HTTP_ADDR"), " "),
+		ClaimdArgs: strings.Join(claimdArgs("ADDR", "HTTP_ADDR", "AUTH_FILE"), " "),
+		Cores:      o.cores, Replicas: o.replicas, PyThreads: o.pyThreads,
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,6 +41,12 @@ type options struct {
 	clients   []string
 	scenarios []string
 	baselines bool
+	cores     int    // GOMAXPROCS of the Go processes; 0: the runtime's default (every core)
+	replicas  []int  // claimd replica counts of the scaling runs (lifecycle scenario)
+	python    string // the Python baseline's interpreter (its venv's); "" skips it
+	pyScript  string
+	pySrc     string // PYTHONPATH: claimd's Python client
+	pyThreads int
 	command   string
 	render    string // results JSON to render instead of measuring
 }
@@ -62,10 +69,24 @@ func main() {
 	flag.StringVar(&clients, "clients", "claimload,ghz", "load clients")
 	flag.StringVar(&scenarios, "scenarios", strings.Join(allScenarios, ","), "scenarios")
 	flag.BoolVar(&o.baselines, "baselines", true, "run redis-benchmark and pgbench")
+	flag.IntVar(&o.cores, "cores", 0, "GOMAXPROCS of claimd, the baseline handlers and the load clients (0: every core of the machine)")
+	flag.StringVar(&o.python, "python", "", "interpreter of the Python baseline's virtualenv (claimd's guard against Powertools' idempotency on Redis); empty to skip it")
+	flag.StringVar(&o.pyScript, "py-script", "bench/python/guard_vs_powertools.py", "the Python baseline's script")
+	flag.StringVar(&o.pySrc, "py-src", "clients/python/src", "claimd's Python client source, put on PYTHONPATH")
+	flag.IntVar(&o.pyThreads, "py-threads", 8, "threads of the Python baseline")
+	replicas := flag.String("replicas", "1,2,4", "claimd replica counts of the scaling runs (lifecycle scenario, claimload, one Redis and one PostgreSQL); empty for none")
 	flag.StringVar(&o.command, "command", "", "the command line to quote in the report")
 	flag.StringVar(&o.render, "render", "", "write the report and plot from this results JSON (of an earlier run) instead of measuring, e.g. after editing the notes")
 	flag.Parse()
 	o.targets, o.clients, o.scenarios = split(targets), split(clients), split(scenarios)
+	for _, r := range split(*replicas) {
+		n, err := strconv.Atoi(r)
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "benchrun: -replicas: %q is not a replica count\n", r)
+			os.Exit(2)
+		}
+		o.replicas = append(o.replicas, n)
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
 		os.Exit(1)
@@ -105,6 +126,9 @@ func run(o options) (err error) {
 	defer stop()
 
 	b := &bench{opts: o, ctx: ctx}
+	if err := b.writeAuth(); err != nil {
+		return err
+	}
 	b.report.Started = time.Now().UTC()
 	b.report.Machine = machineInfo()
 	b.report.Options = reportOptions(o)
@@ -126,6 +150,22 @@ func run(o options) (err error) {
 	for _, name := range o.targets {
 		if err := b.runTarget(name); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := b.settleServers(); err != nil {
+			return err
+		}
+	}
+	for _, n := range o.replicas {
+		if err := b.runReplicas(n); err != nil {
+			return fmt.Errorf("%d replicas: %w", n, err)
+		}
+		if err := b.settleServers(); err != nil {
+			return err
+		}
+	}
+	if o.python != "" {
+		if err := b.runPython(); err != nil {
+			return err
 		}
 		if err := b.settleServers(); err != nil {
 			return err

@@ -37,7 +37,7 @@ func writeSVG(path string, r *Report) error {
 		y := i * chartH
 		rps := func(x *Result) float64 { return x.Rate }
 		p99 := func(x *Result) float64 { return x.P99 }
-		barChart(&w, r, 0, y, fmt.Sprintf("requests/s by scenario (%s)", cl), cl, rps, "%.0f")
+		barChart(&w, r, 0, y, fmt.Sprintf("rate by scenario (%s; lifecycle: events/s)", cl), cl, rps, "%.0f")
 		barChart(&w, r, chartW, y, fmt.Sprintf("p99 latency, ms (%s)", cl), cl, p99, "%.1f")
 	}
 	// Legend.

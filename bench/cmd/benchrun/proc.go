@@ -30,14 +30,16 @@ type proc struct {
 	log  string
 }
 
-// startProc starts bin with args, its output appended to logPath.
-func startProc(name, bin string, args []string, logPath string) (*proc, error) {
+// startProc starts bin with args, its output appended to logPath, in env
+// (nil: benchrun's own).
+func startProc(name, bin string, args []string, logPath string, env []string) (*proc, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close() // the child holds its own descriptor
 	cmd := exec.Command(bin, args...)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -156,6 +158,21 @@ func treeMeter(name string, leader int) meter {
 			ticks += st.utime + st.stime
 		}
 		return float64(ticks) / clockTicks, nil
+	}}
+}
+
+// sumMeter meters several processes (the replicas of one service) as one.
+func sumMeter(name string, ms ...meter) meter {
+	return meter{name: name, read: func() (float64, error) {
+		total := 0.0
+		for _, m := range ms {
+			v, err := m.read()
+			if err != nil {
+				return 0, err
+			}
+			total += v
+		}
+		return total, nil
 	}}
 }
 

@@ -6,8 +6,12 @@
 // (pgxpool: max(4, NumCPU) connections; go-redis: 10 per CPU), as a
 // hand-written handler would.
 //
-// It knows nothing of leases, fencing, payloads or results: a key set in
-// Redis is a DUPLICATE, a key inserted is ACQUIRED.
+// It knows nothing of leases, fencing or payloads: a key set in Redis is a
+// DUPLICATE, a key inserted is ACQUIRED. Transition is one UPDATE of the
+// row's state (and, to a terminal state, its result), in its own commit:
+// the lifecycle scenario's Claim → PROCESSING → SETTLED written the obvious
+// way, SET NX + INSERT, then two UPDATEs. A Claim with start inserts the row
+// in PROCESSING.
 //
 //	naive --listen 127.0.0.1:50062 --redis-url redis://… --postgres-url postgres://…
 package main
@@ -44,11 +48,17 @@ const schema = `CREATE TABLE IF NOT EXISTS naive_claims (
     namespace     text        NOT NULL,
     provider      text        NOT NULL,
     key           text        NOT NULL,
+    state         smallint    NOT NULL DEFAULT 1,
+    result        bytea,
     first_seen_at timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (namespace, provider, key)
 )`
 
-const insertSQL = `INSERT INTO naive_claims (namespace, provider, key) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
+const (
+	insertSQL = `INSERT INTO naive_claims (namespace, provider, key, state) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`
+	updateSQL = `UPDATE naive_claims SET state = $4, result = $5, updated_at = now() WHERE namespace = $1 AND provider = $2 AND key = $3`
+)
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:50062", "gRPC listen address")
@@ -123,7 +133,11 @@ func (h *handler) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 		resp.ServedBy = pb.Tier_TIER_FAST
 		return resp, nil
 	}
-	tag, err := h.pool.Exec(ctx, insertSQL, ns, provider, key)
+	state := pb.EventState_EVENT_STATE_RECEIVED
+	if req.GetStart() {
+		state = pb.EventState_EVENT_STATE_PROCESSING
+	}
+	tag, err := h.pool.Exec(ctx, insertSQL, ns, provider, key, int16(state))
 	if err != nil {
 		h.rdb.Del(context.WithoutCancel(ctx), rkey)
 		return nil, status.Errorf(codes.Unavailable, "postgres: %v", err)
@@ -136,7 +150,24 @@ func (h *handler) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 	resp.Outcome = pb.Outcome_OUTCOME_ACQUIRED
 	resp.Reason = pb.Reason_REASON_NEW
 	resp.FencingToken = 1
-	resp.State = pb.EventState_EVENT_STATE_RECEIVED
+	resp.State = state
 	resp.Attempt = 1
 	return resp, nil
+}
+
+// Transition is one UPDATE of the key's state (and result): no fencing, no
+// check of the state machine, as a hand-written handler does it.
+func (h *handler) Transition(ctx context.Context, req *pb.TransitionRequest) (*pb.TransitionResponse, error) {
+	ns, provider, key := req.GetNamespace(), req.GetProvider(), req.GetKey()
+	if ns == "" || provider == "" || key == "" || req.GetTo() == pb.EventState_EVENT_STATE_UNSPECIFIED {
+		return nil, status.Error(codes.InvalidArgument, "namespace, provider, key and to are required")
+	}
+	tag, err := h.pool.Exec(ctx, updateSQL, ns, provider, key, int16(req.GetTo()), req.GetResult())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "postgres: %v", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil, status.Error(codes.NotFound, "no such key")
+	}
+	return &pb.TransitionResponse{Changed: true}, nil
 }

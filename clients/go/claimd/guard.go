@@ -422,41 +422,64 @@ func (c *Client) heartbeatEvery(lease time.Duration, cl Claim) time.Duration {
 // heartbeat renews l every interval until stop is called. When a renewal
 // reports a stale token, a secret that is not the owner's or no record at
 // all, it calls onStale and stops; other errors are logged and the next
-// tick tries again (fencing keeps a lapsed lease safe). stop waits for the
-// goroutine to end and may be called twice.
+// tick tries again (fencing keeps a lapsed lease safe). stop waits for a
+// renewal in flight to end and may be called twice.
+//
+// No goroutine waits per event: the next renewal is a timer in the
+// runtime's one timer heap, and a goroutine runs only when a renewal is
+// due, so a handler that ends within its first interval (a third of the
+// lease) costs a timer set and stopped.
 func (c *Client) heartbeat(ctx context.Context, l Lease, lease, every time.Duration, onStale func(error)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			// Up to two intervals: a slow renewal still lands before the
-			// lease ends, and the ticker drops the ticks it overlaps.
-			rctx, rcancel := context.WithTimeout(ctx, 2*every)
-			_, err := c.Renew(rctx, l, lease)
-			rcancel()
-			switch {
-			case err == nil, ctx.Err() != nil:
-			case notOurs(err), errors.Is(err, ErrNotFound):
-				onStale(err)
-				return
-			case errors.Is(err, ErrInvalidTransition):
-				return // terminal already: nothing left to renew
-			default:
-				c.opts.logger.Warn("claimd: lease renewal failed", "key", l.Key, "err", err)
-			}
+	var (
+		mu       sync.Mutex
+		stopped  bool
+		inflight sync.WaitGroup
+		timer    *time.Timer
+	)
+	tick := func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
 		}
-	}()
+		inflight.Add(1)
+		mu.Unlock()
+		defer inflight.Done()
+		began := time.Now()
+		// Up to two intervals: a slow renewal still lands before the
+		// lease ends.
+		rctx, rcancel := context.WithTimeout(ctx, 2*every)
+		_, err := c.Renew(rctx, l, lease)
+		rcancel()
+		switch {
+		case err == nil, ctx.Err() != nil:
+		case notOurs(err), errors.Is(err, ErrNotFound):
+			onStale(err)
+			return
+		case errors.Is(err, ErrInvalidTransition):
+			return // terminal already: nothing left to renew
+		default:
+			c.opts.logger.Warn("claimd: lease renewal failed", "key", l.Key, "err", err)
+		}
+		// The next tick one interval after this one began, as a ticker
+		// would (at once when the renewal took longer).
+		mu.Lock()
+		if !stopped {
+			timer.Reset(max(every-time.Since(began), 0))
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	timer = time.AfterFunc(every, tick)
+	mu.Unlock()
 	return func() {
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
 		cancel()
-		<-done
+		inflight.Wait()
 	}
 }
 

@@ -224,6 +224,7 @@ type batchArgs struct {
 	namespaces, providers, keys, holders, attemptIDs []string
 	nows, leases, windows                            []time.Time
 	payloads, salts, secretHashes                    [][]byte
+	starts                                           []bool
 }
 
 func (a *batchArgs) add(p tiers.ClaimParams) {
@@ -238,6 +239,7 @@ func (a *batchArgs) add(p tiers.ClaimParams) {
 	a.attemptIDs = append(a.attemptIDs, p.AttemptID)
 	a.salts = append(a.salts, p.Salt)
 	a.secretHashes = append(a.secretHashes, p.SecretHash)
+	a.starts = append(a.starts, p.Start)
 }
 
 // claimBatch runs claim_batch.sql and, for the keys it did not insert,
@@ -248,7 +250,7 @@ func (a *batchArgs) add(p tiers.ClaimParams) {
 func (s *Store) claimBatch(ctx context.Context, a *batchArgs) (map[tiers.Key]batchAnswer, error) {
 	rows, err := s.pool.Query(ctx, claimBatchSQL,
 		a.namespaces, a.providers, a.keys, a.nows, a.leases, a.windows, a.payloads, a.holders, a.attemptIDs,
-		a.salts, a.secretHashes)
+		a.salts, a.secretHashes, a.starts)
 	if err != nil {
 		return nil, err
 	}

@@ -66,7 +66,7 @@ func claimOn(ctx context.Context, q querier, p tiers.ClaimParams) (res tiers.Cla
 	row := q.QueryRow(ctx, claimSQL,
 		p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now,
 		p.Now.Add(p.Lease), p.Now.Add(p.TTL), p.PayloadHash, p.Holder, p.AttemptID, p.Salt, p.SecretHash,
-		lifecycle, entityID, eventType, to)
+		lifecycle, entityID, eventType, to, p.Start)
 	rec, err := scanRecord(row, p.Key, &acquired)
 	switch {
 	case err == nil && acquired:

@@ -119,7 +119,7 @@ func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers
 						return updateRowOn(ctx, tx, p.Key, transitionSQL, args(true)...)
 					})
 			}
-			return updateRowOn(ctx, s.pool, p.Key, transitionSQL, args(false)...)
+			return s.updateRow(ctx, p.Key, transitionSQL, args(false)...)
 		},
 		func(cur tiers.Record) (tiers.Record, bool, error) {
 			next, changed, err := tiers.ApplyTransition(cur, p)
@@ -137,7 +137,7 @@ func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, e
 			if !fenceable(p.Token, p.SecretHash) {
 				return tiers.Record{}, false, nil
 			}
-			return updateRowOn(ctx, s.pool, p.Key, renewSQL,
+			return s.updateRow(ctx, p.Key, renewSQL,
 				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, p.Now.Add(p.Lease), int64(p.Token), p.SecretHash)
 		},
 		func(cur tiers.Record) (tiers.Record, bool, error) {
@@ -164,7 +164,7 @@ func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Recor
 						return updateRowOn(ctx, tx, p.Key, releaseSQL, args(true)...)
 					})
 			}
-			return updateRowOn(ctx, s.pool, p.Key, releaseSQL, args(false)...)
+			return s.updateRow(ctx, p.Key, releaseSQL, args(false)...)
 		},
 		func(cur tiers.Record) (tiers.Record, bool, error) {
 			next, changed, err := tiers.ApplyRelease(cur, p)

@@ -80,7 +80,9 @@ type Config struct {
 	// binary's.
 	Migrate bool
 	// MaxBatch bounds how many concurrent first claims one statement
-	// inserts (group commit, batch.go). Zero means 64; 1 turns batching
+	// inserts (group commit, batch.go), and how many fenced updates
+	// (Transition, Renew, Release) one transaction commits together
+	// (writebatch.go). Zero means 64; 1 turns batching
 	// off, so that every claim runs its own statement.
 	MaxBatch int
 	// BatchFlushers is how many batch statements may be in flight at once.
@@ -94,7 +96,8 @@ type Config struct {
 // Store is the PostgreSQL durable tier. It is safe for concurrent use.
 type Store struct {
 	pool       *pgxpool.Pool
-	batch      *batcher // nil when batching is off
+	batch      *batcher      // nil when batching is off
+	writes     *writeBatcher // nil when batching is off
 	schema     string
 	janitorKey int64 // JanitorLockKey(schema)
 }
@@ -138,6 +141,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		flushers := cmp.Or(cfg.BatchFlushers, defaultBatchFlushers)
 		s.batch = newBatcher(s, maxBatch, flushers)
 		s.batch.start(flushers)
+		s.writes = newWriteBatcher(s, maxBatch)
+		s.writes.start()
 	}
 	return s, nil
 }
@@ -228,6 +233,9 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error {
 	if s.batch != nil {
 		s.batch.close()
+	}
+	if s.writes != nil {
+		s.writes.close()
 	}
 	s.pool.Close()
 	return nil

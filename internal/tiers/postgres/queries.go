@@ -40,6 +40,8 @@ const recordColumns = `state, token, version, attempt, reason, released, holder,
 var placeholders = map[string]string{
 	"RECORD":         recordColumns,
 	"RECEIVED":       num(tiers.StateReceived),
+	"VALIDATED":      num(tiers.StateValidated),
+	"PROCESSING":     num(tiers.StateProcessing),
 	"SETTLED":        num(tiers.StateSettled),
 	"FAILED":         num(tiers.StateFailed),
 	"NEW":            num(tiers.ReasonNew),

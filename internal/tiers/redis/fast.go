@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -13,7 +15,8 @@ import (
 // Script.Run: EVALSHA of the SHA-1 of the source, and on a NOSCRIPT reply
 // (script cache flushed, failover to a replica that never saw it) EVAL of the
 // full source, which caches it again. A Reserve or Put is therefore one round
-// trip, two only right after the cache was lost.
+// trip, two only right after the cache was lost. Concurrent calls share
+// their round trips: the coalescer (pipeline.go) sends them as one pipeline.
 var (
 	//go:embed reserve.lua
 	reserveLua string
@@ -61,7 +64,7 @@ func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastR
 		return tiers.FastResult{}, fmt.Errorf("redis: Reserve %s: empty nonce", p.Key)
 	}
 	key := s.key(p.Key)
-	v, err := s.reserve.Run(ctx, s.client, []string{key},
+	v, err := s.run(ctx, s.reserve, []string{key},
 		p.Now.UnixMicro(), p.Nonce, ceilMillis(p.PendingTTL), p.PayloadHash, p.AttemptID).Slice()
 	if err != nil {
 		return tiers.FastResult{}, s.fail(ctx, "reserve", key, err)
@@ -88,7 +91,7 @@ func (s *Store) putRecord(ctx context.Context, rec tiers.Record) (bool, error) {
 		return false, fmt.Errorf("redis: Put %s: record without version or state", rec.Key)
 	}
 	key := s.key(rec.Key)
-	n, err := s.put.Run(ctx, s.client, []string{key},
+	n, err := s.run(ctx, s.put, []string{key},
 		rec.Version,
 		windowEndMillis(rec.WindowExpiresAt),
 		rec.State.String(),
@@ -122,9 +125,18 @@ func (s *Store) Abort(ctx context.Context, k tiers.Key, nonce string) error {
 // abortMarker is Abort, also reporting whether it deleted the marker.
 func (s *Store) abortMarker(ctx context.Context, k tiers.Key, nonce string) (bool, error) {
 	key := s.key(k)
-	n, err := s.abort.Run(ctx, s.client, []string{key}, nonce).Int64()
+	n, err := s.run(ctx, s.abort, []string{key}, nonce).Int64()
 	if err != nil {
 		return false, s.fail(ctx, "abort", key, err)
 	}
 	return n == 1, nil
+}
+
+// run runs script on key's arguments, through the coalescer unless the
+// Store was configured without one.
+func (s *Store) run(ctx context.Context, script *goredis.Script, keys []string, args ...any) *goredis.Cmd {
+	if s.coalesce == nil {
+		return script.Run(ctx, s.client, keys, args...)
+	}
+	return s.coalesce.run(ctx, script, keys, args...)
 }

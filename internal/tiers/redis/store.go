@@ -75,6 +75,9 @@ type Config struct {
 	// wins. With a redis:// URL it is an error: it would be silently unused
 	// and the connection plaintext.
 	TLS *tls.Config
+	// NoPipelining sends every script on its own round trip instead of
+	// coalescing concurrent ones into pipelines (pipeline.go).
+	NoPipelining bool
 }
 
 // Store is the Redis fast tier. It is safe for concurrent use.
@@ -85,6 +88,7 @@ type Store struct {
 	prefix string
 
 	reserve, put, abort *goredis.Script
+	coalesce            *coalescer // nil with Config.NoPipelining
 }
 
 var _ tiers.Fast = (*Store)(nil)
@@ -132,6 +136,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		s.client, s.kind = client, kind
 		s.owned = true
+	}
+	if !cfg.NoPipelining {
+		s.coalesce = newCoalescer(s.client)
 	}
 	if err := s.loadScripts(ctx); err != nil && ctx.Err() != nil {
 		s.Close()
@@ -230,6 +237,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close closes the client when New built it; a Client passed in Config
 // belongs to its caller.
 func (s *Store) Close() error {
+	if s.coalesce != nil {
+		s.coalesce.close()
+	}
 	if !s.owned {
 		return nil
 	}

@@ -154,6 +154,7 @@ type durableClaim struct {
 	at      func(t0 time.Time, before *tiers.Record) time.Time
 	payload []byte
 	attempt string
+	start   bool // ClaimParams.Start
 }
 
 func (c durableClaim) String() string {
@@ -166,6 +167,9 @@ func (c durableClaim) String() string {
 	}
 	if c.attempt != "" {
 		s += ", attempt " + c.attempt
+	}
+	if c.start {
+		s += ", start"
 	}
 	return s
 }
@@ -196,6 +200,9 @@ func durableClaims() []durableClaim {
 				cs = append(cs, durableClaim{when: tm.when, at: tm.at, payload: payload, attempt: attempt})
 			}
 		}
+		// A claim that starts the work, at each instant: enough to meet
+		// every state an acquisition can start from.
+		cs = append(cs, durableClaim{when: tm.when, at: tm.at, start: true})
 	}
 	return cs
 }
@@ -227,7 +234,7 @@ func testClaimMatchesDecide(t *testing.T, e *env) {
 				}
 			}
 			p := e.params(k)
-			p.Now, p.PayloadHash, p.AttemptID, p.Holder = c.at(t0, before), c.payload, c.attempt, "pod-b"
+			p.Now, p.PayloadHash, p.AttemptID, p.Holder, p.Start = c.at(t0, before), c.payload, c.attempt, "pod-b", c.start
 			want, next, write := tiers.Decide(before, p)
 			want.ServedBy = tiers.TierDurable
 			got, err := e.store.Claim(ctx, p)

@@ -55,6 +55,7 @@ var storeCases = []struct {
 	{"records survive a restart", testRestart},
 	{"namespaces and providers are isolated", testIsolation},
 	{"get reads the record", testGet},
+	{"a claim with start acquires in PROCESSING, and SETTLED follows at once", testStart},
 }
 
 func testNewKey(t *testing.T, e *env) {
@@ -598,4 +599,54 @@ func testTakeoverNewOwner(t *testing.T, e *env) {
 	takeover(tiers.ReasonReleased)
 	e.clk.Set(start.Add(stripeTTL + time.Second))
 	takeover(tiers.ReasonWindowExpired)
+}
+
+// testStart: ClaimParams.Start records an acquisition in PROCESSING, new key
+// or takeover, so that the holder settles straight away; a claim that does
+// not acquire writes nothing, start or not.
+func testStart(t *testing.T, e *env) {
+	p := e.params("evt_start")
+	p.Start = true
+	a := e.mustOutcome(p, tiers.OutcomeAcquired, tiers.ReasonNew)
+	if a.Record.State != tiers.StateProcessing || a.Record.Token != 1 {
+		t.Fatalf("Claim(start) state/token = %v/%d, want PROCESSING/1", a.Record.State, a.Record.Token)
+	}
+	if got, err := e.store.Get(e.ctx(), e.key("evt_start")); err != nil || got.State != tiers.StateProcessing {
+		t.Fatalf("Get after Claim(start) = %v, %v; want PROCESSING", got.State, err)
+	}
+
+	// A duplicate with start, while the lease runs, changes nothing.
+	e.clk.Advance(time.Second)
+	dup := e.params("evt_start")
+	dup.Start, dup.Holder = true, "pod-b"
+	if res := e.mustOutcome(dup, tiers.OutcomeInProgress, tiers.ReasonUnspecified); res.Record.State != tiers.StateProcessing || res.Record.Holder != "pod-a" {
+		t.Fatalf("Claim(start, in progress) state/holder = %v/%q, want PROCESSING/pod-a", res.Record.State, res.Record.Holder)
+	}
+
+	// A takeover with start of a RECEIVED record moves it to PROCESSING.
+	b := e.mustOutcome(e.params("evt_start_to"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	if b.Record.State != tiers.StateReceived {
+		t.Fatalf("Claim(no start) state = %v, want RECEIVED", b.Record.State)
+	}
+	e.clk.Advance(lease + time.Second)
+	to := e.params("evt_start_to")
+	to.Start, to.Holder = true, "pod-b"
+	c := e.mustOutcome(to, tiers.OutcomeAcquired, tiers.ReasonLeaseExpired)
+	if c.Record.State != tiers.StateProcessing || c.Record.Token != 2 {
+		t.Fatalf("takeover(start) state/token = %v/%d, want PROCESSING/2", c.Record.State, c.Record.Token)
+	}
+	_, _, err := e.transition("evt_start_to", ownerOf(b.Record), tiers.StateProcessing, nil)
+	wantErr(t, "Transition(old holder)", err, tiers.ErrStaleToken)
+
+	// The holders settle without a Transition to PROCESSING.
+	e.mustTransition("evt_start", ownerOf(a.Record), tiers.StateSettled)
+	e.mustTransition("evt_start_to", ownerOf(c.Record), tiers.StateSettled)
+	for _, k := range []string{"evt_start", "evt_start_to"} {
+		p := e.params(k)
+		p.Start = true
+		res := e.mustOutcome(p, tiers.OutcomeDuplicate, tiers.ReasonUnspecified)
+		if res.Record.State != tiers.StateSettled || string(res.Record.Result) != "result-of-"+k {
+			t.Fatalf("Claim(%q, start, settled) = %v %q, want SETTLED result-of-%s", k, res.Record.State, res.Record.Result, k)
+		}
+	}
 }

@@ -21,7 +21,7 @@ from claimd._gen.idempotency.v1 import provider_pb2_grpc as provider_grpc
 from claimd.errors import Unavailable
 from claimd.guard import Guard, GuardKey, GuardResult, guarded
 from claimd.retry import RetryPolicy, call_with_retry
-from claimd.security import TLSConfig, TokenProvider, channel_credentials
+from claimd.security import StaticBearer, TLSConfig, TokenProvider, channel_credentials
 from claimd.types import Claim, Delivery, EventState, Lease, Provider, Record, Transitioned
 from claimd.types import Seconds as Seconds  # re-exported: it was defined here
 
@@ -128,9 +128,16 @@ class Client:
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"Client.timeout: {timeout} must be > 0")
+        # A fixed token goes as metadata of each call (StaticBearer): gRPC
+        # runs call credentials on a thread per call. Credentials given by the
+        # caller keep the token as call credentials, which gRPC sends only
+        # over a secure channel.
+        static = isinstance(token, str) and credentials is None
         creds, security_options = channel_credentials(
-            target, token=token, tls=tls, insecure=insecure, credentials=credentials
+            target, token=token, tls=tls, insecure=insecure, credentials=credentials, static_as_metadata=static
         )
+        if static:
+            interceptors = (StaticBearer(token), *interceptors)  # type: ignore[arg-type]
         self.target = target
         self.timeout = timeout
         self.retry = retry if retry is not None else RetryPolicy()

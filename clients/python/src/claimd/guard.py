@@ -8,8 +8,9 @@
 The guard follows the contract every claimd guard shares, clients/GUARD.md,
 whose table gives the status, Retry-After and body of every outcome (the
 scenarios in clients/guardspec check it). In short: Claim; on ACQUIRED move to
-PROCESSING and renew the lease from a background thread (every lease/3) while
-the block runs; then settle (SETTLED with the result, 200), fail (FAILED for a
+PROCESSING and renew the lease every lease/3 while the block runs (the
+client's one heartbeat thread schedules the renewals of all its guards);
+then settle (SETTLED with the result, 200), fail (FAILED for a
 PermanentError, 200: the provider must stop retrying) or release (any other
 Exception, 500: the next delivery acquires with RELEASED). Every other outcome
 answers without running the block: DUPLICATE 200 with the stored result,
@@ -39,12 +40,17 @@ the block does: the next holder must learn again that someone may have acted.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
+import heapq
+import itertools
 import json
 import logging
 import math
 import threading
+import time
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from types import TracebackType
@@ -228,45 +234,130 @@ def _failure_text(err: BaseException) -> bytes:
     return text.encode("utf-8")[:MAX_FAILURE_BYTES].decode("utf-8", "ignore").encode("utf-8")
 
 
+class _Scheduler:
+    """_Scheduler runs the heartbeats of one client. One thread sleeps until
+    the next renewal is due and hands it to a small pool of renewal threads,
+    so an event whose handler ends within a third of its lease (the first
+    renewal's due time, GUARD.md) costs a heap entry, not a thread of its
+    own. The thread ends when no heartbeat is left and starts again with the
+    next one."""
+
+    _RENEWERS = 4  # renewals in flight at once: a slow one must not hold up the rest
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, _Heartbeat]] = []
+        self._seq = itertools.count()
+        self._stopped = 0  # stopped heartbeats still in the heap
+        self._thread: threading.Thread | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def schedule(self, hb: _Heartbeat, delay: float) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), hb))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="claimd-heartbeats", daemon=True)
+                self._thread.start()
+            elif self._heap[0][2] is hb:
+                self._cond.notify()  # due before what the thread sleeps for
+
+    def stopped(self) -> None:
+        # Stopped heartbeats leave the heap when due; when they are most of
+        # it (many short handlers), it is rebuilt without them.
+        with self._cond:
+            self._stopped += 1
+            if self._stopped > 64 and self._stopped * 2 > len(self._heap):
+                self._heap = [e for e in self._heap if not e[2].is_stopped]
+                heapq.heapify(self._heap)
+                self._stopped = 0
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    while self._heap and self._heap[0][2].is_stopped:
+                        heapq.heappop(self._heap)
+                        self._stopped = max(0, self._stopped - 1)
+                    if not self._heap:
+                        self._thread = None
+                        return
+                    due, _, hb = self._heap[0]
+                    wait = due - time.monotonic()
+                    if wait <= 0:
+                        heapq.heappop(self._heap)
+                        break
+                    self._cond.wait(wait)
+                if self._pool is None:
+                    self._pool = concurrent.futures.ThreadPoolExecutor(
+                        max_workers=self._RENEWERS, thread_name_prefix="claimd-renew"
+                    )
+            self._pool.submit(hb.renew_once)
+
+
+# _schedulers holds each client's scheduler for as long as the client lives.
+_schedulers: weakref.WeakKeyDictionary[Client, _Scheduler] = weakref.WeakKeyDictionary()
+_schedulers_lock = threading.Lock()
+
+
+def _scheduler(client: Client) -> _Scheduler:
+    with _schedulers_lock:
+        sched = _schedulers.get(client)
+        if sched is None:
+            sched = _schedulers[client] = _Scheduler()
+        return sched
+
+
 class _Heartbeat:
-    """_Heartbeat renews the lease until stopped, and reports a takeover."""
+    """_Heartbeat renews the lease until stopped, and reports a takeover. Its
+    renewals run on the client's shared scheduler."""
 
     def __init__(self, guard: Guard, first: Record) -> None:
         self._guard = guard
         self._stop = threading.Event()
         self._interval = self._pace(first)
-        self._thread = threading.Thread(target=self._run, name=f"claimd-heartbeat {first.key}", daemon=True)
+        self._scheduler = _scheduler(guard.client)
 
     @staticmethod
     def _pace(rec: Record) -> float:
         lease = rec.lease
         return max(_MIN_HEARTBEAT, lease.total_seconds() / 3) if lease is not None else _MIN_HEARTBEAT
 
+    @property
+    def is_stopped(self) -> bool:
+        return self._stop.is_set()
+
     def start(self) -> None:
-        self._thread.start()
+        self._scheduler.schedule(self, self._interval)
 
     def stop(self) -> None:
-        # No join: a renewal in flight is harmless after a settle (renewing a
-        # terminal record fails and ends the thread), and waiting for its
+        # No wait: a renewal in flight is harmless after a settle (renewing a
+        # terminal record fails and ends the heartbeat), and waiting for its
         # retries would only delay the answer.
-        self._stop.set()
+        if not self._stop.is_set():
+            self._stop.set()
+            self._scheduler.stopped()
 
-    def _run(self) -> None:
+    def renew_once(self) -> None:
+        """renew_once is one tick: renew, then schedule the next one unless
+        the heartbeat stopped or ownership is lost."""
+        if self._stop.is_set():
+            return
         g, c = self._guard, self._guard.claim
-        while not self._stop.wait(self._interval):
-            try:
-                rec = g.client.renew(c, lease=g.lease)
-            except (StaleToken, NotOwner, NotFound) as err:
-                g._lose(err)
-                return
-            except InvalidTransition:
-                return  # terminal: settled or failed meanwhile, nothing to keep alive
-            except ClaimdError as err:
-                # Keep trying: the lease is still ours until someone takes it
-                # over, and a takeover shows up as StaleToken.
-                log.warning("claimd: renew %s/%s/%s failed: %s", c.namespace, c.provider, c.key, err)
-                continue
+        try:
+            rec = g.client.renew(c, lease=g.lease)
+        except (StaleToken, NotOwner, NotFound) as err:
+            g._lose(err)
+            return
+        except InvalidTransition:
+            return  # terminal: settled or failed meanwhile, nothing to keep alive
+        except ClaimdError as err:
+            # Keep trying: the lease is still ours until someone takes it
+            # over, and a takeover shows up as StaleToken.
+            log.warning("claimd: renew %s/%s/%s failed: %s", c.namespace, c.provider, c.key, err)
+        else:
             self._interval = self._pace(rec)
+        if not self._stop.is_set():
+            self._scheduler.schedule(self, self._interval)
 
 
 class Guard:

@@ -4,6 +4,7 @@ loopback targets only."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import ipaddress
 import ssl
@@ -107,6 +108,43 @@ class _BearerAuth(grpc.AuthMetadataPlugin):  # type: ignore[misc]  # grpc ships 
         return "<claimd bearer token>"
 
 
+class _ClientCallDetails(
+    collections.namedtuple(
+        "_ClientCallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
+    ),
+    grpc.ClientCallDetails,  # type: ignore[misc]
+):
+    pass
+
+
+class StaticBearer(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """StaticBearer adds "authorization: Bearer <token>" to every call of a
+    client whose token is a fixed str. gRPC runs call credentials
+    (metadata_call_credentials) on a thread of its own for every call, which
+    cost about 270 µs of CPU and twice that in latency per call in
+    bench/python (1 062 against 506 µs a call); a fixed token needs none of
+    that. The channel is still a secure or local one: channel_credentials
+    refuses plaintext with a token as before. Its repr never shows the
+    token."""
+
+    __slots__ = ("_metadata",)
+
+    def __init__(self, token: str) -> None:
+        self._metadata = (("authorization", f"Bearer {token}"),)
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        md = self._metadata if not details.metadata else (*details.metadata, *self._metadata)
+        return continuation(
+            _ClientCallDetails(
+                details.method, details.timeout, md, details.credentials, details.wait_for_ready, details.compression
+            ),
+            request,
+        )
+
+    def __repr__(self) -> str:
+        return "<claimd bearer token>"
+
+
 def is_loopback_target(target: str) -> bool:
     """is_loopback_target reports whether a gRPC target names this machine: a
     loopback IP, localhost, or a Unix socket. A target it cannot read (a
@@ -151,6 +189,7 @@ def channel_credentials(
     tls: TLSConfig | bool | None,
     insecure: bool,
     credentials: grpc.ChannelCredentials | None,
+    static_as_metadata: bool = False,
 ) -> tuple[grpc.ChannelCredentials | None, list[tuple[str, Any]]]:
     """channel_credentials decides how a Client reaches target: the channel
     credentials (None for a plaintext channel) and the channel options they
@@ -169,7 +208,10 @@ def channel_credentials(
             if problem is not None:
                 raise ValueError(f"Client.token: {problem}")
             static = token
-            call_creds = grpc.metadata_call_credentials(_BearerAuth(lambda: static), name="claimd-bearer")
+            # With static_as_metadata the caller sends it itself
+            # (StaticBearer), after the checks below on the channel.
+            if not static_as_metadata:
+                call_creds = grpc.metadata_call_credentials(_BearerAuth(lambda: static), name="claimd-bearer")
         elif callable(token):
             call_creds = grpc.metadata_call_credentials(_BearerAuth(token), name="claimd-bearer")
         else:
@@ -184,11 +226,11 @@ def channel_credentials(
     elif credentials is not None:
         creds = credentials
     elif insecure:
-        if call_creds is not None:
+        if token is not None:
             raise ValueError("Client: insecure=True would send the bearer token in plaintext; use tls=TLSConfig(...)")
         return None, options
     elif not is_loopback_target(target):
-        what = "the bearer token" if call_creds is not None else "calls"
+        what = "the bearer token" if token is not None else "calls"
         raise ValueError(
             f"Client: {_clip(target)} is not a loopback address, and {what} must not cross the network in "
             "plaintext: pass tls=TLSConfig(ca_file=...) (or insecure=True for plaintext without a token)"

@@ -6,7 +6,9 @@
 -- (the service's fingerprint), $10 salt, $11 secret hash: written, like holder
 -- and attempt_id, only by an acquisition; $12 lifecycle, $13 entity id,
 -- $14 event type, $15 the state the event leads to: the claim's entity event
--- (entity.go), all '' for a claim without one, stored by an acquisition too.
+-- (entity.go), all '' for a claim without one, stored by an acquisition too;
+-- $16 start: an acquisition records PROCESSING instead of RECEIVED (or
+-- VALIDATED).
 --
 -- c inserts the record (ACQUIRED/NEW) or, when the key exists, takes it over
 -- exactly when tiers.Decide would: the window is over, or the payloads do not
@@ -28,7 +30,7 @@ WITH c AS (
                              released, holder, attempt_id, salt, secret_hash, payload_sha256, result,
                              first_seen_at, lease_expires_at, window_expires_at, updated_at,
                              lifecycle, entity_id, event_type, entity_to)
-    VALUES ($1, $2, $3, {RECEIVED}, 1, 1, 1, {NEW},
+    VALUES ($1, $2, $3, CASE WHEN $16::bool THEN {PROCESSING} ELSE {RECEIVED} END, 1, 1, 1, {NEW},
             false, $8, $9, $10::bytea, $11::bytea, $7::bytea, NULL,
             $4, $5, $6, $4,
             $12, $13, $14, $15)
@@ -51,8 +53,12 @@ WITH c AS (
         lease_expires_at = $5,
         updated_at = $4,
         -- A new window or a release starts the state machine again; an
-        -- expired lease keeps the state the vanished holder reached.
-        state      = CASE WHEN r.window_expires_at <= $4 OR r.released THEN {RECEIVED} ELSE r.state END,
+        -- expired lease keeps the state the vanished holder reached. A
+        -- start moves a state short of PROCESSING on to it.
+        state      = CASE WHEN $16::bool AND (r.window_expires_at <= $4 OR r.released
+                                              OR r.state IN ({RECEIVED}, {VALIDATED})) THEN {PROCESSING}
+                          WHEN r.window_expires_at <= $4 OR r.released THEN {RECEIVED}
+                          ELSE r.state END,
         result     = CASE WHEN r.window_expires_at <= $4 OR r.released THEN NULL ELSE r.result END,
         -- A new window adopts the claimant's payload; otherwise an unknown
         -- hash is filled in by the first claimant that knows it.

@@ -4,7 +4,8 @@
 --
 -- $1 namespaces, $2 providers, $3 keys, $4 nows (the service clock),
 -- $5 lease ends, $6 window ends, $7 payload hashes (NULL when unknown),
--- $8 holders, $9 attempt_ids (fingerprints), $10 salts, $11 secret hashes.
+-- $8 holders, $9 attempt_ids (fingerprints), $10 salts, $11 secret hashes,
+-- $12 starts (PROCESSING instead of RECEIVED).
 --
 -- c inserts a key's record (ACQUIRED/NEW, token 1: tiers.NewRecord) when no
 -- row holds the key, and nothing otherwise; a writes their ACQUIRED audit
@@ -19,15 +20,15 @@
 WITH i AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[],
                          $5::timestamptz[], $6::timestamptz[], $7::bytea[], $8::text[], $9::text[],
-                         $10::bytea[], $11::bytea[])
+                         $10::bytea[], $11::bytea[], $12::bool[])
         AS t(i_namespace, i_provider, i_key, i_now, i_lease, i_window, i_payload, i_holder, i_attempt_id,
-             i_salt, i_secret_hash)
+             i_salt, i_secret_hash, i_start)
 ),
 c AS (
     INSERT INTO claims (namespace, provider, key, state, token, version, attempt, reason,
                         released, holder, attempt_id, salt, secret_hash, payload_sha256, result,
                         first_seen_at, lease_expires_at, window_expires_at, updated_at)
-    SELECT i_namespace, i_provider, i_key, {RECEIVED}, 1, 1, 1, {NEW},
+    SELECT i_namespace, i_provider, i_key, CASE WHEN i_start THEN {PROCESSING} ELSE {RECEIVED} END, 1, 1, 1, {NEW},
            false, i_holder, i_attempt_id, i_salt, i_secret_hash, i_payload, NULL,
            i_now, i_lease, i_window, i_now
     FROM i

@@ -1,0 +1,181 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// maxPipeline bounds the scripts of one pipeline.
+const maxPipeline = 128
+
+// coalescer sends the scripts of concurrent callers to Redis as one
+// pipeline: one write and one read of the connection for all of them, where
+// each alone costs a write and a read of its own (system calls on both
+// sides, Redis's included). One flusher sends a pipeline at a time; the
+// calls that arrive meanwhile queue and form the next one, so a pipeline
+// grows with the load and a lone call goes out at once. There is no timer.
+//
+// It keeps what go-redis's experimental AutoPipeline did not: a caller
+// whose context is done before its pipeline goes out sends nothing, and a
+// call alone runs on its own context, exactly as without the coalescer. A
+// pipeline that fails on the network fails only its own calls (go-redis
+// retries it once, as it retries a single call); the calls queued behind
+// it go out in the next pipeline, on a new connection, as they would have
+// alone. (Failing them with it, to spare a hung Redis's timeouts, dropped
+// fast-tier repairs after a Redis restart: make chaos, redis-kill.)
+type coalescer struct {
+	client goredis.UniversalClient
+	queue  chan *scriptCall
+
+	mu     sync.RWMutex // guards closed against sends on a closed queue
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// scriptCall is one script run waiting in the coalescer.
+type scriptCall struct {
+	ctx    context.Context
+	script *goredis.Script
+	keys   []string
+	args   []any
+	cmd    *goredis.Cmd // the answer, once done is closed
+	alone  bool         // NOSCRIPT in the pipeline: the caller runs it itself (EVAL)
+	done   chan struct{}
+}
+
+func newCoalescer(client goredis.UniversalClient) *coalescer {
+	c := &coalescer{client: client, queue: make(chan *scriptCall, 4*maxPipeline)}
+	c.wg.Add(1)
+	go c.flusher()
+	return c
+}
+
+// close stops the flusher once the queue is drained.
+func (c *coalescer) close() {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.queue)
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+}
+
+// run runs script like script.Run, through the next pipeline.
+func (c *coalescer) run(ctx context.Context, script *goredis.Script, keys []string, args ...any) *goredis.Cmd {
+	if err := ctx.Err(); err != nil {
+		cmd := goredis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	q := &scriptCall{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
+	if !c.enqueue(q) {
+		return script.Run(ctx, c.client, keys, args...)
+	}
+	select {
+	case <-q.done:
+		if q.alone {
+			return script.Run(ctx, c.client, keys, args...)
+		}
+		return q.cmd
+	case <-ctx.Done():
+		// The script may still go out with its pipeline, as it may when a
+		// context ends during a plain call: every script is safe either
+		// way (put.lua by version, reserve.lua and abort.lua by nonce).
+		cmd := goredis.NewCmd(ctx)
+		cmd.SetErr(ctx.Err())
+		return cmd
+	}
+}
+
+func (c *coalescer) enqueue(q *scriptCall) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return false
+	}
+	select {
+	case c.queue <- q:
+		return true
+	default:
+		return false // full: the caller runs its script itself
+	}
+}
+
+func (c *coalescer) flusher() {
+	defer c.wg.Done()
+	batch := make([]*scriptCall, 0, maxPipeline)
+	for q := range c.queue {
+		batch = append(batch[:0], q)
+	fill:
+		for len(batch) < maxPipeline {
+			select {
+			case q, ok := <-c.queue:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, q)
+			default:
+				break fill
+			}
+		}
+		c.flush(batch)
+		clear(batch)
+	}
+}
+
+// flush sends batch and answers its callers.
+func (c *coalescer) flush(batch []*scriptCall) {
+	live := batch[:0:0]
+	var deadline time.Time
+	bounded := true
+	for _, q := range batch {
+		if err := q.ctx.Err(); err != nil {
+			// Gone before its pipeline: nothing is sent for it.
+			q.cmd = goredis.NewCmd(q.ctx)
+			q.cmd.SetErr(err)
+			close(q.done)
+			continue
+		}
+		live = append(live, q)
+		if d, ok := q.ctx.Deadline(); !ok {
+			bounded = false
+		} else if d.After(deadline) {
+			deadline = d
+		}
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		// Alone: exactly the plain call, on the caller's context.
+		q := live[0]
+		q.cmd = q.script.Run(q.ctx, c.client, q.keys, q.args...)
+		close(q.done)
+		return
+	}
+	// The pipeline outlives any one caller, bounded by the latest deadline
+	// among them (and by the client's read and write timeouts).
+	ctx := context.Background()
+	if bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	pipe := c.client.Pipeline()
+	cmds := make([]*goredis.Cmd, len(live))
+	for i, q := range live {
+		cmds[i] = pipe.EvalSha(ctx, q.script.Hash(), q.keys, q.args...)
+	}
+	pipe.Exec(ctx) // each command carries its own error
+	for i, q := range live {
+		q.cmd = cmds[i]
+		if err := q.cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			q.alone = true
+		}
+		close(q.done)
+	}
+}
