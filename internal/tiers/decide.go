@@ -120,7 +120,10 @@ func NewRecord(p ClaimParams) Record {
 // attempt+1, a fresh lease. After a release or a new window the state starts
 // again at RECEIVED; after an expired lease it stays where the vanished
 // holder left it, so the new holder knows how far it got. With p.Start a
-// state short of PROCESSING moves on to it.
+// state machine that starts again (a release, a new window) starts in
+// PROCESSING; a lease-expired takeover keeps the reached state even then,
+// since that state is the only trace of how far the vanished holder got (the
+// new holder moves it to PROCESSING itself when it goes on).
 func Takeover(cur Record, p ClaimParams, reason Reason) Record {
 	next := cur
 	next.Token++
@@ -148,7 +151,9 @@ func Takeover(cur Record, p ClaimParams, reason Reason) Record {
 	if len(next.PayloadHash) == 0 {
 		next.PayloadHash = p.PayloadHash
 	}
-	next.State = startState(next.State, p.Start)
+	if reason != ReasonLeaseExpired {
+		next.State = startState(next.State, p.Start)
+	}
 	return next
 }
 

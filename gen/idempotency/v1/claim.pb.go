@@ -614,9 +614,12 @@ type ClaimRequest struct {
 	// entity_id. An event type no lifecycle of the provider declares is an
 	// ordinary claim. At most 255 bytes.
 	EventType string `protobuf:"bytes,12,opt,name=event_type,json=eventType,proto3" json:"event_type,omitempty"`
-	// start, when the claim acquires, records it already in PROCESSING (one
-	// RPC instead of Claim + Transition PROCESSING for handlers that start the
-	// side effect right away). Optional.
+	// start, when the claim acquires a new key, a released one or one whose
+	// window ended, records it already in PROCESSING (one RPC instead of
+	// Claim + Transition PROCESSING for handlers that start the side effect
+	// right away). A LEASE_EXPIRED takeover keeps the state the vanished holder
+	// reached even then (that state is the only trace of how far it got): move
+	// it to PROCESSING yourself. Optional.
 	Start         bool `protobuf:"varint,13,opt,name=start,proto3" json:"start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -623,7 +623,9 @@ func testStart(t *testing.T, e *env) {
 		t.Fatalf("Claim(start, in progress) state/holder = %v/%q, want PROCESSING/pod-a", res.Record.State, res.Record.Holder)
 	}
 
-	// A takeover with start of a RECEIVED record moves it to PROCESSING.
+	// A takeover with start of a RECEIVED record whose lease ran out keeps
+	// RECEIVED: how far the vanished holder got is the new holder's to read.
+	// It moves on to PROCESSING itself.
 	b := e.mustOutcome(e.params("evt_start_to"), tiers.OutcomeAcquired, tiers.ReasonNew)
 	if b.Record.State != tiers.StateReceived {
 		t.Fatalf("Claim(no start) state = %v, want RECEIVED", b.Record.State)
@@ -632,11 +634,24 @@ func testStart(t *testing.T, e *env) {
 	to := e.params("evt_start_to")
 	to.Start, to.Holder = true, "pod-b"
 	c := e.mustOutcome(to, tiers.OutcomeAcquired, tiers.ReasonLeaseExpired)
-	if c.Record.State != tiers.StateProcessing || c.Record.Token != 2 {
-		t.Fatalf("takeover(start) state/token = %v/%d, want PROCESSING/2", c.Record.State, c.Record.Token)
+	if c.Record.State != tiers.StateReceived || c.Record.Token != 2 {
+		t.Fatalf("lease-expired takeover(start) state/token = %v/%d, want RECEIVED/2 (the state the vanished holder reached)", c.Record.State, c.Record.Token)
 	}
 	_, _, err := e.transition("evt_start_to", ownerOf(b.Record), tiers.StateProcessing, nil)
 	wantErr(t, "Transition(old holder)", err, tiers.ErrStaleToken)
+	e.mustTransition("evt_start_to", ownerOf(c.Record), tiers.StateProcessing)
+
+	// A released key claimed with start starts again in PROCESSING.
+	r := e.mustOutcome(e.params("evt_start_rel"), tiers.OutcomeAcquired, tiers.ReasonNew)
+	if _, err := e.store.Release(e.ctx(), tiers.ReleaseParams{Key: e.key("evt_start_rel"), Now: e.clk.Now(),
+		Token: r.Record.Token, SecretHash: r.Record.SecretHash}); err != nil {
+		t.Fatalf("Release(evt_start_rel) = %v", err)
+	}
+	rel := e.params("evt_start_rel")
+	rel.Start = true
+	if got := e.mustOutcome(rel, tiers.OutcomeAcquired, tiers.ReasonReleased); got.Record.State != tiers.StateProcessing {
+		t.Fatalf("Claim(start) after a release state = %v, want PROCESSING", got.Record.State)
+	}
 
 	// The holders settle without a Transition to PROCESSING.
 	e.mustTransition("evt_start", ownerOf(a.Record), tiers.StateSettled)

@@ -53,10 +53,10 @@ WITH c AS (
         lease_expires_at = $5,
         updated_at = $4,
         -- A new window or a release starts the state machine again; an
-        -- expired lease keeps the state the vanished holder reached. A
-        -- start moves a state short of PROCESSING on to it.
-        state      = CASE WHEN $16::bool AND (r.window_expires_at <= $4 OR r.released
-                                              OR r.state IN ({RECEIVED}, {VALIDATED})) THEN {PROCESSING}
+        -- expired lease keeps the state the vanished holder reached, even
+        -- for a start (tiers.Takeover). A start starts a new window or a
+        -- released key in PROCESSING.
+        state      = CASE WHEN $16::bool AND (r.window_expires_at <= $4 OR r.released) THEN {PROCESSING}
                           WHEN r.window_expires_at <= $4 OR r.released THEN {RECEIVED}
                           ELSE r.state END,
         result     = CASE WHEN r.window_expires_at <= $4 OR r.released THEN NULL ELSE r.result END,

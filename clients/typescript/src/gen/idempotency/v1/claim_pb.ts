@@ -177,9 +177,12 @@ export type ClaimRequest = Message<"idempotency.v1.ClaimRequest"> & {
   eventType: string;
 
   /**
-   * start, when the claim acquires, records it already in PROCESSING (one
-   * RPC instead of Claim + Transition PROCESSING for handlers that start the
-   * side effect right away). Optional.
+   * start, when the claim acquires a new key, a released one or one whose
+   * window ended, records it already in PROCESSING (one RPC instead of
+   * Claim + Transition PROCESSING for handlers that start the side effect
+   * right away). A LEASE_EXPIRED takeover keeps the state the vanished holder
+   * reached even then (that state is the only trace of how far it got): move
+   * it to PROCESSING yourself. Optional.
    *
    * @generated from field: bool start = 13;
    */

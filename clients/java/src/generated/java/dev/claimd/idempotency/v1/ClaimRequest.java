@@ -695,9 +695,12 @@ private static final long serialVersionUID = 0L;
   private boolean start_ = false;
   /**
    * <pre>
-   * start, when the claim acquires, records it already in PROCESSING (one
-   * RPC instead of Claim + Transition PROCESSING for handlers that start the
-   * side effect right away). Optional.
+   * start, when the claim acquires a new key, a released one or one whose
+   * window ended, records it already in PROCESSING (one RPC instead of
+   * Claim + Transition PROCESSING for handlers that start the side effect
+   * right away). A LEASE_EXPIRED takeover keeps the state the vanished holder
+   * reached even then (that state is the only trace of how far it got): move
+   * it to PROCESSING yourself. Optional.
    * </pre>
    *
    * <code>bool start = 13 [json_name = "start"];</code>
@@ -2835,9 +2838,12 @@ private static final long serialVersionUID = 0L;
     private boolean start_ ;
     /**
      * <pre>
-     * start, when the claim acquires, records it already in PROCESSING (one
-     * RPC instead of Claim + Transition PROCESSING for handlers that start the
-     * side effect right away). Optional.
+     * start, when the claim acquires a new key, a released one or one whose
+     * window ended, records it already in PROCESSING (one RPC instead of
+     * Claim + Transition PROCESSING for handlers that start the side effect
+     * right away). A LEASE_EXPIRED takeover keeps the state the vanished holder
+     * reached even then (that state is the only trace of how far it got): move
+     * it to PROCESSING yourself. Optional.
      * </pre>
      *
      * <code>bool start = 13 [json_name = "start"];</code>
@@ -2849,9 +2855,12 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * start, when the claim acquires, records it already in PROCESSING (one
-     * RPC instead of Claim + Transition PROCESSING for handlers that start the
-     * side effect right away). Optional.
+     * start, when the claim acquires a new key, a released one or one whose
+     * window ended, records it already in PROCESSING (one RPC instead of
+     * Claim + Transition PROCESSING for handlers that start the side effect
+     * right away). A LEASE_EXPIRED takeover keeps the state the vanished holder
+     * reached even then (that state is the only trace of how far it got): move
+     * it to PROCESSING yourself. Optional.
      * </pre>
      *
      * <code>bool start = 13 [json_name = "start"];</code>
@@ -2867,9 +2876,12 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * start, when the claim acquires, records it already in PROCESSING (one
-     * RPC instead of Claim + Transition PROCESSING for handlers that start the
-     * side effect right away). Optional.
+     * start, when the claim acquires a new key, a released one or one whose
+     * window ended, records it already in PROCESSING (one RPC instead of
+     * Claim + Transition PROCESSING for handlers that start the side effect
+     * right away). A LEASE_EXPIRED takeover keeps the state the vanished holder
+     * reached even then (that state is the only trace of how far it got): move
+     * it to PROCESSING yourself. Optional.
      * </pre>
      *
      * <code>bool start = 13 [json_name = "start"];</code>
