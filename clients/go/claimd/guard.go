@@ -164,8 +164,12 @@ func (o Outcome) Respond(w http.ResponseWriter) {
 //     answer at once without running fn; so do an event of an entity
 //     lifecycle that came too early (DEFERRED: 409 with Retry-After) or too
 //     late (SUPERSEDED: 200), and a claimd that cannot be reached (503).
-//   - ACQUIRED: it moves the event to PROCESSING, renews the lease every
-//     third of it while fn runs, and runs fn. Success settles the event with
+//   - ACQUIRED: the claim already started the event (Guard claims with
+//     Start, so claimd answers a new, released or window-expired key in
+//     PROCESSING); a takeover (LEASE_EXPIRED), which keeps the state its
+//     vanished holder reached, is moved there with a Transition (a no-op
+//     from PROCESSING). Then it renews the lease every third of it while fn
+//     runs, and runs fn. Success settles the event with
 //     fn's result (200); a Permanent error fails it (200); any other error
 //     releases it so that the provider's retry runs fn again (500) —
 //     except on a key taken over from a holder that had reached
@@ -180,6 +184,9 @@ func (o Outcome) Respond(w http.ResponseWriter) {
 // Settling uses a context detached from ctx, so a provider that hangs up
 // after fn succeeded does not leave the event unsettled.
 func (c *Client) Guard(ctx context.Context, req ClaimRequest, fn GuardFunc) Outcome {
+	// fn runs right away: let the claim record PROCESSING, saving a call and
+	// a durable write per first delivery.
+	req.Start = true
 	cl, err := c.Claim(ctx, req)
 	if err != nil {
 		return c.failedCall(err, Claim{})
@@ -226,7 +233,7 @@ func (c *Client) run(ctx context.Context, req ClaimRequest, cl Claim, fn GuardFu
 	// the call's own retry policy bounds them.
 	detached := context.WithoutCancel(ctx)
 
-	if _, _, err := c.Transition(ctx, TransitionRequest{Lease: lease, To: StateProcessing}); err != nil {
+	if err := c.start(ctx, cl); err != nil {
 		if !notOurs(err) && !mayHaveHappened(cl) {
 			// fn did not run: give the key back so that the provider's retry
 			// need not wait out the lease. If this fails too, the lease does it.
@@ -336,6 +343,18 @@ func endedAlready(err error) bool {
 	}
 	cur := e.Metadata["current_state"]
 	return cur == StateSettled.String() || cur == StateFailed.String()
+}
+
+// start moves an acquired event to PROCESSING unless the claim already did.
+// A takeover (LEASE_EXPIRED) keeps the state its vanished holder reached even
+// with Start: RECEIVED or VALIDATED are moved here, and PROCESSING is
+// confirmed by a no-op Transition that checks the token, as before Start.
+func (c *Client) start(ctx context.Context, cl Claim) error {
+	if !cl.TakenOver() && cl.GetState() == StateProcessing {
+		return nil
+	}
+	_, _, err := c.Transition(ctx, TransitionRequest{Lease: cl.Lease(), To: StateProcessing})
+	return err
 }
 
 // endedByHandler logs that fn ended the event itself.

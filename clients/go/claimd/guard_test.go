@@ -165,8 +165,8 @@ func TestGuardRetryableErrorReleases(t *testing.T) {
 		t.Fatalf("Guard(%q) retry after a release (-want +got):\n%s (err %v)", id, diff, out.Err)
 	}
 	second := fx.claims[1]
-	if second.GetReason() != claimd.ReasonReleased || second.GetFencingToken() != 2 || second.GetState() != claimd.StateReceived {
-		t.Errorf("retry claim = %v token %d state %v, want RELEASED token 2 RECEIVED", second.GetReason(), second.GetFencingToken(), second.GetState())
+	if second.GetReason() != claimd.ReasonReleased || second.GetFencingToken() != 2 || second.GetState() != claimd.StateProcessing {
+		t.Errorf("retry claim = %v token %d state %v, want RELEASED token 2 PROCESSING (the guard claims with Start)", second.GetReason(), second.GetFencingToken(), second.GetState())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -134,6 +135,7 @@ type specExpect struct {
 	Ran        *bool           `json:"ran"`
 	Claim      *specClaim      `json:"claim"`
 	Record     *specRecord     `json:"record"`
+	Calls      []string        `json:"calls"`
 }
 
 type specClaim struct {
@@ -324,19 +326,36 @@ func TestGuardSpec(t *testing.T) {
 }
 
 // faultSet fails the named calls of the guard's client without sending
-// them.
+// them, and logs every call (and the handler's run) of a delivery.
 type faultSet struct {
 	mu     sync.Mutex
 	faults []specFault
+	calls  []string
 }
 
 func (f *faultSet) set(faults []specFault) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.faults = faults
+	f.calls = nil
+}
+
+// log records a call, or "handler" when the handler runs.
+func (f *faultSet) log(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, name)
+}
+
+// logged is what log recorded since set.
+func (f *faultSet) logged() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
 }
 
 func (f *faultSet) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	f.log(callName(req))
 	f.mu.Lock()
 	faults := f.faults
 	f.mu.Unlock()
@@ -423,10 +442,16 @@ func runScenario(t *testing.T, sc scenario) {
 		out := g.Guard(ctx, req, func(fnCtx context.Context, cl claimd.Claim) ([]byte, error) {
 			runs.Add(1)
 			ran.Store(true)
+			faults.log("handler")
 			return handle(t, ctx, fnCtx, plain, req, cl, d.Handler)
 		})
+		calls := faults.logged()
 		faults.set(nil)
-		checkDelivery(t, ctx, plain, fmt.Sprintf("delivery %d", i+1), id, req, out, ran.Load(), d.Expect)
+		where := fmt.Sprintf("delivery %d", i+1)
+		if want := d.Expect.Calls; want != nil && !slices.Equal(calls, want) {
+			t.Errorf("%s: the guard's calls = %q, want %q", where, calls, want)
+		}
+		checkDelivery(t, ctx, plain, where, id, req, out, ran.Load(), d.Expect)
 	}
 	if got := int(runs.Load()); got != *sc.HandlerRuns {
 		t.Errorf("handler runs over %d deliveries = %d, want %d", len(sc.Deliveries), got, *sc.HandlerRuns)
