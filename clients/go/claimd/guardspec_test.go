@@ -326,7 +326,7 @@ func TestGuardSpec(t *testing.T) {
 }
 
 // faultSet fails the named calls of the guard's client without sending
-// them, and logs every call (and the handler's run) of a delivery.
+// them, and logs every write (and the handler's run) of a delivery.
 type faultSet struct {
 	mu     sync.Mutex
 	faults []specFault
@@ -355,7 +355,9 @@ func (f *faultSet) logged() []string {
 }
 
 func (f *faultSet) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	f.log(callName(req))
+	if name := callName(req); name != "" {
+		f.log(name)
+	}
 	f.mu.Lock()
 	faults := f.faults
 	f.mu.Unlock()

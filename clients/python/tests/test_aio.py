@@ -81,6 +81,7 @@ async def _behave(run: Run, g: Guard, request: dict[str, Any], h: dict[str, Any]
     holder's blocking calls run in a thread, so the heartbeat task keeps
     running meanwhile."""
     run.runs += 1
+    run.calls.append("handler")
     if h is None:
         return None
     claim = g.claim
@@ -140,12 +141,13 @@ async def test_scenario(
     sc: dict[str, Any], form: str, claimd_server: ClaimdServer, plain: SyncClient, ns: str, evt: str
 ) -> None:
     run = Run(ns=ns, evt=evt, plain=plain)
-    faults = Faults()
+    faults = Faults(run.calls)
     target = closed_port() if sc.get("unreachable") else claimd_server.grpc_address
     async with Client(target, interceptors=[AioFaults(faults)]) as client:
         for step in sc.get("arrange", []):
             _arrange(run, step)
         for i, d in enumerate(sc["deliveries"]):
+            run.calls.clear()
             faults.active = d.get("faults", [])
             try:
                 result, ran = await _deliver(run, client, form, d)

@@ -144,7 +144,9 @@ def _check_scenario(sc: Any, where: str, row_count: int) -> None:
             f = _fields(f, f"{w}.faults[{j}]", {"call", "code"}, {"reason", "retry_delay_ms"})
             if f["call"] not in _CALLS or f["code"] not in grpc.StatusCode.__members__:
                 raise SpecError(f"{w}.faults[{j}]: unknown call {f['call']!r} or code {f['code']!r}")
-        e = _fields(d["expect"], w + ".expect", {"status", "body", "ran"}, {"retry_after", "claim", "record"})
+        e = _fields(d["expect"], w + ".expect", {"status", "body", "ran"}, {"retry_after", "claim", "record", "calls"})
+        if not set(e.get("calls", [])) <= _CALLS | {"handler"}:
+            raise SpecError(f"{w}.expect.calls: unknown call in {e['calls']!r}")
         _body(e["body"], w + ".expect.body")
         if isinstance(e.get("retry_after"), dict):
             _fields(e["retry_after"], w + ".expect.retry_after", {"min", "max"})
@@ -256,10 +258,13 @@ _TO_CALL = {EventState.PROCESSING.name: "start", EventState.SETTLED.name: "settl
 
 
 class Faults(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    """Faults fails the named calls of the guard's client, every attempt."""
+    """Faults fails the named calls of the guard's client, every attempt, and
+    logs every attempt's name in calls when it is a write (the handler logs
+    "handler")."""
 
-    def __init__(self) -> None:
+    def __init__(self, calls: list[str] | None = None) -> None:
         self.active: list[dict[str, Any]] = []
+        self.calls = calls if calls is not None else []
 
     def intercept_unary_unary(self, continuation: Callable[..., Any], details: Any, request: Any) -> Any:
         f = self.fault_for(details.method, request)
@@ -273,6 +278,8 @@ class Faults(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         call = name.lower()
         if name == "Transition":
             call = _TO_CALL.get(pb.EventState.Name(request.to).removeprefix("EVENT_STATE_"), "")
+        if call in _CALLS:
+            self.calls.append(call)
         return next((f for f in self.active if f["call"] == call), None)
 
 
@@ -306,6 +313,7 @@ class Run:
     plain: Client
     runs: int = 0
     problems: list[str] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)  # this delivery's, as Faults logs them
     other: Lease | None = None
 
 
@@ -342,6 +350,7 @@ def _entity(run: Run, request: dict[str, Any]) -> dict[str, str]:
 def _behave(run: Run, g: Guard, request: dict[str, Any], h: dict[str, Any] | None) -> object:
     """_behave is the scenario's handler, run by the guard with g."""
     run.runs += 1
+    run.calls.append("handler")
     if h is None:
         return None
     claim = g.claim
@@ -435,6 +444,8 @@ def _check(run: Run, what: str, r: GuardResult, ran: bool, e: dict[str, Any]) ->
     want = _body(e["body"], "body")
     assert r.body == want, f"{what}: body {r.body[:80]!r} ({len(r.body)} bytes), want {want[:80]!r} ({len(want)})"
     assert ran == e["ran"] == r.ran, f"{what}: handler ran {ran} (result.ran {r.ran}), want {e['ran']}"
+    if "calls" in e:
+        assert run.calls == e["calls"], f"{what}: the guard's calls {run.calls}, want {e['calls']}"
     if "claim" in e:
         c = r.claim
         assert c is not None, f"{what}: no claim answer, want {e['claim']}"
@@ -465,13 +476,14 @@ def plain(claimd_server: ClaimdServer) -> Iterator[Client]:
 @pytest.mark.parametrize("sc", SPEC["scenarios"], ids=[sc["name"] for sc in SPEC["scenarios"]])
 def test_scenario(sc: dict[str, Any], form: str, claimd_server: ClaimdServer, plain: Client, ns: str, evt: str) -> None:
     run = Run(ns=ns, evt=evt, plain=plain)
-    faults = Faults()
+    faults = Faults(run.calls)
     target = closed_port() if sc.get("unreachable") else claimd_server.grpc_address
     # The guard's client keeps the default retry policy: the contract's.
     with Client(target, interceptors=[faults]) as client:
         for step in sc.get("arrange", []):
             _arrange(run, step)
         for i, d in enumerate(sc["deliveries"]):
+            run.calls.clear()
             faults.active = d.get("faults", [])
             try:
                 result, ran = _deliver(run, client, form, d)

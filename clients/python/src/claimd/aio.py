@@ -71,6 +71,7 @@ from claimd.guard import (
     _failure_text,
     _Heartbeat,
     _refused,
+    _started_by_claim,
     _taken_over_from_processing,
 )
 from claimd.retry import RetryPolicy, call_with_retry_async
@@ -287,7 +288,7 @@ class Client:
         wait: Seconds | None = None,
         entity_id: str = "",
         event_type: str = "",
-        start: bool = False,
+        start: bool = True,
     ) -> Guard:
         """guard claims a delivery for an async with-block; see Guard."""
         return Guard(
@@ -315,7 +316,7 @@ class Client:
         lease: Seconds | None = None,
         holder: str | None = None,
         wait: Seconds | None = None,
-        start: bool = False,
+        start: bool = True,
     ) -> Callable[
         [Callable[Concatenate[Guard, P], Awaitable[object]]],
         Callable[Concatenate[GuardKey, P], Coroutine[Any, Any, GuardResult]],
@@ -352,7 +353,7 @@ class Guard:
         wait: Seconds | None = None,
         entity_id: str = "",
         event_type: str = "",
-        start: bool = False,
+        start: bool = True,
     ) -> None:
         if (event_id is None) == (delivery is None):
             raise ValueError("guard: exactly one of event_id or delivery is required")
@@ -450,6 +451,11 @@ class Guard:
         return self
 
     async def _start(self, claim: Claim) -> None:
+        if _started_by_claim(claim):
+            self._heartbeat = asyncio.create_task(
+                self._renew(_Heartbeat._first_pace(claim, self.lease)), name=f"claimd-heartbeat {claim.key}"
+            )
+            return
         try:
             moved = await self.client.transition(claim, EventState.PROCESSING)
         except (StaleToken, NotOwner) as err:
@@ -461,13 +467,15 @@ class Guard:
             status, body, retry = _refused(err)
             self._result = GuardResult(status, body, retry, outcome=claim.outcome, error=err, claim=claim)
             return
-        self._heartbeat = asyncio.create_task(self._renew(moved.record), name=f"claimd-heartbeat {claim.key}")
+        self._heartbeat = asyncio.create_task(
+            self._renew(_Heartbeat._pace(moved.record)), name=f"claimd-heartbeat {claim.key}"
+        )
 
-    async def _renew(self, first: Record) -> None:
+    async def _renew(self, interval: float) -> None:
         """_renew is the heartbeat task: it renews the lease every lease/3
-        (the pace of the sync guard) until cancelled, and reports a takeover."""
+        (the pace of the sync guard; interval is the first) until cancelled,
+        and reports a takeover."""
         c = self.claim
-        interval = _Heartbeat._pace(first)
         while True:
             await asyncio.sleep(interval)
             try:
@@ -644,7 +652,7 @@ def guarded(
     lease: Seconds | None = None,
     holder: str | None = None,
     wait: Seconds | None = None,
-    start: bool = False,
+    start: bool = True,
 ) -> Callable[
     [Callable[Concatenate[Guard, P], Awaitable[object]]],
     Callable[Concatenate[GuardKey, P], Coroutine[Any, Any, GuardResult]],

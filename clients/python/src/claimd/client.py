@@ -323,7 +323,7 @@ class Client:
         wait: Seconds | None = None,
         entity_id: str = "",
         event_type: str = "",
-        start: bool = False,
+        start: bool = True,
     ) -> Guard:
         """guard claims a delivery for a with-block and settles, fails or
         releases it as the block ends; see claimd.guard.Guard. wait lets an
@@ -356,7 +356,7 @@ class Client:
         lease: Seconds | None = None,
         holder: str | None = None,
         wait: Seconds | None = None,
-        start: bool = False,
+        start: bool = True,
     ) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[Concatenate[GuardKey, P], GuardResult]]:
         """guarded decorates fn(guard, *args) -> result. The decorated
         function takes the delivery first (an event id, an EventRef naming

@@ -7,8 +7,10 @@
 
 The guard follows the contract every claimd guard shares, clients/GUARD.md,
 whose table gives the status, Retry-After and body of every outcome (the
-scenarios in clients/guardspec check it). In short: Claim; on ACQUIRED move to
-PROCESSING and renew the lease every lease/3 while the block runs (the
+scenarios in clients/guardspec check it). In short: Claim with start, which
+records a new, released or window-expired key already in PROCESSING (a
+LEASE_EXPIRED takeover keeps its vanished holder's state: the guard moves it to
+PROCESSING itself); on ACQUIRED renew the lease every lease/3 while the block runs (the
 client's one heartbeat thread schedules the renewals of all its guards);
 then settle (SETTLED with the result, 200), fail (FAILED for a
 PermanentError, 200: the provider must stop retrying) or release (any other
@@ -52,7 +54,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Concatenate, ParamSpec
 
@@ -71,7 +73,7 @@ from claimd.errors import (
     StaleToken,
     Unavailable,
 )
-from claimd.types import MAX_RESULT_BYTES, Claim, Delivery, EventRef, EventState, Outcome, Reason, Record
+from claimd.types import MAX_RESULT_BYTES, Claim, Delivery, EventRef, EventState, Outcome, Reason, Record, Seconds
 
 if TYPE_CHECKING:
     from claimd.client import Client, Seconds
@@ -215,6 +217,15 @@ def _taken_over_from_processing(claim: Claim) -> bool:
     return claim.reason == Reason.LEASE_EXPIRED and claim.state == EventState.PROCESSING
 
 
+def _started_by_claim(claim: Claim) -> bool:
+    """_started_by_claim reports whether the claim (made with start) already
+    recorded PROCESSING: a new, released or window-expired key. A
+    LEASE_EXPIRED takeover keeps the state its vanished holder reached, so the
+    guard still moves it to PROCESSING (a no-op from PROCESSING that checks the
+    token)."""
+    return claim.reason != Reason.LEASE_EXPIRED and claim.state == EventState.PROCESSING
+
+
 def _encode(result: object) -> bytes:
     """_encode applies the guards' result rule (see the module doc). It
     raises what the encoder raises for a value it cannot encode: TypeError
@@ -311,16 +322,29 @@ class _Heartbeat:
     """_Heartbeat renews the lease until stopped, and reports a takeover. Its
     renewals run on the client's shared scheduler."""
 
-    def __init__(self, guard: Guard, first: Record) -> None:
+    def __init__(self, guard: Guard, interval: float) -> None:
         self._guard = guard
         self._stop = threading.Event()
-        self._interval = self._pace(first)
+        self._interval = interval
         self._scheduler = _scheduler(guard.client)
 
     @staticmethod
     def _pace(rec: Record) -> float:
         lease = rec.lease
         return max(_MIN_HEARTBEAT, lease.total_seconds() / 3) if lease is not None else _MIN_HEARTBEAT
+
+    @staticmethod
+    def _first_pace(claim: Claim, lease: Seconds | None) -> float:
+        """_first_pace is the pace when the claim itself started the event
+        (no Transition record to read the lease from): the lease asked for,
+        else the one claimd granted, until the claim's lease_expires_at."""
+        if lease is not None:
+            secs = lease.total_seconds() if isinstance(lease, timedelta) else float(lease)
+        elif claim.lease_expires_at is not None:
+            secs = (claim.lease_expires_at - datetime.now(timezone.utc)).total_seconds()
+        else:
+            return _MIN_HEARTBEAT
+        return max(_MIN_HEARTBEAT, secs / 3)
 
     @property
     def is_stopped(self) -> bool:
@@ -394,7 +418,7 @@ class Guard:
         wait: Seconds | None = None,
         entity_id: str = "",
         event_type: str = "",
-        start: bool = False,
+        start: bool = True,
     ) -> None:
         if (event_id is None) == (delivery is None):
             raise ValueError("guard: exactly one of event_id or delivery is required")
@@ -485,6 +509,10 @@ class Guard:
         return self
 
     def _start(self, claim: Claim) -> None:
+        if _started_by_claim(claim):
+            self._heartbeat = _Heartbeat(self, _Heartbeat._first_pace(claim, self.lease))
+            self._heartbeat.start()
+            return
         # A repeat of PROCESSING is a no-op on the server, so a LEASE_EXPIRED
         # taker whose predecessor got that far passes through.
         try:
@@ -502,7 +530,7 @@ class Guard:
             status, body, retry = _refused(err)
             self._result = GuardResult(status, body, retry, outcome=claim.outcome, error=err, claim=claim)
             return
-        self._heartbeat = _Heartbeat(self, moved.record)
+        self._heartbeat = _Heartbeat(self, _Heartbeat._pace(moved.record))
         self._heartbeat.start()
 
     def settle(self, result: object = b"") -> None:
@@ -707,7 +735,7 @@ def guarded(
     lease: Seconds | None = None,
     holder: str | None = None,
     wait: Seconds | None = None,
-    start: bool = False,
+    start: bool = True,
 ) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[Concatenate[GuardKey, P], GuardResult]]:
     """guarded is Client.guarded: fn(guard, *args, **kwargs) -> result becomes
     f(event_id_or_delivery, *args, **kwargs) -> GuardResult. fn's result is
