@@ -142,7 +142,9 @@ const consoleLogger: GuardLogger = {
  * It follows the contract every claimd guard shares, clients/GUARD.md, whose
  * table gives the status, Retry-After and body of every outcome. In short:
  *
- *   ACQUIRED         → PROCESSING, heartbeat, handler; then SETTLED → 200 with
+ *   ACQUIRED         → PROCESSING (the claim, made with start, already
+ *                      recorded it unless it took over an expired lease:
+ *                      then a Transition), heartbeat, handler; then SETTLED → 200 with
  *                      the result, or Release → 500 (retryable error), or
  *                      FAILED → 200 (PermanentError). Only a handler that
  *                      throws (or rejects) is released, and never on a key
@@ -174,7 +176,10 @@ export async function guard(
   const log = opts.logger ?? consoleLogger;
   let claim: ClaimResponse;
   try {
-    claim = await client.claim(request);
+    // The handler runs right away: let the claim record PROCESSING (one
+    // call and one durable write fewer per first delivery), unless the
+    // caller said otherwise.
+    claim = await client.claim({ ...request, start: request.start ?? true });
   } catch (e) {
     if (!(e instanceof ClaimdError)) {
       throw e;
@@ -234,6 +239,16 @@ function takenOverFromProcessing(claim: ClaimResponse): boolean {
 }
 
 /**
+ * startedByClaim reports whether the claim (made with start) recorded
+ * PROCESSING itself: a new, released or window-expired key. A LEASE_EXPIRED
+ * takeover keeps the state its vanished holder reached, so the guard still
+ * moves it to PROCESSING (a no-op from PROCESSING that checks the token).
+ */
+function startedByClaim(claim: ClaimResponse): boolean {
+  return claim.reason !== Reason.LEASE_EXPIRED && claim.state === EventState.PROCESSING;
+}
+
+/**
  * endedAlready reports whether a settle or fail found the record SETTLED or
  * FAILED already under this guard's own token: the handler ended the event
  * itself through the typed calls. The outcome is recorded, so the provider
@@ -259,7 +274,9 @@ async function runAcquired(
   try {
     // A repeat is a no-op on the server, so a LEASE_EXPIRED takeover of a
     // record already in PROCESSING passes through.
-    await client.transition({ ...ref, to: EventState.PROCESSING });
+    if (!startedByClaim(claim)) {
+      await client.transition({ ...ref, to: EventState.PROCESSING });
+    }
   } catch (e) {
     const err = toClaimdError(e);
     if (notOurs(err)) {

@@ -152,7 +152,10 @@ function checkScenario(sc: Json, where: string, rowCount: number): void {
         throw new SpecError(`${w}.faults[${j}]: unknown call ${fo["call"]} or code ${fo["code"]}`);
       }
     }
-    const e = fields(dv["expect"], `${w}.expect`, ["status", "body", "ran"], ["retry_after", "claim", "record"]);
+    const e = fields(dv["expect"], `${w}.expect`, ["status", "body", "ran"], ["retry_after", "claim", "record", "calls"]);
+    if (((e["calls"] ?? []) as Json[]).some((c) => !calls.includes(String(c)) && c !== "handler")) {
+      throw new SpecError(`${w}.expect.calls: unknown call in ${JSON.stringify(e["calls"])}`);
+    }
     body(e["body"], `${w}.expect.body`);
     if (typeof e["retry_after"] === "object") {
       fields(e["retry_after"], `${w}.expect.retry_after`, ["min", "max"]);
@@ -264,12 +267,21 @@ interface Fault {
   retry_delay_ms?: number;
 }
 
-/** Faults fails the named calls of the guard's client, every attempt, without sending them. */
+/**
+ * Faults fails the named calls of the guard's client, every attempt, without
+ * sending them, and logs every attempt of a write in log (the handler logs
+ * "handler" there too).
+ */
 class Faults {
   active: Fault[] = [];
 
+  constructor(readonly log: string[]) {}
+
   readonly interceptor: Interceptor = (next) => async (req) => {
     const call = callName(req.method.name, (req as { message?: { to?: EventState } }).message?.to);
+    if (calls.includes(call)) {
+      this.log.push(call);
+    }
     const f = this.active.find((x) => x.call === call);
     if (f) {
       throw injected(f);
@@ -345,6 +357,7 @@ interface Run {
   evt: string;
   runs: number;
   problems: string[];
+  calls: string[]; // this delivery's writes and the handler's run, in order
   other?: ReturnType<typeof leaseOf>;
 }
 
@@ -393,6 +406,7 @@ async function arrange(run: Run, step: Obj): Promise<void> {
 /** behave is the scenario's handler. What goes wrong in it is kept in run.problems. */
 async function behave(run: Run, input: ClaimInput, h: Obj | undefined, claim: ClaimResponse, signal: AbortSignal): Promise<unknown> {
   run.runs++;
+  run.calls.push("handler");
   if (h === undefined) {
     return undefined;
   }
@@ -495,6 +509,9 @@ async function check(run: Run, what: string, r: GuardResult, ran: boolean, e: Ob
   const want = body(e["body"], "body");
   assert.ok(Buffer.from(r.body).equals(Buffer.from(want)), `${what}: body ${show(r.body)}, want ${show(want)}`);
   assert.ok(ran === e["ran"] && r.ran === ran, `${what}: handler ran ${ran} (result.ran ${r.ran}), want ${e["ran"]}`);
+  if ("calls" in e) {
+    assert.deepEqual(run.calls, e["calls"], `${what}: the guard's calls`);
+  }
   if ("claim" in e) {
     const c = r.claim;
     assert.ok(c, `${what}: no claim answer, want ${JSON.stringify(e["claim"])}`);
@@ -517,8 +534,8 @@ async function check(run: Run, what: string, r: GuardResult, ran: boolean, e: Ob
 describe("guardspec: the scenarios", () => {
   for (const sc of spec.scenarios) {
     test(String(sc["name"]), async () => {
-      const run: Run = { evt: eventId("evt_spec"), runs: 0, problems: [] };
-      const faults = new Faults();
+      const run: Run = { evt: eventId("evt_spec"), runs: 0, problems: [], calls: [] };
+      const faults = new Faults(run.calls);
       const target = sc["unreachable"] === true ? await closedPort() : server.target;
       // The guard's client keeps the default retry policy: the contract's.
       const client = createClient(target, { interceptors: [faults.interceptor] });
@@ -530,6 +547,7 @@ describe("guardspec: the scenarios", () => {
         for (const [i, d] of (sc["deliveries"] as Obj[]).entries()) {
           const request = (d["request"] ?? {}) as Obj;
           const input = claimInput(run, request);
+          run.calls.length = 0;
           faults.active = (d["faults"] ?? []) as unknown as Fault[];
           const before = run.runs;
           let r: GuardResult;
