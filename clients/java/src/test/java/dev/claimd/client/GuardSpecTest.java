@@ -213,7 +213,14 @@ class GuardSpecTest {
         }
         Status.Code.valueOf(f.get("code").getAsString()); // throws on an unknown code
       }
-      JsonObject e = fields(d.get("expect"), w + ".expect", List.of("status", "body", "ran"), List.of("retry_after", "claim", "record"));
+      JsonObject e = fields(d.get("expect"), w + ".expect", List.of("status", "body", "ran"), List.of("retry_after", "claim", "record", "calls"));
+      if (e.has("calls")) {
+        for (JsonElement c : e.getAsJsonArray("calls")) {
+          if (!CALLS.contains(c.getAsString()) && !"handler".equals(c.getAsString())) {
+            throw new SpecError(w + ".expect.calls: unknown call " + c);
+          }
+        }
+      }
       body(e.get("body"), w + ".expect.body");
       if (e.has("retry_after") && e.get("retry_after").isJsonObject()) {
         fields(e.get("retry_after"), w + ".expect.retry_after", List.of("min", "max"), List.of());
@@ -301,9 +308,18 @@ class GuardSpecTest {
 
   // --- faults ----------------------------------------------------------------------
 
-  /** Faults fails the named calls of the guard's client, every attempt, without sending them. */
+  /**
+   * Faults fails the named calls of the guard's client, every attempt, without
+   * sending them, and logs every attempt of a write in log (where the handler
+   * logs "handler" too).
+   */
   static final class Faults implements ClientInterceptor {
     volatile List<JsonObject> active = List.of();
+    final List<String> log;
+
+    Faults(List<String> log) {
+      this.log = log;
+    }
 
     @Override
     public <Q, R> ClientCall<Q, R> interceptCall(MethodDescriptor<Q, R> method, CallOptions options, Channel next) {
@@ -331,7 +347,11 @@ class GuardSpecTest {
 
         @Override
         public void sendMessage(Q message) {
-          JsonObject f = find(callName(method, message));
+          String call = callName(method, message);
+          if (CALLS.contains(call)) {
+            log.add(call);
+          }
+          JsonObject f = find(call);
           if (f != null) {
             closed = true;
             StatusRuntimeException e = injected(f);
@@ -409,6 +429,8 @@ class GuardSpecTest {
     final String evt = "evt_spec_" + HexFormat.of().formatHex(new SecureRandom().generateSeed(8));
     int runs;
     final List<String> problems = new ArrayList<>();
+    /** calls is this delivery's writes and the handler's run, in order. */
+    final List<String> calls = java.util.Collections.synchronizedList(new ArrayList<>());
     Lease other;
   }
 
@@ -466,6 +488,7 @@ class GuardSpecTest {
   /** behave is the scenario's handler. What goes wrong in it is kept in run.problems. */
   static Object behave(Run run, ClaimRequest input, JsonObject h, Guard.GuardContext ctx) throws Exception {
     run.runs++;
+    run.calls.add("handler");
     if (h == null) {
       return null;
     }
@@ -552,6 +575,13 @@ class GuardSpecTest {
 
   static void check(Run run, String what, GuardResult r, boolean ran, JsonObject e) {
     assertEquals(List.of(), run.problems, what + ": inside the handler");
+    if (e.has("calls")) {
+      List<String> want = new ArrayList<>();
+      e.getAsJsonArray("calls").forEach(c -> want.add(c.getAsString()));
+      synchronized (run.calls) {
+        assertEquals(want, List.copyOf(run.calls), what + ": the guard's calls");
+      }
+    }
     assertEquals(e.get("status").getAsInt(), r.status(), what + ": status (error " + r.error() + ")");
     if (!e.has("retry_after")) {
       assertFalse(r.retryAfter().isPresent(), what + ": Retry-After " + r.retryAfter() + ", want none");
@@ -610,7 +640,7 @@ class GuardSpecTest {
 
   static void runScenario(JsonObject sc) throws Exception {
     Run run = new Run();
-    Faults faults = new Faults();
+    Faults faults = new Faults(run.calls);
     String target = sc.has("unreachable") && sc.get("unreachable").getAsBoolean() ? closedPort() : server.target();
     // The guard's client keeps the default retry policy: the contract's.
     try (ClaimdClient client = ClaimdClient.builder(target).interceptor(faults).logger(Quiet.LOGGER).build()) {
@@ -627,6 +657,7 @@ class GuardSpecTest {
         if (d.has("faults")) {
           d.getAsJsonArray("faults").forEach(f -> active.add(f.getAsJsonObject()));
         }
+        run.calls.clear();
         faults.active = active;
         int before = run.runs;
         JsonObject h = d.has("handler") ? d.getAsJsonObject("handler") : null;
