@@ -5,7 +5,7 @@ of cmd/claimload's, which bench/cmd/benchrun reads):
     python guard_vs_powertools.py --impl claimd --mode first --threads 8 \
         --duration 15s --claimd 127.0.0.1:50051 --token-file bench.token
 
---impl claimd     claimd's Python guard (clients/python: Claim, PROCESSING,
+--impl claimd     claimd's Python guard (clients/python: Claim with start,
                   heartbeat, SETTLED with the handler's result)
 --impl powertools AWS Lambda Powertools' idempotency utility (3.x) on Redis,
                   its RedisCachePersistenceLayer, @idempotent_function
