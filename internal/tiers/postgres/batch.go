@@ -129,24 +129,7 @@ func (b *batcher) enqueue(q *queuedClaim) bool {
 // flusher runs batches until the queue is closed and drained.
 func (b *batcher) flusher() {
 	defer b.wg.Done()
-	batch := make([]*queuedClaim, 0, b.max)
-	for q := range b.queue {
-		batch = append(batch[:0], q)
-	fill:
-		for len(batch) < b.max {
-			select {
-			case q, ok := <-b.queue:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, q)
-			default:
-				break fill
-			}
-		}
-		b.flush(batch)
-		clear(batch) // drop the references to answered callers
-	}
+	tiers.Batches(b.queue, b.max, b.flush)
 }
 
 // flush runs one statement for batch and answers every caller in it.

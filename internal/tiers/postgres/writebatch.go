@@ -98,24 +98,7 @@ func (w *writeBatcher) enqueue(q *queuedWrite) bool {
 
 func (w *writeBatcher) flusher() {
 	defer w.wg.Done()
-	batch := make([]*queuedWrite, 0, w.max)
-	for q := range w.queue {
-		batch = append(batch[:0], q)
-	fill:
-		for len(batch) < w.max {
-			select {
-			case q, ok := <-w.queue:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, q)
-			default:
-				break fill
-			}
-		}
-		w.flush(batch)
-		clear(batch)
-	}
+	tiers.Batches(w.queue, w.max, w.flush)
 }
 
 // flush runs batch's statements in one pipeline and answers each caller.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/claimd/claimd/internal/tiers"
 )
 
 // maxPipeline bounds the scripts of one pipeline.
@@ -107,24 +109,7 @@ func (c *coalescer) enqueue(q *scriptCall) bool {
 
 func (c *coalescer) flusher() {
 	defer c.wg.Done()
-	batch := make([]*scriptCall, 0, maxPipeline)
-	for q := range c.queue {
-		batch = append(batch[:0], q)
-	fill:
-		for len(batch) < maxPipeline {
-			select {
-			case q, ok := <-c.queue:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, q)
-			default:
-				break fill
-			}
-		}
-		c.flush(batch)
-		clear(batch)
-	}
+	tiers.Batches(c.queue, maxPipeline, c.flush)
 }
 
 // flush sends batch and answers its callers.

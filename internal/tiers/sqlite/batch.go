@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+
+	"github.com/claimd/claimd/internal/tiers"
 )
 
 // Group commit of writes.
@@ -110,24 +112,7 @@ func (c *committer) enqueue(ctx context.Context, q *writeReq) error {
 // run commits batches until the queue is closed and drained.
 func (c *committer) run() {
 	defer c.wg.Done()
-	batch := make([]*writeReq, 0, c.max)
-	for q := range c.queue {
-		batch = append(batch[:0], q)
-	fill:
-		for len(batch) < c.max {
-			select {
-			case q, ok := <-c.queue:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, q)
-			default:
-				break fill
-			}
-		}
-		c.commit(batch)
-		clear(batch) // drop the references to answered callers
-	}
+	tiers.Batches(c.queue, c.max, c.commit)
 }
 
 // commit runs batch in one transaction and answers every caller in it.
