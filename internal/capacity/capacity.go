@@ -61,6 +61,9 @@ type CPU struct {
 	NewClaim Cost `json:"new_claim_us"`
 	// Duplicate is a claim of a settled key ("all duplicates").
 	Duplicate Cost `json:"duplicate_us"`
+	// Lifecycle is a whole event: Claim, Transition to PROCESSING and
+	// Transition to SETTLED with a small result (the "lifecycle" scenario).
+	Lifecycle Cost `json:"lifecycle_event_us"`
 }
 
 // Cost is microseconds of CPU per call in each process.
@@ -72,6 +75,11 @@ type Cost struct {
 
 func (c Cost) scale(f float64) Cost {
 	return Cost{Claimd: c.Claimd * f, Redis: c.Redis * f, Postgres: c.Postgres * f}
+}
+
+// less is c − d, never below zero in any process.
+func (c Cost) less(d Cost) Cost {
+	return Cost{Claimd: max(c.Claimd-d.Claimd, 0), Redis: max(c.Redis-d.Redis, 0), Postgres: max(c.Postgres-d.Postgres, 0)}
 }
 
 func (c Cost) add(d Cost) Cost {
@@ -133,8 +141,8 @@ type Estimate struct {
 	AuditBytes float64
 
 	// Claims is the CPU per second of the claims alone (measured per call);
-	// Transitions that of the two transitions per event, estimated at a
-	// first claim's cost each (no benchmark measures a Transition).
+	// Transitions that of the two transitions per event: a whole event of
+	// the lifecycle scenario less a first claim, both from the same run.
 	Claims, Transitions Cost
 }
 
@@ -152,6 +160,6 @@ func (s Sizes) Estimate(in Input) Estimate {
 	e.AuditRows = in.Rate * s.AuditRowsPerEvent * (in.Retention + month).Seconds()
 	e.AuditBytes = e.AuditRows * s.AuditBytes
 	e.Claims = s.CPU.NewClaim.scale(in.Rate).add(s.CPU.Duplicate.scale(in.Rate * in.Duplicates))
-	e.Transitions = s.CPU.NewClaim.scale(2 * in.Rate)
+	e.Transitions = s.CPU.Lifecycle.less(s.CPU.NewClaim).scale(in.Rate)
 	return e
 }

@@ -26,7 +26,8 @@ func TestEstimate(t *testing.T) {
 		RedisBytes:  []Point{{0, 500}},
 		ClaimsBytes: []Point{{0, 400}},
 		AuditBytes:  200, AuditRowsPerEvent: 3,
-		CPU: CPU{NewClaim: Cost{Claimd: 100, Redis: 50, Postgres: 40}, Duplicate: Cost{Claimd: 30}},
+		CPU: CPU{NewClaim: Cost{Claimd: 100, Redis: 50, Postgres: 40}, Duplicate: Cost{Claimd: 30},
+			Lifecycle: Cost{Claimd: 300, Redis: 40, Postgres: 240}},
 	}
 	e := s.Estimate(Input{Rate: 10, TTL: time.Hour, Grace: time.Hour, Retention: 24 * time.Hour, Duplicates: 0.5})
 	checks := []struct {
@@ -38,7 +39,9 @@ func TestEstimate(t *testing.T) {
 		{"claim rows", e.ClaimRows, 72000},
 		{"audit rows", e.AuditRows, 10 * 3 * (24*3600 + 31*24*3600)},
 		{"claims CPU of claimd (µs/s)", e.Claims.Claimd, 10*100 + 5*30},
-		{"transitions CPU of PostgreSQL (µs/s)", e.Transitions.Postgres, 2 * 10 * 40},
+		{"transitions CPU of PostgreSQL (µs/s)", e.Transitions.Postgres, 10 * (240 - 40)},
+		{"transitions CPU of claimd (µs/s)", e.Transitions.Claimd, 10 * (300 - 100)},
+		{"transitions CPU of Redis (µs/s), never below zero", e.Transitions.Redis, 0},
 	}
 	for _, c := range checks {
 		if math.Abs(c.got-c.want) > 1e-6 {
@@ -53,7 +56,7 @@ func TestMeasuredLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.AuditBytes <= 0 || s.AuditRowsPerEvent <= 0 || s.CPU.NewClaim.Claimd <= 0 {
+	if s.AuditBytes <= 0 || s.AuditRowsPerEvent <= 0 || s.CPU.NewClaim.Claimd <= 0 || s.CPU.Lifecycle.Claimd <= s.CPU.NewClaim.Claimd {
 		t.Fatalf("Measured() = %+v: a figure is missing", s)
 	}
 }

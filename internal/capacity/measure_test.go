@@ -283,5 +283,6 @@ func benchCPU(t *testing.T) CPU {
 		Source:    "bench/results.json of " + r.Finished + " (BENCHMARKS.md): claimd Redis+PostgreSQL, claimload, CPU seconds over requests",
 		NewClaim:  cost("new"),
 		Duplicate: cost("dup"),
+		Lifecycle: cost("lifecycle"),
 	}
 }

@@ -33,10 +33,9 @@ func (e Estimate) Write(w io.Writer, s Sizes) error {
 	}
 	_, err := fmt.Fprintf(w, `
 Sizes measured on Redis %s and PostgreSQL %s (%s, %s).
-Claims CPU per call from %s.
-Transitions are not benchmarked: each of the two per event is counted at a
-first claim's cost, an upper bound (a fenced UPDATE and a Redis write,
-against a Redis script, an INSERT and a Redis write).
+CPU per call from %s;
+the two transitions of an event are a whole event of the lifecycle scenario
+(Claim, PROCESSING, SETTLED) less a first claim.
 `, s.Redis, s.Postgres, s.MeasuredBy, s.MeasuredOn, s.CPU.Source)
 	return err
 }
