@@ -340,3 +340,48 @@ func TestDecideFast(t *testing.T) {
 		})
 	}
 }
+
+// TestEntityOrder: an acquisition proceeds in a From state of a free
+// entity, waits in a Wait state or behind a live holder, and is superseded
+// anywhere else.
+func TestEntityOrder(t *testing.T) {
+	refund := EntityEvent{From: []string{"succeeded"}, Wait: []string{"new", "pending"}}
+	for _, tc := range []struct {
+		state string
+		busy  bool
+		want  Outcome
+	}{
+		{"succeeded", false, OutcomeAcquired},
+		{"succeeded", true, OutcomeDeferred},
+		{"new", false, OutcomeDeferred},
+		{"pending", true, OutcomeDeferred},
+		{"failed", false, OutcomeSuperseded},
+		{"failed", true, OutcomeDeferred},
+	} {
+		if got := refund.Order(tc.state, tc.busy); got != tc.want {
+			t.Errorf("Order(%q, busy %v) = %v, want %v", tc.state, tc.busy, got, tc.want)
+		}
+	}
+}
+
+// TestHoldLive: a holder holds its entity only with its own token, before
+// a settle, a failure or a release, and while its lease runs.
+func TestHoldLive(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	held := Record{Token: 3, State: StateProcessing, LeaseExpiresAt: now.Add(time.Second)}
+	for _, tc := range []struct {
+		desc string
+		h    Record
+		want bool
+	}{
+		{"live", held, true},
+		{"taken over", Record{Token: 4, State: StateProcessing, LeaseExpiresAt: now.Add(time.Second)}, false},
+		{"settled", Record{Token: 3, State: StateSettled, LeaseExpiresAt: now.Add(time.Second)}, false},
+		{"released", Record{Token: 3, State: StateReceived, Released: true, LeaseExpiresAt: now.Add(time.Second)}, false},
+		{"lease over", Record{Token: 3, State: StateProcessing, LeaseExpiresAt: now}, false},
+	} {
+		if got := HoldLive(tc.h, 3, now); got != tc.want {
+			t.Errorf("HoldLive(%s) = %v, want %v", tc.desc, got, tc.want)
+		}
+	}
+}

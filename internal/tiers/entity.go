@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -117,4 +118,28 @@ type Entities interface {
 	// provider's retry horizon). Providers missing from the map are not
 	// counted: the caller names every provider it serves.
 	CountDeferred(ctx context.Context, lostBefore map[string]time.Time) (deferred, lost int, err error)
+}
+
+// Order decides an acquisition of e against its entity, in state (Initial
+// for an entity never seen); busy is whether another claim holds the entity
+// (HoldLive). Every durable tier orders by it, so they cannot drift apart.
+func (e *EntityEvent) Order(state string, busy bool) Outcome {
+	switch {
+	case busy:
+		return OutcomeDeferred
+	case slices.Contains(e.From, state):
+		return OutcomeAcquired
+	case slices.Contains(e.Wait, state):
+		return OutcomeDeferred
+	default:
+		return OutcomeSuperseded
+	}
+}
+
+// HoldLive reports whether the claim that took an entity with token still
+// holds it at now: its record h still carries that token, is neither
+// released nor terminal, and its lease runs. A holder whose lease ran out
+// holds the entity no more, whether or not its key was taken over since.
+func HoldLive(h Record, token uint64, now time.Time) bool {
+	return h.Token == token && !h.State.Terminal() && h.LeaseLive(now)
 }

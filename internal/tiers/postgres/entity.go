@@ -1,10 +1,10 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -116,17 +116,10 @@ func claimEntityTx(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) (tiers.C
 			return tiers.ClaimResult{}, false, err
 		}
 		if live {
-			busyWith = eventType
+			busyWith = cmp.Or(eventType, busyKey)
 		}
 	}
-	outcome := tiers.OutcomeAcquired
-	switch {
-	case busyWith == "" && slices.Contains(e.From, state):
-	case busyWith != "" || slices.Contains(e.Wait, state):
-		outcome = tiers.OutcomeDeferred
-	default:
-		outcome = tiers.OutcomeSuperseded
-	}
+	outcome := e.Order(state, busyWith != "")
 	if outcome == tiers.OutcomeAcquired {
 		if _, err := tx.Exec(ctx, entityHoldSQL, p.Key.Namespace, p.Key.Provider, e.Lifecycle, e.EntityID,
 			p.Key.Key, int64(res.Record.Token)); err != nil {
@@ -205,8 +198,8 @@ func holderLive(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams, key string,
 	if err != nil {
 		return false, "", err
 	}
-	live = curToken == token && !released && !tiers.State(state).Terminal() && p.Now.Before(lease)
-	return live, eventType, nil
+	h := tiers.Record{Token: uint64(curToken), Released: released, State: tiers.State(state), LeaseExpiresAt: lease}
+	return tiers.HoldLive(h, uint64(token), p.Now), eventType, nil
 }
 
 // entityWrite runs a terminal write (Transition to SETTLED or FAILED,
@@ -250,9 +243,10 @@ func (s *Store) entityWrite(ctx context.Context, k tiers.Key, cur tiers.Record, 
 			return refusal{fmt.Errorf("%w: token %d no longer holds entity %s of %s (its lease ran out and another event took it)",
 				tiers.ErrStaleToken, r.Token, cur.EntityID, cur.Lifecycle)}
 		case settle:
-			var version int64
+			// The new version is returned but not needed: Scan(nil) skips it
+			// and still fails when no row comes back.
 			if err := tx.QueryRow(ctx, entitySettleSQL, k.Namespace, k.Provider, cur.Lifecycle, cur.EntityID,
-				k.Key, int64(r.Token), now, state).Scan(&version); err != nil {
+				k.Key, int64(r.Token), now, state).Scan(nil); err != nil {
 				return err // ErrNoRows cannot happen: the holder was checked under the lock
 			}
 		case held:

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -63,7 +62,7 @@ func (t *txn) liveHolder(e *entityRow, self tiers.Key, now time.Time) (string, e
 	if err != nil || h == nil {
 		return "", err
 	}
-	if h.Token != uint64(e.busyToken) || h.State.Terminal() || !h.LeaseLive(now) {
+	if !tiers.HoldLive(*h, uint64(e.busyToken), now) {
 		return "", nil
 	}
 	return cmp.Or(h.EventType, e.busyKey), nil
@@ -97,16 +96,8 @@ func (t *txn) order(p tiers.ClaimParams, cur *tiers.Record, res tiers.ClaimResul
 	if err != nil {
 		return res, write, err
 	}
-	outcome := tiers.OutcomeAcquired
-	switch {
-	case busy != "":
-		outcome, pos.BusyWith = tiers.OutcomeDeferred, busy
-	case slices.Contains(ev.From, state):
-	case slices.Contains(ev.Wait, state):
-		outcome = tiers.OutcomeDeferred
-	default:
-		outcome = tiers.OutcomeSuperseded
-	}
+	outcome := ev.Order(state, busy != "")
+	pos.BusyWith = busy
 	if outcome == tiers.OutcomeAcquired {
 		_, err := t.tx.ExecContext(t.ctx, `INSERT INTO entities
 			(namespace, provider, lifecycle, entity_id, state, version, updated_at, busy_key, busy_token)
