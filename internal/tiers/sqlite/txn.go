@@ -86,7 +86,7 @@ func (t *txn) audit(a auditRow) error {
 // Writes of every key queue for the one committer, which is what makes
 // concurrent claims of one key serialize. fn returns only storage errors; a
 // decision that refuses the operation (stale token, …) is carried out of fn
-// by the caller so that its audit row still commits. fn runs on the
+// by the caller and writes nothing (store.go's fenced). fn runs on the
 // committer's goroutine and must use t's context, never the caller's.
 //
 // An error from fn or from BEGIN means nothing was written for this call.
