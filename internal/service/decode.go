@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -42,8 +41,8 @@ func (s *Service) strictDecoding(desc *grpc.ServiceDesc) *grpc.ServiceDesc {
 }
 
 // decode reads the request of method into v. A request that is not valid
-// protobuf for v is answered INVALID_ARGUMENT (and logged and counted like
-// every refused call); a malformed wire format is still grpc-go's INTERNAL,
+// protobuf for v is answered INVALID_ARGUMENT and counted (not logged: it
+// comes before authentication); a malformed wire format is still grpc-go's INTERNAL,
 // since it is refused before the bytes are ours.
 func (s *Service) decode(ctx context.Context, method string, dec func(any) error, v any) error {
 	var raw emptypb.Empty
@@ -62,7 +61,13 @@ func (s *Service) decode(ctx context.Context, method string, dec func(any) error
 		if field := invalidUTF8Field(md, b, name); field != "" {
 			viol = violation{field: field, desc: "must be valid UTF-8"}
 		}
-		return s.finish(ctx, &Request{Method: method}, time.Now(), &invalidArgument{violations: []violation{viol}})
+		// grpc-go decodes before any interceptor runs, authentication and
+		// its rate limit included: the refusal is counted, but not logged,
+		// so that a stranger cannot write a log line per request at will.
+		err := toStatus(&invalidArgument{violations: []violation{viol}})
+		st := status.Convert(err)
+		s.cfg.Recorder.Record(ctx, &Request{Method: method, Code: st.Code(), ErrReason: errorReason(st)})
+		return err
 	}
 	return nil
 }
