@@ -21,9 +21,9 @@ var (
 	ReasonRateLimited        = pb.ErrorReason_RATE_LIMITED.String()        // the principal's token bucket is empty (RESOURCE_EXHAUSTED)
 )
 
-// ErrorDomain is the ErrorInfo domain of every error claimd returns (the
-// same as internal/service's; auth cannot import service, which reads the
-// Principal from here).
+// ErrorDomain is the ErrorInfo domain of every error claimd returns. It is
+// declared here, the lowest package that answers errors; internal/service
+// and internal/gateway use it.
 const ErrorDomain = "claimd.dev"
 
 var deniedReasons = []string{

@@ -11,10 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/auth"
 )
-
-// errorDomain is the ErrorInfo domain of every claimd error.
-const errorDomain = "claimd.dev"
 
 // RequireClientCert returns interceptors that refuse a call whose peer did
 // not present a client certificate the TLS layer verified: UNAUTHENTICATED
@@ -48,7 +46,7 @@ func verifiedPeer(ctx context.Context) error {
 		}
 	}
 	st := status.New(codes.Unauthenticated, "a client certificate signed by the server's client CA is required")
-	if with, err := st.WithDetails(&errdetails.ErrorInfo{Reason: pb.ErrorReason_CREDENTIALS_MISSING.String(), Domain: errorDomain}); err == nil {
+	if with, err := st.WithDetails(&errdetails.ErrorInfo{Reason: pb.ErrorReason_CREDENTIALS_MISSING.String(), Domain: auth.ErrorDomain}); err == nil {
 		st = with
 	}
 	return st.Err()

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/auth"
 )
 
 // Config bounds what one HTTP request may bring.
@@ -127,7 +128,7 @@ func (c jsonCodec) Unmarshal(data []byte, msg proto.Message) error {
 
 func invalidJSON(err error) error {
 	ce := connect.NewError(connect.CodeInvalidArgument, clipped(err))
-	if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: pb.ErrorReason_INVALID_ARGUMENT.String(), Domain: errorDomain}); derr == nil {
+	if d, derr := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: pb.ErrorReason_INVALID_ARGUMENT.String(), Domain: auth.ErrorDomain}); derr == nil {
 		ce.AddDetail(d)
 	}
 	return ce

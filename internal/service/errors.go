@@ -12,11 +12,13 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/auth"
 	"github.com/claimd/claimd/internal/tiers"
 )
 
-// ErrorDomain is the ErrorInfo domain of every error claimd returns.
-const ErrorDomain = "claimd.dev"
+// ErrorDomain is the ErrorInfo domain of every error claimd returns, declared
+// once in internal/auth (which service imports, and not the other way round).
+const ErrorDomain = auth.ErrorDomain
 
 // ErrorInfo reasons: the names of the proto's ErrorReason, so that no
 // language types them by hand. Clients branch on these, not on messages.
