@@ -330,6 +330,8 @@ public final class Guard {
       } else {
         note = e;
       }
+    } catch (RuntimeException e) {
+      return unsettled(cl, e);
     }
     return answer(200, answer, null, Disposition.SETTLED, cl, true, note);
   }
@@ -346,6 +348,9 @@ public final class Guard {
       }
       endedByHandler(lease, e);
       failure.addSuppressed(e);
+    } catch (RuntimeException e) {
+      e.addSuppressed(failure);
+      return unsettled(cl, e);
     }
     return answer(200, text, null, Disposition.FAILED, cl, true, failure);
   }
@@ -383,6 +388,15 @@ public final class Guard {
     if (notOurs(e)) {
       return takenOver(cl, e, true);
     }
+    return unsettled(cl, e);
+  }
+
+  /**
+   * unsettled is row 19: recording the outcome failed after the handler ran (claimd's
+   * error or any other, an interceptor's say). Nothing is released; the next delivery
+   * takes over with state PROCESSING.
+   */
+  private GuardResult unsettled(Claim cl, Exception e) {
     client.logger().log(Level.ERROR, "claimd: recording the outcome failed after the handler ran; "
         + "the next delivery takes over with state PROCESSING: " + cl, e);
     return answer(503, bytes(UNSETTLED_BODY), (long) UNAVAILABLE_RETRY_AFTER_S, Disposition.UNSETTLED, cl, true, e);
