@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -248,13 +249,60 @@ func sysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
 }
 
 // freePort asks the kernel for an unused loopback port.
+//
+// A server keeps its port across a restart, and between its stop and its
+// start the port is free: another test binary (packages run in parallel)
+// could be handed it and take it. So every port handed out is also reserved
+// with an exclusive lock on a file named after it, held until this process
+// exits, and a port another process holds is passed over.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		ok, err := reservePort(port)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("testenv: no free loopback port that no other test process holds")
+}
+
+// reserved keeps the lock files of this process's ports open (an flock
+// lives as long as its file descriptor).
+var reserved struct {
+	sync.Mutex
+	files []*os.File
+}
+
+// reservePort takes the lock of port; ok is false when another process
+// holds it.
+func reservePort(port int) (ok bool, err error) {
+	dir := filepath.Join(os.TempDir(), "claimd-testenv-ports")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return false, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return false, nil
+		}
+		return false, err
+	}
+	reserved.Lock()
+	reserved.files = append(reserved.files, f)
+	reserved.Unlock()
+	return true, nil
 }
 
 // newDir creates the server's temporary directory under parent ("" means
