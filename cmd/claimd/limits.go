@@ -34,6 +34,16 @@ const (
 	// maxHeaderListBytes bounds a call's metadata (grpc-go's default is 16
 	// MiB); tokens and trace headers need a few hundred bytes.
 	maxHeaderListBytes = 64 << 10
+	// streamWorkers is how many goroutines serve calls and stay to serve
+	// the next one (grpc.NumStreamWorkers). Without them grpc-go starts a
+	// goroutine per call, whose stack then grows through the interceptor
+	// chain, the service and the tiers: runtime.morestack was 18 % of
+	// claimd's CPU on duplicates and 9 % on new keys (perf, BENCHMARKS.md).
+	// A worker keeps its grown stack. The count bounds no call: past it
+	// (every worker busy, e.g. waiting on the durable tier) grpc-go starts a
+	// goroutine as before; it is a few times the 50–64 callers of
+	// BENCHMARKS.md so that the usual load never needs one.
+	streamWorkers = 256
 
 	// The HTTP listener serves /metrics, /healthz and /readyz, small GETs,
 	// and the API's unary calls (--http-api): a request is read whole
@@ -60,6 +70,7 @@ func limitOptions(maxRequest int) []grpc.ServerOption {
 		grpc.MaxConcurrentStreams(maxConcurrentStreams),
 		grpc.ConnectionTimeout(connectionTimeout),
 		grpc.MaxHeaderListSize(maxHeaderListBytes),
+		grpc.NumStreamWorkers(streamWorkers),
 	}
 }
 
