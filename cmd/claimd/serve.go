@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -111,6 +112,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	tuneRuntime(memlimit.FromCgroup, log)
 	reg, err := c.registry()
 	if err != nil {
 		return err
