@@ -251,6 +251,19 @@ type target struct {
 	replicaAddrs []string
 }
 
+// peakRSS is the largest VmHWM of t's server processes, in MiB.
+func (t *target) peakRSS() (float64, error) {
+	peak := 0.0
+	for _, p := range append([]*proc{t.server}, t.replicas...) {
+		v, err := readPeakRSS(p.pid())
+		if err != nil {
+			return 0, err
+		}
+		peak = max(peak, v)
+	}
+	return peak, nil
+}
+
 // addrs are the addresses of every process of t.
 func (t *target) addrs() []string { return append([]string{t.addr}, t.replicaAddrs...) }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"text/template"
@@ -149,4 +150,23 @@ func TestClientRuns(t *testing.T) {
 			t.Errorf("clientRuns(ghz, %q) = %v, want %v", sc, got, want)
 		}
 	}
+}
+
+func TestReadPeakRSS(t *testing.T) {
+	before, err := readPeakRSS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	grown := make([]byte, 64<<20)
+	for i := range grown {
+		grown[i] = 1 // touch every page, so it is resident
+	}
+	after, err := readPeakRSS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before <= 0 || after < before+60 {
+		t.Errorf("peak RSS %.1f MiB before and %.1f MiB after touching 64 MiB, want it to grow by about 64", before, after)
+	}
+	runtime.KeepAlive(grown)
 }

@@ -50,6 +50,10 @@ type Result struct {
 	Replicas int `json:"replicas,omitempty"`
 	// Cores is GOMAXPROCS of the Go processes (0: the runtime's default).
 	Cores int `json:"cores,omitempty"`
+	// ServerPeakRSS is the largest resident set (VmHWM, MiB) of the
+	// server's processes since they started, read after the run: the
+	// memory its GC policy traded for CPU.
+	ServerPeakRSS float64 `json:"server_peak_rss_mib,omitempty"`
 }
 
 // RPCLatency is one RPC's latency within a lifecycle event.
@@ -106,6 +110,9 @@ func (b *bench) load(t *target, scenario, client string) (Result, error) {
 	res.Replicas, res.Cores = len(t.replicas)+1, b.opts.cores
 	res.CPU = since(before, after)
 	res.CPU["client"] = clientCPU(cmd)
+	if res.ServerPeakRSS, err = t.peakRSS(); err != nil {
+		return Result{}, err
+	}
 	if t.id == targetNoop {
 		res.ServedBy = nil // its canned answer names a tier that did nothing
 	}

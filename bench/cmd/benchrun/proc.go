@@ -113,6 +113,25 @@ func readStat(pid int) (procStat, error) {
 	}, nil
 }
 
+// readPeakRSS is a process's peak resident set size (VmHWM of
+// /proc/<pid>/status) in MiB.
+func readPeakRSS(pid int) (float64, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/status: VmHWM %q: %w", pid, strings.TrimSpace(v), err)
+			}
+			return kb / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
+}
+
 // meter reads the CPU seconds a process (or a group of them) has used so far.
 type meter struct {
 	name string

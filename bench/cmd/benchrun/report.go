@@ -168,8 +168,9 @@ func yes(ok bool) string {
 func writeRuns(w *strings.Builder, r *Report) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("## Results\n\n")
-	p("| scenario | target | client | rps | p50 ms | p99 ms | errors | CPU s server | CPU s redis | CPU s postgres | CPU s client | served by |\n")
-	p("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	p("Peak RSS is the server's largest resident set since it started (its runs go in this table's order), read after each run.\n\n")
+	p("| scenario | target | client | rps | p50 ms | p99 ms | errors | CPU s server | CPU s redis | CPU s postgres | CPU s client | server peak RSS MiB | served by |\n")
+	p("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	for _, sc := range r.Options.Scenarios {
 		for _, cl := range r.Options.Clients {
 			for _, t := range r.Options.Targets {
@@ -177,13 +178,20 @@ func writeRuns(w *strings.Builder, r *Report) {
 				if x == nil {
 					continue
 				}
-				p("| %s | %s | %s | %.0f | %.2f | %.2f | %s | %s | %s |\n",
+				p("| %s | %s | %s | %.0f | %.2f | %.2f | %s | %s | %s | %s |\n",
 					display(scenarioNames, sc), display(displayNames, t), cl, x.Rate, x.P50, x.P99,
-					errorsCell(x), cpuCells(x), servedBy(x))
+					errorsCell(x), cpuCells(x), rssCell(x), servedBy(x))
 			}
 		}
 	}
 	p("\n")
+}
+
+func rssCell(x *Result) string {
+	if x.ServerPeakRSS == 0 {
+		return "–" // a run measured before the column existed
+	}
+	return fmt.Sprintf("%.0f", x.ServerPeakRSS)
 }
 
 func errorsCell(x *Result) string {
