@@ -98,28 +98,21 @@ func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers
 		l := p.Now.Add(p.Lease)
 		lease = &l
 	}
-	from := tiers.AllowedFrom(p.To)
-	fromArg := make([]int16, len(from))
-	for i, f := range from {
-		fromArg[i] = int16(f)
-	}
-	args := func(entityLocked bool) []any {
-		return []any{p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, int16(p.To),
-			p.To.Terminal(), p.Result, lease, int64(p.Token), fromArg, p.SecretHash, entityLocked}
-	}
+	row := transitionRow{key: p.Key, now: p.Now, to: p.To, result: p.Result, lease: lease,
+		token: int64(p.Token), from: tiers.AllowedFrom(p.To), secretHash: p.SecretHash}
 	var entityRec *tiers.Record // the record as read, when the write must lock its entity first
 	return s.fenced(ctx, "transition", p.Key, p.Now,
 		func() (tiers.Record, bool, error) {
-			if !fenceable(p.Token, p.SecretHash) || len(from) == 0 {
+			if !fenceable(p.Token, p.SecretHash) || len(row.from) == 0 {
 				return tiers.Record{}, false, nil
 			}
 			if entityRec != nil {
 				return s.entityWrite(ctx, p.Key, *entityRec, p.Now, p.To == tiers.StateSettled,
 					func(tx pgx.Tx) (tiers.Record, bool, error) {
-						return updateRowOn(ctx, tx, p.Key, transitionSQL, args(true)...)
+						return updateRowOn(ctx, tx, p.Key, transitionSQL, row.args(true)...)
 					})
 			}
-			return s.updateRow(ctx, p.Key, transitionSQL, args(false)...)
+			return s.updateTransition(ctx, row)
 		},
 		func(cur tiers.Record) (tiers.Record, bool, error) {
 			next, changed, err := tiers.ApplyTransition(cur, p)

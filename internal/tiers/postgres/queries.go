@@ -24,9 +24,11 @@ var (
 	auditClaimSQL = loadQuery("audit_claim")
 	getSQL        = loadQuery("get")
 	transitionSQL = loadQuery("transition")
-	renewSQL      = loadQuery("renew")
-	releaseSQL    = loadQuery("release")
-	pruneSQL      = loadQuery("prune")
+	// transitionBatchSQL is transition.sql for a batch (writebatch.go).
+	transitionBatchSQL = loadQuery("transition_batch")
+	renewSQL           = loadQuery("renew")
+	releaseSQL         = loadQuery("release")
+	pruneSQL           = loadQuery("prune")
 )
 
 //go:embed queries/*.sql
