@@ -21,6 +21,12 @@
 #   BENCH_CORES     GOMAXPROCS of claimd, the handlers and the load clients
 #                   (default: every core), to rerun on bigger hardware
 #   BENCH_BASELINES false to skip redis-benchmark and pgbench
+#   BENCH_PROFILE   false to skip the profiles: with perf installed (Debian:
+#                   linux-perf) and allowed to record another process, claimd
+#                   (Redis + PostgreSQL) runs the dup, new and lifecycle-start
+#                   scenarios (those selected) once more each under
+#                   `perf record -g`, and the report says where its CPU went,
+#                   by component; without perf the report says nothing of it
 #   BENCH_OUT       report path (default BENCHMARKS.md)
 #   BENCH_JSON, BENCH_SVG  raw results and plot (default bench/results.json
 #                   and bench/results.svg): a partial run need not replace
@@ -83,11 +89,20 @@ trap 'rm -rf "$work"' EXIT
 echo "bench.sh: building into $work/bin"
 go build -o "$work/bin/" ./cmd/claimd ./cmd/claimload ./bench/cmd/noop ./bench/cmd/naive ./bench/cmd/benchrun
 
+perf=
+if [[ ${BENCH_PROFILE:-true} != false ]]; then
+	if command -v perf >/dev/null && perf record -q -o /dev/null -- true >/dev/null 2>&1; then
+		perf=$(command -v perf)
+	else
+		echo "bench.sh: perf is missing or may not record here: no profiles (Debian: apt-get install linux-perf; kernel.perf_event_paranoid <= 1)" >&2
+	fi
+fi
+
 duration=${BENCH_DURATION:-15s}
 # The report quotes the command that reproduces it: make sets MAKELEVEL.
 command=scripts/bench.sh
 [[ -n ${MAKELEVEL:-} ]] && command="make bench"
-for v in BENCH_OUT BENCH_JSON BENCH_SVG BENCH_PYTHON BENCH_PY_THREADS BENCH_BASELINES BENCH_SCENARIOS BENCH_CLIENTS BENCH_TARGETS BENCH_CALLERS BENCH_CORES BENCH_REPLICAS BENCH_DURATION; do
+for v in BENCH_OUT BENCH_JSON BENCH_SVG BENCH_PROFILE BENCH_PYTHON BENCH_PY_THREADS BENCH_BASELINES BENCH_SCENARIOS BENCH_CLIENTS BENCH_TARGETS BENCH_CALLERS BENCH_CORES BENCH_REPLICAS BENCH_DURATION; do
 	[[ -n ${!v+x} ]] && command="$v=${!v} $command"
 done
 
@@ -108,4 +123,5 @@ done
 	-svg "${BENCH_SVG:-$root/bench/results.svg}" \
 	-json "${BENCH_JSON:-$root/bench/results.json}" \
 	-notes "$root/bench/NOTES.md" \
+	-perf "$perf" \
 	-command "$command"

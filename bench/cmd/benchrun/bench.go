@@ -393,6 +393,16 @@ func (b *bench) runTarget(id string) (err error) {
 			b.report.Runs = append(b.report.Runs, res)
 		}
 	}
+	if b.opts.perf == "" || id != targetClaimd || !slices.Contains(b.opts.clients, clientClaimload) {
+		return nil
+	}
+	for _, sc := range profiledScenarios {
+		if slices.Contains(b.opts.scenarios, sc) {
+			if err := b.profile(t, sc); err != nil {
+				return fmt.Errorf("profiling %s: %w", sc, err)
+			}
+		}
+	}
 	return nil
 }
 

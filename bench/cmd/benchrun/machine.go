@@ -29,6 +29,8 @@ type Report struct {
 	// Python are the Python baseline's runs: claimd's guard and
 	// Powertools' idempotency on Redis, first deliveries and duplicates.
 	Python []Result `json:"python,omitempty"`
+	// Profiles say where claimd's CPU went in some scenarios (profile.go).
+	Profiles []Profile `json:"profiles,omitempty"`
 }
 
 // Machine describes the machine the figures belong to.

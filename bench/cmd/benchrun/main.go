@@ -49,6 +49,7 @@ type options struct {
 	pyThreads int
 	command   string
 	render    string // results JSON to render instead of measuring
+	perf      string // perf binary for the profiles of claimd; "" skips them
 }
 
 func main() {
@@ -61,6 +62,7 @@ func main() {
 	flag.StringVar(&o.svg, "svg", "bench/results.svg", "plot to write")
 	flag.StringVar(&o.json, "json", "bench/results.json", "raw results to write")
 	flag.StringVar(&o.notes, "notes", "bench/NOTES.md", "hand-written analysis to include in the report")
+	flag.StringVar(&o.perf, "perf", "", "perf binary: profile claimd (Redis + PostgreSQL) in the duplicate, new-key and Claim(start) → SETTLED scenarios with one more claimload run each, and report its CPU by component; empty for none")
 	flag.DurationVar(&o.duration, "duration", 15*time.Second, "duration of each load run")
 	flag.IntVar(&o.callers, "c", 50, "concurrent callers")
 	flag.IntVar(&o.contend, "contend", 64, "callers contending one key")

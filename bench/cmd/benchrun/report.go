@@ -75,6 +75,7 @@ func writeMarkdown(path string, r *Report, svg, jsonPath, notes string) error {
 	p("![rate and p99 by scenario](%s)\n\n", svgRel)
 	writeRuns(&w, r)
 	writeCPUPerRequest(&w, r)
+	w.WriteString(profileTable(r))
 	writeCPUShares(&w, r)
 	writeBaselines(&w, r)
 	writeRatios(&w, r)
