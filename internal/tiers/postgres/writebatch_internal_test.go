@@ -244,48 +244,61 @@ func testTransitionsOneStatement(t *testing.T, partitions int) {
 }
 
 // TestTransitionBatchPlan checks what transitionBatchPlan is for: in the
-// batch's transaction, the plan PostgreSQL caches for transition_batch.sql
-// on a claims table it believes empty reads claims by its primary key (not
-// a hash or merge join over the whole table), and the settings end with the
-// transaction.
+// batch's transaction, the generic plan PostgreSQL caches for
+// transition_batch.sql reads claims by its primary key (not a hash or merge
+// join over the whole table, nor a scan of it per row) both on an empty
+// claims table and on one of a few hundred rows never analyzed, the two
+// states of a new database before autovacuum's first ANALYZE; and the
+// settings end with the transaction.
 func TestTransitionBatchPlan(t *testing.T) {
 	ctx := context.Background()
-	s, _, _ := pausedWrites(t, 0)
+	s, clk, _ := pausedWrites(t, 0)
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Release()
 	c := conn.Conn()
-	var b pgx.Batch
-	b.Queue(transitionBatchPlan)
-	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-	b.Queue(`PREPARE tb(text[], text[], text[], timestamptz[], smallint[], boolean[], bytea[], timestamptz[], bigint[], integer[], bytea[]) AS ` + transitionBatchSQL)
-	b.Queue(`EXPLAIN EXECUTE tb(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)`)
-	br := c.SendBatch(ctx, &b)
-	for range 3 {
-		if _, err := br.Exec(); err != nil {
+	plan := func() string {
+		var b pgx.Batch
+		b.Queue(transitionBatchPlan)
+		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+		b.Queue(`PREPARE tb(text[], text[], text[], timestamptz[], smallint[], boolean[], bytea[], timestamptz[], bigint[], integer[], bytea[]) AS ` + transitionBatchSQL)
+		b.Queue(`EXPLAIN EXECUTE tb(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)`)
+		b.Queue(`DEALLOCATE tb`)
+		br := c.SendBatch(ctx, &b)
+		for range 3 {
+			if _, err := br.Exec(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan strings.Builder
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
+		var plan strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+		}
+		if err := errors.Join(rows.Err(), br.Close()); err != nil {
 			t.Fatal(err)
 		}
-		plan.WriteString(line + "\n")
+		return plan.String()
 	}
-	if err := errors.Join(rows.Err(), br.Close()); err != nil {
-		t.Fatal(err)
-	}
-	p := plan.String()
-	if !strings.Contains(p, "Index Scan using claims_pkey") || strings.Contains(p, "Hash Join") || strings.Contains(p, "Merge Join") || strings.Contains(p, "Seq Scan on claims") {
-		t.Errorf("generic plan of transition_batch.sql on an empty claims table:\n%s\nwant claims read through claims_pkey, no hash or merge join", p)
+	for _, rows := range []int{0, 300} {
+		for i := range rows {
+			if _, err := s.Claim(ctx, batchParams(clk, fmt.Sprintf("evt_%d", i), "pod-a")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := plan()
+		if !strings.Contains(p, "Index Scan using claims_pkey") || strings.Contains(p, "Hash Join") || strings.Contains(p, "Merge Join") || strings.Contains(p, "Seq Scan on claims") {
+			t.Errorf("generic plan of transition_batch.sql on a claims table of %d rows never analyzed:\n%s\nwant claims read through claims_pkey, no hash or merge join, no sequential scan", rows, p)
+		}
 	}
 	var hashJoin string
 	if err := c.QueryRow(ctx, `SHOW enable_hashjoin`).Scan(&hashJoin); err != nil || hashJoin != "on" {

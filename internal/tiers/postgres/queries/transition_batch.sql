@@ -16,9 +16,10 @@
 --
 -- Each row reads claims by its primary key, in the order of the arrays
 -- (sorted by key: one lock order for every batch). The batch runs with hash
--- and merge joins off (transitionBatchPlan): on a claims table the planner
--- believes empty, a cached generic plan would otherwise hash the whole
--- table for every batch long after it filled.
+-- joins, merge joins and sequential scans off (transitionBatchPlan): on a
+-- claims table the planner believes empty or tiny, a cached generic plan
+-- would otherwise hash, or scan once per row, the whole table for every
+-- batch long after it filled.
 WITH i AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::smallint[], $6::boolean[],
                          $7::bytea[], $8::timestamptz[], $9::bigint[], $10::integer[], $11::bytea[])
