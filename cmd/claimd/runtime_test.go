@@ -30,9 +30,9 @@ func TestTuneRuntimeDefaults(t *testing.T) {
 	unsetenv(t, "GOMEMLIMIT")
 	unsetenv(t, "AUTOMEMLIMIT")
 	const cgroup = 1 << 30
-	gc, mem := tuneRuntime(memlimit.Limit(cgroup), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if gc != defaultGCPercent || debug.SetGCPercent(gc) != defaultGCPercent {
-		t.Errorf("GC percent = %d, want %d", gc, defaultGCPercent)
+	gc, mem := tuneRuntime(outsideGCPercent, memlimit.Limit(cgroup), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if gc != outsideGCPercent || debug.SetGCPercent(gc) != outsideGCPercent {
+		t.Errorf("GC percent = %d, want %d", gc, outsideGCPercent)
 	}
 	ratio := memoryLimitRatio
 	want := int64(float64(cgroup) * ratio)
@@ -47,7 +47,7 @@ func TestTuneRuntimeKeepsTheEnvironment(t *testing.T) {
 	debug.SetMemoryLimit(256 << 20)
 	t.Setenv("GOGC", "150")
 	t.Setenv("GOMEMLIMIT", "256MiB")
-	gc, mem := tuneRuntime(memlimit.Limit(1<<30), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	gc, mem := tuneRuntime(outsideGCPercent, memlimit.Limit(1<<30), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if gc != 150 || debug.SetGCPercent(gc) != 150 {
 		t.Errorf("GC percent = %d, want the environment's 150", gc)
 	}
@@ -61,7 +61,7 @@ func TestTuneRuntimeWithoutALimit(t *testing.T) {
 	unsetenv(t, "GOMEMLIMIT")
 	unsetenv(t, "AUTOMEMLIMIT")
 	noLimit := func() (uint64, error) { return 0, memlimit.ErrNoLimit }
-	if _, mem := tuneRuntime(noLimit, slog.New(slog.NewTextHandler(io.Discard, nil))); mem != math.MaxInt64 {
+	if _, mem := tuneRuntime(outsideGCPercent, noLimit, slog.New(slog.NewTextHandler(io.Discard, nil))); mem != math.MaxInt64 {
 		t.Errorf("memory limit = %d without a cgroup limit, want none (%d)", mem, int64(math.MaxInt64))
 	}
 }
@@ -72,5 +72,15 @@ func unsetenv(t *testing.T, key string) {
 	t.Setenv(key, "") // registers the restore
 	if err := os.Unsetenv(key); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGCPercentByFastTier: GOGC=400 only where the records live outside the
+// process; the embedded fast tier's records are the heap.
+func TestGCPercentByFastTier(t *testing.T) {
+	for kind, want := range map[string]int{"redis": outsideGCPercent, "none": outsideGCPercent, "memory": 100} {
+		if got := gcPercent(kind); got != want {
+			t.Errorf("gcPercent(%q) = %d, want %d", kind, got, want)
+		}
 	}
 }

@@ -112,7 +112,6 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tuneRuntime(memlimit.FromCgroup, log)
 	reg, err := c.registry()
 	if err != nil {
 		return err
@@ -185,6 +184,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		}
 	}()
 	met.SetTiers(st.fastKind, st.durableKind)
+	tuneRuntime(gcPercent(st.fastKind), memlimit.FromCgroup, log)
 	if ents, ok := st.store.(tiers.Entities); ok {
 		st.sources.DeferredEvents = ents.CountDeferred // the deferred, overdue and lost gauges
 	}
