@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,11 +53,7 @@ const (
 type batcher struct {
 	s     *Store
 	max   int
-	queue chan *queuedClaim
-
-	mu     sync.RWMutex // guards closed against sends on a closed queue
-	closed bool
-	wg     sync.WaitGroup
+	queue *tiers.Queue[*queuedClaim]
 
 	// Counters, for tests and metrics: claim_batch statements run, and
 	// claims they decided (inserted, or answered from a stored row).
@@ -88,49 +83,11 @@ type batchAnswer struct {
 
 // newBatcher returns a batcher whose queue fits flushers; start starts them.
 func newBatcher(s *Store, maxBatch, flushers int) *batcher {
-	return &batcher{s: s, max: maxBatch, queue: make(chan *queuedClaim, batchQueueFactor*maxBatch*flushers)}
+	return &batcher{s: s, max: maxBatch, queue: tiers.NewQueue[*queuedClaim](batchQueueFactor * maxBatch * flushers)}
 }
 
 // start starts the flushers. Claims enqueued before wait for it.
-func (b *batcher) start(flushers int) {
-	b.wg.Add(flushers)
-	for range flushers {
-		go b.flusher()
-	}
-}
-
-// close stops accepting claims, lets the flushers finish what is queued,
-// and waits for them.
-func (b *batcher) close() {
-	b.mu.Lock()
-	if !b.closed {
-		b.closed = true
-		close(b.queue)
-	}
-	b.mu.Unlock()
-	b.wg.Wait()
-}
-
-// enqueue adds q to the queue; false when it is full or closed.
-func (b *batcher) enqueue(q *queuedClaim) bool {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.closed {
-		return false
-	}
-	select {
-	case b.queue <- q:
-		return true
-	default:
-		return false
-	}
-}
-
-// flusher runs batches until the queue is closed and drained.
-func (b *batcher) flusher() {
-	defer b.wg.Done()
-	tiers.Batches(b.queue, b.max, b.flush)
-}
+func (b *batcher) start(flushers int) { b.queue.Start(flushers, b.max, b.flush) }
 
 // flush runs one statement for batch and answers every caller in it.
 func (b *batcher) flush(batch []*queuedClaim) {
@@ -140,8 +97,7 @@ func (b *batcher) flush(batch []*queuedClaim) {
 	var args batchArgs
 	first := make(map[tiers.Key]*queuedClaim, len(batch))
 	var later []*queuedClaim // second claims of a key in this batch
-	var deadline time.Time
-	unbounded := false
+	var deadline tiers.LatestDeadline
 	for _, q := range batch {
 		if q.ctx.Err() != nil {
 			continue
@@ -152,11 +108,7 @@ func (b *batcher) flush(batch []*queuedClaim) {
 		}
 		first[q.p.Key] = q
 		args.add(q.p)
-		if d, ok := q.ctx.Deadline(); !ok {
-			unbounded = true
-		} else if d.After(deadline) {
-			deadline = d
-		}
+		deadline.Add(q.ctx)
 	}
 	// The callers' second claims of a key run claim.sql after this
 	// statement has committed the first, so they see its row.
@@ -171,10 +123,7 @@ func (b *batcher) flush(batch []*queuedClaim) {
 	// The statement outlives any one caller: a caller that gives up must
 	// not fail the claims of the others. It is bounded by the latest
 	// deadline among them.
-	if unbounded || deadline.IsZero() {
-		deadline = time.Now().Add(batchTimeout)
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := deadline.Context(batchTimeout)
 	defer cancel()
 	if len(first) == 1 && len(later) == 0 {
 		// A claim alone gains nothing from a batch, and claim.sql decides
@@ -285,7 +234,7 @@ func (s *Store) claimBatched(ctx context.Context, p tiers.ClaimParams) (tiers.Cl
 		return tiers.ClaimResult{}, false, err
 	}
 	q := &queuedClaim{ctx: ctx, p: p, answer: make(chan batchAnswer, 1)}
-	if !s.batch.enqueue(q) {
+	if !s.batch.queue.TryEnqueue(q) {
 		return tiers.ClaimResult{}, false, nil
 	}
 	var a batchAnswer

@@ -67,7 +67,7 @@ func queue(t *testing.T, s *Store, ps []tiers.ClaimParams) []*queued {
 			q.res, q.err = s.Claim(ctx, q.p)
 		}()
 	}
-	for len(s.batch.queue) < len(ps) {
+	for s.batch.queue.Len() < len(ps) {
 		runtime.Gosched() // the callers are about to enqueue; nothing else to wait on
 	}
 	return qs
@@ -283,10 +283,10 @@ func TestBatchQueueFull(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	// Fill the queue with placeholders nobody waits for.
 	var fillers []*queuedClaim
-	for range cap(s.batch.queue) {
+	for range s.batch.queue.Cap() {
 		q := &queuedClaim{ctx: context.Background(), p: batchParams(clk, "evt_filler_"+strconv.Itoa(len(fillers)), "pod-a"), answer: make(chan batchAnswer, 1)}
-		if !s.batch.enqueue(q) {
-			t.Fatalf("enqueue #%d of %d failed", len(fillers), cap(s.batch.queue))
+		if !s.batch.queue.TryEnqueue(q) {
+			t.Fatalf("enqueue #%d of %d failed", len(fillers), s.batch.queue.Cap())
 		}
 		fillers = append(fillers, q)
 	}

@@ -232,10 +232,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // (and for the claims already queued for a batch to be decided).
 func (s *Store) Close() error {
 	if s.batch != nil {
-		s.batch.close()
+		s.batch.queue.Close()
 	}
 	if s.writes != nil {
-		s.writes.close()
+		s.writes.queue.Close()
 	}
 	s.pool.Close()
 	return nil

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,11 +35,7 @@ import (
 type writeBatcher struct {
 	s     *Store
 	max   int
-	queue chan *queuedWrite
-
-	mu     sync.RWMutex // guards closed against sends on a closed queue
-	closed bool
-	wg     sync.WaitGroup
+	queue *tiers.Queue[*queuedWrite]
 
 	// batches counts the batches of two or more statements sent, and
 	// transitionBatches those sent as one transition_batch.sql, for tests.
@@ -112,71 +107,29 @@ type writeAnswer struct {
 // newWriteBatcher returns a batcher; start starts its flusher. Statements
 // enqueued before wait for it.
 func newWriteBatcher(s *Store, maxBatch int) *writeBatcher {
-	return &writeBatcher{s: s, max: maxBatch, queue: make(chan *queuedWrite, batchQueueFactor*maxBatch)}
+	return &writeBatcher{s: s, max: maxBatch, queue: tiers.NewQueue[*queuedWrite](batchQueueFactor * maxBatch)}
 }
 
-func (w *writeBatcher) start() {
-	w.wg.Add(1)
-	go w.flusher()
-}
-
-// close stops accepting statements, lets the flusher finish what is
-// queued, and waits for it.
-func (w *writeBatcher) close() {
-	w.mu.Lock()
-	if !w.closed {
-		w.closed = true
-		close(w.queue)
-	}
-	w.mu.Unlock()
-	w.wg.Wait()
-}
-
-func (w *writeBatcher) enqueue(q *queuedWrite) bool {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	if w.closed {
-		return false
-	}
-	select {
-	case w.queue <- q:
-		return true
-	default:
-		return false
-	}
-}
-
-func (w *writeBatcher) flusher() {
-	defer w.wg.Done()
-	tiers.Batches(w.queue, w.max, w.flush)
-}
+func (w *writeBatcher) start() { w.queue.Start(1, w.max, w.flush) }
 
 // flush runs batch's statements in one pipeline and answers each caller.
 func (w *writeBatcher) flush(batch []*queuedWrite) {
 	// A caller that already left is not written for: it reports its
 	// context's error, so the write must not happen behind its back.
 	live := batch[:0:0]
-	var deadline time.Time
-	unbounded := false
+	var deadline tiers.LatestDeadline
 	for _, q := range batch {
 		if q.ctx.Err() != nil {
 			q.answer <- writeAnswer{alone: true}
 			continue
 		}
 		live = append(live, q)
-		if d, ok := q.ctx.Deadline(); !ok {
-			unbounded = true
-		} else if d.After(deadline) {
-			deadline = d
-		}
+		deadline.Add(q.ctx)
 	}
 	if len(live) == 0 {
 		return
 	}
-	if unbounded || deadline.IsZero() {
-		deadline = time.Now().Add(batchTimeout)
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := deadline.Context(batchTimeout)
 	defer cancel()
 	if len(live) == 1 {
 		// Alone: the flusher runs it itself, so that the statements
@@ -325,7 +278,7 @@ func (s *Store) enqueueWrite(ctx context.Context, q *queuedWrite) (tiers.Record,
 		return tiers.Record{}, false, err
 	}
 	q.answer = make(chan writeAnswer, 1)
-	if !s.writes.enqueue(q) {
+	if !s.writes.queue.TryEnqueue(q) {
 		return s.updateRowNow(ctx, k, sql, args...)
 	}
 	select {

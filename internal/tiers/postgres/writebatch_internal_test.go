@@ -37,7 +37,7 @@ func flushQueued(ctx context.Context, s *Store, calls []*queuedCall, leave func(
 			c.rec, c.ch, c.err = c.run(ctx)
 		}()
 	}
-	for len(s.writes.queue) < len(calls) {
+	for s.writes.queue.Len() < len(calls) {
 		runtime.Gosched() // the callers are about to enqueue; nothing else to wait on
 	}
 	leave()

@@ -2,8 +2,6 @@ package redis
 
 import (
 	"context"
-	"sync"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -30,11 +28,7 @@ const maxPipeline = 128
 // fast-tier repairs after a Redis restart: make chaos, redis-kill.)
 type coalescer struct {
 	client goredis.UniversalClient
-	queue  chan *scriptCall
-
-	mu     sync.RWMutex // guards closed against sends on a closed queue
-	closed bool
-	wg     sync.WaitGroup
+	queue  *tiers.Queue[*scriptCall]
 }
 
 // scriptCall is one script run waiting in the coalescer.
@@ -49,22 +43,13 @@ type scriptCall struct {
 }
 
 func newCoalescer(client goredis.UniversalClient) *coalescer {
-	c := &coalescer{client: client, queue: make(chan *scriptCall, 4*maxPipeline)}
-	c.wg.Add(1)
-	go c.flusher()
+	c := &coalescer{client: client, queue: tiers.NewQueue[*scriptCall](4 * maxPipeline)}
+	c.queue.Start(1, maxPipeline, c.flush)
 	return c
 }
 
 // close stops the flusher once the queue is drained.
-func (c *coalescer) close() {
-	c.mu.Lock()
-	if !c.closed {
-		c.closed = true
-		close(c.queue)
-	}
-	c.mu.Unlock()
-	c.wg.Wait()
-}
+func (c *coalescer) close() { c.queue.Close() }
 
 // run runs script like script.Run, through the next pipeline.
 func (c *coalescer) run(ctx context.Context, script *goredis.Script, keys []string, args ...any) *goredis.Cmd {
@@ -74,7 +59,7 @@ func (c *coalescer) run(ctx context.Context, script *goredis.Script, keys []stri
 		return cmd
 	}
 	q := &scriptCall{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
-	if !c.enqueue(q) {
+	if !c.queue.TryEnqueue(q) {
 		return script.Run(ctx, c.client, keys, args...)
 	}
 	select {
@@ -93,30 +78,10 @@ func (c *coalescer) run(ctx context.Context, script *goredis.Script, keys []stri
 	}
 }
 
-func (c *coalescer) enqueue(q *scriptCall) bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.closed {
-		return false
-	}
-	select {
-	case c.queue <- q:
-		return true
-	default:
-		return false // full: the caller runs its script itself
-	}
-}
-
-func (c *coalescer) flusher() {
-	defer c.wg.Done()
-	tiers.Batches(c.queue, maxPipeline, c.flush)
-}
-
 // flush sends batch and answers its callers.
 func (c *coalescer) flush(batch []*scriptCall) {
 	live := batch[:0:0]
-	var deadline time.Time
-	bounded := true
+	var deadline tiers.LatestDeadline
 	for _, q := range batch {
 		if err := q.ctx.Err(); err != nil {
 			// Gone before its pipeline: nothing is sent for it.
@@ -126,11 +91,7 @@ func (c *coalescer) flush(batch []*scriptCall) {
 			continue
 		}
 		live = append(live, q)
-		if d, ok := q.ctx.Deadline(); !ok {
-			bounded = false
-		} else if d.After(deadline) {
-			deadline = d
-		}
+		deadline.Add(q.ctx)
 	}
 	switch len(live) {
 	case 0:
@@ -144,12 +105,8 @@ func (c *coalescer) flush(batch []*scriptCall) {
 	}
 	// The pipeline outlives any one caller, bounded by the latest deadline
 	// among them (and by the client's read and write timeouts).
-	ctx := context.Background()
-	if bounded {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
+	ctx, cancel := deadline.Context(0)
+	defer cancel()
 	pipe := c.client.Pipeline()
 	cmds := make([]*goredis.Cmd, len(live))
 	for i, q := range live {

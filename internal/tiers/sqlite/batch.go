@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 
 	"github.com/claimd/claimd/internal/tiers"
@@ -51,11 +50,7 @@ const (
 type committer struct {
 	s     *Store
 	max   int
-	queue chan *writeReq
-
-	mu     sync.RWMutex // guards closed against sends on a closed queue
-	closed bool
-	wg     sync.WaitGroup
+	queue *tiers.Queue[*writeReq]
 
 	// Counters, for tests: transactions run, and writes they committed.
 	batches, committed atomic.Int64
@@ -69,51 +64,11 @@ type writeReq struct {
 }
 
 func newCommitter(s *Store, maxBatch int) *committer {
-	return &committer{s: s, max: maxBatch, queue: make(chan *writeReq, commitQueueFactor*maxBatch)}
+	return &committer{s: s, max: maxBatch, queue: tiers.NewQueue[*writeReq](commitQueueFactor * maxBatch)}
 }
 
 // start starts the committer goroutine. Writes enqueued before wait for it.
-func (c *committer) start() {
-	c.wg.Add(1)
-	go c.run()
-}
-
-// close stops accepting writes, lets the committer commit and answer what is
-// queued, and waits for it.
-func (c *committer) close() {
-	c.mu.Lock()
-	if !c.closed {
-		c.closed = true
-		close(c.queue)
-	}
-	c.mu.Unlock()
-	c.wg.Wait()
-}
-
-// enqueue adds q to the queue, waiting for room while ctx allows. It
-// returns errClosed once the store is closing, ctx's error when the caller
-// left first; either way nothing was queued.
-func (c *committer) enqueue(ctx context.Context, q *writeReq) error {
-	// A sender blocked on a full queue holds the read lock; close waits for
-	// it, and it gets room because the committer drains until close.
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.closed {
-		return errClosed
-	}
-	select {
-	case c.queue <- q:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// run commits batches until the queue is closed and drained.
-func (c *committer) run() {
-	defer c.wg.Done()
-	tiers.Batches(c.queue, c.max, c.commit)
-}
+func (c *committer) start() { c.queue.Start(1, c.max, c.commit) }
 
 // commit runs batch in one transaction and answers every caller in it.
 //

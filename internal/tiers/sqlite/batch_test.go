@@ -20,7 +20,7 @@ import (
 // a test builds is the batch that runs. Records set up before pause commit
 // as usual.
 func pause(s *Store) {
-	s.commit.close()
+	s.commit.queue.Close()
 	s.commit = newCommitter(s, defaultMaxBatch)
 }
 
@@ -58,7 +58,7 @@ func goTransition(t *testing.T, s *Store, desc string, p tiers.TransitionParams)
 
 // waitQueued returns once n writes wait in s's paused committer.
 func waitQueued(s *Store, n int) {
-	for len(s.commit.queue) < n {
+	for s.commit.queue.Len() < n {
 		runtime.Gosched() // the callers are about to enqueue; nothing else to wait on
 	}
 }
@@ -276,7 +276,7 @@ func TestBatchCallerLeavesMidWrite(t *testing.T) {
 	other := goClaim(t, s, "other", claimAt("evt_other", t0))
 	waitQueued(s, 2)
 	resume(s, leaving, other)
-	s.commit.close() // the batch has committed once the committer is done
+	s.commit.queue.Close() // the batch has committed once the committer is done
 
 	if leaving.err != nil && !errors.Is(leaving.err, context.Canceled) {
 		t.Errorf("write whose caller left mid-write: error = %v, want context.Canceled or nil", leaving.err)

@@ -267,7 +267,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	if s.commit != nil {
-		s.commit.close()
+		s.commit.queue.Close()
 	}
 	var errs []error
 	if s.rst != nil {

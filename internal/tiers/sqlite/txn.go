@@ -100,9 +100,9 @@ func (s *Store) write(ctx context.Context, op string, fn func(t *txn) error) err
 		return err
 	}
 	q := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
-	if err := s.commit.enqueue(ctx, q); err != nil {
-		if errors.Is(err, errClosed) {
-			return tiers.Unavailable("sqlite", err) // closed since the check above
+	if err := s.commit.queue.Enqueue(ctx, q); err != nil {
+		if errors.Is(err, tiers.ErrQueueClosed) {
+			return tiers.Unavailable("sqlite", errClosed) // closed since the check above
 		}
 		return err // ctx's: the caller left before its write was queued
 	}
