@@ -65,7 +65,9 @@ func (c *coalescer) run(ctx context.Context, script *goredis.Script, keys []stri
 	select {
 	case <-q.done:
 		if q.alone {
-			return script.Run(ctx, c.client, keys, args...)
+			// Redis answered NOSCRIPT for it in the pipeline: send the
+			// script itself, as script.Run would after its own EVALSHA.
+			return script.Eval(ctx, c.client, keys, args...)
 		}
 		return q.cmd
 	case <-ctx.Done():
