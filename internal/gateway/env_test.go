@@ -3,17 +3,11 @@ package gateway_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,7 +15,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,64 +42,12 @@ import (
 	"github.com/claimd/claimd/internal/metrics"
 	"github.com/claimd/claimd/internal/service"
 	"github.com/claimd/claimd/internal/telemetry"
+	"github.com/claimd/claimd/internal/testenv/testcert"
 	"github.com/claimd/claimd/internal/tiers/memory"
 	"github.com/claimd/claimd/internal/tiers/sqlite"
 	"github.com/claimd/claimd/internal/tiers/tierstest"
 	"github.com/claimd/claimd/internal/tiers/twotier"
 )
-
-// ca is a throwaway certificate authority.
-type ca struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-var serial atomic.Int64
-
-func newCA(t *testing.T, name string) *ca {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &ca{cert: cert, key: key, pool: pool}
-}
-
-// issue signs a certificate for cn (and 127.0.0.1, for the server's).
-func (c *ca) issue(t *testing.T, cn string, usage x509.ExtKeyUsage) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // Tokens of the test auth file.
 var (
@@ -152,8 +93,8 @@ type env struct {
 	promReg  *prometheus.Registry
 	spans    *tracetest.SpanRecorder
 	logs     *syncBuffer
-	serverCA *ca
-	clientCA *ca
+	serverCA *testcert.CA
+	clientCA *testcert.CA
 	grpcAddr string
 	httpURL  string
 }
@@ -167,7 +108,7 @@ type envOptions struct {
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	e := &env{promReg: prometheus.NewRegistry(), spans: tracetest.NewSpanRecorder(), logs: &syncBuffer{},
-		serverCA: newCA(t, "server ca"), clientCA: newCA(t, "client ca")}
+		serverCA: testcert.NewCA(t, "server ca"), clientCA: testcert.NewCA(t, "client ca")}
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	clk := clock.Real{}
 	path := filepath.Join(t.TempDir(), "auth.yaml")
@@ -194,13 +135,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	serverCert := e.serverCA.issue(t, "claimd", x509.ExtKeyUsageServerAuth)
+	serverCert := e.serverCA.Issue(t, "claimd", "127.0.0.1").TLS
 	clientAuth := tls.VerifyClientCertIfGiven
 	if o.requireCert {
 		clientAuth = tls.RequireAndVerifyClientCert
 	}
 	opts := append(met.ServerOptions(), grpc.StatsHandler(telemetry.ServerHandler(tp)), grpc.MaxRecvMsgSize(maxRequestBytes),
-		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: e.clientCA.pool, ClientAuth: clientAuth, MinVersion: tls.VersionTLS12})))
+		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: e.clientCA.Pool(), ClientAuth: clientAuth, MinVersion: tls.VersionTLS12})))
 	if o.requireCert {
 		opts = append(opts, gateway.RequireClientCert()...)
 	}
@@ -224,7 +165,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	hs := httptest.NewUnstartedServer(h)
 	hs.EnableHTTP2 = true
-	hs.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: e.clientCA.pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}
+	hs.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: e.clientCA.Pool(), ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}
 	hs.StartTLS()
 	t.Cleanup(hs.Close)
 	e.httpURL = hs.URL
@@ -246,7 +187,7 @@ type cred struct {
 }
 
 func (e *env) tlsConfig(c cred) *tls.Config {
-	cfg := &tls.Config{RootCAs: e.serverCA.pool, MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{RootCAs: e.serverCA.Pool(), MinVersion: tls.VersionTLS12}
 	if c.cert != nil {
 		cfg.Certificates = []tls.Certificate{*c.cert}
 	}

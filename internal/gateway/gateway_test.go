@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -372,7 +371,7 @@ func TestAwkwardKeysOverREST(t *testing.T) {
 // and the certificate's identity is the principal the auth file names.
 func TestClientCertificates(t *testing.T) {
 	e := newEnv(t, envOptions{requireCert: true})
-	cert := e.clientCA.issue(t, "hooks.billing", x509.ExtKeyUsageClientAuth)
+	cert := e.clientCA.Issue(t, "hooks.billing").TLS
 	withCert := cred{cert: &cert}
 	for _, c := range e.callers(t, withCert) {
 		t.Run(c.name, func(t *testing.T) {
