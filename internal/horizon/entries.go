@@ -65,15 +65,7 @@ func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 		return nil
 	}
 	before := len(l.errs)
-	vals := make(map[string]*yaml.Node)
-	for _, f := range l.fields(n, name, providerFields) {
-		vals[f.key.Value] = f.value
-	}
-	for _, req := range []string{"retry_horizon", "margin", "lease", "source", "reviewed_on"} {
-		if vals[req] == nil {
-			l.errorf(key, name, "%s is required", req)
-		}
-	}
+	vals := l.record(key, n, name, providerFields, "", "retry_horizon", "margin", "lease", "source", "reviewed_on")
 	p := &Provider{Name: name}
 	horizonOK := l.duration(vals["retry_horizon"], name, "retry_horizon", &p.RetryHorizon)
 	marginOK := l.duration(vals["margin"], name, "margin", &p.Margin)

@@ -49,12 +49,7 @@ var (
 // lifecycles returns the lifecycles of n, the value of a provider's
 // lifecycles field, recording every rule they break.
 func (l *loader) lifecycles(n *yaml.Node, provider string) []*Lifecycle {
-	if n.Kind != yaml.MappingNode || len(n.Content) == 0 {
-		l.errorf(n, provider, "lifecycles must be a mapping of at least one lifecycle name to its entity, event_type, states, events and source")
-		return nil
-	}
-	if len(n.Content)/2 > maxLifecycles {
-		l.errorf(n, provider, "lifecycles declares %d lifecycles, more than %d", len(n.Content)/2, maxLifecycles)
+	if !l.entries(n, provider, "lifecycles", "lifecycle name to its entity, event_type, states, events and source", "lifecycles", maxLifecycles) {
 		return nil
 	}
 	var out []*Lifecycle
@@ -83,15 +78,7 @@ func (l *loader) lifecycle(provider string, key, n *yaml.Node, declared map[stri
 		l.errorf(n, subject, "must be a mapping of entity, event_type, states, events and source")
 		return nil
 	}
-	vals := make(map[string]*yaml.Node)
-	for _, f := range l.fields(n, subject, lifecycleFields) {
-		vals[f.key.Value] = f.value
-	}
-	for _, req := range []string{"entity", "event_type", "states", "events", "source"} {
-		if vals[req] == nil {
-			l.errorf(key, subject, "%s is required", req)
-		}
-	}
+	vals := l.record(key, n, subject, lifecycleFields, "", "entity", "event_type", "states", "events", "source")
 	lc := &Lifecycle{Name: name}
 	if v := vals["entity"]; v != nil {
 		lc.EntityRule, lc.entityRule = l.lifecycleRule(v, subject, "entity")
@@ -179,12 +166,7 @@ func (l *loader) states(n *yaml.Node, subject string) ([]string, map[string]*yam
 // (nil when the states are broken: their errors are recorded already) and
 // their types against the other lifecycles of the provider (declared).
 func (l *loader) events(n *yaml.Node, subject string, states []string, declared map[string]int) []*LifecycleEvent {
-	if n.Kind != yaml.MappingNode || len(n.Content) == 0 {
-		l.errorf(n, subject, "events must be a mapping of at least one event type to its from and to states")
-		return nil
-	}
-	if len(n.Content)/2 > maxEvents {
-		l.errorf(n, subject, "events declares %d event types, more than %d", len(n.Content)/2, maxEvents)
+	if !l.entries(n, subject, "events", "event type to its from and to states", "event types", maxEvents) {
 		return nil
 	}
 	var out []*LifecycleEvent
@@ -217,15 +199,7 @@ func (l *loader) event(eventType string, key, n *yaml.Node, subject string, stat
 		return nil
 	}
 	before := len(l.errs)
-	vals := make(map[string]*yaml.Node)
-	for _, f := range l.fields(n, subject, eventFields) {
-		vals[f.key.Value] = f.value
-	}
-	for _, req := range []string{"from", "to"} {
-		if vals[req] == nil {
-			l.errorf(key, subject, "%s is required: an event must say which states it may arrive in and which state it leads to", req)
-		}
-	}
+	vals := l.record(key, n, subject, eventFields, ": an event must say which states it may arrive in and which state it leads to", "from", "to")
 	e := &LifecycleEvent{EventType: eventType}
 	if v := vals["from"]; v != nil {
 		e.From = l.eventFrom(v, subject, states)

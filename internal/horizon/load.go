@@ -201,6 +201,37 @@ func (l *loader) fields(n *yaml.Node, subject string, allowed map[string]bool) [
 	return out
 }
 
+// record returns the fields of the mapping n by name (allowed: the names
+// it may have), recording at key each of required that is missing; why,
+// when not empty, follows each "is required".
+func (l *loader) record(key, n *yaml.Node, subject string, allowed map[string]bool, why string, required ...string) map[string]*yaml.Node {
+	vals := make(map[string]*yaml.Node)
+	for _, f := range l.fields(n, subject, allowed) {
+		vals[f.key.Value] = f.value
+	}
+	for _, req := range required {
+		if vals[req] == nil {
+			l.errorf(key, subject, "%s is required%s", req, why)
+		}
+	}
+	return vals
+}
+
+// entries reports whether n, the value of field, is a mapping of at least
+// one and at most max entries, recording the rule it breaks: shape says
+// what one entry maps, noun what the entries are.
+func (l *loader) entries(n *yaml.Node, subject, field, shape, noun string, max int) bool {
+	if n.Kind != yaml.MappingNode || len(n.Content) == 0 {
+		l.errorf(n, subject, "%s must be a mapping of at least one %s", field, shape)
+		return false
+	}
+	if len(n.Content)/2 > max {
+		l.errorf(n, subject, "%s declares %d %s, more than %d", field, len(n.Content)/2, noun, max)
+		return false
+	}
+	return true
+}
+
 var topFields = map[string]bool{"version": true, "extends": true, "providers": true, "groups": true}
 
 func (l *loader) document(root *yaml.Node) *Registry {
