@@ -75,20 +75,18 @@ func (b *bench) redisBenchmark() (Result, error) {
 		return Result{}, err
 	}
 	n := max(int(probe.Rate*b.opts.duration.Seconds()), 1000)
-	meters := []meter{b.redisMeter()}
-	before, err := sample(meters)
+	var (
+		res Result
+		cmd *exec.Cmd
+	)
+	cpu, _, err := measure([]meter{b.redisMeter()}, func() (err error) {
+		res, cmd, err = b.redisBenchmarkOnce(args(n))
+		return err
+	})
 	if err != nil {
 		return Result{}, err
 	}
-	res, cmd, err := b.redisBenchmarkOnce(args(n))
-	if err != nil {
-		return Result{}, err
-	}
-	after, err := sample(meters)
-	if err != nil {
-		return Result{}, err
-	}
-	res.CPU = since(before, after)
+	res.CPU = cpu
 	res.CPU["client"] = clientCPU(cmd)
 	return res, nil
 }
@@ -135,20 +133,17 @@ func (b *bench) pgbench(rows int) (Result, error) {
 		return Result{}, err
 	}
 	secs := max(int(math.Ceil(b.opts.duration.Seconds())), 1)
-	meters := []meter{b.pgMeter()}
-	before, err := sample(meters)
-	if err != nil {
-		return Result{}, err
-	}
 	cmd := exec.CommandContext(b.ctx, "pgbench", "-n", "-h", u.Hostname(), "-p", u.Port(), "-U", u.User.Username(),
 		"-c", strconv.Itoa(b.opts.callers), "-j", "2", "-T", strconv.Itoa(secs), "-M", "prepared",
 		"-f", script, "-l", "--log-prefix", filepath.Join(logDir, "log"), "pgbench")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return Result{}, fmt.Errorf("%w\n%s%s", err, stdout.String(), stderr.String())
-	}
-	after, err := sample(meters)
+	cpu, _, err := measure([]meter{b.pgMeter()}, func() error {
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%w\n%s%s", err, stdout.String(), stderr.String())
+		}
+		return nil
+	})
 	if err != nil {
 		return Result{}, err
 	}
@@ -163,7 +158,7 @@ func (b *bench) pgbench(rows int) (Result, error) {
 	res := Result{
 		Target: target, Scenario: fmt.Sprintf("INSERT %d row(s)", rows), Client: "pgbench", Callers: b.opts.callers,
 		Seconds: float64(secs), Requests: int64(len(lat)), Errors: failed, Rate: tps * float64(rows), Unit: "rows/s",
-		CPU: since(before, after),
+		CPU: cpu,
 	}
 	res.CPU["client"] = clientCPU(cmd)
 	res.P50, res.P99 = percentileMs(lat, 50), percentileMs(lat, 99)

@@ -71,44 +71,31 @@ func (b *bench) load(t *target, scenario, client string) (Result, error) {
 	}
 	// New keys (and the contended key) are unique to this run.
 	prefix := fmt.Sprintf("%s-%s-%s", scenario, client, strconv.FormatInt(time.Now().UnixNano(), 36))
-	busy0, err := machineBusy()
-	if err != nil {
-		return Result{}, err
-	}
-	before, err := sample(t.meters)
-	if err != nil {
-		return Result{}, err
-	}
 	var (
 		res Result
 		cmd *exec.Cmd
 	)
-	switch client {
-	case clientGhz:
-		res, cmd, err = b.ghz(t.addr, scenario, callers, prefix, t.claimd)
-	case clientClaimload:
-		res, cmd, err = b.claimload(t.addrs(), scenario, callers, prefix, t.claimd)
-	default:
-		return Result{}, fmt.Errorf("unknown client %q", client)
-	}
+	cpu, busy, err := measure(t.meters, func() (err error) {
+		switch client {
+		case clientGhz:
+			res, cmd, err = b.ghz(t.addr, scenario, callers, prefix, t.claimd)
+		case clientClaimload:
+			res, cmd, err = b.claimload(t.addrs(), scenario, callers, prefix, t.claimd)
+		default:
+			err = fmt.Errorf("unknown client %q", client)
+		}
+		return err
+	})
 	if err != nil {
 		return Result{}, err
 	}
-	after, err := sample(t.meters)
-	if err != nil {
-		return Result{}, err
-	}
-	busy1, err := machineBusy()
-	if err != nil {
-		return Result{}, err
-	}
-	res.MachineBusy = busy1 - busy0
+	res.MachineBusy = busy
 	res.Target, res.Scenario, res.Client, res.Callers, res.Unit = t.id, scenario, client, callers, "req/s"
 	if lifecycle(scenario) {
 		res.Unit = "events/s"
 	}
 	res.Replicas, res.Cores = len(t.replicas)+1, b.opts.cores
-	res.CPU = since(before, after)
+	res.CPU = cpu
 	res.CPU["client"] = clientCPU(cmd)
 	if res.ServerPeakRSS, err = t.peakRSS(); err != nil {
 		return Result{}, err

@@ -208,6 +208,31 @@ func sample(ms []meter) (map[string]float64, error) {
 	return out, nil
 }
 
+// measure runs run and returns the CPU seconds each meter used and the
+// seconds the whole machine was busy meanwhile.
+func measure(ms []meter, run func() error) (cpu map[string]float64, busy float64, err error) {
+	busy0, err := machineBusy()
+	if err != nil {
+		return nil, 0, err
+	}
+	before, err := sample(ms)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := run(); err != nil {
+		return nil, 0, err
+	}
+	after, err := sample(ms)
+	if err != nil {
+		return nil, 0, err
+	}
+	busy1, err := machineBusy()
+	if err != nil {
+		return nil, 0, err
+	}
+	return since(before, after), busy1 - busy0, nil
+}
+
 // since returns after-before for each meter.
 func since(before, after map[string]float64) map[string]float64 {
 	out := make(map[string]float64, len(after))

@@ -71,25 +71,15 @@ func (b *bench) python(t *target, impl, mode string) (Result, error) {
 			return Result{}, fmt.Errorf("settle: %w\n%s", err, tail(string(out), 2000))
 		}
 	}
-	busy0, err := machineBusy()
-	if err != nil {
-		return Result{}, err
-	}
-	before, err := sample(t.meters)
-	if err != nil {
-		return Result{}, err
-	}
 	cmd := script(mode)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return Result{}, fmt.Errorf("%w\n%s", err, tail(stderr.String(), 2000))
-	}
-	after, err := sample(t.meters)
-	if err != nil {
-		return Result{}, err
-	}
-	busy1, err := machineBusy()
+	cpu, busy, err := measure(t.meters, func() error {
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%w\n%s", err, tail(stderr.String(), 2000))
+		}
+		return nil
+	})
 	if err != nil {
 		return Result{}, err
 	}
@@ -106,7 +96,7 @@ func (b *bench) python(t *target, impl, mode string) (Result, error) {
 	res := Result{
 		Target: impl, Scenario: mode, Client: "python", Callers: b.opts.pyThreads, Unit: "events/s",
 		Seconds: s.Seconds, Requests: s.Requests, Errors: s.Errors, ErrorCodes: s.ErrorCodes,
-		Rate: s.RPS, P50: s.P50, P99: s.P99, CPU: since(before, after), MachineBusy: busy1 - busy0,
+		Rate: s.RPS, P50: s.P50, P99: s.P99, CPU: cpu, MachineBusy: busy,
 	}
 	// The script's own CPU over its measured loop, without the
 	// interpreter's start and imports.
