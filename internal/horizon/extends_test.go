@@ -152,21 +152,7 @@ func TestExtendsRefuses(t *testing.T) {
 		},
 	}
 	for _, tc := range tests {
-		t.Run(tc.desc, func(t *testing.T) {
-			reg, err := horizon.Load("mine.yaml", tc.data)
-			if err == nil {
-				t.Fatalf("Load() = %d providers, want errors %q", len(reg.List()), tc.want)
-			}
-			got := joinedErrors(err)
-			if len(got) != len(tc.want) {
-				t.Fatalf("Load() errors = %q, want %q", got, tc.want)
-			}
-			for i, w := range tc.want {
-				if !strings.HasPrefix(got[i], w) {
-					t.Errorf("Load() error %d = %q, want prefix %q", i, got[i], w)
-				}
-			}
-		})
+		t.Run(tc.desc, func(t *testing.T) { wantLoadErrors(t, "mine.yaml", tc.data, tc.want) })
 	}
 }
 

@@ -230,21 +230,7 @@ func TestLoadLifecycleRefuses(t *testing.T) {
 		},
 	}
 	for _, tc := range tests {
-		t.Run(tc.desc, func(t *testing.T) {
-			reg, err := horizon.Load("test.yaml", tc.data)
-			if err == nil {
-				t.Fatalf("Load() = %v, nil; want errors %q", reg, tc.want)
-			}
-			got := joinedErrors(err)
-			if len(got) != len(tc.want) {
-				t.Fatalf("Load() errors =\n%s\nwant %d errors starting\n%s", strings.Join(got, "\n"), len(tc.want), strings.Join(tc.want, "\n"))
-			}
-			for i := range got {
-				if !strings.HasPrefix(got[i], tc.want[i]) {
-					t.Errorf("Load() error %d = %q, want it to start %q", i, got[i], tc.want[i])
-				}
-			}
-		})
+		t.Run(tc.desc, func(t *testing.T) { wantLoadErrors(t, "test.yaml", tc.data, tc.want) })
 	}
 }
 

@@ -46,6 +46,26 @@ func joinedErrors(err error) []string {
 	return []string{err.Error()}
 }
 
+// wantLoadErrors loads data as file and checks that it is refused with
+// errors starting with want, in order; it returns the error.
+func wantLoadErrors(t *testing.T, file string, data []byte, want []string) error {
+	t.Helper()
+	reg, err := horizon.Load(file, data)
+	if err == nil {
+		t.Fatalf("Load() = %d providers, nil; want errors %q", len(reg.List()), want)
+	}
+	got := joinedErrors(err)
+	if len(got) != len(want) {
+		t.Fatalf("Load() errors =\n%s\nwant %d errors starting\n%s", strings.Join(got, "\n"), len(want), strings.Join(want, "\n"))
+	}
+	for i := range got {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("Load() error %d = %q, want it to start %q", i, got[i], want[i])
+		}
+	}
+	return err
+}
+
 func TestLoadValid(t *testing.T) {
 	tests := []struct {
 		desc string
@@ -318,19 +338,7 @@ func TestLoadRefuses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
-			reg, err := horizon.Load("test.yaml", tc.data)
-			if err == nil {
-				t.Fatalf("Load() = %v, nil; want errors %q", reg, tc.want)
-			}
-			got := joinedErrors(err)
-			if len(got) != len(tc.want) {
-				t.Fatalf("Load() errors =\n%s\nwant %d errors starting\n%s", strings.Join(got, "\n"), len(tc.want), strings.Join(tc.want, "\n"))
-			}
-			for i := range got {
-				if !strings.HasPrefix(got[i], tc.want[i]) {
-					t.Errorf("Load() error %d = %q, want it to start %q", i, got[i], tc.want[i])
-				}
-			}
+			err := wantLoadErrors(t, "test.yaml", tc.data, tc.want)
 			var ve *horizon.ValidationError
 			if !errors.As(err, &ve) || ve.File != "test.yaml" {
 				t.Errorf("Load() error = %v, want a *ValidationError naming test.yaml", err)
