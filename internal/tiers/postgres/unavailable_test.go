@@ -12,17 +12,25 @@ import (
 	"github.com/claimd/claimd/internal/tiers/postgres"
 )
 
-// TestStoppedServerIsUnavailable stops a private server under an open Store:
-// every operation must fail with an error wrapping tiers.ErrUnavailable
-// before its context's deadline (fail closed, retryable), and serve again
-// once the server is back.
-func TestStoppedServerIsUnavailable(t *testing.T) {
+// stoppableStore is a Store on a private server the test may stop and
+// start, with a short connect timeout.
+func stoppableStore(t *testing.T) (*testenv.Server, *postgres.Store) {
+	t.Helper()
 	srv := testenv.StartPostgres(t, postgres.Migrate)
 	s, err := postgres.New(context.Background(), postgres.Config{URL: srv.URL(), ConnectTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatalf("New() error = %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
+	return srv, s
+}
+
+// TestStoppedServerIsUnavailable stops a private server under an open Store:
+// every operation must fail with an error wrapping tiers.ErrUnavailable
+// before its context's deadline (fail closed, retryable), and serve again
+// once the server is back.
+func TestStoppedServerIsUnavailable(t *testing.T) {
+	srv, s := stoppableStore(t)
 	clk := clock.NewFake(time.Now())
 	k := key("evt_down")
 	claim := tiers.ClaimParams{Key: k, Now: clk.Now(), Lease: lease, TTL: ttl, Holder: "pod-a", Salt: ownerSalt, SecretHash: ownerHash}
@@ -92,7 +100,10 @@ func TestStoppedServerIsUnavailable(t *testing.T) {
 	defer cancel()
 	// The pool may still hold connections of the old server: the first
 	// calls may fail on them, then the pool reconnects.
-	var rec tiers.Record
+	var (
+		rec tiers.Record
+		err error
+	)
 	for {
 		rec, err = s.Get(ctx, k)
 		if err == nil || !errors.Is(err, tiers.ErrUnavailable) {
@@ -127,12 +138,7 @@ func TestCancelledContextPassesThrough(t *testing.T) {
 // advances once, and the other event's retry is ordered as if the failed
 // calls never happened, neither DUPLICATE nor stuck behind a holder.
 func TestStoppedServerDuringLifecycle(t *testing.T) {
-	srv := testenv.StartPostgres(t, postgres.Migrate)
-	s, err := postgres.New(context.Background(), postgres.Config{URL: srv.URL(), ConnectTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatalf("New() error = %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
+	srv, s := stoppableStore(t)
 	clk := clock.NewFake(time.Now())
 	claim := func(k, eventType string) tiers.ClaimParams {
 		return tiers.ClaimParams{Key: key(k), Now: clk.Now(), Lease: lease, TTL: ttl, Holder: "pod-a",
