@@ -5,42 +5,17 @@
 // lifecycles. The receiver has no ordering logic of its own.
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { createClient } from "@claimd/client";
-import { buildClaimd, startClaimd } from "@claimd/client/testing";
-
-import { createReceiver } from "../server.js";
+import { useReceiver } from "./env.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const fixture = resolve(here, "../../../internal/horizon/testdata/lifecycles/stripe/out_of_order");
-let claimd, client, receiver, url, dir, ledger;
-
-before(async () => {
-  const bin =
-    process.env.CLAIMD_BIN ?? buildClaimd(resolve(here, "../../.."), join(here, "../../../clients/typescript/.build/claimd"));
-  claimd = await startClaimd({ bin });
-  client = createClient(claimd.target);
-  dir = mkdtempSync(join(tmpdir(), "claimd-example-order-"));
-  ledger = join(dir, "ledger.jsonl");
-  // A namespace of its own: the fixture's entities must start new.
-  const namespace = `example-${randomBytes(6).toString("hex")}`;
-  receiver = createReceiver({ client, ledgerPath: ledger, namespace, logger: { warn() {} } });
-  await new Promise((r) => receiver.listen(0, "127.0.0.1", r));
-  url = `http://127.0.0.1:${receiver.address().port}/webhooks/stripe`;
-});
-
-after(async () => {
-  await new Promise((r) => (receiver ? receiver.close(r) : r()));
-  client?.close();
-  const code = await claimd?.stop();
-  rmSync(dir, { recursive: true, force: true });
-  assert.equal(code, 0, `claimd exit code = ${code}, want 0`);
-});
+// A namespace of its own: the fixture's entities must start new.
+const env = useReceiver({ tmpPrefix: "claimd-example-order-", namespace: `example-${randomBytes(6).toString("hex")}` });
 
 /**
  * deliveries are sequence.yaml's [file, order] pairs, in order. The file is
@@ -56,7 +31,7 @@ function deliveries() {
 }
 
 async function post(file) {
-  const res = await fetch(url, {
+  const res = await fetch(env.url, {
     method: "POST",
     headers: { "content-type": "application/json", "stripe-signature": `t=${Date.now()},v1=${randomBytes(16).toString("hex")}` },
     body: readFileSync(join(fixture, file)),
@@ -89,7 +64,7 @@ test("a Stripe payment delivered out of order ends with the ledger correct", asy
     assert.equal(r.status, 200, `redelivery of ${file}: ${r.status} ${r.body}`);
   }
 
-  const rows = readFileSync(ledger, "utf8")
+  const rows = readFileSync(env.ledger, "utf8")
     .split("\n")
     .filter(Boolean)
     .map((l) => JSON.parse(l));

@@ -2,39 +2,12 @@
 // POSTs, and the ledger file as the only witness.
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { after, before, test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { existsSync, readFileSync } from "node:fs";
+import { test } from "node:test";
 
-import { createClient } from "@claimd/client";
-import { buildClaimd, startClaimd } from "@claimd/client/testing";
+import { useReceiver } from "./env.js";
 
-import { createReceiver } from "../server.js";
-
-const here = dirname(fileURLToPath(import.meta.url));
-let claimd, client, receiver, url, dir, ledger;
-
-before(async () => {
-  const bin =
-    process.env.CLAIMD_BIN ?? buildClaimd(resolve(here, "../../.."), join(here, "../../../clients/typescript/.build/claimd"));
-  claimd = await startClaimd({ bin });
-  client = createClient(claimd.target);
-  dir = mkdtempSync(join(tmpdir(), "claimd-example-"));
-  ledger = join(dir, "ledger.jsonl");
-  receiver = createReceiver({ client, ledgerPath: ledger, logger: { warn() {} } });
-  await new Promise((r) => receiver.listen(0, "127.0.0.1", r));
-  url = `http://127.0.0.1:${receiver.address().port}/webhooks/stripe`;
-});
-
-after(async () => {
-  await new Promise((r) => (receiver ? receiver.close(r) : r()));
-  client?.close();
-  const code = await claimd?.stop();
-  rmSync(dir, { recursive: true, force: true });
-  assert.equal(code, 0, `claimd exit code = ${code}, want 0`);
-});
+const env = useReceiver();
 
 function stripeEvent() {
   const id = `evt_${randomBytes(8).toString("hex")}`;
@@ -43,7 +16,7 @@ function stripeEvent() {
 
 /** post sends the event as Stripe does; each retry carries a fresh signature. */
 async function post(event) {
-  const res = await fetch(url, {
+  const res = await fetch(env.url, {
     method: "POST",
     headers: { "content-type": "application/json", "stripe-signature": `t=${Date.now()},v1=${randomBytes(16).toString("hex")}` },
     body: JSON.stringify(event),
@@ -52,8 +25,8 @@ async function post(event) {
 }
 
 function ledgerRows(eventId) {
-  if (!existsSync(ledger)) return [];
-  return readFileSync(ledger, "utf8")
+  if (!existsSync(env.ledger)) return [];
+  return readFileSync(env.ledger, "utf8")
     .split("\n")
     .filter(Boolean)
     .map((l) => JSON.parse(l))
@@ -89,6 +62,6 @@ test("20 concurrent deliveries of one event append one ledger row", async () => 
 });
 
 test("a body that is not a Stripe event is refused before claimd", async () => {
-  const res = await fetch(url, { method: "POST", body: "not json" });
+  const res = await fetch(env.url, { method: "POST", body: "not json" });
   assert.equal(res.status, 400);
 });
