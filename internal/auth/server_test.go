@@ -1,7 +1,6 @@
 package auth_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -17,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,6 +36,7 @@ import (
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/service"
+	"github.com/claimd/claimd/internal/testenv"
 	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/memory"
 	"github.com/claimd/claimd/internal/tiers/sqlite"
@@ -120,24 +119,6 @@ func (c *ca) issue(t *testing.T, l leaf, usage x509.ExtKeyUsage) tls.Certificate
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-// syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // Tokens of the test auth file (testFile).
 var (
 	hooksToken  = auth.NewToken() // billing-hooks: claim, read in billing and payouts-*
@@ -203,7 +184,7 @@ type env struct {
 	reg      *prometheus.Registry
 	clk      *clock.Fake
 	store    *tierstest.CountingStore
-	logs     *syncBuffer
+	logs     *testenv.LogBuffer
 	addr     string
 	serverCA *ca
 	clientCA *ca
@@ -217,7 +198,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{
 		reg: prometheus.NewRegistry(), clk: clock.NewFake(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)),
-		logs: &syncBuffer{}, serverCA: newCA(t, "server ca"), clientCA: newCA(t, "client ca"),
+		logs: &testenv.LogBuffer{}, serverCA: newCA(t, "server ca"), clientCA: newCA(t, "client ca"),
 		path: filepath.Join(t.TempDir(), "auth.yaml"), reloaded: make(chan error, 16),
 	}
 	e.write(t, testFile())

@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,6 +41,7 @@ import (
 	"github.com/claimd/claimd/internal/metrics"
 	"github.com/claimd/claimd/internal/service"
 	"github.com/claimd/claimd/internal/telemetry"
+	"github.com/claimd/claimd/internal/testenv"
 	"github.com/claimd/claimd/internal/testenv/testcert"
 	"github.com/claimd/claimd/internal/tiers/memory"
 	"github.com/claimd/claimd/internal/tiers/sqlite"
@@ -92,7 +92,7 @@ type env struct {
 	store    *tierstest.CountingStore
 	promReg  *prometheus.Registry
 	spans    *tracetest.SpanRecorder
-	logs     *syncBuffer
+	logs     *testenv.LogBuffer
 	serverCA *testcert.CA
 	clientCA *testcert.CA
 	grpcAddr string
@@ -107,7 +107,7 @@ type envOptions struct {
 
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
-	e := &env{promReg: prometheus.NewRegistry(), spans: tracetest.NewSpanRecorder(), logs: &syncBuffer{},
+	e := &env{promReg: prometheus.NewRegistry(), spans: tracetest.NewSpanRecorder(), logs: &testenv.LogBuffer{},
 		serverCA: testcert.NewCA(t, "server ca"), clientCA: testcert.NewCA(t, "client ca")}
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	clk := clock.Real{}
@@ -451,22 +451,4 @@ var connectCodes = map[string]codes.Code{
 	"failed_precondition": codes.FailedPrecondition, "aborted": codes.Aborted, "out_of_range": codes.OutOfRange,
 	"unimplemented": codes.Unimplemented, "internal": codes.Internal, "unavailable": codes.Unavailable,
 	"data_loss": codes.DataLoss, "unauthenticated": codes.Unauthenticated,
-}
-
-// syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

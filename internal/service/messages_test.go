@@ -1,12 +1,10 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,34 +13,17 @@ import (
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/horizon"
+	"github.com/claimd/claimd/internal/testenv"
 	"github.com/claimd/claimd/internal/tiers"
 )
 
-// syncBuffer is a log sink that tests read after the calls returned.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func loggedService(t *testing.T, store tiers.Store) (*Service, *syncBuffer) {
+func loggedService(t *testing.T, store tiers.Store) (*Service, *testenv.LogBuffer) {
 	t.Helper()
 	reg, err := horizon.Default()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf syncBuffer
+	var buf testenv.LogBuffer
 	return New(Config{Store: store, Registry: reg, Clock: clock.NewFake(time.Now()), Logger: slog.New(slog.NewJSONHandler(&buf, nil))}), &buf
 }
 

@@ -1,7 +1,6 @@
 package telemetry_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +27,7 @@ import (
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/service"
 	"github.com/claimd/claimd/internal/telemetry"
+	"github.com/claimd/claimd/internal/testenv"
 	"github.com/claimd/claimd/internal/tiers/memory"
 	"github.com/claimd/claimd/internal/tiers/sqlite"
 	"github.com/claimd/claimd/internal/tiers/twotier"
@@ -90,23 +89,11 @@ func TestSetupFollowsEnvironment(t *testing.T) {
 	})
 }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines(t *testing.T) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// logLines are the JSON log lines in b.
+func logLines(t *testing.T, b *testenv.LogBuffer) []map[string]any {
+	t.Helper()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("log line %q is not JSON: %v", l, err)
@@ -135,7 +122,7 @@ func TestServerSpanAttributes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	srv := grpc.NewServer(grpc.StatsHandler(telemetry.ServerHandler(tp)))
 	service.New(service.Config{
 		Store: store, Registry: reg, Clock: clock.NewFake(time.Now()),
@@ -221,7 +208,7 @@ func TestServerSpanAttributes(t *testing.T) {
 		t.Errorf("server spans (-want +got; no health-check span):\n%s", diff)
 	}
 
-	for _, l := range logs.lines(t) {
+	for _, l := range logLines(t, logs) {
 		if l["msg"] == "Claim" && l["trace_id"] != wantTrace {
 			t.Errorf("Claim log line trace_id = %v, want %s", l["trace_id"], wantTrace)
 		}

@@ -1,7 +1,6 @@
 package tlsconfig_test
 
 import (
-	"bytes"
 	"crypto/tls"
 	"io"
 	"log/slog"
@@ -11,11 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/testenv"
 	"github.com/claimd/claimd/internal/testenv/testcert"
 	"github.com/claimd/claimd/internal/tlsconfig"
 )
@@ -54,24 +53,6 @@ func handshake(t *testing.T, server, client *tls.Config) (serverErr error, state
 	}
 	cc.Close()
 	return <-done, state, clientErr
-}
-
-// lockedBuffer collects log output written from handshake goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // files are the PEM files a Reloader reads, in one directory, written as
@@ -187,7 +168,7 @@ func TestRotation(t *testing.T) {
 	first, second, third := ca.Issue(t, "claimd.test"), ca.Issue(t, "claimd.test"), ca.Issue(t, "claimd.test")
 	f := newFiles(t, first, nil)
 	clk := clock.NewFake(time.Now())
-	var log lockedBuffer
+	var log testenv.LogBuffer
 	r := newReloader(t, f, clk, &log)
 	cfg := r.ServerConfig(tlsconfig.RequireClientCert, "h2")
 	served := func(step string, want *testcert.Leaf) {
