@@ -3,6 +3,7 @@ package testenv_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,6 +76,25 @@ func TestRedisClusterSpreadsKeysAndRestarts(t *testing.T) {
 	}
 }
 
+// slotOwner is the address of the node of c that serves key (the others
+// answer a plain GET of it with MOVED).
+func slotOwner(ctx context.Context, t *testing.T, c *testenv.Cluster, key string) string {
+	t.Helper()
+	for _, addr := range c.Addrs() {
+		n := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		err := n.Get(ctx, key).Err()
+		n.Close()
+		if err == nil {
+			return addr
+		}
+		if !strings.HasPrefix(err.Error(), "MOVED ") {
+			t.Fatalf("GET %s on node %s = %v, want the value or MOVED", key, addr, err)
+		}
+	}
+	t.Fatalf("no node of the cluster serves %s", key)
+	return ""
+}
+
 // TestSlotMigrationRedirects moves a slot holding keys from one primary to
 // another step by step: a new key written while the slot migrates is sent
 // on with ASK, a client with the old map is sent on with MOVED, and every
@@ -92,6 +112,7 @@ func TestSlotMigrationRedirects(t *testing.T) {
 		}
 	}
 
+	src := slotOwner(ctx, t, c, key(0))
 	m, err := c.BeginSlotMigration(ctx, []int{slot})
 	if err != nil {
 		t.Fatalf("BeginSlotMigration: %v", err)
@@ -114,6 +135,16 @@ func TestSlotMigrationRedirects(t *testing.T) {
 		if got, err := rc.Get(ctx, key(i)).Int(); err != nil || got != i {
 			t.Fatalf("GET %s after migration = %d, %v; want %d", key(i), got, err, i)
 		}
+	}
+	// The cluster client above may have refreshed its slot map before it
+	// read (go-redis reloads it after errors and when it is old), so a
+	// client that certainly has the old map asks too: the old owner must
+	// send it on with MOVED to another node.
+	n := redis.NewClient(&redis.Options{Addr: src, MaxRetries: -1})
+	err = n.Get(ctx, key(0)).Err()
+	n.Close()
+	if err == nil || !strings.HasPrefix(err.Error(), "MOVED ") || strings.HasSuffix(err.Error(), " "+src) {
+		t.Fatalf("GET %s on the old owner %s after migration = %v, want MOVED to another node", key(0), src, err)
 	}
 	stats, err := c.ErrorStats(ctx)
 	if err != nil {
