@@ -173,6 +173,18 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 	// every group-commit batch it sends, names claimd's tables. A
 	// search_path in the URL is overridden.
 	pcfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	// Every statement on the hot path reads claims, entities and deferrals
+	// by primary key, and pgx prepares it once per connection: the generic
+	// plan PostgreSQL then caches is planned against the table as it looked
+	// at that moment. Analyzed while it held a few dozen rows (autovacuum's
+	// first ANALYZE of a new database), a primary-key lookup is cheapest as
+	// a sequential scan, and that plan stays cached while the table grows
+	// by thousands of rows a second until the next ANALYZE
+	// (TestKeyLookupPlans). Sequential scans off for the session makes the
+	// planner take the index whenever there is one; the janitor's and the
+	// deferral lists' statements have theirs (window and expiry indexes,
+	// audit_log's BRIN), and a statement without one still scans.
+	pcfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
 	pcfg.MaxConns = cfg.MaxConns
 	if pcfg.MaxConns == 0 {
 		pcfg.MaxConns = int32(max(8, 4*runtime.GOMAXPROCS(0)))
