@@ -43,13 +43,14 @@ const (
 	compCrypto   = "crypto"
 	compRedis    = "go-redis"
 	compPgx      = "pgx"
-	compSched    = "Go runtime: scheduler and sysmon"
+	compSched    = "Go runtime: scheduler"
+	compSysmon   = "Go runtime: sysmon"
 	compGC       = "Go runtime: GC and stack growth"
 	compOther    = "Go runtime and kernel: other"
 	profileHertz = 999
 )
 
-var components = []string{compClaimd, compGRPC, compProto, compMetrics, compCrypto, compRedis, compPgx, compSched, compGC, compOther}
+var components = []string{compClaimd, compGRPC, compProto, compMetrics, compCrypto, compRedis, compPgx, compSched, compSysmon, compGC, compOther}
 
 // libraries name the component of a Go function by its package path, first
 // match wins.
@@ -77,7 +78,9 @@ func classify(frames []string) string {
 		has("runtime.newstack", "runtime.morestack", "runtime.morestack.abi0"):
 		return compGC
 	case has("runtime.sysmon"):
-		return compSched
+		// The runtime's monitor thread: its wake-ups, and the processors it
+		// retakes from system calls and hands to other threads.
+		return compSysmon
 	}
 	for _, f := range frames {
 		for _, l := range libraries {
