@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -54,6 +55,7 @@ type ownership struct {
 	material   []byte
 	attemptID  string // the fingerprint, "" without an attempt_id
 	salt, hash []byte
+	secret     []byte // derived from salt: the answer when this call's own write acquires
 }
 
 // newOwnership derives the ownership of a Claim by principal with holder and
@@ -64,11 +66,14 @@ func newOwnership(principal, holder, attemptID string) ownership {
 		o.material = []byte(principal + "\x00" + holder + "\x00" + attemptID)
 		sum := sha256.Sum256([]byte(attemptDomain + principal + "\x00" + holder + "\x00" + attemptID))
 		o.attemptID = hex.EncodeToString(sum[:])
+		o.salt = randomBytes(tiers.SaltBytes)
 	} else {
-		o.material = randomBytes(LeaseSecretBytes)
+		// One read of the random source for both.
+		r := randomBytes(LeaseSecretBytes + tiers.SaltBytes)
+		o.material, o.salt = r[:LeaseSecretBytes:LeaseSecretBytes], r[LeaseSecretBytes:]
 	}
-	o.salt = randomBytes(tiers.SaltBytes)
-	o.hash = secretHash(leaseSecret(o.salt, o.material))
+	o.secret = leaseSecret(o.salt, o.material)
+	o.hash = secretHash(o.secret)
 	return o
 }
 
@@ -76,8 +81,13 @@ func newOwnership(principal, holder, attemptID string) ownership {
 // acquired before, for a repeated attempt): derived from the record's salt,
 // and checked against its hash.
 func (o ownership) secretOf(rec tiers.Record) ([]byte, error) {
-	secret := leaseSecret(rec.Salt, o.material)
-	if len(rec.SecretHash) != tiers.SecretHashBytes || subtle.ConstantTimeCompare(secretHash(secret), rec.SecretHash) != 1 {
+	secret, hash := o.secret, o.hash
+	if !bytes.Equal(rec.Salt, o.salt) {
+		// Acquired by an earlier call of the attempt: its salt.
+		secret = leaseSecret(rec.Salt, o.material)
+		hash = secretHash(secret)
+	}
+	if len(rec.SecretHash) != tiers.SecretHashBytes || subtle.ConstantTimeCompare(hash, rec.SecretHash) != 1 {
 		return nil, errSecretMismatch
 	}
 	return secret, nil
