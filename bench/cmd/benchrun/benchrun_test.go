@@ -109,12 +109,12 @@ func TestReport(t *testing.T) {
 	}
 	for _, want := range []string{
 		"## Targets", "new keys ≥ 3× naive rps", "| all new keys | claimd Redis+PG | claimload | 5000 |",
-		"| embedded new keys: fsync per commit (full) ≥ 0.8× relaxed rps | claimload | 3000 / 4000 rps = 0.75× | – / – | **no** |",
+		"| embedded new keys: fsync per commit (full) ≥ 0.8× relaxed rps | claimload | 3000 / 4000 rps = 0.75× | – / – | 300.0 / 300.0 | **no** |",
 		"| all new keys | claimd embedded relaxed | claimload | 4000 |",
 		"![rate and p99 by scenario](results.svg)",
 		"## Lifecycle: whole webhook events",
 		"| lifecycle: Claim → PROCESSING → SETTLED | claimd Redis+PG | 5000 | 1.00 / 4.00 | – | 2.00 / 12.00 | 0 | 500 | – | – | 300 | 500 |",
-		"| lifecycle: Claim → PROCESSING → SETTLED: p99 per RPC ≤ 10 ms | claimload | 12.00 ms (settle, the slowest) | – | **no** |",
+		"| lifecycle: Claim → PROCESSING → SETTLED: p99 per RPC ≤ 10 ms | claimload | 12.00 ms (settle, the slowest) | – | 300.0 | **no** |",
 		"| 2 | 500 | 3.00 | – | – | 0 | 200 | – | – | – | 200 |",
 		"| first | claimd guard | 1000 | 4.00 | 0.00 | 0 | 200 | – | – | – | 200 |",
 		"First deliveries: claimd's guard at 0.50× Powertools' events/s and 2.00× its p50",
