@@ -170,3 +170,43 @@ func TestReadPeakRSS(t *testing.T) {
 	}
 	runtime.KeepAlive(grown)
 }
+
+// TestBudget: a new-key claim's CPU against what 3× the naive handler's
+// rate leaves it, with each process's floor from the same run.
+func TestBudget(t *testing.T) {
+	report := func(naiveRate float64) string {
+		r := &Report{Machine: Machine{CPUs: 2},
+			Runs: []Result{
+				{Target: targetClaimd, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: 5000,
+					CPU: map[string]float64{"server": 0.1, "client": 0.05, "redis": 0.04, "postgres": 0.05}},
+				{Target: targetNaive, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: naiveRate},
+				{Target: targetNoop, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: 20000,
+					CPU: map[string]float64{"server": 0.03, "client": 0.03}},
+			},
+			Baselines: []Result{
+				{Target: baselineRedis, Rate: 100000, Seconds: 1, CPU: map[string]float64{"redis": 1}},
+				{Target: baselinePgBatch, Rate: 50000, Seconds: 1, CPU: map[string]float64{"postgres": 1}},
+			},
+		}
+		var w strings.Builder
+		writeBudget(&w, r)
+		return w.String()
+	}
+	got := report(1000)
+	for _, want := range []string{
+		"3 × 1000 claims/s) leaves each claim at most 667 µs",
+		"| claimd | 100.0 | 30.0 |", "| load client | 50.0 | 30.0 |", "| Redis | 40.0 | 20.0 |", "| PostgreSQL | 50.0 | 40.0 |",
+		"| all four | 240.0 | 120.0 | budget for 3× naive: 667 |",
+		"The floors sum to 120 µs, under the budget", "120 µs spent above the floors, 70 of them in claimd",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("budget lacks %q:\n%s", want, got)
+		}
+	}
+	if got := report(10000); !strings.Contains(got, "The floors alone exceed the budget") {
+		t.Errorf("budget of 67 µs against floors of 120 µs:\n%s", got)
+	}
+	if got := report(0); got != "" {
+		t.Errorf("budget without a naive rate = %q, want nothing", got)
+	}
+}

@@ -70,6 +70,7 @@ func writeMarkdown(path string, r *Report, svg, jsonPath, notes string) error {
 	// (rates, CPU per request of every process, baselines) after them.
 	writeLifecycle(&w, r)
 	writeTargets(&w, r)
+	writeBudget(&w, r)
 	writePython(&w, r)
 	writeScaling(&w, r)
 	p("![rate and p99 by scenario](%s)\n\n", svgRel)
@@ -506,4 +507,59 @@ func writePython(w *strings.Builder, r *Report) {
 		p("Duplicates: %.2f× Powertools' events/s (target: > 1×).", c.Rate/pt.Rate)
 	}
 	p("\n\n")
+}
+
+// writeBudget sets a new-key claim's CPU against what 3× the naive
+// handler's rate leaves it on this machine, process by process, next to
+// the least each process could spend on the same round trips, measured in
+// this run: whether the target is out of reach of the round trips
+// themselves, or what claimd spends above them.
+func writeBudget(w *strings.Builder, r *Report) {
+	c, n := r.find(targetClaimd, scenarioNew, clientClaimload), r.find(targetNaive, scenarioNew, clientClaimload)
+	o := r.find(targetNoop, scenarioNew, clientClaimload)
+	rb, pb := r.baseline(baselineRedis), r.baseline(baselinePgBatch)
+	if c == nil || n == nil || o == nil || rb == nil || pb == nil || c.Requests == 0 || o.Requests == 0 || n.Rate == 0 {
+		return
+	}
+	perCall := func(x *Result, k string) float64 { return 1e6 * x.CPU[k] / float64(x.Requests) }
+	perUnit := func(x *Result, k string) float64 { return 1e6 * x.CPU[k] / (x.Rate * x.Seconds) }
+	rows := []struct {
+		process      string
+		spent, floor float64
+		how          string
+	}{
+		{"load client", perCall(c, "client"), perCall(o, "client"), "its CPU per call against the no-op handler"},
+		{"claimd", perCall(c, "server"), perCall(o, "server"), "the no-op handler's CPU per call: a gRPC call answered at once"},
+		{"Redis", perCall(c, "redis"), 2 * perUnit(rb, "redis"), "two round trips: 2 × redis-benchmark's Redis CPU per SET NX"},
+		{"PostgreSQL", perCall(c, "postgres"), 2 * perUnit(pb, "postgres"), fmt.Sprintf("two rows, the claim and its audit row: 2 × pgbench's PostgreSQL CPU per row, %d rows per statement", batchRows)},
+	}
+	budget := float64(r.Machine.CPUs) * 1e6 / (3 * n.Rate)
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("## A new-key claim against its budget\n\n")
+	p("Everything runs on the same %d cores, so 3× the naive handler's new-key rate (3 × %.0f claims/s) leaves each claim at most %.0f µs of CPU for the load client, claimd, Redis and PostgreSQL together. ", r.Machine.CPUs, n.Rate, budget)
+	p("What each spent per claim in claimd's run (Redis+PG, claimload), and the least it could spend on the same round trips, measured in this run:\n\n")
+	p("| process | spent µs | floor µs | floor measured as |\n| --- | ---: | ---: | --- |\n")
+	var spent, floor float64
+	for _, x := range rows {
+		p("| %s | %.1f | %.1f | %s |\n", x.process, x.spent, x.floor, x.how)
+		spent, floor = spent+x.spent, floor+x.floor
+	}
+	p("| all four | %.1f | %.1f | budget for 3× naive: %.0f |\n\n", spent, floor, budget)
+	p("Each floor is that process at its cheapest (the no-op handler and its client at their own rate, pgbench at %d rows per statement, the budget with every core busy all the time), so the floors are lower bounds and the budget an upper one. ", batchRows)
+	if floor > budget {
+		p("The floors alone exceed the budget: on this machine no server making these round trips reaches 3× the naive handler's rate.\n\n")
+		return
+	}
+	p("The floors sum to %.0f µs, under the budget: the round trips themselves do not rule the target out here. What stands between is %.0f µs spent above the floors, %.0f of them in claimd above a bare gRPC call ([Where claimd's CPU goes](#where-claimds-cpu-goes) splits claimd's share).\n\n",
+		floor, spent-floor, rows[1].spent-rows[1].floor)
+}
+
+// baseline is the baseline run named target, or nil.
+func (r *Report) baseline(target string) *Result {
+	for i := range r.Baselines {
+		if r.Baselines[i].Target == target {
+			return &r.Baselines[i]
+		}
+	}
+	return nil
 }
