@@ -57,14 +57,19 @@ local ttl_ms = tonumber(ARGV[3])
 local payload = ARGV[4]
 local attempt_id = ARGV[5]
 
-local v = redis.call('HMGET', key, unpack(FIELDS))
-
 local function reserve()
   redis.call('HSET', key, 'pending', nonce,
     'pending_until', string.format('%.0f', now + ttl_ms * 1000))
   redis.call('PEXPIRE', key, ttl_ms)
   return {RESERVED}
 end
+
+-- A first delivery finds no key: reserve without reading 18 fields back.
+if redis.call('EXISTS', key) == 0 then
+  return reserve()
+end
+
+local v = redis.call('HMGET', key, unpack(FIELDS))
 
 local function answer(verdict)
   return {verdict, unpack(v, 1, #FIELDS)}
