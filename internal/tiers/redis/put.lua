@@ -54,6 +54,10 @@ redis.call('HSET', key,
   'updated', ARGV[15],
   'salt', ARGV[16],
   'secret_hash', ARGV[17])
-redis.call('HDEL', key, 'pending', 'pending_until')
+if not cur[1] then
+  -- No record yet: the key may hold a pending marker, which the record
+  -- replaces (a record and a marker never share a key).
+  redis.call('HDEL', key, 'pending', 'pending_until')
+end
 redis.call('PEXPIREAT', key, ARGV[2])
 return 1
