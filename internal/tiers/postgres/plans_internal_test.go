@@ -14,7 +14,7 @@ import (
 // genericPlan returns the plan PostgreSQL caches for sql once pgx has run it
 // often enough (plan_cache_mode=force_generic_plan makes it the first one),
 // on c with its session settings. setup runs first, in the same
-// transaction (transition_batch.sql's own settings).
+// transaction: transition_batch.sql's own settings, or a test's.
 func genericPlan(t *testing.T, c *pgx.Conn, sql string, setup ...string) string {
 	t.Helper()
 	ctx := context.Background()

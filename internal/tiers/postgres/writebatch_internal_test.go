@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/testenv"
 	"github.com/claimd/claimd/internal/tiers"
@@ -248,8 +246,8 @@ func testTransitionsOneStatement(t *testing.T, partitions int) {
 // transition_batch.sql reads claims by its primary key (not a hash or merge
 // join over the whole table, nor a scan of it per row) both on an empty
 // claims table and on one of a few hundred rows never analyzed, the two
-// states of a new database before autovacuum's first ANALYZE; and the
-// settings end with the transaction.
+// states of a new database before autovacuum's first ANALYZE, whatever the
+// session's own settings; and the settings end with the transaction.
 func TestTransitionBatchPlan(t *testing.T) {
 	ctx := context.Background()
 	s, clk, _ := pausedWrites(t, 0)
@@ -259,35 +257,10 @@ func TestTransitionBatchPlan(t *testing.T) {
 	}
 	defer conn.Release()
 	c := conn.Conn()
+	// Sequential scans back on first: claimd's sessions turn them off too
+	// (TestKeyLookupPlans), and this checks the batch's own settings.
 	plan := func() string {
-		var b pgx.Batch
-		b.Queue(transitionBatchPlan)
-		b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-		b.Queue(`PREPARE tb(text[], text[], text[], timestamptz[], smallint[], boolean[], bytea[], timestamptz[], bigint[], integer[], bytea[]) AS ` + transitionBatchSQL)
-		b.Queue(`EXPLAIN EXECUTE tb(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)`)
-		b.Queue(`DEALLOCATE tb`)
-		br := c.SendBatch(ctx, &b)
-		for range 3 {
-			if _, err := br.Exec(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		rows, err := br.Query()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
-		}
-		if err := errors.Join(rows.Err(), br.Close()); err != nil {
-			t.Fatal(err)
-		}
-		return plan.String()
+		return genericPlan(t, c, transitionBatchSQL, `SET LOCAL enable_seqscan = on`, transitionBatchPlan)
 	}
 	for _, rows := range []int{0, 300} {
 		for i := range rows {

@@ -252,7 +252,7 @@ class _Scheduler:
     renewal's due time, GUARD.md) costs a heap entry, not a thread of its
     own. The thread ends once no heartbeat has been left for _IDLE seconds
     and starts again with the next one: ending as soon as the last one
-    stopped made a busy client start a thread for about one event in seven
+    stopped made a busy client start a thread for about one event in thirteen
     (the thread often found the only heartbeat already stopped), and the
     event waited for that start."""
 
