@@ -244,9 +244,8 @@ func TestRun(t *testing.T) {
 	ledgerPath := filepath.Join(t.TempDir(), "ledger.db")
 	addrs := make(chan net.Addr, 1)
 	done := make(chan error, 1)
-	var logs bytes.Buffer
 	args := []string{"--listen", "127.0.0.1:0", "--claimd", server.Addr, "--ledger", ledgerPath, "--namespace", "example-run", "--stripe-secret", secret}
-	go func() { done <- run(ctx, args, &syncWriter{w: &logs}, func(a net.Addr) { addrs <- a }) }()
+	go func() { done <- run(ctx, args, t.Output(), func(a net.Addr) { addrs <- a }) }()
 	var url string
 	select {
 	case a := <-addrs:
@@ -273,16 +272,4 @@ func TestRun(t *testing.T) {
 	if n := rows(t, l, id); n != 1 {
 		t.Errorf("ledger rows for %s = %d, want 1", id, n)
 	}
-}
-
-// syncWriter serialises writes from the receiver's goroutines.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
