@@ -28,7 +28,7 @@ const outsideGCPercent = 400
 
 // gcPercent is claimd's GOGC for a fast tier of kind fastKind (stores.go).
 func gcPercent(fastKind string) int {
-	if fastKind == "memory" {
+	if fastKind == fastInProcess {
 		return 100
 	}
 	return outsideGCPercent

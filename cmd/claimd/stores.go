@@ -21,6 +21,10 @@ import (
 // stores is what the tier flags select: the Store the service calls, the
 // durable tier under it, and the views of them that metrics sampling and
 // the janitor need.
+// fastInProcess is the fast-tier kind of the embedded tiers: the records
+// live on claimd's own heap (runtime.go sizes the collector by it).
+const fastInProcess = "memory"
+
 type stores struct {
 	store   tiers.Store
 	durable tiers.Durable
@@ -30,7 +34,7 @@ type stores struct {
 	// own fsync and synchronous_commit settings decide).
 	durability string
 
-	fastKind, durableKind string          // claimd_tiers_info
+	fastKind, durableKind string          // claimd_tiers_info; fastInProcess for the embedded tiers
 	sources               metrics.Sources // background gauges
 	target                janitor.Target  // retention
 	sweeper               janitor.Sweeper // the in-process fast tier, or nil
@@ -91,7 +95,7 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 	return &stores{
 		store: twotier.New(f, d, twotier.Config{Observer: obs}), durable: lite, mode: "embedded (" + path + ")",
 		durability: durability.String(),
-		fastKind:   "memory", durableKind: "sqlite",
+		fastKind:   fastInProcess, durableKind: "sqlite",
 		sources: metrics.Sources{
 			FastLiveKeys: func(context.Context) (int64, error) { return int64(fast.Len()), nil },
 			DurableStats: func(ctx context.Context) (int64, int, error) {
