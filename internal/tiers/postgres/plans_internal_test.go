@@ -11,6 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// paramRef is a statement's reference to a parameter, $1 and so on.
+var paramRef = regexp.MustCompile(`\$(\d+)`)
+
 // genericPlan returns the plan PostgreSQL caches for sql once pgx has run it
 // often enough (plan_cache_mode=force_generic_plan makes it the first one),
 // on c with its session settings. setup runs first, in the same
@@ -19,7 +22,7 @@ func genericPlan(t *testing.T, c *pgx.Conn, sql string, setup ...string) string 
 	t.Helper()
 	ctx := context.Background()
 	params := 0
-	for _, m := range regexp.MustCompile(`\$(\d+)`).FindAllStringSubmatch(sql, -1) {
+	for _, m := range paramRef.FindAllStringSubmatch(sql, -1) {
 		var n int
 		fmt.Sscan(m[1], &n)
 		params = max(params, n)
