@@ -82,6 +82,8 @@ type Metrics struct {
 	staleTokens        prometheus.Counter
 	takeovers          prometheus.Counter
 	falseNegatives     prometheus.Counter
+	repairsPending     prometheus.Gauge
+	repairsDropped     prometheus.Counter
 	tierErrors         *prometheus.CounterVec
 	payloadMismatches  prometheus.Counter
 	keyFallbacks       *prometheus.CounterVec
@@ -162,6 +164,14 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 			Name: "claimd_fast_tier_false_negatives_total",
 			Help: "Claims the fast tier did not know but the durable tier did (the fast tier lost the key: flush, eviction, failover); the durable tier decided and the fast tier was repaired.",
 		}),
+		repairsPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "claimd_fast_tier_repairs_pending",
+			Help: "Durable writes whose copy to the fast tier failed and waits for a retry (with backoff); meanwhile the fast tier may answer their keys IN_PROGRESS from an older copy.",
+		}),
+		repairsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimd_fast_tier_repairs_dropped_total",
+			Help: "Failed copies of durable writes to the fast tier given up (the retry backlog was full, or claimd stopped first): an older copy there may answer IN_PROGRESS until its lease ends.",
+		}),
 		tierErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "claimd_tier_errors_total",
 			Help: "Failed tier operations, by tier: fast (claims degraded to the durable tier, still correct) or durable (calls failed closed with UNAVAILABLE).",
@@ -239,7 +249,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	}
 	for _, c := range append([]prometheus.Collector{
 		m.claims, m.claimDuration, m.transitions, m.invalidTransitions, m.staleTokens, m.takeovers,
-		m.falseNegatives, m.tierErrors, m.payloadMismatches, m.keyFallbacks,
+		m.falseNegatives, m.repairsPending, m.repairsDropped, m.tierErrors, m.payloadMismatches, m.keyFallbacks,
 		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo, m.sqliteDurable, m.evictionPolicy,
 		m.janitorPasses, m.janitorClaims, m.janitorPartitions, m.janitorAuditRows, m.janitorLastSuccess,
 		m.grpc.server,
@@ -338,6 +348,12 @@ func (m *Metrics) Record(_ context.Context, r *service.Request) {
 
 // FastFalseNegative implements twotier.Observer.
 func (m *Metrics) FastFalseNegative() { m.falseNegatives.Inc() }
+
+// FastRepairsPending implements twotier.Observer.
+func (m *Metrics) FastRepairsPending(n int) { m.repairsPending.Set(float64(n)) }
+
+// FastRepairDropped implements twotier.Observer.
+func (m *Metrics) FastRepairDropped() { m.repairsDropped.Inc() }
 
 // TierError implements twotier.Observer.
 func (m *Metrics) TierError(tier tiers.Tier, _ string, _ error) {

@@ -226,3 +226,14 @@ func (r *Record) LeaseLive(now time.Time) bool {
 // WindowOver reports whether the dedup window has ended at now. The window
 // includes every instant before WindowExpiresAt.
 func (r *Record) WindowOver(now time.Time) bool { return !now.Before(r.WindowExpiresAt) }
+
+// NotOlderThan reports whether r is the same version of its key as o or a
+// newer one, in the order of Fast.Put: by window end (a later window is
+// newer whatever its version, because after a prune a key starts again at
+// Version 1), then by Version.
+func (r *Record) NotOlderThan(o *Record) bool {
+	if !r.WindowExpiresAt.Equal(o.WindowExpiresAt) {
+		return r.WindowExpiresAt.After(o.WindowExpiresAt)
+	}
+	return r.Version >= o.Version
+}

@@ -90,10 +90,7 @@ func (e *entry) holdsAtLeast(rec tiers.Record) bool {
 	if e.pending {
 		return false
 	}
-	if !e.rec.WindowExpiresAt.Equal(rec.WindowExpiresAt) {
-		return e.rec.WindowExpiresAt.After(rec.WindowExpiresAt)
-	}
-	return e.rec.Version >= rec.Version
+	return e.rec.NotOlderThan(&rec)
 }
 
 // size is what e counts against MaxBytes.

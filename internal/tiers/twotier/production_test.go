@@ -59,7 +59,9 @@ type counter struct {
 	lastFastError  atomic.Value // error
 }
 
-func (c *counter) FastFalseNegative() { c.falseNegatives.Add(1) }
+func (c *counter) FastFalseNegative()     { c.falseNegatives.Add(1) }
+func (c *counter) FastRepairsPending(int) {}
+func (c *counter) FastRepairDropped()     {}
 func (c *counter) TierError(tier tiers.Tier, op string, err error) {
 	if tier == tiers.TierFast {
 		c.fastErrors.Add(1)

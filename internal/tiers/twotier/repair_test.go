@@ -29,13 +29,15 @@ import (
 // attempt_id is never told IN_PROGRESS by a pending marker.
 
 // flakyFast fails Put while failPut is set: Redis refusing writes (OOM, a
-// failover) right after the durable tier committed.
+// failover) right after the durable tier committed. It counts the Puts.
 type flakyFast struct {
 	tiers.Fast
 	failPut atomic.Bool
+	puts    atomic.Int64
 }
 
 func (f *flakyFast) Put(ctx context.Context, rec tiers.Record) error {
+	f.puts.Add(1)
 	if f.failPut.Load() {
 		return tiers.Unavailable("test", errors.New("put refused"))
 	}
@@ -68,6 +70,24 @@ func (d *lateDurable) Transition(ctx context.Context, p tiers.TransitionParams) 
 	return rec, changed, err
 }
 
+// backlogWatch is an Observer that follows the backlog of failed repairs.
+type backlogWatch struct {
+	pending atomic.Int64
+	dropped atomic.Int64
+	changed chan struct{} // capacity 1: the backlog's size was reported
+}
+
+func (b *backlogWatch) FastFalseNegative()                  {}
+func (b *backlogWatch) TierError(tiers.Tier, string, error) {}
+func (b *backlogWatch) FastRepairDropped()                  { b.dropped.Add(1) }
+func (b *backlogWatch) FastRepairsPending(n int) {
+	b.pending.Store(int64(n))
+	select {
+	case b.changed <- struct{}{}:
+	default:
+	}
+}
+
 // repairWorld is one composition under test, its tiers reachable for setup.
 type repairWorld struct {
 	t       *testing.T
@@ -75,6 +95,7 @@ type repairWorld struct {
 	fast    *flakyFast
 	durable *lateDurable
 	clk     *clock.Fake
+	watch   *backlogWatch
 	ns      string
 }
 
@@ -106,14 +127,24 @@ var pairings = []struct {
 }
 
 func runRepair(t *testing.T, test func(t *testing.T, w *repairWorld)) {
+	runRepairWith(t, twotier.Config{}, test)
+}
+
+// runRepairWith is runRepair over a composition configured by cfg, with no
+// local cache (every answer comes from the tier under test) and the retries
+// of failed repairs paced by the world's fake clock.
+func runRepairWith(t *testing.T, cfg twotier.Config, test func(t *testing.T, w *repairWorld)) {
 	for _, pair := range pairings {
 		t.Run(pair.name, func(t *testing.T) {
 			f, d := pair.open(t)
 			b := make([]byte, 6)
 			rand.Read(b)
-			w := &repairWorld{t: t, fast: &flakyFast{Fast: f}, durable: &lateDurable{Durable: d}, clk: clock.NewFake(time.Now()), ns: "t" + hex.EncodeToString(b)}
-			// No local cache: every answer comes from the tier under test.
-			w.store = twotier.New(w.fast, w.durable, twotier.Config{LocalEntries: -1})
+			w := &repairWorld{
+				t: t, fast: &flakyFast{Fast: f}, durable: &lateDurable{Durable: d}, clk: clock.NewFake(time.Now()),
+				watch: &backlogWatch{changed: make(chan struct{}, 1)}, ns: "t" + hex.EncodeToString(b),
+			}
+			cfg.LocalEntries, cfg.Clock, cfg.Observer = -1, w.clk, w.watch
+			w.store = twotier.New(w.fast, w.durable, cfg)
 			t.Cleanup(func() { w.store.Close() })
 			test(t, w)
 		})

@@ -10,9 +10,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -24,12 +26,20 @@ type Observer interface {
 	// TierError: a tier failed an operation (the composition degraded or
 	// failed closed).
 	TierError(tier tiers.Tier, op string, err error)
+	// FastRepairsPending: n durable writes have not reached the fast tier
+	// yet and wait for a retry (see Config.RepairRetryMin).
+	FastRepairsPending(n int)
+	// FastRepairDropped: a durable write that had not reached the fast tier
+	// was given up (the backlog was full, or the store closed).
+	FastRepairDropped()
 }
 
 type nopObserver struct{}
 
 func (nopObserver) FastFalseNegative()                  {}
 func (nopObserver) TierError(tiers.Tier, string, error) {}
+func (nopObserver) FastRepairsPending(int)              {}
+func (nopObserver) FastRepairDropped()                  {}
 
 // Config tunes the composition. Zero values mean the defaults.
 type Config struct {
@@ -48,6 +58,18 @@ type Config struct {
 	// of a pending marker after a failed durable step. Both run on a
 	// context of their own, even when the caller's is done. Default 1s.
 	CleanupTimeout time.Duration
+	// RepairRetryMin and RepairRetryMax pace the retries of repairs that
+	// failed: the first after RepairRetryMin, each next one twice as long
+	// after a failed round, up to RepairRetryMax. Defaults 100ms and 2s
+	// (go-redis dials again once a second after its dials failed).
+	RepairRetryMin, RepairRetryMax time.Duration
+	// BacklogEntries and BacklogBytes bound the repairs waiting for a retry
+	// (one record per key, results included); beyond them the oldest are
+	// dropped. Defaults 10000 and 16 MiB.
+	BacklogEntries int
+	BacklogBytes   int64
+	// Clock paces the retries; nil means the wall clock.
+	Clock clock.Waiter
 	// Observer receives events; nil means none.
 	Observer Observer
 }
@@ -65,6 +87,21 @@ func (c Config) withDefaults() Config {
 	if c.CleanupTimeout <= 0 {
 		c.CleanupTimeout = time.Second
 	}
+	if c.RepairRetryMin <= 0 {
+		c.RepairRetryMin = 100 * time.Millisecond
+	}
+	if c.RepairRetryMax < c.RepairRetryMin {
+		c.RepairRetryMax = max(2*time.Second, c.RepairRetryMin)
+	}
+	if c.BacklogEntries <= 0 {
+		c.BacklogEntries = 10000
+	}
+	if c.BacklogBytes <= 0 {
+		c.BacklogBytes = 16 << 20
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
 	}
@@ -76,19 +113,23 @@ type Store struct {
 	fast    tiers.Fast
 	durable tiers.Durable
 	local   *localCache // nil when disabled
+	backlog *backlog
 	cfg     Config
 
 	noncePrefix string
 	nonceSeq    atomic.Uint64
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 var _ tiers.Store = (*Store)(nil)
 
 // New composes fast in front of durable. The Store owns both: Close closes
-// them.
+// them. It runs one goroutine, which retries failed repairs, until Close.
 func New(fast tiers.Fast, durable tiers.Durable, cfg Config) *Store {
 	cfg = cfg.withDefaults()
-	s := &Store{fast: fast, durable: durable, cfg: cfg, noncePrefix: randomPrefix()}
+	s := &Store{fast: fast, durable: durable, cfg: cfg, noncePrefix: randomPrefix(), backlog: newBacklog(fast, cfg)}
 	if cfg.LocalEntries > 0 {
 		s.local = newLocalCache(cfg.LocalEntries, cfg.LocalBytes)
 	}
@@ -248,17 +289,29 @@ func (s *Store) cleanup(ctx context.Context) (context.Context, context.CancelFun
 // replaces a newer one). It must reach the fast tier even when the caller
 // has gone: a fast tier left holding PROCESSING answers IN_PROGRESS for an
 // event that others were told is DUPLICATE, until the lease ends. When it
-// fails anyway, the fast tier only ever answers IN_PROGRESS (retryable) or
-// defers to the durable tier; it cannot invent a DUPLICATE, because it holds
-// a terminal record only after the durable tier committed it.
+// fails, the record waits in the backlog, which retries it until it lands
+// (or its window ends); meanwhile the fast tier only ever answers
+// IN_PROGRESS (retryable) or defers to the durable tier: it cannot invent a
+// DUPLICATE, because it holds a terminal record only after the durable tier
+// committed it.
 func (s *Store) repair(ctx context.Context, rec tiers.Record) error {
 	ctx, cancel := s.cleanup(ctx)
 	defer cancel()
 	err := s.fast.Put(ctx, rec)
 	if err != nil {
 		s.cfg.Observer.TierError(tiers.TierFast, "put", err)
+		if retryable(err) {
+			s.backlog.add(rec)
+		}
 	}
 	return err
+}
+
+// retryable reports whether a failed fast-tier write may succeed later: the
+// tier was unavailable or too slow. Anything else is a record the tier
+// refuses (a bug), which no retry will change.
+func retryable(err error) bool {
+	return errors.Is(err, tiers.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // abort deletes our pending marker after a failed durable step or a failed
@@ -376,7 +429,12 @@ func (s *Store) CountDeferred(ctx context.Context, lostBefore map[string]time.Ti
 // without the fast tier everything still can.
 func (s *Store) Ping(ctx context.Context) error { return s.durable.Ping(ctx) }
 
-// Close closes both tiers.
+// Close stops the retries of failed repairs (after one last round), then
+// closes both tiers. Later calls return what the first returned.
 func (s *Store) Close() error {
-	return errors.Join(s.fast.Close(), s.durable.Close())
+	s.closeOnce.Do(func() {
+		s.backlog.close()
+		s.closeErr = errors.Join(s.fast.Close(), s.durable.Close())
+	})
+	return s.closeErr
 }
