@@ -552,6 +552,27 @@ func writeBudget(w *strings.Builder, r *Report) {
 	}
 	p("The floors sum to %.0f µs, under the budget: the round trips themselves do not rule the target out here. What stands between is %.0f µs spent above the floors, %.0f of them in claimd above a bare gRPC call ([Where claimd's CPU goes](#where-claimds-cpu-goes) splits claimd's share).\n\n",
 		floor, spent-floor, rows[1].spent-rows[1].floor)
+	writeReachableBudget(w, r, c, n, o, budget, floor)
+}
+
+// writeReachableBudget sets the budget against how busy a closed loop of
+// callers can keep this machine at all: the no-op handler's run, which has
+// nothing to wait for, is the most it got.
+func writeReachableBudget(w *strings.Builder, r *Report, c, n, o *Result, budget, floor float64) {
+	busy := func(x *Result) float64 { return x.MachineBusy / (float64(r.Machine.CPUs) * x.Seconds) }
+	if c.MachineBusy == 0 || o.MachineBusy == 0 || c.Seconds == 0 || o.Seconds == 0 {
+		return
+	}
+	reach := budget * busy(o)
+	fmt.Fprintf(w, "The budget counts every core busy all the time, which a closed loop of %d callers does not get from this machine even against the no-op handler, with nothing to wait for: its run kept the cores %.0f%% busy, claimd's %.0f%% (the rest waited: on wake-ups across processes, and in claimd's run on PostgreSQL's WAL flushes too). ",
+		c.Callers, 100*busy(o), 100*busy(c))
+	verdict := "under it as well"
+	if floor > reach {
+		verdict = "above it: at that utilization no server making these round trips reaches 3× here"
+	}
+	fmt.Fprintf(w, "As busy as the no-op run, the budget is %.0f µs per claim, and the floors are %s. ", reach, verdict)
+	fmt.Fprintf(w, "With the machine time it spent per claim, claimd's run as busy as the no-op run would have answered %.0f claims/s, %.2f× the naive handler (it measured %.2f×): the idle time explains that much of the gap to 3×, the CPU per claim the rest.\n\n",
+		c.Rate*busy(o)/busy(c), c.Rate*busy(o)/busy(c)/n.Rate, c.Rate/n.Rate)
 }
 
 // baseline is the baseline run named target, or nil.
