@@ -18,13 +18,13 @@ import (
 	"github.com/claimd/claimd/internal/tiers/twotier"
 )
 
-// stores is what the tier flags select: the Store the service calls, the
-// durable tier under it, and the views of them that metrics sampling and
-// the janitor need.
 // fastInProcess is the fast-tier kind of the embedded tiers: the records
 // live on claimd's own heap (runtime.go sizes the collector by it).
 const fastInProcess = "memory"
 
+// stores is what the tier flags select: the Store the service calls, the
+// durable tier under it, and the views of them that metrics sampling and
+// the janitor need.
 type stores struct {
 	store   tiers.Store
 	durable tiers.Durable
