@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -18,9 +17,10 @@ import (
 // That happens when one replica's Redis client fails while another's works:
 // after Redis restarts, go-redis refuses to dial for up to a second once as
 // many dials as its pool size have failed, and Redis may come back holding
-// older copies (persistence, a failover). Put is ordered by version, so a
-// late retry never replaces a newer write; dropping one only leaves the
-// stale copy answering IN_PROGRESS, retryable, until its lease ends.
+// older copies (persistence, a failover). Put is ordered by window and
+// version, so a late retry never replaces a newer write; dropping one only
+// leaves the stale copy answering IN_PROGRESS, retryable, until its lease
+// ends.
 //
 // One goroutine retries, oldest key first, after RepairRetryMin and then
 // twice as long after each round that failed (up to RepairRetryMax); a round
@@ -30,8 +30,7 @@ import (
 // come in the order they happened.
 type backlog struct {
 	fast tiers.Fast
-	clk  clock.Waiter
-	cfg  Config
+	cfg  Config // Clock paces the retries
 
 	mu     sync.Mutex
 	recs   map[tiers.Key]tiers.Record
@@ -46,7 +45,7 @@ type backlog struct {
 
 func newBacklog(fast tiers.Fast, cfg Config) *backlog {
 	b := &backlog{
-		fast: fast, clk: cfg.Clock, cfg: cfg, recs: make(map[tiers.Key]tiers.Record),
+		fast: fast, cfg: cfg, recs: make(map[tiers.Key]tiers.Record),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	go b.run()
@@ -127,7 +126,7 @@ func (b *backlog) run() {
 		}
 		for delay := b.cfg.RepairRetryMin; ; delay = min(2*delay, b.cfg.RepairRetryMax) {
 			select {
-			case <-b.clk.After(delay):
+			case <-b.cfg.Clock.After(delay):
 			case <-b.stop:
 				return
 			}
@@ -150,7 +149,7 @@ func (b *backlog) drain() bool {
 		rec := b.recs[b.order[0]]
 		b.mu.Unlock()
 
-		if rec.WindowOver(b.clk.Now()) {
+		if rec.WindowOver(b.cfg.Clock.Now()) {
 			// The fast tier has expired its copy by now: nothing is left
 			// to repair.
 			b.forget(rec)
