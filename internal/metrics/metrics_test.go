@@ -116,7 +116,13 @@ func TestCountersMoveExactly(t *testing.T) {
 		}, map[string]float64{
 			claims("ACQUIRED", "NEW", "DURABLE", "EVENT_ID"): 1, duration("ACQUIRED"): 1, handled("Claim", codes.OK): 1,
 		}},
-		{"retry while held: the fast tier answers IN_PROGRESS", func(t *testing.T) {
+		{"retry while held: it meets the first claim's marker, and the durable tier answers IN_PROGRESS", func(t *testing.T) {
+			r, err := claim("evt_1", hashA[:])
+			expect(t, r, err, pb.Outcome_OUTCOME_IN_PROGRESS, pb.Reason_REASON_UNSPECIFIED, pb.Tier_TIER_DURABLE)
+		}, map[string]float64{
+			claims("IN_PROGRESS", "NONE", "DURABLE", "EVENT_ID"): 1, duration("IN_PROGRESS"): 1, handled("Claim", codes.OK): 1,
+		}},
+		{"the next retry: the fast tier answers IN_PROGRESS from the record the first one copied", func(t *testing.T) {
 			r, err := claim("evt_1", hashA[:])
 			expect(t, r, err, pb.Outcome_OUTCOME_IN_PROGRESS, pb.Reason_REASON_UNSPECIFIED, pb.Tier_TIER_FAST)
 		}, map[string]float64{
@@ -175,11 +181,15 @@ func TestCountersMoveExactly(t *testing.T) {
 			expectCode(t, transitionAs("evt_2", evt2Token, evt2Secret, pb.EventState_EVENT_STATE_PROCESSING), codes.Aborted)
 		}, map[string]float64{staleTokens: 1, handled("Transition", codes.Aborted): 1}},
 		{"the fast tier lost a key the durable tier holds", func(t *testing.T) {
-			_, err := w.lite.Claim(ctx, tiers.ClaimParams{
-				Key: tiers.Key{Namespace: "billing", Provider: "stripe", Key: "evt_3"},
-				Now: w.clk.Now(), Lease: time.Minute, TTL: 84 * time.Hour,
-			})
+			// Claimed and moved on, so the fast tier should have held the
+			// record (a first claim's it holds only as a pending marker).
+			k := tiers.Key{Namespace: "billing", Provider: "stripe", Key: "evt_3"}
+			secret := bytes.Repeat([]byte{3}, tiers.SecretHashBytes)
+			_, err := w.lite.Claim(ctx, tiers.ClaimParams{Key: k, Now: w.clk.Now(), Lease: time.Minute, TTL: 84 * time.Hour, SecretHash: secret})
 			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := w.lite.Transition(ctx, tiers.TransitionParams{Key: k, Now: w.clk.Now(), Token: 1, SecretHash: secret, To: tiers.StateProcessing}); err != nil {
 				t.Fatal(err)
 			}
 			r, err := claim("evt_3", nil)

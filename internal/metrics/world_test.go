@@ -59,6 +59,13 @@ func (f *flakyFast) Put(ctx context.Context, rec tiers.Record) error {
 	return f.Fast.Put(ctx, rec)
 }
 
+func (f *flakyFast) Fill(ctx context.Context, rec tiers.Record, nonce string) error {
+	if f.down.Load() {
+		return tiers.Unavailable("redis", errDown)
+	}
+	return f.Fast.Fill(ctx, rec, nonce)
+}
+
 func (f *flakyFast) Abort(ctx context.Context, k tiers.Key, nonce string) error {
 	if f.down.Load() {
 		return tiers.Unavailable("redis", errDown)

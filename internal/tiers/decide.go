@@ -47,8 +47,11 @@ func Decide(cur *Record, p ClaimParams) (res ClaimResult, next Record, write boo
 	return ClaimResult{Outcome: OutcomeAcquired, Reason: next.Reason, Record: next}, next, true
 }
 
-// Pending is a pending marker: what a fast tier holds for a claim in flight
-// between its Reserve and the Put (or Abort) that follows the durable step.
+// Pending is a pending marker: what a fast tier holds for a claim from its
+// Reserve on, until a Put, Fill or Abort replaces it or it lapses. A claim
+// the durable tier answered ACQUIRED/NEW leaves its marker standing for the
+// new record's lease (tiers/twotier), which the owner's next write replaces
+// with the record.
 type Pending struct {
 	Nonce string    // the claim call's ReserveParams.Nonce
 	Until time.Time // the marker lapses at this instant
@@ -62,9 +65,10 @@ type Pending struct {
 //
 //   - No record, and no marker, one that lapsed by p.Now, or our own (the
 //     same nonce: a retried Reserve) → FastReserved, and mark.
-//   - Another claim's live marker → IN_PROGRESS with PendingRecord; for a
-//     claim with an AttemptID, FastAskDurable instead: that attempt's own
-//     claim may have committed earlier, and only the durable tier knows.
+//   - Another claim's live marker → FastAskDurable, naming the marker: the
+//     claim it stands for may be in flight, committed or dead, and only the
+//     durable tier knows which (a marker never answers a claim itself, so
+//     every IN_PROGRESS names its holder).
 //   - A record → Decide's answer when Decide would not write; when it would
 //     (window over, released, lease over), the record may change hands and
 //     only the durable tier may hand it over: FastTakeover.
@@ -72,26 +76,16 @@ type Pending struct {
 // Only a FastDecided answer carries Outcome, Reason and Record.
 func DecideFast(rec *Record, marker *Pending, p ReserveParams) (res FastResult, mark bool) {
 	if rec == nil {
-		switch {
-		case marker == nil, !p.Now.Before(marker.Until), marker.Nonce == p.Nonce:
+		if marker == nil || !p.Now.Before(marker.Until) || marker.Nonce == p.Nonce {
 			return FastResult{Verdict: FastReserved}, true
-		case p.AttemptID != "":
-			return FastResult{Verdict: FastAskDurable}, false
 		}
-		return FastResult{Verdict: FastDecided, Outcome: OutcomeInProgress, Record: PendingRecord(p.Key, marker.Until)}, false
+		return FastResult{Verdict: FastAskDurable, Marker: marker.Nonce}, false
 	}
 	d, _, write := Decide(rec, ClaimParams{Key: p.Key, Now: p.Now, PayloadHash: p.PayloadHash, AttemptID: p.AttemptID})
 	if write {
 		return FastResult{Verdict: FastTakeover}, false
 	}
 	return FastResult{Verdict: FastDecided, Outcome: d.Outcome, Reason: d.Reason, Record: d.Record}, false
-}
-
-// PendingRecord is how a pending marker until until is reported to a claim
-// it answers IN_PROGRESS: the state a first claim starts at, no token (the
-// claim in flight has none yet), and the marker's end as its lease's.
-func PendingRecord(k Key, until time.Time) Record {
-	return Record{Key: k, State: StateReceived, LeaseExpiresAt: until}
 }
 
 // NewRecord is the record a first claim creates: token 1, RECEIVED (PROCESSING

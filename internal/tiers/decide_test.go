@@ -302,10 +302,10 @@ func TestDecideFast(t *testing.T) {
 		wantMark bool
 	}{
 		{desc: "absent key is reserved", p: reserve(0, "n", nil), want: FastResult{Verdict: FastReserved}, wantMark: true},
-		{desc: "another claim's live marker is in progress", marker: marker, p: reserve(pendingTTL-time.Millisecond, "n", nil),
-			want: FastResult{Verdict: FastDecided, Outcome: OutcomeInProgress, Record: Record{Key: k, State: StateReceived, LeaseExpiresAt: t0.Add(pendingTTL)}}},
+		{desc: "another claim's live marker sends the claim to the durable tier, naming the marker", marker: marker, p: reserve(pendingTTL-time.Millisecond, "n", nil),
+			want: FastResult{Verdict: FastAskDurable, Marker: marker.Nonce}},
 		{desc: "another claim's live marker sends an attempt_id to the durable tier", marker: marker, p: reserve(time.Second, "n", attempt("att-b")),
-			want: FastResult{Verdict: FastAskDurable}},
+			want: FastResult{Verdict: FastAskDurable, Marker: marker.Nonce}},
 		{desc: "a lapsed marker is replaced", marker: marker, p: reserve(pendingTTL, "n", attempt("att-b")), want: FastResult{Verdict: FastReserved}, wantMark: true},
 		{desc: "our own marker is ours again, and placed anew", marker: marker, p: reserve(time.Second, "other", attempt("att-b")), want: FastResult{Verdict: FastReserved}, wantMark: true},
 		{desc: "window over goes to the durable tier, even for a settled record", rec: claimed(settled), p: reserve(ttl, "n", nil), want: FastResult{Verdict: FastTakeover}},

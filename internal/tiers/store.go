@@ -163,13 +163,15 @@ const (
 	// FastTakeover: the record may change hands (lease over, released,
 	// window over); only the durable tier may decide.
 	FastTakeover
-	// FastAskDurable: a claim with an AttemptID met a live pending marker
-	// it did not place. The fast tier cannot tell whether that attempt's
-	// own claim committed earlier (its reply lost, its repair failed, the
-	// durable tier down since), and must not answer the owner IN_PROGRESS
-	// by someone else's marker: the durable tier decides (the same
-	// ACQUIRED for the same attempt, else what Decide says). No marker was
-	// placed; the caller Puts the durable answer, replacing the marker.
+	// FastAskDurable: the claim met a live pending marker it did not
+	// place. The claim that placed it may be in flight, may have committed
+	// (a first claim leaves its marker standing for the new record's
+	// lease, and a repair may have failed), or may have died; only the
+	// durable tier knows, and the fast tier must not answer the owner's own
+	// retry IN_PROGRESS by a marker: the durable tier decides. No marker
+	// was placed; FastResult.Marker names the one met, and the caller Puts
+	// the durable answer, or Fills what it only read in place of that
+	// marker, so the key's next claims are answered by the fast tier.
 	FastAskDurable
 )
 
@@ -178,20 +180,21 @@ type ReserveParams struct {
 	Key         Key
 	Now         time.Time
 	Nonce       string        // unique per claim call; identifies our pending marker
-	PendingTTL  time.Duration // lifetime of the pending marker
+	PendingTTL  time.Duration // lifetime of the pending marker (twotier: the claim's lease)
 	PayloadHash []byte
 	AttemptID   string
 }
 
 // FastResult is the fast tier's answer, as DecideFast decides it. For
-// FastDecided, Outcome, Reason and Record say what to answer (a pending
-// marker of another claim in flight answers IN_PROGRESS with PendingRecord);
-// with any other verdict they mean nothing.
+// FastDecided, Outcome, Reason and Record say what to answer; with any other
+// verdict they mean nothing. Marker is the nonce of the marker a
+// FastAskDurable met, for Fill.
 type FastResult struct {
 	Verdict FastVerdict
 	Outcome Outcome
 	Reason  Reason
 	Record  Record
+	Marker  string
 }
 
 // Fast is a cache of records in front of a Durable tier. It may lose any
@@ -206,6 +209,17 @@ type Fast interface {
 	// (a later window is newer: after a prune a key starts again at Version
 	// 1), then by Version.
 	Put(ctx context.Context, rec Record) error
+	// Fill caches rec in place of the pending marker carrying nonce, and
+	// only there: an absent key, another marker or any record (older ones
+	// too) is left alone. It copies a record the durable tier was only
+	// read for (an IN_PROGRESS, a PAYLOAD_MISMATCH): while the marker seen
+	// before the read still stands, nothing was written to the key since,
+	// so the copy is at least as new as any the fast tier held, and a write
+	// that commits after the read Puts its own, newer version over it. A
+	// read copied where the marker had gone could land after a newer
+	// record was put and then erased (a flush), and answer IN_PROGRESS for
+	// an event settled since.
+	Fill(ctx context.Context, rec Record, nonce string) error
 	// Abort deletes k's pending marker if it still carries nonce; anything
 	// else under k is left alone.
 	Abort(ctx context.Context, k Key, nonce string) error

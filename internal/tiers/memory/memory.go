@@ -197,6 +197,18 @@ func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastR
 // anew starts again at version 1), and a pending marker is older than any
 // record. This is the order put.lua keeps in the Redis tier.
 func (s *Store) Put(ctx context.Context, rec tiers.Record) error {
+	return s.write(ctx, rec, func(e entry, ok bool) bool { return !ok || !e.holdsAtLeast(rec) })
+}
+
+// Fill caches rec where the entry under rec.Key is the pending marker
+// carrying nonce, and nowhere else (see tiers.Fast.Fill).
+func (s *Store) Fill(ctx context.Context, rec tiers.Record, nonce string) error {
+	return s.write(ctx, rec, func(e entry, ok bool) bool { return ok && e.pending && e.nonce == nonce })
+}
+
+// write caches rec until its window ends where replace, given the entry
+// under rec.Key (ok false when there is none), says it may go.
+func (s *Store) write(ctx context.Context, rec tiers.Record, replace func(e entry, ok bool) bool) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
@@ -204,7 +216,7 @@ func (s *Store) Put(ctx context.Context, rec tiers.Record) error {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 
-	if e, ok := sh.m[rec.Key]; ok && e.holdsAtLeast(rec) {
+	if e, ok := sh.m[rec.Key]; !replace(e, ok) {
 		return nil
 	}
 	if !rec.WindowExpiresAt.After(rec.UpdatedAt) {

@@ -74,23 +74,15 @@ func decodeReserve(k tiers.Key, v []any) (tiers.FastResult, error) {
 	case verdictReserved:
 		return tiers.FastResult{Verdict: tiers.FastReserved, Record: tiers.Record{Key: k}}, nil
 	case verdictAskDurable:
-		return tiers.FastResult{Verdict: tiers.FastAskDurable, Record: tiers.Record{Key: k}}, nil
+		if len(v) != 2 {
+			return tiers.FastResult{}, fmt.Errorf("ask reply of %d values, want 2", len(v))
+		}
+		return tiers.FastResult{Verdict: tiers.FastAskDurable, Record: tiers.Record{Key: k}, Marker: str(v[1])}, nil
 	}
 	if len(v) != 1+nFields {
 		return tiers.FastResult{}, fmt.Errorf("reply of %d values, want %d", len(v), 1+nFields)
 	}
 	f := v[1:]
-	if verdict == verdictPending {
-		until, err := parseInt(f, fPendingUntil)
-		if err != nil {
-			return tiers.FastResult{}, err
-		}
-		return tiers.FastResult{
-			Verdict: tiers.FastDecided,
-			Outcome: tiers.OutcomeInProgress,
-			Record:  tiers.PendingRecord(k, fromMicros(until)),
-		}, nil
-	}
 	rec, err := decodeRecord(k, f)
 	if err != nil {
 		return tiers.FastResult{}, err

@@ -29,7 +29,7 @@ var (
 // Verdicts of reserve.lua (see its header).
 const (
 	verdictReserved = iota + 1
-	verdictPending
+	_               // 2, PENDING, is no longer answered: a marker asks the durable tier
 	verdictTakeover
 	verdictMismatch
 	verdictDuplicate
@@ -81,12 +81,22 @@ func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastR
 // Put caches rec until its window ends, unless Redis holds the same or a
 // newer version (put.lua).
 func (s *Store) Put(ctx context.Context, rec tiers.Record) error {
-	_, err := s.putRecord(ctx, rec)
+	_, err := s.putRecord(ctx, rec, "")
 	return err
 }
 
-// putRecord is Put, also reporting whether it wrote.
-func (s *Store) putRecord(ctx context.Context, rec tiers.Record) (bool, error) {
+// Fill caches rec in place of the pending marker carrying nonce, and only
+// there (put.lua with the marker's nonce).
+func (s *Store) Fill(ctx context.Context, rec tiers.Record, nonce string) error {
+	if nonce == "" {
+		return fmt.Errorf("redis: Fill %s: empty nonce", rec.Key)
+	}
+	_, err := s.putRecord(ctx, rec, nonce)
+	return err
+}
+
+// putRecord is Put (marker "") or Fill, also reporting whether it wrote.
+func (s *Store) putRecord(ctx context.Context, rec tiers.Record, marker string) (bool, error) {
 	if rec.Version == 0 || rec.State == tiers.StateUnspecified {
 		return false, fmt.Errorf("redis: Put %s: record without version or state", rec.Key)
 	}
@@ -109,6 +119,7 @@ func (s *Store) putRecord(ctx context.Context, rec tiers.Record) (bool, error) {
 		rec.UpdatedAt.UnixMicro(),
 		rec.Salt,
 		rec.SecretHash,
+		marker,
 	).Int64()
 	if err != nil {
 		return false, s.fail(ctx, "put", key, err)

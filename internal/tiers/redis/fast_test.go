@@ -98,7 +98,7 @@ func TestPutVersions(t *testing.T) {
 		rec := base
 		rec.Version = st.version
 		rec.Holder = "holder-v" + strconv.FormatUint(st.version, 10)
-		wrote, err := s.putRecord(ctx, rec)
+		wrote, err := s.putRecord(ctx, rec, "")
 		if err != nil {
 			t.Fatalf("Put(%q v%d) error = %v", k.Key, st.version, err)
 		}
@@ -117,7 +117,7 @@ func TestPutVersions(t *testing.T) {
 
 	// A record whose window is already over is not kept at all.
 	gone := claimRecord(tiers.Key{Namespace: k.Namespace, Provider: "stripe", Key: "evt_gone"}, now.Add(-2*testTTL))
-	if _, err := s.putRecord(ctx, gone); err != nil {
+	if _, err := s.putRecord(ctx, gone, ""); err != nil {
 		t.Fatal(err)
 	}
 	if n := raw.Exists(ctx, s.key(gone.Key)).Val(); n != 0 {
@@ -311,7 +311,7 @@ func TestNoScript(t *testing.T) {
 	if deleted, err := s.abortMarker(ctx, k, "n1"); err != nil || !deleted {
 		t.Fatalf("Abort(%q) after SCRIPT FLUSH = %v, %v, want deleted", k.Key, deleted, err)
 	}
-	if wrote, err := s.putRecord(ctx, claimRecord(k, now)); err != nil || !wrote {
+	if wrote, err := s.putRecord(ctx, claimRecord(k, now), ""); err != nil || !wrote {
 		t.Fatalf("Put(%q) after SCRIPT FLUSH = %v, %v, want written", k.Key, wrote, err)
 	}
 	if got := raw.ScriptExists(ctx, scripts...).Val(); !cmp.Equal(got, []bool{true, true, true}) {

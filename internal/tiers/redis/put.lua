@@ -7,13 +7,17 @@
 --           payload, result, first_seen, lease, window, updated, salt,
 --           secret_hash (the fields of reserve.lua's FIELDS after
 --           'pending_until', 'version' excepted; times in unix microseconds)
+-- ARGV[18]  "" (tiers.Fast.Put), or the nonce of a pending marker
+--           (tiers.Fast.Fill): then the record replaces that marker only
 --
 -- Returns 1 when it wrote the record, 0 when the key holds the same or a
--- newer version.
+-- newer version (for a Fill: anything but that marker).
 --
 -- Invariants. A record replaces only an absent key, a pending marker (which
 -- counts as version 0), or an older version of itself: a slow Put never
--- undoes a newer one. Versions are ordered by (window end, version): a
+-- undoes a newer one. A Fill copies a record that was only read, and
+-- replaces nothing but the marker seen before the read: while it stands,
+-- nothing was written to the key since. Versions are ordered by (window end, version): a
 -- record of a later window is newer whatever its version, because after a
 -- prune a key claimed anew starts again at version 1. The key expires at the record's window end (PEXPIREAT,
 -- rounded up to the millisecond), so the fast tier never outlives the durable
@@ -24,7 +28,10 @@ local version = tonumber(ARGV[1])
 
 local window = tonumber(ARGV[14])
 
-local cur = redis.call('HMGET', key, 'version', 'window')
+local cur = redis.call('HMGET', key, 'version', 'window', 'pending')
+if ARGV[18] ~= '' and (cur[1] or cur[3] ~= ARGV[18]) then
+  return 0
+end
 if cur[1] then
   local curWindow = tonumber(cur[2])
   if curWindow > window or (curWindow == window and tonumber(cur[1]) >= version) then

@@ -9,12 +9,13 @@
 -- ARGV[4]  payload hash    raw bytes, or "" when unknown
 -- ARGV[5]  attempt_id      or ""
 --
--- Returns {verdict} when verdict is RESERVED, else {verdict, v1, ..., v18}
+-- Returns {verdict} when verdict is RESERVED, {ASK, nonce} for ASK, else
+-- {verdict, v1, ..., v18}
 -- where v1..v18 are the key's fields in the order of FIELDS (nil if unset).
 -- Verdicts (the Go side names the same numbers in fast.go):
 --   1 RESERVED   the key was absent, held an expired marker, or held our own
 --                marker (a retried call); our marker stands there now
---   2 PENDING    another claim's marker is live: IN_PROGRESS until its end
+--   2            (no longer answered; it was IN_PROGRESS from a marker)
 --   3 TAKEOVER   window over, released, or lease over: only the durable
 --                tier may hand the record over
 --   4 MISMATCH   PAYLOAD_MISMATCH
@@ -23,10 +24,12 @@
 --                (the record's salt and secret_hash come back with it, so
 --                the service can give the owner the same lease secret)
 --   7 BUSY       another holder's lease is live: IN_PROGRESS
---   8 ASK        a claim with an attempt_id met another claim's live marker:
---                only the durable tier knows whether that attempt already
---                holds the key (its own claim committed, its reply lost), so
---                it decides; no marker is placed. Returns {ASK} alone.
+--   8 ASK        another claim's marker is live: that claim may be in
+--                flight, committed (a first claim leaves its marker for its
+--                lease) or dead, and only the durable tier knows, so it
+--                decides; no marker is placed. Returns {ASK, nonce}: the
+--                marker met, which put.lua may replace with what the durable
+--                tier answers (tiers.Fast.Fill).
 --
 -- Invariants. This is tiers.DecideFast, and the conformance suite compares
 -- the two over a generated table of entries and claims: the checks on a
@@ -48,7 +51,7 @@ local FIELDS = {
   'first_seen', 'lease', 'window', 'updated', -- unix microseconds
   'salt', 'secret_hash', -- the owner's; last, so the positions above stay put
 }
-local RESERVED, PENDING, TAKEOVER, MISMATCH, DUPLICATE, AGAIN, BUSY, ASK = 1, 2, 3, 4, 5, 6, 7, 8
+local RESERVED, TAKEOVER, MISMATCH, DUPLICATE, AGAIN, BUSY, ASK = 1, 3, 4, 5, 6, 7, 8
 
 local key = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -80,10 +83,7 @@ if not v[3] then
   if not v[1] or v[1] == nonce or (tonumber(v[2]) or 0) <= now then
     return reserve()
   end
-  if attempt_id ~= '' then
-    return {ASK}
-  end
-  return answer(PENDING)
+  return {ASK, v[1]}
 end
 
 local lease = tonumber(v[14])

@@ -77,6 +77,7 @@ var fastCases = []struct {
 }{
 	{"absent key is reserved with a pending marker", testFastReserve},
 	{"abort deletes only our own pending marker", testFastAbort},
+	{"fill replaces only the pending marker it names", testFastFill},
 	{"an expired pending marker is replaced", testFastPendingExpiry},
 	{"put replaces the pending marker and decides the next reserve", testFastPutDecides},
 	{"put never replaces a newer version", testFastVersions},
@@ -84,7 +85,7 @@ var fastCases = []struct {
 	{"record fields round-trip", testFastRoundTrip},
 	{"records that may change hands go to the durable tier", testFastTakeover},
 	{"payload mismatch and attempt_id", testFastMismatchAttempt},
-	{"an attempt_id meeting another claim's marker asks the durable tier", testFastAskDurable},
+	{"a claim meeting another claim's marker asks the durable tier", testFastAskDurable},
 	{"64 concurrent reserves of an absent key place one marker", testFastConcurrentReserve},
 	{"every entry meets every claim as tiers.DecideFast says", testReserveMatchesDecideFast},
 }
@@ -107,8 +108,8 @@ func testFastConcurrentReserve(t *testing.T, fe *fastEnv) {
 		switch {
 		case res.Verdict == tiers.FastReserved:
 			reserved++
-		case res.Verdict != tiers.FastDecided || res.Outcome != tiers.OutcomeInProgress:
-			t.Errorf("Reserve #%d = verdict %d outcome %v, want FastReserved or IN_PROGRESS", i, res.Verdict, res.Outcome)
+		case res.Verdict != tiers.FastAskDurable || res.Marker == "":
+			t.Errorf("Reserve #%d = verdict %d marker %q, want FastReserved or FastAskDurable naming the marker", i, res.Verdict, res.Marker)
 		}
 	}
 	if reserved != 1 {
@@ -119,9 +120,13 @@ func testFastConcurrentReserve(t *testing.T, fe *fastEnv) {
 func testFastAskDurable(t *testing.T, fe *fastEnv) {
 	fe.reserve("k", "n1")
 	withAttempt := func(r *tiers.ReserveParams) { r.AttemptID = "att-1" }
-	fe.want("k", fe.reserve("k", "n2", withAttempt), tiers.FastAskDurable, tiers.OutcomeUnspecified)
-	// Without an attempt_id the marker still answers IN_PROGRESS.
-	fe.want("k", fe.reserve("k", "n3"), tiers.FastDecided, tiers.OutcomeInProgress)
+	ask := fe.reserve("k", "n2", withAttempt)
+	fe.want("k", ask, tiers.FastAskDurable, tiers.OutcomeUnspecified)
+	if ask.Marker != "n1" {
+		t.Fatalf("Reserve(attempt_id, another's marker).Marker = %q, want n1 (the marker met)", ask.Marker)
+	}
+	// Without an attempt_id too: a marker never answers a claim itself.
+	fe.want("k", fe.reserve("k", "n3"), tiers.FastAskDurable, tiers.OutcomeUnspecified)
 	// Our own marker is ours, attempt_id or not.
 	fe.want("k", fe.reserve("k", "n1", withAttempt), tiers.FastReserved, tiers.OutcomeUnspecified)
 	// Asking placed no marker: once n1's is gone, the key is free.
@@ -137,9 +142,9 @@ func testFastAskDurable(t *testing.T, fe *fastEnv) {
 func testFastReserve(t *testing.T, fe *fastEnv) {
 	fe.want("k", fe.reserve("k", "n1"), tiers.FastReserved, tiers.OutcomeUnspecified)
 	res := fe.reserve("k", "n2")
-	fe.want("k", res, tiers.FastDecided, tiers.OutcomeInProgress)
-	if res.Record.Token != 0 || !res.Record.LeaseExpiresAt.Equal(fe.clk.Now().Add(pendingTTL)) {
-		t.Fatalf("Reserve(pending) token/lease = %d/%v, want 0/%v", res.Record.Token, res.Record.LeaseExpiresAt, fe.clk.Now().Add(pendingTTL))
+	fe.want("k", res, tiers.FastAskDurable, tiers.OutcomeUnspecified)
+	if res.Marker != "n1" {
+		t.Fatalf("Reserve(pending).Marker = %q, want n1", res.Marker)
 	}
 }
 
@@ -148,7 +153,7 @@ func testFastAbort(t *testing.T, fe *fastEnv) {
 	if err := fe.f.Abort(fe.e.ctx(), fe.e.key("k"), "other"); err != nil {
 		t.Fatal(err)
 	}
-	fe.want("k", fe.reserve("k", "n2"), tiers.FastDecided, tiers.OutcomeInProgress)
+	fe.want("k", fe.reserve("k", "n2"), tiers.FastAskDurable, tiers.OutcomeUnspecified)
 	if err := fe.f.Abort(fe.e.ctx(), fe.e.key("k"), "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -161,10 +166,53 @@ func testFastAbort(t *testing.T, fe *fastEnv) {
 	fe.want("k", fe.reserve("k", "n4"), tiers.FastDecided, tiers.OutcomeInProgress)
 }
 
+func (fe *fastEnv) fill(rec tiers.Record, nonce string) {
+	fe.t.Helper()
+	if err := fe.f.Fill(fe.e.ctx(), rec, nonce); err != nil {
+		fe.t.Fatalf("Fill(%q v%d, %q) error = %v", rec.Key.Key, rec.Version, nonce, err)
+	}
+}
+
+func testFastFill(t *testing.T, fe *fastEnv) {
+	// Over the marker it names, the record stands and decides.
+	fe.reserve("k", "n1")
+	fe.fill(fe.record("k"), "n1")
+	res := fe.reserve("k", "n2")
+	fe.want("k", res, tiers.FastDecided, tiers.OutcomeInProgress)
+	if res.Record.Token != 1 || res.Record.Holder != "pod-a" {
+		t.Fatalf("Reserve(filled) token/holder = %d/%q, want 1/pod-a (the record filled in)", res.Record.Token, res.Record.Holder)
+	}
+	// Another claim's marker stays.
+	fe.reserve("m", "n1")
+	fe.fill(fe.record("m"), "other")
+	if res := fe.reserve("m", "n2"); res.Verdict != tiers.FastAskDurable || res.Marker != "n1" {
+		t.Fatalf("Reserve(marker, filled under another nonce) = verdict %d marker %q, want FastAskDurable naming n1 (the marker stayed)", res.Verdict, res.Marker)
+	}
+	// An absent key stays absent.
+	fe.fill(fe.record("a"), "n1")
+	fe.want("a", fe.reserve("a", "n3"), tiers.FastReserved, tiers.OutcomeUnspecified)
+	// Once a record was put over the marker, a copy read before it (an
+	// older version) fills nothing, and neither does a newer one.
+	fe.reserve("s", "n1")
+	read := fe.record("s")
+	settled := read
+	settled.State, settled.Version, settled.Result = tiers.StateSettled, 2, []byte("done")
+	fe.put(settled)
+	fe.fill(read, "n1")
+	newer := settled
+	newer.Version = 3
+	fe.fill(newer, "n1")
+	res = fe.reserve("s", "n4")
+	fe.want("s", res, tiers.FastDecided, tiers.OutcomeDuplicate)
+	if res.Record.Version != 2 {
+		t.Fatalf("Reserve(settled, then filled) version = %d, want 2 (a fill replaces only a marker)", res.Record.Version)
+	}
+}
+
 func testFastPendingExpiry(t *testing.T, fe *fastEnv) {
 	fe.reserve("k", "n1")
 	fe.clk.Advance(pendingTTL - time.Millisecond)
-	fe.want("k", fe.reserve("k", "n2"), tiers.FastDecided, tiers.OutcomeInProgress)
+	fe.want("k", fe.reserve("k", "n2"), tiers.FastAskDurable, tiers.OutcomeUnspecified)
 	fe.clk.Advance(time.Millisecond)
 	fe.want("k", fe.reserve("k", "n3"), tiers.FastReserved, tiers.OutcomeUnspecified)
 }

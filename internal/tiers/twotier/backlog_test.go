@@ -38,16 +38,19 @@ func (w *repairWorld) awaitRetryWait() {
 	}
 }
 
-// settleRefusedByFast claims k, then moves it to PROCESSING and SETTLED
-// while the fast tier refuses every Put, and checks the fast tier still
-// answers from the acquisition: IN_PROGRESS, held by the owner. The fast
-// tier is left refusing.
+// settleRefusedByFast claims k and moves it to VALIDATED, then to
+// PROCESSING and SETTLED while the fast tier refuses every Put, and checks
+// the fast tier still answers from the VALIDATED copy: IN_PROGRESS, held by
+// the owner. The fast tier is left refusing.
 func (w *repairWorld) settleRefusedByFast(k string) {
 	w.t.Helper()
 	w.fast.failPut.Store(false)
 	a := w.claim(w.params(k, "pod-a", "att-1"))
 	if a.Outcome != tiers.OutcomeAcquired {
 		w.t.Fatalf("Claim(%q) = %v, want ACQUIRED", k, a.Outcome)
+	}
+	if _, err := w.transition(w.ctx(), k, a.Record.Token, tiers.StateValidated, nil); err != nil {
+		w.t.Fatal(err)
 	}
 	w.fast.failPut.Store(true)
 	if _, err := w.transition(w.ctx(), k, a.Record.Token, tiers.StateProcessing, nil); err != nil {

@@ -181,14 +181,19 @@ func (f *fixture) claim(k string, want tiers.Outcome, wantBy tiers.Tier) tiers.C
 
 func (f *fixture) settle(k string, token uint64, result string) {
 	f.t.Helper()
-	for _, to := range []tiers.State{tiers.StateProcessing, tiers.StateSettled} {
-		p := tiers.TransitionParams{Key: f.params(k).Key, Now: f.clk.Now(), Token: token, SecretHash: ownerHash, To: to}
-		if to == tiers.StateSettled {
-			p.Result = []byte(result)
-		}
-		if _, _, err := f.store.Transition(context.Background(), p); err != nil {
-			f.t.Fatalf("Transition(%q, →%v) error = %v", k, to, err)
-		}
+	f.transition(k, token, tiers.StateProcessing, "")
+	f.transition(k, token, tiers.StateSettled, result)
+}
+
+// transition moves k to state to, storing result ("" for none).
+func (f *fixture) transition(k string, token uint64, to tiers.State, result string) {
+	f.t.Helper()
+	p := tiers.TransitionParams{Key: f.params(k).Key, Now: f.clk.Now(), Token: token, SecretHash: ownerHash, To: to}
+	if result != "" {
+		p.Result = []byte(result)
+	}
+	if _, _, err := f.store.Transition(context.Background(), p); err != nil {
+		f.t.Fatalf("Transition(%q, →%v) error = %v", k, to, err)
 	}
 }
 
@@ -235,7 +240,9 @@ func TestDurableOutageFailsClosed(t *testing.T) {
 
 func testDurableOutageFailsClosed(f *fixture) {
 	t := f.t
-	f.claim("evt_before", tiers.OutcomeAcquired, tiers.TierDurable)
+	before := f.claim("evt_before", tiers.OutcomeAcquired, tiers.TierDurable)
+	f.transition("evt_before", before.Record.Token, tiers.StateProcessing, "")
+	f.claim("evt_marker", tiers.OutcomeAcquired, tiers.TierDurable)
 	f.pg.Stop(t)
 
 	const deadline = 3 * time.Second
@@ -252,8 +259,13 @@ func testDurableOutageFailsClosed(f *fixture) {
 	if f.redisKeyExists("evt_outage") {
 		t.Fatal("Claim(durable down) left a fast-tier key: the retry would be answered IN_PROGRESS by a claim that never happened")
 	}
-	// The fast tier still answers what it knows, and never invents a duplicate.
+	// The fast tier still answers from the records it holds, and never
+	// invents a duplicate. A first claim's marker answers nothing itself:
+	// its key fails closed with the durable tier.
 	f.claim("evt_before", tiers.OutcomeInProgress, tiers.TierFast)
+	if _, err := f.store.Claim(ctx, f.params("evt_marker")); !errors.Is(err, tiers.ErrUnavailable) {
+		t.Fatalf("Claim(first claim's marker, durable down) error = %v, want ErrUnavailable", err)
+	}
 
 	f.pg.Start(t)
 	res := f.claim("evt_outage", tiers.OutcomeAcquired, tiers.TierDurable)
@@ -285,6 +297,9 @@ func testFastTierOutageDegrades(f *fixture) {
 
 	f.redis.Start(t)
 	b := f.claim("evt_back", tiers.OutcomeAcquired, tiers.TierDurable)
+	// The first duplicate meets b's marker and asks the durable tier, which
+	// fills the record in; the next is answered by the fast tier.
+	f.claim("evt_back", tiers.OutcomeInProgress, tiers.TierDurable)
 	f.claim("evt_back", tiers.OutcomeInProgress, tiers.TierFast)
 	f.settle("evt_back", b.Record.Token, "receipt-3")
 	f.claim("evt_back", tiers.OutcomeDuplicate, tiers.TierFast)

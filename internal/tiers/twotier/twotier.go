@@ -43,10 +43,13 @@ func (nopObserver) FastRepairDropped()                  {}
 
 // Config tunes the composition. Zero values mean the defaults.
 type Config struct {
-	// PendingTTL bounds how long a pending marker stands in the fast tier if
-	// this process dies between the fast and the durable step. Concurrent
-	// claims see it as IN_PROGRESS, a retryable answer, never a DUPLICATE.
-	// Default 5s.
+	// PendingTTL is the lifetime of the pending marker of a claim that
+	// names no lease. A claim's marker otherwise lives as long as the lease
+	// it asks for: an ACQUIRED/NEW leaves it standing in place of the new
+	// record (see Store.Claim), and a claim whose process dies between the
+	// fast and the durable step is then treated like one whose holder died
+	// after committing. A marker never answers a claim: one that meets it
+	// asks the durable tier. Default 5s.
 	PendingTTL time.Duration
 	// LocalEntries bounds the process-local cache of terminal records.
 	// Default 10000; negative disables the cache.
@@ -167,8 +170,12 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 
 	// 2. One atomic fast-tier step.
 	nonce := s.nonce()
+	markerTTL := p.Lease
+	if markerTTL <= 0 {
+		markerTTL = s.cfg.PendingTTL
+	}
 	fr, err := s.fast.Reserve(ctx, tiers.ReserveParams{
-		Key: p.Key, Now: p.Now, Nonce: nonce, PendingTTL: s.cfg.PendingTTL,
+		Key: p.Key, Now: p.Now, Nonce: nonce, PendingTTL: markerTTL,
 		PayloadHash: p.PayloadHash, AttemptID: p.AttemptID,
 	})
 	if err != nil {
@@ -177,7 +184,7 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 		}
 		// 5. Fast tier unreachable: degraded, still correct.
 		s.cfg.Observer.TierError(tiers.TierFast, "reserve", err)
-		return s.claimDurable(ctx, p, false)
+		return s.claimDurable(ctx, p, false, "")
 	}
 	switch fr.Verdict {
 	case tiers.FastDecided:
@@ -186,14 +193,16 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 			// the entity already, but only the durable tier says where
 			// the entity stands, and only it may admit a lifecycle
 			// event. DUPLICATE and IN_PROGRESS admit nothing and stand.
-			return s.claimDurable(ctx, p, true)
+			return s.claimDurable(ctx, p, true, "")
 		}
 		if fr.Outcome == tiers.OutcomeDuplicate {
 			s.remember(fr.Record)
 		}
 		return tiers.ClaimResult{Outcome: fr.Outcome, Reason: fr.Reason, Record: fr.Record, ServedBy: tiers.TierFast}, nil
-	case tiers.FastTakeover, tiers.FastAskDurable:
-		return s.claimDurable(ctx, p, true)
+	case tiers.FastTakeover:
+		return s.claimDurable(ctx, p, true, "")
+	case tiers.FastAskDurable:
+		return s.claimDurable(ctx, p, true, fr.Marker)
 	}
 
 	// 3. Reserved: the durable tier decides; 4. if it cannot, roll back our
@@ -206,14 +215,30 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 	if durableHadRecord(res) {
 		s.cfg.Observer.FastFalseNegative()
 	}
-	if !cacheable(res) {
-		// Withdraw our marker instead: the next claim asks the durable tier.
-		s.abort(ctx, p.Key, nonce)
-	} else if err := s.repair(ctx, res.Record); err != nil {
-		// The record did not replace our marker. Left there, the marker
-		// would answer every claim of the key IN_PROGRESS until PendingTTL
-		// on the strength of nothing the fast tier holds; withdrawn, the
-		// next claim asks the durable tier, which has the record.
+	switch {
+	case createdWithMarker(res, p.Now.Add(markerTTL)):
+		// Our marker stays, for the new record's lease: until the
+		// owner's next write puts the record over it, it sends the
+		// key's claims (the owner's retry among them) to the durable
+		// tier, the first of which fills the record in its place; it
+		// lapses when the lease would have, so the next claim takes
+		// over. Not copying the new record saves a fast-tier round trip
+		// on every first delivery, the common case by far, and costs a
+		// durable read only to a key claimed again while in progress.
+	case cacheable(res):
+		if err := s.repair(ctx, res.Record); err != nil {
+			// The record did not replace our marker. Withdrawn, it
+			// leaves the key to the next claim's own marker, which
+			// the durable tier's answer then replaces.
+			s.abort(ctx, p.Key, nonce)
+		}
+	case fillable(res):
+		// Only read: copied where our marker still stands (Fill), so the
+		// next claims are answered here instead of each asking the
+		// durable tier.
+		s.fill(ctx, res.Record, nonce)
+	default:
+		// Withdraw our marker: the next claim asks the durable tier.
 		s.abort(ctx, p.Key, nonce)
 	}
 	if res.Outcome == tiers.OutcomeDuplicate {
@@ -246,29 +271,62 @@ func cacheable(res tiers.ClaimResult) bool {
 	return res.Outcome == tiers.OutcomeAcquired || res.Record.State.Terminal()
 }
 
-// durableHadRecord reports whether the durable tier decided res from a
-// record of the key, when the fast tier had none (a false negative of the
-// fast tier). A DEFERRED or SUPERSEDED claim of a key without a record
-// carries a record with only its key.
-func durableHadRecord(res tiers.ClaimResult) bool {
+// createdWithMarker reports whether res is the record a claim created
+// (ACQUIRED/NEW) with a lease that ends when its pending marker lapses, at
+// until: the marker then stands for the record. A retry of an earlier
+// claim's attempt is answered ACQUIRED/NEW too, with the earlier lease.
+func createdWithMarker(res tiers.ClaimResult, until time.Time) bool {
+	return res.Outcome == tiers.OutcomeAcquired && res.Reason == tiers.ReasonNew && res.Record.LeaseExpiresAt.Equal(until)
+}
+
+// fillable reports whether a durable claim answer that is not cacheable
+// may still be copied into the fast tier in place of the pending marker
+// seen before it was read (tiers.Fast.Fill): an IN_PROGRESS or a
+// PAYLOAD_MISMATCH of a stored record. DEFERRED and SUPERSEDED never are
+// (see cacheable).
+func fillable(res tiers.ClaimResult) bool {
 	switch res.Outcome {
-	case tiers.OutcomeAcquired:
-		return res.Reason != tiers.ReasonNew
-	case tiers.OutcomeDeferred, tiers.OutcomeSuperseded:
+	case tiers.OutcomeInProgress, tiers.OutcomePayloadMismatch:
 		return res.Record.Version != 0
 	}
-	return true
+	return false
+}
+
+// durableHadRecord reports whether the durable tier decided res from a
+// record the fast tier should have held: a false negative of the fast tier
+// (a flush, an eviction, a failover). The fast tier holds every record from
+// its second version on, since each write after a first claim puts it
+// there; a first claim's record (version 1) it holds only as the claim's
+// pending marker, which lapses with the lease and which a claim racing
+// this one may have beaten to the durable tier, neither of them a loss. A
+// takeover decided from the record before it, one version older. A
+// DEFERRED or SUPERSEDED claim of a key without a record carries a record
+// with only its key.
+func durableHadRecord(res tiers.ClaimResult) bool {
+	from := res.Record.Version
+	if res.Outcome == tiers.OutcomeAcquired {
+		if res.Reason == tiers.ReasonNew {
+			return false
+		}
+		from--
+	}
+	return from > 1
 }
 
 // claimDurable asks the durable tier and, when the fast tier answers,
-// caches the decision there.
-func (s *Store) claimDurable(ctx context.Context, p tiers.ClaimParams, fastUp bool) (tiers.ClaimResult, error) {
+// caches the decision there; what was only read is copied in place of the
+// pending marker the fast tier answered with (marker, when it named one).
+func (s *Store) claimDurable(ctx context.Context, p tiers.ClaimParams, fastUp bool, marker string) (tiers.ClaimResult, error) {
 	res, err := s.durable.Claim(ctx, p)
 	if err != nil {
 		return res, err
 	}
-	if fastUp && cacheable(res) {
+	switch {
+	case !fastUp:
+	case cacheable(res):
 		s.repair(ctx, res.Record)
+	case marker != "" && fillable(res):
+		s.fill(ctx, res.Record, marker)
 	}
 	if res.Outcome == tiers.OutcomeDuplicate {
 		s.remember(res.Record)
@@ -307,6 +365,19 @@ func (s *Store) repair(ctx context.Context, rec tiers.Record) error {
 	return err
 }
 
+// fill copies a record the durable tier was only read for in place of the
+// pending marker carrying nonce (tiers.Fast.Fill), on a context of its own
+// like repair. A failed fill is not retried: the marker it would have
+// replaced keeps sending the key's claims to the durable tier, the next of
+// which fills it.
+func (s *Store) fill(ctx context.Context, rec tiers.Record, nonce string) {
+	ctx, cancel := s.cleanup(ctx)
+	defer cancel()
+	if err := s.fast.Fill(ctx, rec, nonce); err != nil {
+		s.cfg.Observer.TierError(tiers.TierFast, "fill", err)
+	}
+}
+
 // retryable reports whether a failed fast-tier write may succeed later: the
 // tier was unavailable or too slow. Anything else is a record the tier
 // refuses (a bug), which no retry will change.
@@ -315,9 +386,10 @@ func retryable(err error) bool {
 }
 
 // abort deletes our pending marker after a failed durable step or a failed
-// repair. It runs on a context of its own: the caller's may already be done,
-// and a marker left behind would answer the provider's retry IN_PROGRESS
-// until PendingTTL.
+// repair. It runs on a context of its own: the caller's may already be done.
+// A marker left behind answers nothing (it sends every claim of the key to
+// the durable tier until it lapses, a lease later), but it would stand for
+// a claim that was not made.
 //
 // The durable step may have committed before failing (a timeout after the
 // statement was sent). Then the row exists without a fast-tier copy: the
