@@ -239,8 +239,8 @@ func BenchmarkGRPCDuplicate(b *testing.B) {
 
 // BenchmarkProductionNewKeys measures first claims through the production
 // tiers (Redis in front of a PostgreSQL with synchronous commit) from 50
-// concurrent callers: the fast-tier reservation, the group-committed insert
-// and the fast-tier repair of each claim.
+// concurrent callers: the fast-tier reservation (the pending marker, which
+// stays as the new record's copy) and the group-committed insert.
 func BenchmarkProductionNewKeys(b *testing.B) {
 	ctx := context.Background()
 	pgSrv := testenv.StartPostgresWith(b, testenv.Options{Durable: true}, postgres.Migrate)

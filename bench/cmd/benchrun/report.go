@@ -530,7 +530,7 @@ func writeBudget(w *strings.Builder, r *Report) {
 	}{
 		{"load client", perCall(c, "client"), perCall(o, "client"), "its CPU per call against the no-op handler"},
 		{"claimd", perCall(c, "server"), perCall(o, "server"), "the no-op handler's CPU per call: a gRPC call answered at once"},
-		{"Redis", perCall(c, "redis"), 2 * perUnit(rb, "redis"), "two round trips: 2 × redis-benchmark's Redis CPU per SET NX"},
+		{"Redis", perCall(c, "redis"), perUnit(rb, "redis"), "one round trip (the pending marker): redis-benchmark's Redis CPU per SET NX"},
 		{"PostgreSQL", perCall(c, "postgres"), 2 * perUnit(pb, "postgres"), fmt.Sprintf("two rows, the claim and its audit row: 2 × pgbench's PostgreSQL CPU per row, %d rows per statement", batchRows)},
 	}
 	budget := float64(r.Machine.CPUs) * 1e6 / (3 * n.Rate)
