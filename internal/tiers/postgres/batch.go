@@ -69,9 +69,9 @@ type queuedClaim struct {
 
 // batchAnswer is what the batch decided for one claim.
 type batchAnswer struct {
-	inserted bool         // ACQUIRED/NEW: rec is the new record
+	inserted bool         // ACQUIRED/NEW: the record is insertedRecord's
 	seen     bool         // the key was stored before the statement: rec is that row
-	rec      tiers.Record // valid when inserted or seen
+	rec      tiers.Record // valid when seen
 	err      error        // the statement failed (every caller of the batch gets it)
 
 	// single is set for a claim that was alone in its batch: the flusher
@@ -187,7 +187,7 @@ func (s *Store) claimBatch(ctx context.Context, a *batchArgs) (map[tiers.Key]bat
 		return nil, err
 	}
 	answers := make(map[tiers.Key]batchAnswer, len(a.keys))
-	if err := scanBatch(rows, answers, true); err != nil {
+	if err := scanInserted(rows, answers); err != nil {
 		return nil, err
 	}
 	if len(answers) == len(a.keys) {
@@ -204,14 +204,29 @@ func (s *Store) claimBatch(ctx context.Context, a *batchArgs) (map[tiers.Key]bat
 	}
 	rows, err = s.pool.Query(ctx, claimBatchSeenSQL, pgx.QueryExecModeCacheDescribe, seen.namespaces, seen.providers, seen.keys)
 	if err == nil {
-		scanBatch(rows, answers, false) // an error leaves the rest undecided
+		scanSeen(rows, answers) // an error leaves the rest undecided
 	}
 	return answers, nil
 }
 
-// scanBatch reads rows of (namespace, provider, key, recordColumns) into
-// answers, as inserted or as seen stored, and closes rows.
-func scanBatch(rows pgx.Rows, answers map[tiers.Key]batchAnswer, inserted bool) error {
+// scanInserted reads the keys claim_batch.sql inserted into answers, and
+// closes rows. Their records are the claims' own tiers.NewRecord
+// (claimBatched makes it).
+func scanInserted(rows pgx.Rows, answers map[tiers.Key]batchAnswer) error {
+	defer rows.Close()
+	for rows.Next() {
+		var k tiers.Key
+		if err := rows.Scan(&k.Namespace, &k.Provider, &k.Key); err != nil {
+			return err
+		}
+		answers[k] = batchAnswer{inserted: true}
+	}
+	return rows.Err()
+}
+
+// scanSeen reads rows of (namespace, provider, key, recordColumns), keys
+// stored before the batch, into answers, and closes rows.
+func scanSeen(rows pgx.Rows, answers map[tiers.Key]batchAnswer) error {
 	defer rows.Close()
 	for rows.Next() {
 		var k tiers.Key
@@ -220,9 +235,20 @@ func scanBatch(rows pgx.Rows, answers map[tiers.Key]batchAnswer, inserted bool) 
 			return err
 		}
 		rec.Key = k
-		answers[k] = batchAnswer{inserted: inserted, seen: !inserted, rec: rec}
+		answers[k] = batchAnswer{seen: true, rec: rec}
 	}
 	return rows.Err()
+}
+
+// insertedRecord is the record claim_batch.sql inserts for p: the one
+// tiers.NewRecord makes, its times as PostgreSQL stores them (pgx sends a
+// timestamptz truncated to the microsecond).
+func insertedRecord(p tiers.ClaimParams) tiers.Record {
+	rec := tiers.NewRecord(p)
+	for _, t := range []*time.Time{&rec.FirstSeenAt, &rec.LeaseExpiresAt, &rec.WindowExpiresAt, &rec.UpdatedAt} {
+		*t = t.Truncate(time.Microsecond)
+	}
+	return rec
 }
 
 // claimBatched is the first round of a Claim when batching is on: it joins
@@ -252,9 +278,7 @@ func (s *Store) claimBatched(ctx context.Context, p tiers.ClaimParams) (tiers.Cl
 	case a.err != nil:
 		return tiers.ClaimResult{}, false, a.err
 	case a.inserted:
-		rec := a.rec
-		rec.Key = p.Key // the caller's own strings
-		return tiers.ClaimResult{Outcome: tiers.OutcomeAcquired, Reason: tiers.ReasonNew, Record: rec}, true, nil
+		return tiers.ClaimResult{Outcome: tiers.OutcomeAcquired, Reason: tiers.ReasonNew, Record: insertedRecord(p)}, true, nil
 	case a.seen:
 		rec := a.rec
 		rec.Key = p.Key

@@ -273,10 +273,12 @@ func cacheable(res tiers.ClaimResult) bool {
 
 // createdWithMarker reports whether res is the record a claim created
 // (ACQUIRED/NEW) with a lease that ends when its pending marker lapses, at
-// until: the marker then stands for the record. A retry of an earlier
-// claim's attempt is answered ACQUIRED/NEW too, with the earlier lease.
+// until (to the microsecond a durable tier keeps): the marker then stands
+// for the record. A retry of an earlier claim's attempt is answered
+// ACQUIRED/NEW too, with the earlier lease.
 func createdWithMarker(res tiers.ClaimResult, until time.Time) bool {
-	return res.Outcome == tiers.OutcomeAcquired && res.Reason == tiers.ReasonNew && res.Record.LeaseExpiresAt.Equal(until)
+	early := until.Sub(res.Record.LeaseExpiresAt)
+	return res.Outcome == tiers.OutcomeAcquired && res.Reason == tiers.ReasonNew && early >= 0 && early < time.Microsecond
 }
 
 // fillable reports whether a durable claim answer that is not cacheable

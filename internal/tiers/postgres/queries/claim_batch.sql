@@ -9,7 +9,9 @@
 --
 -- c inserts a key's record (ACQUIRED/NEW, token 1: tiers.NewRecord) when no
 -- row holds the key, and nothing otherwise; a writes their ACQUIRED audit
--- rows in the same transaction, as claim.sql does. Only absent keys are
+-- rows in the same transaction, as claim.sql does. Only the keys inserted
+-- come back: each record is the one tiers.NewRecord makes of its claim's
+-- arguments, which batch.go builds again instead of reading it back. Only absent keys are
 -- decided here: a key already stored is looked up by claim_batch_seen.sql,
 -- and every takeover stays with claim.sql, whose WHERE is tiers.Decide.
 --
@@ -42,4 +44,4 @@ a AS (
            state, token, version, holder, attempt_id, payload_sha256
     FROM c
 )
-SELECT namespace, provider, key, {RECORD} FROM c
+SELECT namespace, provider, key FROM c
