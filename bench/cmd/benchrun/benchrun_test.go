@@ -171,6 +171,51 @@ func TestReadPeakRSS(t *testing.T) {
 	runtime.KeepAlive(grown)
 }
 
+// TestLifecycleBudget: a whole event's CPU against what 3× the naive
+// handler's events/s leaves it, the floors counted per RPC and per row.
+func TestLifecycleBudget(t *testing.T) {
+	report := func(naiveRate float64) string {
+		r := &Report{Machine: Machine{CPUs: 2},
+			Runs: []Result{
+				{Target: targetClaimd, Scenario: scenarioLifecycle, Client: clientClaimload, Requests: 1000, Rate: 2000,
+					CPU: map[string]float64{"server": 0.3, "client": 0.12, "redis": 0.06, "postgres": 0.18}},
+				{Target: targetNaive, Scenario: scenarioLifecycle, Client: clientClaimload, Requests: 1000, Rate: naiveRate},
+				{Target: targetNoop, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: 20000, Seconds: 10, MachineBusy: 16,
+					CPU: map[string]float64{"server": 0.03, "client": 0.02}},
+			},
+			Baselines: []Result{
+				{Target: baselineRedis, Rate: 100000, Seconds: 1, CPU: map[string]float64{"redis": 1}},
+				{Target: baselinePgBatch, Rate: 50000, Seconds: 1, CPU: map[string]float64{"postgres": 1}},
+			},
+		}
+		var w strings.Builder
+		writeLifecycleBudget(&w, r)
+		return w.String()
+	}
+	// Floors of three RPCs and six rows: client 3 × 20, claimd 3 × 30,
+	// Redis 3 × 10, PostgreSQL 6 × 20.
+	got := report(500)
+	for _, want := range []string{
+		"| load client | 120.0 | 60.0 |", "| claimd | 300.0 | 90.0 |", "| Redis | 60.0 | 30.0 |", "| PostgreSQL | 180.0 | 120.0 |",
+		"| all four | 660.0 | 300.0 |",
+		"3 × the naive handler's 500 events/s leaves each event at most 1333 µs with every core busy, 1067 µs as busy as the no-op run (80%)",
+		"the floors (300 µs) are under both, and claimd's run spent 360 µs above them, 210 in claimd above its bare gRPC calls",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("lifecycle budget lacks %q:\n%s", want, got)
+		}
+	}
+	if got := report(2000); !strings.Contains(got, "the floors (300 µs) are under the first and above the second") {
+		t.Errorf("budget of 333 µs, 267 at the no-op run's utilization, against floors of 300 µs:\n%s", got)
+	}
+	if got := report(5000); !strings.Contains(got, "the floors alone (300 µs) exceed it") {
+		t.Errorf("budget of 133 µs against floors of 300 µs:\n%s", got)
+	}
+	if got := report(0); got != "" {
+		t.Errorf("lifecycle budget without a naive rate = %q, want nothing", got)
+	}
+}
+
 // TestBudget: a new-key claim's CPU against what 3× the naive handler's
 // rate leaves it, with each process's floor from the same run.
 func TestBudget(t *testing.T) {

@@ -71,6 +71,7 @@ func writeMarkdown(path string, r *Report, svg, jsonPath, notes string) error {
 	writeLifecycle(&w, r)
 	writeTargets(&w, r)
 	writeBudget(&w, r)
+	writeLifecycleBudget(&w, r)
 	writePython(&w, r)
 	writeScaling(&w, r)
 	p("![rate and p99 by scenario](%s)\n\n", svgRel)
@@ -521,8 +522,6 @@ func writeBudget(w *strings.Builder, r *Report) {
 	if c == nil || n == nil || o == nil || rb == nil || pb == nil || c.Requests == 0 || o.Requests == 0 || n.Rate == 0 {
 		return
 	}
-	perCall := func(x *Result, k string) float64 { return 1e6 * x.CPU[k] / float64(x.Requests) }
-	perUnit := func(x *Result, k string) float64 { return 1e6 * x.CPU[k] / (x.Rate * x.Seconds) }
 	rows := []struct {
 		process      string
 		spent, floor float64
@@ -555,11 +554,106 @@ func writeBudget(w *strings.Builder, r *Report) {
 	writeReachableBudget(w, r, c, n, o, budget, floor)
 }
 
+// perCall is x's CPU of process k in µs per request (per event in the
+// lifecycle runs), errors included.
+func perCall(x *Result, k string) float64 { return 1e6 * x.CPU[k] / float64(x.Requests) }
+
+// perUnit is a baseline's CPU of process k in µs per unit it counts
+// (request or row).
+func perUnit(x *Result, k string) float64 { return 1e6 * x.CPU[k] / (x.Rate * x.Seconds) }
+
+// busyShare is how busy x kept the machine's cores over its run, 0 to 1.
+func busyShare(r *Report, x *Result) float64 {
+	if x.Seconds == 0 {
+		return 0
+	}
+	return x.MachineBusy / (float64(r.Machine.CPUs) * x.Seconds)
+}
+
+// writeLifecycleBudget does for a whole event what writeBudget does for a
+// new-key claim: its CPU against what 3× the naive handler's events/s
+// leaves it, next to the floors of its round trips and rows. An event's
+// floors are its RPCs' (each a no-op gRPC call for the client and for
+// claimd, and one Redis script), and its durable rows' (pgbench's CPU per
+// row; an update writes a row version as an insert does).
+func writeLifecycleBudget(w *strings.Builder, r *Report) {
+	o := r.find(targetNoop, scenarioNew, clientClaimload)
+	rb, pb := r.baseline(baselineRedis), r.baseline(baselinePgBatch)
+	if o == nil || rb == nil || pb == nil || o.Requests == 0 || rb.Rate == 0 || pb.Rate == 0 {
+		return
+	}
+	type event struct {
+		sc         string
+		rpcs, rows float64
+		c, n       *Result
+	}
+	var events []event
+	for _, e := range []event{{sc: scenarioLifecycle, rpcs: 3, rows: 6}, {sc: scenarioLifecycleStart, rpcs: 2, rows: 4}} {
+		e.c, e.n = r.find(targetClaimd, e.sc, clientClaimload), r.find(targetNaive, e.sc, clientClaimload)
+		if e.c != nil && e.n != nil && e.c.Requests > 0 && e.n.Rate > 0 {
+			events = append(events, e)
+		}
+	}
+	if len(events) == 0 {
+		return
+	}
+	procs := []struct {
+		name, cpu string
+		floor     func(e event) float64
+	}{
+		{"load client", "client", func(e event) float64 { return e.rpcs * perCall(o, "client") }},
+		{"claimd", "server", func(e event) float64 { return e.rpcs * perCall(o, "server") }},
+		{"Redis", "redis", func(e event) float64 { return e.rpcs * perUnit(rb, "redis") }},
+		{"PostgreSQL", "postgres", func(e event) float64 { return e.rows * perUnit(pb, "postgres") }},
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("## A lifecycle event against its budget\n\n")
+	p("The same for whole events (claimd on Redis+PG, claimload): an event of n RPCs has for floors n no-op gRPC calls (the load client's and the no-op handler's CPU per call), n Redis round trips (one script per RPC: redis-benchmark's Redis CPU per SET NX) and its durable rows (the claim and each Transition, with an audit row each: pgbench's PostgreSQL CPU per row, %d rows per statement).\n\n", batchRows)
+	p("| process |")
+	for _, e := range events {
+		p(" %s: spent µs | floor µs |", display(scenarioNames, e.sc))
+	}
+	p("\n| --- |%s\n", strings.Repeat(" ---: | ---: |", len(events)))
+	spent, floor := make([]float64, len(events)), make([]float64, len(events))
+	for _, x := range procs {
+		p("| %s |", x.name)
+		for i, e := range events {
+			s, f := perCall(e.c, x.cpu), x.floor(e)
+			spent[i], floor[i] = spent[i]+s, floor[i]+f
+			p(" %.1f | %.1f |", s, f)
+		}
+		p("\n")
+	}
+	p("| all four |")
+	for i := range events {
+		p(" %.1f | %.1f |", spent[i], floor[i])
+	}
+	p("\n\n")
+	for i, e := range events {
+		budget := float64(r.Machine.CPUs) * 1e6 / (3 * e.n.Rate)
+		reach := budget
+		p("%s: 3 × the naive handler's %.0f events/s leaves each event at most %.0f µs with every core busy", display(scenarioNames, e.sc), e.n.Rate, budget)
+		if b := busyShare(r, o); b > 0 {
+			reach = budget * b
+			p(", %.0f µs as busy as the no-op run (%.0f%%)", reach, 100*b)
+		}
+		switch {
+		case floor[i] > budget:
+			p("; the floors alone (%.0f µs) exceed it: no server making these round trips and writes reaches 3× here.\n\n", floor[i])
+		case floor[i] > reach:
+			p("; the floors (%.0f µs) are under the first and above the second: only a machine kept busier than the no-op run kept this one could reach 3× with these round trips and writes.\n\n", floor[i])
+		default:
+			p("; the floors (%.0f µs) are under both, and claimd's run spent %.0f µs above them, %.0f in claimd above its bare gRPC calls.\n\n",
+				floor[i], spent[i]-floor[i], perCall(e.c, "server")-procs[1].floor(e))
+		}
+	}
+}
+
 // writeReachableBudget sets the budget against how busy a closed loop of
 // callers can keep this machine at all: the no-op handler's run, which has
 // nothing to wait for, is the most it got.
 func writeReachableBudget(w *strings.Builder, r *Report, c, n, o *Result, budget, floor float64) {
-	busy := func(x *Result) float64 { return x.MachineBusy / (float64(r.Machine.CPUs) * x.Seconds) }
+	busy := func(x *Result) float64 { return busyShare(r, x) }
 	if c.MachineBusy == 0 || o.MachineBusy == 0 || c.Seconds == 0 || o.Seconds == 0 {
 		return
 	}
