@@ -171,23 +171,28 @@ func TestReadPeakRSS(t *testing.T) {
 	runtime.KeepAlive(grown)
 }
 
+// budgetReport is a report of runs on 2 cores, with the budget tables'
+// baselines: Redis 10 µs per SET NX, PostgreSQL 20 µs per row.
+func budgetReport(runs ...Result) *Report {
+	return &Report{Machine: Machine{CPUs: 2}, Runs: runs,
+		Baselines: []Result{
+			{Target: baselineRedis, Rate: 100000, Seconds: 1, CPU: map[string]float64{"redis": 1}},
+			{Target: baselinePgBatch, Rate: 50000, Seconds: 1, CPU: map[string]float64{"postgres": 1}},
+		},
+	}
+}
+
 // TestLifecycleBudget: a whole event's CPU against what 3× the naive
 // handler's events/s leaves it, the floors counted per RPC and per row.
 func TestLifecycleBudget(t *testing.T) {
 	report := func(naiveRate float64) string {
-		r := &Report{Machine: Machine{CPUs: 2},
-			Runs: []Result{
-				{Target: targetClaimd, Scenario: scenarioLifecycle, Client: clientClaimload, Requests: 1000, Rate: 2000,
-					CPU: map[string]float64{"server": 0.3, "client": 0.12, "redis": 0.06, "postgres": 0.18}},
-				{Target: targetNaive, Scenario: scenarioLifecycle, Client: clientClaimload, Requests: 1000, Rate: naiveRate},
-				{Target: targetNoop, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: 20000, Seconds: 10, MachineBusy: 16,
-					CPU: map[string]float64{"server": 0.03, "client": 0.02}},
-			},
-			Baselines: []Result{
-				{Target: baselineRedis, Rate: 100000, Seconds: 1, CPU: map[string]float64{"redis": 1}},
-				{Target: baselinePgBatch, Rate: 50000, Seconds: 1, CPU: map[string]float64{"postgres": 1}},
-			},
-		}
+		r := budgetReport(
+			Result{Target: targetClaimd, Scenario: scenarioLifecycle, Client: clientClaimload, Requests: 1000, Rate: 2000,
+				CPU: map[string]float64{"server": 0.3, "client": 0.12, "redis": 0.06, "postgres": 0.18}},
+			Result{Target: targetNaive, Scenario: scenarioLifecycle, Client: clientClaimload, Requests: 1000, Rate: naiveRate},
+			Result{Target: targetNoop, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: 20000, Seconds: 10, MachineBusy: 16,
+				CPU: map[string]float64{"server": 0.03, "client": 0.02}},
+		)
 		var w strings.Builder
 		writeLifecycleBudget(&w, r)
 		return w.String()
@@ -220,19 +225,13 @@ func TestLifecycleBudget(t *testing.T) {
 // rate leaves it, with each process's floor from the same run.
 func TestBudget(t *testing.T) {
 	report := func(naiveRate float64) string {
-		r := &Report{Machine: Machine{CPUs: 2},
-			Runs: []Result{
-				{Target: targetClaimd, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: 5000, Callers: 50, Seconds: 10, MachineBusy: 14,
-					CPU: map[string]float64{"server": 0.1, "client": 0.05, "redis": 0.04, "postgres": 0.05}},
-				{Target: targetNaive, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: naiveRate},
-				{Target: targetNoop, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: 20000, Seconds: 10, MachineBusy: 16,
-					CPU: map[string]float64{"server": 0.03, "client": 0.03}},
-			},
-			Baselines: []Result{
-				{Target: baselineRedis, Rate: 100000, Seconds: 1, CPU: map[string]float64{"redis": 1}},
-				{Target: baselinePgBatch, Rate: 50000, Seconds: 1, CPU: map[string]float64{"postgres": 1}},
-			},
-		}
+		r := budgetReport(
+			Result{Target: targetClaimd, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: 5000, Callers: 50, Seconds: 10, MachineBusy: 14,
+				CPU: map[string]float64{"server": 0.1, "client": 0.05, "redis": 0.04, "postgres": 0.05}},
+			Result{Target: targetNaive, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: naiveRate},
+			Result{Target: targetNoop, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: 20000, Seconds: 10, MachineBusy: 16,
+				CPU: map[string]float64{"server": 0.03, "client": 0.03}},
+		)
 		var w strings.Builder
 		writeBudget(&w, r)
 		return w.String()
