@@ -166,8 +166,8 @@ func (s *suite) crashRow(mode string, cp crashPoint) (row crashRow) {
 		step("A (owner) retries Claim, same attempt_id", otherName, op, "ACQUIRED t1: its own attempt, never IN_PROGRESS by itself",
 			is(op, pb.Outcome_OUTCOME_ACQUIRED) && op.AckToken == 1)
 		op = claim(w.t0, "b")
-		step("B (next delivery)", w.r0.name, op, "IN_PROGRESS held by A, or from a pending marker",
-			is(op, pb.Outcome_OUTCOME_IN_PROGRESS) && (op.AckHolder == w.attempt || op.AckHolder == ""))
+		step("B (next delivery)", w.r0.name, op, "IN_PROGRESS held by A",
+			is(op, pb.Outcome_OUTCOME_IN_PROGRESS) && op.AckHolder == w.attempt)
 	case "transition-commit":
 		op := claim(other, "b")
 		step("B (next delivery)", otherName, op, "DUPLICATE with the result, or IN_PROGRESS (fast tier stale until A retries)",

@@ -65,6 +65,7 @@ const (
 	CheckOwnership    = "single-owner"
 	CheckSettled      = "settled-once"
 	CheckAttempt      = "attempt-recognised"
+	CheckHolder       = "holder-named"
 	CheckFinal        = "settled-stays-duplicate"
 	CheckConverge     = "converges"
 	CheckAudit        = "audit-matches"
@@ -77,6 +78,7 @@ var Checks = []struct{ Name, Asserts string }{
 	{CheckOwnership, "no two callers ever held overlapping ownership of a key (ACQUIRED answer until the owner's Release or terminal Transition was sent), and no token was handed to two attempts"},
 	{CheckSettled, "no key was settled with two tokens or two results, and every DUPLICATE carried the settled result"},
 	{CheckAttempt, "a retry with the same attempt_id was recognised: one token per attempt, and an attempt the durable tier granted was never told IN_PROGRESS from a pending marker or held by itself (nor held by another once the grant had surely committed)"},
+	{CheckHolder, "every IN_PROGRESS named its holder: none came from a pending marker, which sends a claim to the durable tier instead of answering it"},
 	{CheckFinal, "every acknowledged SETTLED answered DUPLICATE with the same result at the end, on every replica"},
 	{CheckConverge, "after the fault ended every key's callers finished (losers saw DUPLICATE) within the bound"},
 	{CheckAudit, "every ACQUIRED a caller was told is a grant in the durable audit log; a grant no caller saw belongs to a failed call of that attempt"},
@@ -129,6 +131,7 @@ func Check(in Input) Result {
 		add(checkOwnership(k, ops)...)
 		add(checkSettled(k, ops)...)
 		add(checkAttempts(k, ops, grants[k], in.Grants != nil, in.Grace)...)
+		add(checkHolder(k, ops)...)
 		add(checkFinal(k, ops, in.Replicas)...)
 		if in.Grants != nil {
 			add(checkAudit(k, ops, grants[k])...)
@@ -326,6 +329,20 @@ func checkAttempts(key string, ops []Op, grants []Grant, audited bool, grace tim
 	return out
 }
 
+// checkHolder flags every IN_PROGRESS that names no holder: one answered
+// by a pending marker. claimd gave such answers until 2026-12-02 (the
+// model's one relaxation); a marker now sends the claim to the durable tier,
+// whose IN_PROGRESS names the holder.
+func checkHolder(key string, ops []Op) []Violation {
+	var out []Violation
+	for _, o := range ops {
+		if o.FromMarker() {
+			out = append(out, Violation{CheckHolder, key, fmt.Sprintf("c%d's claim (attempt %s) was told IN_PROGRESS with no holder on %s", o.Client, o.AttemptID, o.Replica)})
+		}
+	}
+	return out
+}
+
 func checkFinal(key string, ops []Op, replicas []string) []Violation {
 	var out []Violation
 	settled := ""
@@ -465,8 +482,9 @@ func linearize(names []string, keys map[string][]Op, grants map[string][]Grant, 
 // call may have taken effect at any time after it was invoked: it gets no
 // output and a return time of never. Three reductions keep the search small
 // and lose nothing:
-//   - IN_PROGRESS from a pending marker is accepted in every state and
-//     changes nothing (the stated relaxation), so it constrains nothing;
+//   - IN_PROGRESS from a pending marker is left out: holder-named reports
+//     it, and left in it would fail the whole key's search, hiding whether
+//     the rest of its history linearizes;
 //   - a failed Claim of an attempt the audit log never granted changed
 //     nothing (a grant is written in the same transaction as the record);
 //   - of failed calls with identical requests only the first is kept: the

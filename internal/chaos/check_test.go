@@ -116,8 +116,9 @@ func TestCheck(t *testing.T) {
 			grants: grantsOf("a1", 1, 0),
 		},
 		{
-			desc: "pending-marker IN_PROGRESS on a settled key is allowed",
+			desc: "IN_PROGRESS from a pending marker (no holder) on a settled key",
 			ops:  append(happy(), inProgress(claimOp(3, "a4", 12, 13), "")),
+			want: []string{CheckHolder},
 		},
 		{
 			desc:   "two owners at once",
@@ -150,7 +151,7 @@ func TestCheck(t *testing.T) {
 				probe("r0", "r1", 7000),
 			},
 			grants: grantsOf("a1", 1, 0),
-			want:   []string{CheckAttempt},
+			want:   []string{CheckAttempt, CheckHolder},
 		},
 		{
 			desc: "own granted attempt told IN_PROGRESS by its own marker right after the failure",
@@ -161,7 +162,7 @@ func TestCheck(t *testing.T) {
 				probe("r0", "", 7000),
 			},
 			grants: grantsOf("a1", 1, 0),
-			want:   []string{CheckAttempt, CheckLinearizable},
+			want:   []string{CheckAttempt, CheckHolder, CheckLinearizable},
 		},
 		{
 			desc: "another holder's IN_PROGRESS to an attempt granted later",

@@ -77,8 +77,9 @@ func step(r register, in, out *Op) (bool, register) {
 }
 
 func stepClaim(r register, in, out *Op) (bool, register) {
-	// The stated relaxation: IN_PROGRESS from a pending marker promises
-	// nothing about the record and changes nothing.
+	// IN_PROGRESS from a pending marker never reaches the model
+	// (porcupineOps leaves it out; checkHolder reports it). Should one,
+	// it changes nothing and states nothing about the record.
 	if out != nil && out.FromMarker() {
 		return true, r
 	}
