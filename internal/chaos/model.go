@@ -77,12 +77,6 @@ func step(r register, in, out *Op) (bool, register) {
 }
 
 func stepClaim(r register, in, out *Op) (bool, register) {
-	// IN_PROGRESS from a pending marker never reaches the model
-	// (porcupineOps leaves it out; checkHolder reports it). Should one,
-	// it changes nothing and states nothing about the record.
-	if out != nil && out.FromMarker() {
-		return true, r
-	}
 	acquired := func(token uint64) bool {
 		return out == nil || (out.Outcome == pb.Outcome_OUTCOME_ACQUIRED && out.AckToken == token)
 	}

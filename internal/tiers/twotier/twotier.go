@@ -206,7 +206,7 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 	}
 
 	// 3. Reserved: the durable tier decides; 4. if it cannot, roll back our
-	// own marker so the provider's retry is not answered IN_PROGRESS by it.
+	// own marker: it would stand for a claim that was not made.
 	res, err := s.durable.Claim(ctx, p)
 	if err != nil {
 		s.abort(ctx, p.Key, nonce)
@@ -255,8 +255,9 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 // the time its copy lands, the owner may have settled and its repair been
 // erased by a flush or a failover, and the stale copy would then answer
 // IN_PROGRESS for an event other callers were told is DUPLICATE, until the
-// lease ends. Such answers are not cached; the next claim asks the
-// durable tier again. (Found by make chaos under FLUSHALL.)
+// lease ends (found by make chaos under FLUSHALL). Such answers are copied
+// only in place of the pending marker seen before the read (fillable,
+// tiers.Fast.Fill), which rules that out.
 //
 // DEFERRED and SUPERSEDED are never cached either: they acquired nothing,
 // and the record they carry (if the key had one) was only read. A copy of
