@@ -199,25 +199,26 @@ func TestLifecycleBudget(t *testing.T) {
 	}
 	// Floors of three RPCs and six rows: client 3 × 20, claimd 3 × 30,
 	// Redis 3 × 10, PostgreSQL 6 × 20.
-	got := report(500)
-	for _, want := range []string{
+	wantContains(t, "lifecycle budget, naive at 500 events/s", report(500),
 		"| load client | 120.0 | 60.0 |", "| claimd | 300.0 | 90.0 |", "| Redis | 60.0 | 30.0 |", "| PostgreSQL | 180.0 | 120.0 |",
 		"| all four | 660.0 | 300.0 |",
 		"3 × the naive handler's 500 events/s leaves each event at most 1333 µs with every core busy, 1067 µs as busy as the no-op run (80%)",
-		"the floors (300 µs) are under both, and claimd's run spent 360 µs above them, 210 in claimd above its bare gRPC calls",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("lifecycle budget lacks %q:\n%s", want, got)
-		}
-	}
-	if got := report(2000); !strings.Contains(got, "the floors (300 µs) are under the first and above the second") {
-		t.Errorf("budget of 333 µs, 267 at the no-op run's utilization, against floors of 300 µs:\n%s", got)
-	}
-	if got := report(5000); !strings.Contains(got, "the floors alone (300 µs) exceed it") {
-		t.Errorf("budget of 133 µs against floors of 300 µs:\n%s", got)
-	}
+		"the floors (300 µs) are under both, and claimd's run spent 360 µs above them, 210 in claimd above its bare gRPC calls")
+	// Budgets of 333 µs (267 at the no-op run's utilization) and 133 µs.
+	wantContains(t, "lifecycle budget, naive at 2000 events/s", report(2000), "the floors (300 µs) are under the first and above the second")
+	wantContains(t, "lifecycle budget, naive at 5000 events/s", report(5000), "the floors alone (300 µs) exceed it")
 	if got := report(0); got != "" {
 		t.Errorf("lifecycle budget without a naive rate = %q, want nothing", got)
+	}
+}
+
+// wantContains fails t for each of wants that got lacks.
+func wantContains(t *testing.T, what, got string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, got)
+		}
 	}
 }
 
@@ -236,25 +237,17 @@ func TestBudget(t *testing.T) {
 		writeBudget(&w, r)
 		return w.String()
 	}
-	got := report(1000)
-	for _, want := range []string{
+	wantContains(t, "budget, naive at 1000 claims/s", report(1000),
 		"3 × 1000 claims/s) leaves each claim at most 667 µs",
 		"| claimd | 100.0 | 30.0 |", "| load client | 50.0 | 30.0 |", "| Redis | 40.0 | 10.0 |", "| PostgreSQL | 50.0 | 40.0 |",
 		"| all four | 240.0 | 110.0 | budget for 3× naive: 667 |",
 		"The floors sum to 110 µs, under the budget", "130 µs spent above the floors, 70 of them in claimd",
 		"closed loop of 50 callers", "kept the cores 80% busy, claimd's 70%", "the budget is 533 µs per claim, and the floors are under it as well",
-		"would have answered 5714 claims/s, 5.71× the naive handler (it measured 5.00×)",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("budget lacks %q:\n%s", want, got)
-		}
-	}
-	if got := report(5000); !strings.Contains(got, "the budget is 107 µs per claim, and the floors are above it") {
-		t.Errorf("budget of 133 µs, 107 at the no-op run's utilization, against floors of 110 µs:\n%s", got)
-	}
-	if got := report(10000); !strings.Contains(got, "The floors alone exceed the budget") {
-		t.Errorf("budget of 67 µs against floors of 110 µs:\n%s", got)
-	}
+		"would have answered 5714 claims/s, 5.71× the naive handler (it measured 5.00×)")
+	// Budgets of 133 µs (107 at the no-op run's utilization) and 67 µs,
+	// against floors of 110 µs.
+	wantContains(t, "budget, naive at 5000 claims/s", report(5000), "the budget is 107 µs per claim, and the floors are above it")
+	wantContains(t, "budget, naive at 10000 claims/s", report(10000), "The floors alone exceed the budget")
 	if got := report(0); got != "" {
 		t.Errorf("budget without a naive rate = %q, want nothing", got)
 	}
