@@ -107,8 +107,9 @@ func (s *Service) lookup(field, name string) (*horizon.Provider, error) {
 
 // claim is a validated ClaimRequest.
 type claim struct {
+	// params is the claim without its ownership (AttemptID, Salt and
+	// SecretHash), which Claim derives only for a claim the tiers decide.
 	params tiers.ClaimParams
-	owner  ownership
 	src    horizon.KeySource
 	wait   time.Duration
 	// fallback: the key was derived from a raw delivery in which the
@@ -120,8 +121,8 @@ type claim struct {
 	horizon   time.Duration // the provider's retry horizon (retry_after's bound)
 }
 
-// validateClaim validates req, sent by principal.
-func (s *Service) validateClaim(req *pb.ClaimRequest, principal string) (claim, error) {
+// validateClaim validates req.
+func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 	c := &checker{msg: "ClaimRequest"}
 	c.namespace(req.GetNamespace())
 	c.provider(req.GetProvider())
@@ -190,7 +191,6 @@ func (s *Service) validateClaim(req *pb.ClaimRequest, principal string) (claim, 
 	if len(hash) == 0 {
 		hash = nil
 	}
-	own := newOwnership(principal, req.GetHolder(), req.GetAttemptId())
 	return claim{
 		params: tiers.ClaimParams{
 			Key:         tiers.Key{Namespace: req.GetNamespace(), Provider: prov.Name, Key: key},
@@ -199,13 +199,9 @@ func (s *Service) validateClaim(req *pb.ClaimRequest, principal string) (claim, 
 			TTL:         prov.TTL,
 			PayloadHash: hash,
 			Holder:      req.GetHolder(),
-			AttemptID:   own.attemptID,
-			Salt:        own.salt,
-			SecretHash:  own.hash,
 			Entity:      entity,
 			Start:       req.GetStart(),
 		},
-		owner:     own,
 		src:       src,
 		wait:      wait,
 		fallback:  fallback,
@@ -219,7 +215,7 @@ func (s *Service) validateClaim(req *pb.ClaimRequest, principal string) (claim, 
 func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimResponse, error) {
 	start := time.Now()
 	r := &Request{Method: "Claim", Namespace: req.GetNamespace(), Provider: req.GetProvider(), Key: req.GetEventId()}
-	cl, err := s.validateClaim(req, auth.FromContext(ctx).Name)
+	cl, err := s.validateClaim(req)
 	if err != nil {
 		return nil, s.finish(ctx, r, start, err)
 	}
@@ -228,18 +224,11 @@ func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 		r.KeyFallback = true
 		s.logFallback(ctx, req, cl)
 	}
-	sctx, cancel := s.bounded(ctx, cl.wait)
-	defer cancel()
-	res, err := tiers.ClaimWait(sctx, s.cfg.Store, cl.params, cl.wait, s.cfg.Clock.Now)
-	if err != nil {
-		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
-	}
 	var secret []byte
-	if res.Outcome == tiers.OutcomeAcquired {
-		// A fresh acquisition stored this call's salt; a repeated attempt
-		// answers the salt stored by its first call. Either way the same
-		// material derives the owner's secret.
-		if secret, err = cl.owner.secretOf(res.Record); err != nil {
+	res, local := s.answerLocally(cl.params)
+	if !local {
+		res, secret, err = s.claimTiers(ctx, req, auth.FromContext(ctx).Name, cl)
+		if err != nil {
 			return nil, s.finish(ctx, r, start, err)
 		}
 	}
@@ -262,6 +251,39 @@ func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 	}
 	_ = s.finish(ctx, r, start, nil)
 	return resp, nil
+}
+
+// answerLocally answers p from the store's memory when it can
+// (tiers.LocalAnswerer): a duplicate of a settled key, which writes nothing,
+// needs no ownership, no time bound and no tier.
+func (s *Service) answerLocally(p tiers.ClaimParams) (tiers.ClaimResult, bool) {
+	if l, ok := s.cfg.Store.(tiers.LocalAnswerer); ok {
+		return l.AnswerLocally(p)
+	}
+	return tiers.ClaimResult{}, false
+}
+
+// claimTiers asks the store to decide cl, sent by principal, with the
+// ownership an acquisition stores, and returns the owner's lease secret
+// when the claim acquired the key.
+func (s *Service) claimTiers(ctx context.Context, req *pb.ClaimRequest, principal string, cl claim) (tiers.ClaimResult, []byte, error) {
+	own := newOwnership(principal, req.GetHolder(), req.GetAttemptId())
+	p := cl.params
+	p.AttemptID, p.Salt, p.SecretHash = own.attemptID, own.salt, own.hash
+	sctx, cancel := s.bounded(ctx, cl.wait)
+	defer cancel()
+	res, err := tiers.ClaimWait(sctx, s.cfg.Store, p, cl.wait, s.cfg.Clock.Now)
+	if err != nil {
+		return res, nil, storeErr(ctx, err)
+	}
+	if res.Outcome != tiers.OutcomeAcquired {
+		return res, nil, nil
+	}
+	// A fresh acquisition stored this call's salt; a repeated attempt
+	// answers the salt stored by its first call. Either way the same
+	// material derives the owner's secret.
+	secret, err := own.secretOf(res.Record)
+	return res, secret, err
 }
 
 // recordRef validates the (namespace, provider, key) of a follow-up call.

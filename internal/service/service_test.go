@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -615,5 +616,59 @@ func TestReviewOverdueIsReported(t *testing.T) {
 				t.Fatalf("GetProvider(stripe) at %v review_overdue = %v, want %v", tc.now, got.Provider.ReviewOverdue, tc.overdue)
 			}
 		})
+	}
+}
+
+// claimsSeen is an embedded store that keeps the params of every Claim the
+// service asks it, and still answers locally (tiers.LocalAnswerer) through
+// the store it embeds.
+type claimsSeen struct {
+	*twotier.Store
+	params []tiers.ClaimParams
+}
+
+func (s *claimsSeen) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
+	s.params = append(s.params, p)
+	return s.Store.Claim(ctx, p)
+}
+
+// A duplicate of a settled key is answered from the local cache before the
+// service derives an ownership for it: it never reaches the tiers. Every
+// claim that does reach them carries an ownership of its own.
+func TestLocalAnswerNeedsNoOwnership(t *testing.T) {
+	ctx := context.Background()
+	store := &claimsSeen{Store: embedded(t).(*twotier.Store)}
+	svc := newTestService(t, store, clock.NewFake(time.Now()))
+	first, err := svc.Claim(ctx, claimReq(nil))
+	if err != nil || first.Outcome != pb.Outcome_OUTCOME_ACQUIRED {
+		t.Fatalf("Claim = %v, %v; want ACQUIRED", first, err)
+	}
+	for _, to := range []pb.EventState{pb.EventState_EVENT_STATE_PROCESSING, pb.EventState_EVENT_STATE_SETTLED} {
+		if _, err := svc.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_1",
+			FencingToken: first.FencingToken, LeaseSecret: first.LeaseSecret, To: to}); err != nil {
+			t.Fatalf("Transition(%v) = %v", to, err)
+		}
+	}
+	for range 2 {
+		dup, err := svc.Claim(ctx, claimReq(func(r *pb.ClaimRequest) { r.AttemptId = "att-1" }))
+		if err != nil || dup.Outcome != pb.Outcome_OUTCOME_DUPLICATE || dup.ServedBy != pb.Tier_TIER_LOCAL || len(dup.LeaseSecret) != 0 {
+			t.Fatalf("Claim(settled) = %v, %v; want DUPLICATE served LOCAL, no secret", dup, err)
+		}
+	}
+	other, err := svc.Claim(ctx, claimReq(func(r *pb.ClaimRequest) { r.Key = &pb.ClaimRequest_EventId{EventId: "evt_2"} }))
+	if err != nil || other.Outcome != pb.Outcome_OUTCOME_ACQUIRED {
+		t.Fatalf("Claim(evt_2) = %v, %v; want ACQUIRED", other, err)
+	}
+	if len(store.params) != 2 || store.params[0].Key.Key != "evt_1" || store.params[1].Key.Key != "evt_2" {
+		t.Fatalf("the tiers were asked %d claims (%v), want the two first claims only", len(store.params), store.params)
+	}
+	for _, p := range store.params {
+		if len(p.Salt) != tiers.SaltBytes || len(p.SecretHash) != tiers.SecretHashBytes {
+			t.Errorf("Claim(%q) reached the tiers with a %d-byte salt and a %d-byte secret hash, want %d and %d",
+				p.Key.Key, len(p.Salt), len(p.SecretHash), tiers.SaltBytes, tiers.SecretHashBytes)
+		}
+	}
+	if bytes.Equal(store.params[0].Salt, store.params[1].Salt) {
+		t.Error("two claims reached the tiers with the same salt")
 	}
 }

@@ -137,6 +137,18 @@ type Store interface {
 	Close() error
 }
 
+// LocalAnswerer is a Store that can answer some claims from its process's
+// memory: a duplicate of a settled key (tiers/twotier's cache of terminal
+// records). The service asks it before it derives a claim's ownership, which
+// only an acquisition stores.
+type LocalAnswerer interface {
+	// AnswerLocally returns what Claim answers p, with no I/O, when that
+	// answer is DUPLICATE or PAYLOAD_MISMATCH from a record held in memory;
+	// ok=false otherwise. Such an answer writes nothing and reads none of
+	// p's ownership (AttemptID, Salt and SecretHash), which may be unset.
+	AnswerLocally(p ClaimParams) (res ClaimResult, ok bool)
+}
+
 // Durable is the source of truth. It is a Store on its own (ServedBy is
 // TierDurable); a Fast tier may be composed in front of it.
 //

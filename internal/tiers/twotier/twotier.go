@@ -153,19 +153,33 @@ func (s *Store) nonce() string {
 	return s.noncePrefix + strconv.FormatUint(s.nonceSeq.Add(1), 36)
 }
 
+// AnswerLocally implements tiers.LocalAnswerer: a claim of a terminal record
+// in the local cache, within its window, is answered what Decide answers
+// from it when that writes nothing (DUPLICATE, or PAYLOAD_MISMATCH).
+func (s *Store) AnswerLocally(p tiers.ClaimParams) (tiers.ClaimResult, bool) {
+	if s.local == nil {
+		return tiers.ClaimResult{}, false
+	}
+	rec, ok := s.local.get(p.Key, p.Now)
+	if !ok {
+		return tiers.ClaimResult{}, false
+	}
+	res, _, write := tiers.Decide(&rec, p)
+	if write || (res.Outcome != tiers.OutcomeDuplicate && res.Outcome != tiers.OutcomePayloadMismatch) {
+		return tiers.ClaimResult{}, false
+	}
+	res.ServedBy = tiers.TierLocal
+	return res, true
+}
+
 // Claim follows DESIGN §3.
 func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
 	// 1. A terminal record within its window never changes: answer locally
 	// what Decide answers from it (DUPLICATE, or PAYLOAD_MISMATCH), which
 	// never writes. Should Decide want to write after all, only the tiers
 	// may: go on to them.
-	if s.local != nil {
-		if rec, ok := s.local.get(p.Key, p.Now); ok {
-			if res, _, write := tiers.Decide(&rec, p); !write {
-				res.ServedBy = tiers.TierLocal
-				return res, nil
-			}
-		}
+	if res, ok := s.AnswerLocally(p); ok {
+		return res, nil
 	}
 
 	// 2. One atomic fast-tier step.
