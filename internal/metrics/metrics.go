@@ -2,7 +2,7 @@
 // counters the service reports through service.Recorder, what the two-tier
 // composition saw (twotier.Observer), the janitor's passes
 // (janitor.Observer), gauges sampled in the background, and the gRPC server
-// metrics of go-grpc-middleware's Prometheus provider.
+// metrics go-grpc-middleware's Prometheus provider defines (grpc.go).
 //
 // Everything registers on a registry the caller passes (cmd/claimd makes
 // one); nothing is global, so a test may build as many as it likes.
@@ -18,6 +18,7 @@ package metrics
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -252,8 +253,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		m.falseNegatives, m.repairsPending, m.repairsDropped, m.tierErrors, m.payloadMismatches, m.keyFallbacks,
 		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo, m.sqliteDurable, m.evictionPolicy,
 		m.janitorPasses, m.janitorClaims, m.janitorPartitions, m.janitorAuditRows, m.janitorLastSuccess,
-		m.grpc.server,
-	}, m.lifecycle.collectors()...) {
+	}, slices.Concat(m.grpc.collectors(), m.lifecycle.collectors())...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
