@@ -40,23 +40,14 @@ type methodSeries struct {
 
 func newGRPCMetrics() *grpcMetrics {
 	labels := []string{"grpc_type", "grpc_service", "grpc_method"}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
 	return &grpcMetrics{
-		started: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "grpc_server_started_total",
-			Help: "Total number of RPCs started on the server.",
-		}, labels),
-		handled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "grpc_server_handled_total",
-			Help: "Total number of RPCs completed on the server, regardless of success or failure.",
-		}, append(labels, "grpc_code")),
-		received: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "grpc_server_msg_received_total",
-			Help: "Total number of RPC stream messages received on the server.",
-		}, labels),
-		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "grpc_server_msg_sent_total",
-			Help: "Total number of gRPC stream messages sent by the server.",
-		}, labels),
+		started:  counter("grpc_server_started_total", "Total number of RPCs started on the server.", labels...),
+		handled:  counter("grpc_server_handled_total", "Total number of RPCs completed on the server, regardless of success or failure.", append(labels, "grpc_code")...),
+		received: counter("grpc_server_msg_received_total", "Total number of RPC stream messages received on the server.", labels...),
+		sent:     counter("grpc_server_msg_sent_total", "Total number of gRPC stream messages sent by the server.", labels...),
 		handling: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "grpc_server_handling_seconds",
 			Help:    "Histogram of response latency (seconds) of gRPC that had been application-level handled by the server.",
