@@ -50,7 +50,18 @@ type queuedWrite struct {
 	args       []any
 	transition *transitionRow   // set when the statement is transition.sql without the entity lock
 	answer     chan writeAnswer // buffered: the flusher never waits for a caller that left
+	// state is writeQueued until the flusher takes the write into a batch
+	// (writeTaken: it will answer) or its caller leaves first
+	// (writeWithdrawn: nothing is sent).
+	state atomic.Int32
 }
+
+// The states of a queuedWrite.
+const (
+	writeQueued int32 = iota
+	writeTaken
+	writeWithdrawn
+)
 
 // transitionRow is one Transition's arguments: transition.sql's, or a row of
 // transition_batch.sql's arrays.
@@ -121,7 +132,7 @@ func (w *writeBatcher) flush(batch []*queuedWrite) {
 	live := batch[:0:0]
 	var deadline tiers.LatestDeadline
 	for _, q := range batch {
-		if q.ctx.Err() != nil {
+		if q.ctx.Err() != nil || !q.state.CompareAndSwap(writeQueued, writeTaken) {
 			q.answer <- writeAnswer{alone: true}
 			continue
 		}
@@ -290,14 +301,44 @@ func (s *Store) enqueueWrite(ctx context.Context, q *queuedWrite) (tiers.Record,
 		}
 		return a.rec, a.ok, a.err
 	case <-ctx.Done():
-		// The statement may still commit with its batch: like any write
-		// whose reply was lost, the caller's retry is answered as a
-		// repeat.
-		return tiers.Record{}, false, ctx.Err()
+		if q.state.CompareAndSwap(writeQueued, writeWithdrawn) {
+			return tiers.Record{}, false, ctx.Err() // never sent
+		}
+		// Taken into a batch, whose statement may commit all the same:
+		// only its answer can then bring the fast tier up to date
+		// (tiers/twotier repairs from what a write returns), so wait for
+		// it. Returning at once left a committed Release unrepaired, the
+		// fast tier answering IN_PROGRESS by the released holder for the
+		// rest of its lease (make chaos, lost-replies).
+		a := <-q.answer
+		if a.alone {
+			return tiers.Record{}, false, ctx.Err()
+		}
+		return a.rec, a.ok, a.err
 	}
 }
 
-// updateRowNow runs the statement on its own.
+// updateRowNow runs the statement on its own. Once sent, it runs to its
+// end even if the caller leaves meanwhile (sending), for the same reason
+// enqueueWrite waits for its batch.
 func (s *Store) updateRowNow(ctx context.Context, k tiers.Key, sql string, args ...any) (tiers.Record, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return tiers.Record{}, false, err
+	}
+	ctx, cancel := sending(ctx)
+	defer cancel()
 	return updateRowOn(ctx, s.pool, k, sql, args...)
+}
+
+// sending is the context of a write its caller is sending: ctx's values
+// and deadline without its cancellation. A write cancelled while it runs
+// may have committed all the same, with no answer to say so; the fast tier
+// in front (tiers/twotier) learns of a write only from its answer, so a
+// write, once sent, finishes and answers, as the batch statements do.
+func sending(ctx context.Context) (context.Context, context.CancelFunc) {
+	detached := context.WithoutCancel(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(detached, d)
+	}
+	return context.WithTimeout(detached, batchTimeout)
 }

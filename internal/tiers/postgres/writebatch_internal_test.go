@@ -282,3 +282,90 @@ func TestTransitionBatchPlan(t *testing.T) {
 		t.Errorf("enable_hashjoin after the batch = %q, %v; want on (set for its transaction only)", hashJoin, err)
 	}
 }
+
+// TestSentWriteOutlivesItsCaller holds the row of a PROCESSING record
+// locked while its holder releases it, cancels the holder's context once
+// the UPDATE waits on the lock, then lets the lock go: the statement
+// commits, and the holder must get the released record, not its
+// context's error. The fast tier in front learns of a write only from
+// that answer; before, a Release cancelled this way committed unheard and
+// left the fast tier answering IN_PROGRESS by the released holder for the
+// rest of its lease (make chaos, lost-replies).
+func TestSentWriteOutlivesItsCaller(t *testing.T) {
+	for _, tc := range []struct {
+		desc     string
+		maxBatch int
+	}{{"group commit", 0}, {"one statement per write", 1}} {
+		t.Run(tc.desc, func(t *testing.T) {
+			ctx := context.Background()
+			s, err := New(ctx, Config{URL: testenv.Postgres(t, Migrate), MaxBatch: tc.maxBatch})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			clk := clock.NewFake(time.Now())
+			res, err := s.Claim(ctx, batchParams(clk, "evt_held", "pod-a"))
+			if err != nil || res.Outcome != tiers.OutcomeAcquired {
+				t.Fatalf("Claim = %v, %v; want ACQUIRED", res.Outcome, err)
+			}
+			if _, _, err := s.Transition(ctx, tp(clk, "evt_held", 1, tiers.StateProcessing)); err != nil {
+				t.Fatal(err)
+			}
+
+			lock, err := s.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lock.Rollback(ctx)
+			k := batchKey("evt_held")
+			if _, err := lock.Exec(ctx, `SELECT 1 FROM claims WHERE namespace = $1 AND provider = $2 AND key = $3 FOR UPDATE`,
+				k.Namespace, k.Provider, k.Key); err != nil {
+				t.Fatal(err)
+			}
+			callerCtx, leave := context.WithCancel(ctx)
+			defer leave()
+			type answer struct {
+				rec tiers.Record
+				err error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				rec, err := s.Release(callerCtx, tiers.ReleaseParams{Key: k, Now: clk.Now(), Token: 1, SecretHash: testHash})
+				done <- answer{rec, err}
+			}()
+			waitForLockWait(t, s)
+			leave() // the holder gives up while its UPDATE waits on the row
+			if err := lock.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			a := <-done
+			if a.err != nil || !a.rec.Released || a.rec.Version != 3 {
+				t.Fatalf("Release (its caller gone while the UPDATE ran) = released %v version %d, %v; want the released record at version 3, no error",
+					a.rec.Released, a.rec.Version, a.err)
+			}
+			if got, err := s.Get(ctx, k); err != nil || !got.Released || got.Version != a.rec.Version {
+				t.Fatalf("Get = released %v version %d, %v; want what Release answered", got.Released, got.Version, err)
+			}
+		})
+	}
+}
+
+// waitForLockWait returns once a session of s's database waits on a lock.
+func waitForLockWait(t *testing.T, s *Store) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no session waited on the row lock within 10s")
+		}
+		runtime.Gosched() // the statement is on its way to the lock
+	}
+}
