@@ -148,7 +148,7 @@ func (w *writeBatcher) flush(batch []*queuedWrite) {
 		// Alone: the flusher runs it itself, so that the statements
 		// arriving meanwhile wait and form the next batch.
 		q := live[0]
-		rec, ok, err := w.s.updateRowNow(ctx, q.key, q.sql, q.args...)
+		rec, ok, err := updateRowOn(ctx, w.s.pool, q.key, q.sql, q.args...) // ctx outlives the caller already
 		q.answer <- writeAnswer{rec: rec, ok: ok, err: err}
 		return
 	}
