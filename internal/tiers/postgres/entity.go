@@ -214,9 +214,18 @@ func holderLive(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams, key string,
 // and another event took the entity) is refused with ErrStaleToken and
 // writes nothing: the entity must never advance from a state its holder
 // did not see.
+//
+// Once begun, the transaction runs to its end on ctx's deadline without
+// its cancellation, like every fenced write (sending): write gets that
+// context.
 func (s *Store) entityWrite(ctx context.Context, k tiers.Key, cur tiers.Record, now time.Time, settle bool,
-	write func(tx pgx.Tx) (tiers.Record, bool, error),
+	write func(ctx context.Context, tx pgx.Tx) (tiers.Record, bool, error),
 ) (rec tiers.Record, ok bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return tiers.Record{}, false, err
+	}
+	ctx, cancel := sending(ctx)
+	defer cancel()
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var (
 			state, busyKey string
@@ -230,7 +239,7 @@ func (s *Store) entityWrite(ctx context.Context, k tiers.Key, cur tiers.Record, 
 		} else if err != nil {
 			return err
 		}
-		r, wrote, err := write(tx)
+		r, wrote, err := write(ctx, tx)
 		if err != nil {
 			return err
 		}

@@ -108,7 +108,7 @@ func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers
 			}
 			if entityRec != nil {
 				return s.entityWrite(ctx, p.Key, *entityRec, p.Now, p.To == tiers.StateSettled,
-					func(tx pgx.Tx) (tiers.Record, bool, error) {
+					func(ctx context.Context, tx pgx.Tx) (tiers.Record, bool, error) {
 						return updateRowOn(ctx, tx, p.Key, transitionSQL, row.args(true)...)
 					})
 			}
@@ -153,7 +153,7 @@ func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Recor
 			}
 			if entityRec != nil {
 				return s.entityWrite(ctx, p.Key, *entityRec, p.Now, false,
-					func(tx pgx.Tx) (tiers.Record, bool, error) {
+					func(ctx context.Context, tx pgx.Tx) (tiers.Record, bool, error) {
 						return updateRowOn(ctx, tx, p.Key, releaseSQL, args(true)...)
 					})
 			}
