@@ -106,11 +106,15 @@ func eachDeployment(t *testing.T, test func(f *fixture)) {
 
 // newFixture starts a private PostgreSQL (the test stops and restarts it and
 // redis) and composes it with redis without the local cache, so every answer
-// comes from the tier under test.
+// comes from the tier under test. The repairs that failed while a tier was
+// down are retried on the fixture's clock, so only a test that advances it
+// sees them land: on the wall clock a retry could land before the claim
+// that was to repair the record (TestFastTierOutageDegrades failed that way
+// once in CI, its settled record answered FAST instead of DURABLE).
 func newFixture(t *testing.T, redis fastServer) *fixture {
 	f := &fixture{t: t, clk: clock.NewFake(time.Now()), obs: &counter{}, redis: redis}
 	f.pg = testenv.StartPostgres(t, postgres.Migrate)
-	f.store = openPair(t, f.redis.URL(), f.pg.URL(), twotier.Config{LocalEntries: -1, Observer: f.obs})
+	f.store = openPair(t, f.redis.URL(), f.pg.URL(), twotier.Config{LocalEntries: -1, Observer: f.obs, Clock: f.clk})
 	t.Cleanup(func() { f.store.Close() })
 	f.rdb = rawClient(t, f.redis)
 	return f
