@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -573,66 +571,5 @@ func TestMigrateEntitiesOnPartitionedClaims(t *testing.T) {
 	e.settle("evt_p", res.Record.Token)
 	if diff := cmp.Diff([]string{"created", "processing"}, e.applied("pi_part")); diff != "" {
 		t.Errorf("applied (-want +got):\n%s", diff)
-	}
-}
-
-// TestEntitySettleOutlivesItsCaller locks the entity of an event in
-// PROCESSING while its holder settles it, cancels the holder's context once
-// the settle waits on that lock, then lets the lock go: the settle, begun,
-// runs to its end like every fenced write, so the holder gets SETTLED and
-// the entity advances, rather than a context error whose transaction might
-// or might not have committed.
-func TestEntitySettleOutlivesItsCaller(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	a := e.claim(e.entityParams("evt_created", "pi_held", "created"))
-	wantOutcome(t, "Claim(created)", a, tiers.OutcomeAcquired)
-	e.transition("evt_created", a.Record.Token, tiers.StateProcessing)
-
-	lock, err := e.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Rollback(ctx)
-	if _, err := lock.Exec(ctx, `SELECT 1 FROM entities WHERE namespace = 'billing' AND provider = 'stripe'
-		AND lifecycle = 'payment' AND entity_id = 'pi_held' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
-	callerCtx, leave := context.WithCancel(ctx)
-	defer leave()
-	type answer struct {
-		rec tiers.Record
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		rec, _, err := e.store.Transition(callerCtx, tiers.TransitionParams{Key: key("evt_created"), Now: e.clk.Now(),
-			Token: a.Record.Token, SecretHash: ownerHash, To: tiers.StateSettled, Result: []byte("done")})
-		done <- answer{rec, err}
-	}()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		var n int
-		if err := e.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the settle did not wait on the entity's lock within 10s")
-		}
-		runtime.Gosched() // the settle is on its way to the lock
-	}
-	leave() // the holder gives up while its settle waits on the entity
-	if err := lock.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := <-done
-	if got.err != nil || got.rec.State != tiers.StateSettled {
-		t.Fatalf("Transition(SETTLED) (its caller gone while it waited) = %v, %v; want SETTLED, no error", got.rec.State, got.err)
-	}
-	if applied := e.applied("pi_held"); !slices.Equal(applied, []string{"created"}) {
-		t.Fatalf("payment pi_held applied %v, want [created]", applied)
 	}
 }
