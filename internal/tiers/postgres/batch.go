@@ -67,17 +67,17 @@ type queuedClaim struct {
 	answer chan batchAnswer // buffered: the flusher never waits for a caller that left
 }
 
-// batchAnswer is what the batch decided for one claim.
+// batchAnswer is what the batch decided for one claim. It is small (what
+// the common answer, an insert, needs) because every claim's channel holds
+// one: a record rides along by pointer only for the rarer answers.
 type batchAnswer struct {
-	inserted bool         // ACQUIRED/NEW: the record is insertedRecord's
-	seen     bool         // the key was stored before the statement: rec is that row
-	rec      tiers.Record // valid when seen
-	err      error        // the statement failed (every caller of the batch gets it)
+	inserted bool          // ACQUIRED/NEW: the record is insertedRecord's
+	seen     *tiers.Record // the key was stored before the statement: its row
+	err      error         // the statement failed (every caller of the batch gets it)
 
 	// single is set for a claim that was alone in its batch: the flusher
-	// ran claimRound for it, whose answer is res, done and err.
-	single bool
-	res    tiers.ClaimResult
+	// ran claimRound for it, whose answer is single, done and err.
+	single *tiers.ClaimResult
 	done   bool
 }
 
@@ -94,7 +94,7 @@ func (b *batcher) flush(batch []*queuedClaim) {
 	// A caller that already left is not claimed for: nobody would learn
 	// of the acquisition, and the key would answer IN_PROGRESS until the
 	// lease ran out.
-	var args batchArgs
+	args := newBatchArgs(len(batch))
 	first := make(map[tiers.Key]*queuedClaim, len(batch))
 	var later []*queuedClaim // second claims of a key in this batch
 	var deadline tiers.LatestDeadline
@@ -133,12 +133,12 @@ func (b *batcher) flush(batch []*queuedClaim) {
 		// would behind a batch statement.
 		for _, q := range first {
 			res, done, err := b.s.claimRound(ctx, q.p)
-			q.answer <- batchAnswer{single: true, res: res, done: done, err: err}
+			q.answer <- batchAnswer{single: &res, done: done, err: err}
 		}
 		return
 	}
 	b.statements.Add(1)
-	answers, err := b.s.claimBatch(ctx, &args)
+	answers, err := b.s.claimBatch(ctx, args)
 	if err == nil {
 		b.decided.Add(int64(len(answers)))
 	}
@@ -157,6 +157,18 @@ type batchArgs struct {
 	nows, leases, windows                            []time.Time
 	payloads, salts, secretHashes                    [][]byte
 	starts                                           []bool
+}
+
+// newBatchArgs returns columns with room for n claims, so that adding them
+// allocates each column once.
+func newBatchArgs(n int) *batchArgs {
+	return &batchArgs{
+		namespaces: make([]string, 0, n), providers: make([]string, 0, n), keys: make([]string, 0, n),
+		holders: make([]string, 0, n), attemptIDs: make([]string, 0, n),
+		nows: make([]time.Time, 0, n), leases: make([]time.Time, 0, n), windows: make([]time.Time, 0, n),
+		payloads: make([][]byte, 0, n), salts: make([][]byte, 0, n), secretHashes: make([][]byte, 0, n),
+		starts: make([]bool, 0, n),
+	}
 }
 
 func (a *batchArgs) add(p tiers.ClaimParams) {
@@ -235,7 +247,7 @@ func scanSeen(rows pgx.Rows, answers map[tiers.Key]batchAnswer) error {
 			return err
 		}
 		rec.Key = k
-		answers[k] = batchAnswer{seen: true, rec: rec}
+		answers[k] = batchAnswer{seen: &rec}
 	}
 	return rows.Err()
 }
@@ -273,14 +285,14 @@ func (s *Store) claimBatched(ctx context.Context, p tiers.ClaimParams) (tiers.Cl
 		return tiers.ClaimResult{}, false, ctx.Err()
 	}
 	switch {
-	case a.single:
-		return a.res, a.done, a.err
+	case a.single != nil:
+		return *a.single, a.done, a.err
 	case a.err != nil:
 		return tiers.ClaimResult{}, false, a.err
 	case a.inserted:
 		return tiers.ClaimResult{Outcome: tiers.OutcomeAcquired, Reason: tiers.ReasonNew, Record: insertedRecord(p)}, true, nil
-	case a.seen:
-		rec := a.rec
+	case a.seen != nil:
+		rec := *a.seen
 		rec.Key = p.Key
 		return decideExisting(ctx, s.pool, p, rec)
 	}
