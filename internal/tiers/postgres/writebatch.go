@@ -47,7 +47,7 @@ type queuedWrite struct {
 	ctx        context.Context
 	key        tiers.Key
 	sql        string
-	args       []any
+	args       []any            // sql's arguments; for a transition, made only when it runs alone (statementArgs)
 	transition *transitionRow   // set when the statement is transition.sql without the entity lock
 	answer     chan writeAnswer // buffered: the flusher never waits for a caller that left
 	// state is writeQueued until the flusher takes the write into a batch
@@ -74,6 +74,16 @@ type transitionRow struct {
 	token      int64
 	from       []tiers.State // tiers.AllowedFrom(to)
 	secretHash []byte
+}
+
+// statementArgs are q.sql's arguments. A transition's are made the first
+// time they are needed: in a batch of transitions only, the common case,
+// transition_batch.sql takes its columns instead and they never are.
+func (q *queuedWrite) statementArgs() []any {
+	if q.args == nil && q.transition != nil {
+		q.args = q.transition.args(false)
+	}
+	return q.args
 }
 
 // args are transition.sql's arguments; entityLocked says the caller holds
@@ -148,7 +158,7 @@ func (w *writeBatcher) flush(batch []*queuedWrite) {
 		// Alone: the flusher runs it itself, so that the statements
 		// arriving meanwhile wait and form the next batch.
 		q := live[0]
-		rec, ok, err := updateRowOn(ctx, w.s.pool, q.key, q.sql, q.args...) // ctx outlives the caller already
+		rec, ok, err := updateRowOn(ctx, w.s.pool, q.key, q.sql, q.statementArgs()...) // ctx outlives the caller already
 		q.answer <- writeAnswer{rec: rec, ok: ok, err: err}
 		return
 	}
@@ -180,7 +190,7 @@ func (w *writeBatcher) flush(batch []*queuedWrite) {
 func (s *Store) pipeline(ctx context.Context, batch []*queuedWrite) (answers []writeAnswer, failed bool) {
 	var b pgx.Batch
 	for _, q := range batch {
-		b.Queue(q.sql, q.args...)
+		b.Queue(q.sql, q.statementArgs()...)
 	}
 	answers = make([]writeAnswer, len(batch))
 	br := s.pool.SendBatch(ctx, &b)
@@ -277,27 +287,28 @@ func (s *Store) updateRow(ctx context.Context, k tiers.Key, sql string, args ...
 // entity's lock; in a batch of such transitions only, it is one row of
 // transition_batch.sql.
 func (s *Store) updateTransition(ctx context.Context, r transitionRow) (tiers.Record, bool, error) {
-	return s.enqueueWrite(ctx, &queuedWrite{ctx: ctx, key: r.key, sql: transitionSQL, args: r.args(false), transition: &r})
+	return s.enqueueWrite(ctx, &queuedWrite{ctx: ctx, key: r.key, sql: transitionSQL, transition: &r})
 }
 
 // enqueueWrite queues q for the next group commit, or runs it alone when
 // batching is off or the queue is full.
 func (s *Store) enqueueWrite(ctx context.Context, q *queuedWrite) (tiers.Record, bool, error) {
-	k, sql, args := q.key, q.sql, q.args
 	if s.writes == nil {
-		return s.updateRowNow(ctx, k, sql, args...)
+		return s.updateRowNow(ctx, q.key, q.sql, q.statementArgs()...)
 	}
 	if err := ctx.Err(); err != nil {
 		return tiers.Record{}, false, err
 	}
 	q.answer = make(chan writeAnswer, 1)
 	if !s.writes.queue.TryEnqueue(q) {
-		return s.updateRowNow(ctx, k, sql, args...)
+		return s.updateRowNow(ctx, q.key, q.sql, q.statementArgs()...)
 	}
 	select {
 	case a := <-q.answer:
 		if a.alone {
-			return s.updateRowNow(ctx, k, sql, args...)
+			// The flusher is done with q (it answered): its arguments
+			// are the caller's again.
+			return s.updateRowNow(ctx, q.key, q.sql, q.statementArgs()...)
 		}
 		return a.rec, a.ok, a.err
 	case <-ctx.Done():
