@@ -184,7 +184,9 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		}
 	}()
 	met.SetTiers(st.fastKind, st.durableKind)
-	tuneRuntime(gcPercent(st.fastKind), memlimit.FromCgroup, log)
+	if _, _, tuner := tuneRuntime(gcPercent(st.fastKind), heapHeadroom(st.fastKind), memlimit.FromCgroup, log); tuner != nil {
+		defer tuner.stop()
+	}
 	if ents, ok := st.store.(tiers.Entities); ok {
 		st.sources.DeferredEvents = ents.CountDeferred // the deferred, overdue and lost gauges
 	}
