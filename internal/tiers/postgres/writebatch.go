@@ -49,7 +49,7 @@ type queuedWrite struct {
 	sql        string
 	args       []any            // sql's arguments; for a transition, made only when it runs alone (statementArgs)
 	transition *transitionRow   // set when the statement is transition.sql without the entity lock
-	answer     chan writeAnswer // buffered: the flusher never waits for a caller that left
+	answer     chan *writeAnswer // buffered: the flusher never waits for a caller that left
 	// state is writeQueued until the flusher takes the write into a batch
 	// (writeTaken: it will answer) or its caller leaves first
 	// (writeWithdrawn: nothing is sent).
@@ -119,13 +119,19 @@ func (r *transitionRow) fromMask() int32 {
 // tripled. The settings end with the transaction.
 const transitionBatchPlan = `SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
 
-// writeAnswer is what the batch did with one statement.
+// writeAnswer is what the batch did with one statement. A caller gets it
+// by pointer, into the batch's answers: a record is too large to copy into
+// every caller's channel.
 type writeAnswer struct {
 	rec   tiers.Record
 	ok    bool // the UPDATE matched: rec is the record it wrote
 	err   error
 	alone bool // not run (or its transaction failed): the caller runs it itself
 }
+
+// runAlone is the answer that hands a statement back to its caller. It is
+// shared: callers only read answers.
+var runAlone = &writeAnswer{alone: true}
 
 // newWriteBatcher returns a batcher; start starts its flusher. Statements
 // enqueued before wait for it.
@@ -143,7 +149,7 @@ func (w *writeBatcher) flush(batch []*queuedWrite) {
 	var deadline tiers.LatestDeadline
 	for _, q := range batch {
 		if q.ctx.Err() != nil || !q.state.CompareAndSwap(writeQueued, writeTaken) {
-			q.answer <- writeAnswer{alone: true}
+			q.answer <- runAlone
 			continue
 		}
 		live = append(live, q)
@@ -159,7 +165,7 @@ func (w *writeBatcher) flush(batch []*queuedWrite) {
 		// arriving meanwhile wait and form the next batch.
 		q := live[0]
 		rec, ok, err := updateRowOn(ctx, w.s.pool, q.key, q.sql, q.statementArgs()...) // ctx outlives the caller already
-		q.answer <- writeAnswer{rec: rec, ok: ok, err: err}
+		q.answer <- &writeAnswer{rec: rec, ok: ok, err: err}
 		return
 	}
 	// One lock order for every batch: rows are locked in key order.
@@ -177,10 +183,10 @@ func (w *writeBatcher) flush(batch []*queuedWrite) {
 	}
 	for i, q := range live {
 		if failed {
-			q.answer <- writeAnswer{alone: true}
+			q.answer <- runAlone
 			continue
 		}
-		q.answer <- answers[i]
+		q.answer <- &answers[i]
 	}
 }
 
@@ -299,7 +305,7 @@ func (s *Store) enqueueWrite(ctx context.Context, q *queuedWrite) (tiers.Record,
 	if err := ctx.Err(); err != nil {
 		return tiers.Record{}, false, err
 	}
-	q.answer = make(chan writeAnswer, 1)
+	q.answer = make(chan *writeAnswer, 1)
 	if !s.writes.queue.TryEnqueue(q) {
 		return s.updateRowNow(ctx, q.key, q.sql, q.statementArgs()...)
 	}
