@@ -40,9 +40,24 @@ func ts(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
+// timestamps renders up to four times as timestamppb.Timestamps allocated
+// together (one allocation for an answer's times instead of one each); a
+// zero time is nil.
+func timestamps(ts ...time.Time) (out [4]*timestamppb.Timestamp) {
+	vals := make([]timestamppb.Timestamp, len(ts))
+	for i, t := range ts {
+		if !t.IsZero() {
+			vals[i].Seconds, vals[i].Nanos = t.Unix(), int32(t.Nanosecond())
+			out[i] = &vals[i]
+		}
+	}
+	return out
+}
+
 // pbRecord renders r for Get and the fenced writes' answers. Salt and
 // SecretHash stay on the server: the Record message has no field for them.
 func pbRecord(r tiers.Record) *pb.Record {
+	t := timestamps(r.FirstSeenAt, r.LeaseExpiresAt, r.WindowExpiresAt, r.UpdatedAt)
 	return &pb.Record{
 		Namespace:       r.Key.Namespace,
 		Provider:        r.Key.Provider,
@@ -52,10 +67,10 @@ func pbRecord(r tiers.Record) *pb.Record {
 		Holder:          r.Holder,
 		Attempt:         r.Attempt,
 		Released:        r.Released,
-		FirstSeenAt:     ts(r.FirstSeenAt),
-		LeaseExpiresAt:  ts(r.LeaseExpiresAt),
-		WindowExpiresAt: ts(r.WindowExpiresAt),
-		UpdatedAt:       ts(r.UpdatedAt),
+		FirstSeenAt:     t[0],
+		LeaseExpiresAt:  t[1],
+		WindowExpiresAt: t[2],
+		UpdatedAt:       t[3],
 		PayloadSha256:   r.PayloadHash,
 		Result:          r.Result,
 		Lifecycle:       r.Lifecycle,
@@ -77,6 +92,7 @@ func pbClaimResponse(res tiers.ClaimResult, key string, src horizon.KeySource, t
 	} else {
 		secret = nil
 	}
+	t := timestamps(r.LeaseExpiresAt, r.WindowExpiresAt, r.FirstSeenAt)
 	return &pb.ClaimResponse{
 		Outcome:         pbOutcome(res.Outcome),
 		Reason:          pbReason(res.Reason),
@@ -84,11 +100,11 @@ func pbClaimResponse(res tiers.ClaimResult, key string, src horizon.KeySource, t
 		KeySource:       pbKeySource(src),
 		FencingToken:    token,
 		State:           pbState(r.State),
-		LeaseExpiresAt:  ts(r.LeaseExpiresAt),
-		WindowExpiresAt: ts(r.WindowExpiresAt),
+		LeaseExpiresAt:  t[0],
+		WindowExpiresAt: t[1],
 		Ttl:             durationpb.New(ttl),
 		Attempt:         r.Attempt,
-		FirstSeenAt:     ts(r.FirstSeenAt),
+		FirstSeenAt:     t[2],
 		Result:          r.Result,
 		ServedBy:        pbTier(res.ServedBy),
 		Holder:          r.Holder,
