@@ -33,12 +33,11 @@ const outsideGCPercent = 400
 // collections when claimd's records live outside the process, however small
 // its live heap: about 10 MiB under a benchmark's load, which GOGC=400 alone
 // let grow to 55 MiB, a collection every third of a second at 5 000 events
-// a second. Each collection's concurrent mark phase (about 10 ms of the two
-// cores) slows the calls it overlaps, which is most of a lifecycle's p99:
-// 9.3–10.4 ms at GOGC=400 against 7.9–8.2 ms with collections a fourth as
-// often (BENCHMARKS.md). The heap may then grow to its live size plus this,
-// or five times its live size, whichever is more; a container's memory
-// limit (memoryLimitRatio) still bounds both.
+// a second. Each collection's concurrent mark phase (about 10 ms on the two
+// cores) slows the calls it overlaps, and that was about 1.5 ms of a
+// lifecycle's p99 (bench/NOTES.md). The heap may grow to its live size plus
+// this, or five times its live size, whichever is more; a container's
+// memory limit (memoryLimitRatio) still bounds both.
 const outsideHeapHeadroom = 128 << 20
 
 // gcPercent is claimd's GOGC for a fast tier of kind fastKind (stores.go).
