@@ -370,3 +370,75 @@ func TestBatchFormsUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d claims from %d callers: %d batch statements decided %d claims", callers*each, callers, stmts, decided)
 }
+
+// TestBatchLocksKeysInOrder: two batches of the same keys, queued in
+// opposite orders (two replicas given one burst of retries), insert them in
+// one order, so neither waits on the other in a cycle. In the order they
+// were queued, each inserted its first key, then both stopped at a key held
+// by a third transaction; once it rolled back, one took that key and met
+// the other's first key, the other met the first's: a deadlock, which
+// PostgreSQL broke after deadlock_timeout by failing one statement whole
+// (make chaos's baseline answered its claims UNAVAILABLE).
+func TestBatchLocksKeysInOrder(t *testing.T) {
+	url := testenv.Postgres(t, Migrate)
+	s, plain := pausedStore(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clk := clock.NewFake(time.Now())
+
+	// A third transaction holds evt_c, uncommitted.
+	tx, err := plain.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, _, _, err := claimOn(ctx, tx, batchParams(clk, "evt_c", "pod-t")); err != nil {
+		t.Fatalf("claim of evt_c in the holding transaction: %v", err)
+	}
+
+	batch := func(holder string, keys ...string) []*queuedClaim {
+		qs := make([]*queuedClaim, len(keys))
+		for i, k := range keys {
+			qs[i] = &queuedClaim{ctx: ctx, p: batchParams(clk, k, holder), answer: make(chan batchAnswer, 1)}
+		}
+		return qs
+	}
+	x := batch("pod-x", "evt_a", "evt_c", "evt_b")
+	y := batch("pod-y", "evt_b", "evt_c", "evt_a")
+	var wg sync.WaitGroup
+	for _, b := range [][]*queuedClaim{x, y} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.batch.flush(b)
+		}()
+	}
+	// Both statements wait on a lock (on evt_c's holder, or one on the
+	// other) before the holder lets go.
+	for waiting := 0; waiting < 2; {
+		if err := plain.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	inserted := map[string]int{}
+	for _, q := range append(x, y...) {
+		a := <-q.answer
+		if a.err != nil {
+			t.Errorf("%s's claim of %q: batch error %v, want an answer", q.p.Holder, q.p.Key.Key, a.err)
+		}
+		if a.inserted {
+			inserted[q.p.Key.Key]++
+		}
+	}
+	for _, k := range []string{"evt_a", "evt_b", "evt_c"} {
+		if inserted[k] != 1 {
+			t.Errorf("%q inserted by %d batches, want 1", k, inserted[k])
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -47,8 +46,8 @@ type queuedWrite struct {
 	ctx        context.Context
 	key        tiers.Key
 	sql        string
-	args       []any            // sql's arguments; for a transition, made only when it runs alone (statementArgs)
-	transition *transitionRow   // set when the statement is transition.sql without the entity lock
+	args       []any             // sql's arguments; for a transition, made only when it runs alone (statementArgs)
+	transition *transitionRow    // set when the statement is transition.sql without the entity lock
 	answer     chan *writeAnswer // buffered: the flusher never waits for a caller that left
 	// state is writeQueued until the flusher takes the write into a batch
 	// (writeTaken: it will answer) or its caller leaves first
@@ -169,9 +168,7 @@ func (w *writeBatcher) flush(batch []*queuedWrite) {
 		return
 	}
 	// One lock order for every batch: rows are locked in key order.
-	slices.SortStableFunc(live, func(a, b *queuedWrite) int {
-		return cmp.Or(cmp.Compare(a.key.Namespace, b.key.Namespace), cmp.Compare(a.key.Provider, b.key.Provider), cmp.Compare(a.key.Key, b.key.Key))
-	})
+	slices.SortStableFunc(live, func(a, b *queuedWrite) int { return keyOrder(a.key, b.key) })
 	w.batches.Add(1)
 	var answers []writeAnswer
 	var failed bool
