@@ -40,21 +40,13 @@ const outsideGCPercent = 400
 // memory limit (memoryLimitRatio) still bounds both.
 const outsideHeapHeadroom = 128 << 20
 
-// gcPercent is claimd's GOGC for a fast tier of kind fastKind (stores.go).
-func gcPercent(fastKind string) int {
+// gcPolicy is claimd's GOGC for a fast tier of kind fastKind (stores.go),
+// and the least room between collections heapTuner keeps for it (0: none).
+func gcPolicy(fastKind string) (percent int, headroom uint64) {
 	if fastKind == fastInProcess {
-		return 100
+		return 100, 0
 	}
-	return outsideGCPercent
-}
-
-// heapHeadroom is the least room between collections heapTuner keeps for
-// a fast tier of kind fastKind; 0 for none.
-func heapHeadroom(fastKind string) uint64 {
-	if fastKind == fastInProcess {
-		return 0
-	}
-	return outsideHeapHeadroom
+	return outsideGCPercent, outsideHeapHeadroom
 }
 
 // maxTunedGCPercent bounds what heapTuner sets: the heap of a process

@@ -86,18 +86,20 @@ func unsetenv(t *testing.T, key string) {
 	}
 }
 
-// TestGCPercentByFastTier: GOGC=400 and the heap headroom only where the
+// TestGCPolicyByFastTier: GOGC=400 and the heap headroom only where the
 // records live outside the process; the embedded fast tier's records are the
 // heap.
-func TestGCPercentByFastTier(t *testing.T) {
-	for kind, want := range map[string]int{"redis": outsideGCPercent, "none": outsideGCPercent, "memory": 100} {
-		if got := gcPercent(kind); got != want {
-			t.Errorf("gcPercent(%q) = %d, want %d", kind, got, want)
-		}
-	}
-	for kind, want := range map[string]uint64{"redis": outsideHeapHeadroom, "none": outsideHeapHeadroom, "memory": 0} {
-		if got := heapHeadroom(kind); got != want {
-			t.Errorf("heapHeadroom(%q) = %d, want %d", kind, got, want)
+func TestGCPolicyByFastTier(t *testing.T) {
+	for kind, want := range map[string]struct {
+		percent  int
+		headroom uint64
+	}{
+		"redis":  {outsideGCPercent, outsideHeapHeadroom},
+		"none":   {outsideGCPercent, outsideHeapHeadroom},
+		"memory": {100, 0},
+	} {
+		if percent, headroom := gcPolicy(kind); percent != want.percent || headroom != want.headroom {
+			t.Errorf("gcPolicy(%q) = %d, %d; want %d, %d", kind, percent, headroom, want.percent, want.headroom)
 		}
 	}
 }

@@ -184,7 +184,8 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		}
 	}()
 	met.SetTiers(st.fastKind, st.durableKind)
-	if _, _, tuner := tuneRuntime(gcPercent(st.fastKind), heapHeadroom(st.fastKind), memlimit.FromCgroup, log); tuner != nil {
+	gc, headroom := gcPolicy(st.fastKind)
+	if _, _, tuner := tuneRuntime(gc, headroom, memlimit.FromCgroup, log); tuner != nil {
 		defer tuner.stop()
 	}
 	if ents, ok := st.store.(tiers.Entities); ok {
