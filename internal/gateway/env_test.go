@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -92,6 +93,7 @@ type env struct {
 	store    *tierstest.CountingStore
 	promReg  *prometheus.Registry
 	spans    *tracetest.SpanRecorder
+	ended    chan struct{} // a token each time a span has ended (endSignal)
 	logs     *testenv.LogBuffer
 	serverCA *testcert.CA
 	clientCA *testcert.CA
@@ -107,7 +109,7 @@ type envOptions struct {
 
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
-	e := &env{promReg: prometheus.NewRegistry(), spans: tracetest.NewSpanRecorder(), logs: &testenv.LogBuffer{},
+	e := &env{promReg: prometheus.NewRegistry(), spans: tracetest.NewSpanRecorder(), ended: make(chan struct{}, 1), logs: &testenv.LogBuffer{},
 		serverCA: testcert.NewCA(t, "server ca"), clientCA: testcert.NewCA(t, "client ca")}
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	clk := clock.Real{}
@@ -133,7 +135,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	t.Cleanup(func() { store.Close() })
 	e.store = &tierstest.CountingStore{Store: store}
 
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans))
+	// The recorder first, so that a span is recorded before its end is
+	// signalled.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans), sdktrace.WithSpanProcessor(endSignal(e.ended)))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	serverCert := e.serverCA.Issue(t, "claimd", "127.0.0.1").TLS
 	clientAuth := tls.VerifyClientCertIfGiven
@@ -451,4 +455,40 @@ var connectCodes = map[string]codes.Code{
 	"failed_precondition": codes.FailedPrecondition, "aborted": codes.Aborted, "out_of_range": codes.OutOfRange,
 	"unimplemented": codes.Unimplemented, "internal": codes.Internal, "unavailable": codes.Unavailable,
 	"data_loss": codes.DataLoss, "unauthenticated": codes.Unauthenticated,
+}
+
+// endSignal is a span processor that leaves a token in its channel each
+// time a span ends (one token stands for any number of ends).
+type endSignal chan struct{}
+
+func (endSignal) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (s endSignal) OnEnd(sdktrace.ReadOnlySpan) {
+	select {
+	case s <- struct{}{}:
+	default:
+	}
+}
+func (endSignal) Shutdown(context.Context) error   { return nil }
+func (endSignal) ForceFlush(context.Context) error { return nil }
+
+// endedSpan waits for the span named name of kind to end, and fails the
+// test after 10 s. A server span ends after the call's answer has gone out
+// (grpc-go reports the call's end to the stats handler once the status is
+// written), so a caller holding its answer may still be ahead of the span.
+func (e *env) endedSpan(t *testing.T, name string, kind trace.SpanKind) sdktrace.ReadOnlySpan {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		for _, s := range e.spans.Ended() {
+			if s.Name() == name && s.SpanKind() == kind {
+				return s
+			}
+		}
+		select {
+		case <-e.ended:
+		case <-timeout:
+			t.Fatalf("no %s span %s ended within 10s", kind, name)
+			return nil
+		}
+	}
 }
