@@ -92,8 +92,7 @@ const maxRequestBytes = 64 << 10
 type env struct {
 	store    *tierstest.CountingStore
 	promReg  *prometheus.Registry
-	spans    *tracetest.SpanRecorder
-	ended    chan struct{} // a token each time a span has ended (endSignal)
+	spans    *spanRecorder
 	logs     *testenv.LogBuffer
 	serverCA *testcert.CA
 	clientCA *testcert.CA
@@ -109,7 +108,7 @@ type envOptions struct {
 
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
-	e := &env{promReg: prometheus.NewRegistry(), spans: tracetest.NewSpanRecorder(), ended: make(chan struct{}, 1), logs: &testenv.LogBuffer{},
+	e := &env{promReg: prometheus.NewRegistry(), spans: newSpanRecorder(), logs: &testenv.LogBuffer{},
 		serverCA: testcert.NewCA(t, "server ca"), clientCA: testcert.NewCA(t, "client ca")}
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	clk := clock.Real{}
@@ -135,9 +134,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	t.Cleanup(func() { store.Close() })
 	e.store = &tierstest.CountingStore{Store: store}
 
-	// The recorder first, so that a span is recorded before its end is
-	// signalled.
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans), sdktrace.WithSpanProcessor(endSignal(e.ended)))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	serverCert := e.serverCA.Issue(t, "claimd", "127.0.0.1").TLS
 	clientAuth := tls.VerifyClientCertIfGiven
@@ -457,19 +454,25 @@ var connectCodes = map[string]codes.Code{
 	"data_loss": codes.DataLoss, "unauthenticated": codes.Unauthenticated,
 }
 
-// endSignal is a span processor that leaves a token in its channel each
-// time a span ends (one token stands for any number of ends).
-type endSignal chan struct{}
+// spanRecorder is tracetest's recorder that also leaves a token in ended
+// each time it has recorded a span's end (one token stands for any number
+// of ends), for endedSpan to wait on.
+type spanRecorder struct {
+	*tracetest.SpanRecorder
+	ended chan struct{}
+}
 
-func (endSignal) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (s endSignal) OnEnd(sdktrace.ReadOnlySpan) {
+func newSpanRecorder() *spanRecorder {
+	return &spanRecorder{SpanRecorder: tracetest.NewSpanRecorder(), ended: make(chan struct{}, 1)}
+}
+
+func (r *spanRecorder) OnEnd(s sdktrace.ReadOnlySpan) {
+	r.SpanRecorder.OnEnd(s)
 	select {
-	case s <- struct{}{}:
+	case r.ended <- struct{}{}:
 	default:
 	}
 }
-func (endSignal) Shutdown(context.Context) error   { return nil }
-func (endSignal) ForceFlush(context.Context) error { return nil }
 
 // endedSpan waits for the span named name of kind to end, and fails the
 // test after 10 s. A server span ends after the call's answer has gone out
@@ -485,7 +488,7 @@ func (e *env) endedSpan(t *testing.T, name string, kind trace.SpanKind) sdktrace
 			}
 		}
 		select {
-		case <-e.ended:
+		case <-e.spans.ended:
 		case <-timeout:
 			t.Fatalf("no %s span %s ended within 10s", kind, name)
 			return nil
