@@ -15,6 +15,7 @@ import (
 )
 
 func main() {
+	reexec = execSelf
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := realMain(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {

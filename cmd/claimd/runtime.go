@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync/atomic"
+	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 )
@@ -128,9 +129,10 @@ const memoryLimitRatio = 0.9
 // headroom is not 0), unless the environment's GOGC says otherwise; and a
 // soft memory limit from limit (the cgroup's memory limit in production)
 // unless the environment's GOMEMLIMIT says otherwise (memlimit.Set leaves
-// it alone then, and AUTOMEMLIMIT=off turns it off). It logs and returns
-// what it set; tuner is nil when none runs.
-func tuneRuntime(gc int, headroom uint64, limit memlimit.Provider, log *slog.Logger) (gcSet int, memLimit int64, tuner *heapTuner) {
+// it alone then, and AUTOMEMLIMIT=off turns it off). It logs what it set
+// with the timer slack the process runs with (applyTimerSlack's), and
+// returns what it set; tuner is nil when none runs.
+func tuneRuntime(gc int, headroom uint64, slack time.Duration, limit memlimit.Provider, log *slog.Logger) (gcSet int, memLimit int64, tuner *heapTuner) {
 	gcSet = debug.SetGCPercent(-1) // read the current value; restored below
 	_, envGC := os.LookupEnv("GOGC")
 	if !envGC {
@@ -148,6 +150,9 @@ func tuneRuntime(gc int, headroom uint64, limit memlimit.Provider, log *slog.Log
 		log.Debug("no memory limit found for the Go runtime", "err", err)
 	}
 	attrs := []any{"gogc", gcSet}
+	if slack > 0 {
+		attrs = append(attrs, "timer_slack", slack.String())
+	}
 	if tuner != nil {
 		attrs = append(attrs, "gc_heap_headroom_bytes", headroom)
 	}

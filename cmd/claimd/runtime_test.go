@@ -32,7 +32,7 @@ func TestTuneRuntimeDefaults(t *testing.T) {
 	unsetenv(t, "GOMEMLIMIT")
 	unsetenv(t, "AUTOMEMLIMIT")
 	const cgroup = 1 << 30
-	gc, mem, tuner := tuneRuntime(outsideGCPercent, outsideHeapHeadroom, memlimit.Limit(cgroup), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	gc, mem, tuner := tuneRuntime(outsideGCPercent, outsideHeapHeadroom, 0, memlimit.Limit(cgroup), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if tuner == nil {
 		t.Error("no heap tuner runs for a headroom of outsideHeapHeadroom")
 	} else {
@@ -54,7 +54,7 @@ func TestTuneRuntimeKeepsTheEnvironment(t *testing.T) {
 	debug.SetMemoryLimit(256 << 20)
 	t.Setenv("GOGC", "150")
 	t.Setenv("GOMEMLIMIT", "256MiB")
-	gc, mem, tuner := tuneRuntime(outsideGCPercent, outsideHeapHeadroom, memlimit.Limit(1<<30), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	gc, mem, tuner := tuneRuntime(outsideGCPercent, outsideHeapHeadroom, 0, memlimit.Limit(1<<30), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if gc != 150 || debug.SetGCPercent(gc) != 150 {
 		t.Errorf("GC percent = %d, want the environment's 150", gc)
 	}
@@ -72,7 +72,7 @@ func TestTuneRuntimeWithoutALimit(t *testing.T) {
 	unsetenv(t, "GOMEMLIMIT")
 	unsetenv(t, "AUTOMEMLIMIT")
 	noLimit := func() (uint64, error) { return 0, memlimit.ErrNoLimit }
-	if _, mem, _ := tuneRuntime(outsideGCPercent, 0, noLimit, slog.New(slog.NewTextHandler(io.Discard, nil))); mem != math.MaxInt64 {
+	if _, mem, _ := tuneRuntime(outsideGCPercent, 0, 0, noLimit, slog.New(slog.NewTextHandler(io.Discard, nil))); mem != math.MaxInt64 {
 		t.Errorf("memory limit = %d without a cgroup limit, want none (%d)", mem, int64(math.MaxInt64))
 	}
 }

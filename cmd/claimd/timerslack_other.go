@@ -1,0 +1,12 @@
+//go:build !linux
+
+package main
+
+import "time"
+
+// execSelf is nil where there is no timer slack to apply.
+var execSelf func(env []string) error
+
+// applyTimerSlack does nothing where the kernel has no timer slack to set:
+// claimd runs with what the system gives it (0: unknown).
+func applyTimerSlack(time.Duration, func(env []string) error) (time.Duration, error) { return 0, nil }
