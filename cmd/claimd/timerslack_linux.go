@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"time"
@@ -12,8 +13,16 @@ import (
 )
 
 // execSelf is reexec on Linux: /proc/self/exe is this process's binary even
-// if its file was replaced or removed since it started.
-func execSelf(env []string) error { return syscall.Exec("/proc/self/exe", os.Args, env) }
+// if its file was replaced or removed since it started. Where no /proc is
+// mounted (a bare chroot), an absolute path claimd was started by, such as
+// the image's /claimd, names it too.
+func execSelf(env []string) error {
+	err := syscall.Exec("/proc/self/exe", os.Args, env)
+	if errors.Is(err, syscall.ENOENT) && filepath.IsAbs(os.Args[0]) {
+		err = syscall.Exec(os.Args[0], os.Args, env)
+	}
+	return err
+}
 
 // applyTimerSlack gives every thread of the process a timer slack of want
 // (0: leaves the inherited one) and returns the slack the process runs
