@@ -136,8 +136,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--frobnicate"}, "claimd serve: flag provided but not defined: -frobnicate (claimd serve --help lists its flags)"},
 		{[]string{"migrate", "extra"}, `claimd migrate: unexpected arguments ["extra"]`},
 		{[]string{"providers", "--dump", "--check", "x.yaml"}, "--dump and --check go one at a time"},
-		{[]string{"serve", "--timer-slack", "11ms"}, "--timer-slack 11ms: must be between 0 and 10ms"},
-		{[]string{"serve", "--timer-slack=-1ms"}, "--timer-slack -1ms: must be between 0 and 10ms"},
+		{[]string{"serve", "--timer-slack", "11ms"}, `--timer-slack "11ms": want auto or a duration from 0 to 10ms`},
+		{[]string{"serve", "--timer-slack=-1ms"}, `--timer-slack "-1ms": want auto or a duration from 0 to 10ms`},
+		{[]string{"serve", "--timer-slack", "soon"}, `--timer-slack "soon": want auto or a duration from 0 to 10ms`},
 	}
 	for _, tc := range tests {
 		r := runEnv(t, nil, tc.args...)

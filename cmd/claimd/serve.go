@@ -58,8 +58,9 @@ type serveConfig struct {
 	// RequireNoEviction refuses to start unless the Redis fast tier's
 	// maxmemory-policy is verified noeviction.
 	RequireNoEviction bool
-	// TimerSlack is the timer slack of claimd's threads (timerslack.go).
-	TimerSlack time.Duration
+	// TimerSlack is the timer slack of claimd's threads: auto or a
+	// duration (timerslack.go).
+	TimerSlack string
 }
 
 func runServe(ctx context.Context, args []string, stderr io.Writer) error {
@@ -86,7 +87,7 @@ func bindServe(fs *flag.FlagSet, c *serveConfig) {
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", defaultMaxRequestBytes, "largest gRPC request accepted (a Claim's delivery body and headers); larger ones are refused RESOURCE_EXHAUSTED")
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", defaultHTTPIdleTimeout, "close an HTTP keep-alive connection idle this long")
 	fs.BoolVar(&c.RequireNoEviction, "require-noeviction", false, "refuse to start unless the Redis fast tier's maxmemory-policy is noeviction (read with CONFIG GET; a Redis that refuses it, or does not answer, fails the check); no effect without --redis-url")
-	fs.DurationVar(&c.TimerSlack, "timer-slack", defaultTimerSlack, "Linux: how late the kernel may wake claimd's sleeping threads to batch their wake-ups (at most 10ms); claimd executes itself once more at start (same PID) to apply it, so that the Go runtime's monitor thread has it too; 0 keeps what claimd inherited")
+	fs.StringVar(&c.TimerSlack, "timer-slack", autoTimerSlack, "Linux: how late the kernel may wake claimd's sleeping threads to batch their wake-ups (at most 10ms); claimd executes itself once more at start (same PID) to apply it, so that the Go runtime's monitor thread has it too. auto: 1ms with --postgres-url, and the inherited slack with the embedded tiers; 0 keeps the inherited slack")
 	bindRetention(fs, &c.retentionConfig)
 	bindSecurity(fs, &c.securityConfig)
 }
@@ -111,15 +112,16 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if c.MaxNamespaces <= 0 {
 		return fmt.Errorf("%w: --metrics-max-namespaces must be positive", errUsage)
 	}
-	if c.TimerSlack < 0 || c.TimerSlack > maxTimerSlack {
-		return fmt.Errorf("%w: --timer-slack %v: must be between 0 and %v", errUsage, c.TimerSlack, maxTimerSlack)
+	wantSlack, err := timerSlackFor(c.TimerSlack, c.PostgresURL != "")
+	if err != nil {
+		return err
 	}
 	log, err := c.logger(stderr)
 	if err != nil {
 		return err
 	}
 	// Before anything is opened or logged: this may execute claimd anew.
-	slack, err := applyTimerSlack(c.TimerSlack, reexec)
+	slack, err := applyTimerSlack(wantSlack, reexec)
 	if err != nil {
 		log.Warn("timer slack not applied", "err", err, "timer_slack", slack.String())
 	}

@@ -13,32 +13,40 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/claimd/claimd/internal/testenv"
+	"github.com/claimd/claimd/internal/tiers/postgres"
 )
 
 // TestServeTimerSlack runs the binary: serve gives its threads the timer
 // slack --timer-slack asks for by executing itself once more (same PID,
 // one "go runtime" line), and leaves the inherited slack alone when it
-// already is that, or when the flag is 0.
+// already is that, when the flag is 0, and by default (auto) with the
+// embedded tiers.
 func TestServeTimerSlack(t *testing.T) {
 	inherited, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	pg := func(t *testing.T) []string { return []string{"--postgres-url", testenv.Postgres(t, postgres.Migrate)} }
+	embedded := func(t *testing.T) []string { return []string{"--data-dir", t.TempDir()} }
 	tests := []struct {
 		name      string
+		tiers     func(t *testing.T) []string
 		args      []string
 		parent    time.Duration // the slack claimd inherits (0: the test's own)
 		want      time.Duration
 		restarted bool
 	}{
-		{"default", nil, 0, defaultTimerSlack, true},
-		{"flag", []string{"--timer-slack", "2ms"}, 0, 2 * time.Millisecond, true},
-		{"zero keeps the inherited slack", []string{"--timer-slack", "0"}, 0, time.Duration(inherited), false},
-		{"already the slack asked for", []string{"--timer-slack", "3ms"}, 3 * time.Millisecond, 3 * time.Millisecond, false},
+		{"auto on PostgreSQL", pg, nil, 0, outsideTimerSlack, true},
+		{"auto on the embedded tiers", embedded, nil, 0, time.Duration(inherited), false},
+		{"a duration", embedded, []string{"--timer-slack", "2ms"}, 0, 2 * time.Millisecond, true},
+		{"zero keeps the inherited slack", pg, []string{"--timer-slack", "0"}, 0, time.Duration(inherited), false},
+		{"already the slack asked for", embedded, []string{"--timer-slack", "3ms"}, 3 * time.Millisecond, 3 * time.Millisecond, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := startWithSlack(t, tc.parent, append([]string{"--data-dir", t.TempDir()}, tc.args...)...)
+			p := startWithSlack(t, tc.parent, append(tc.tiers(t), tc.args...)...)
 			waitServing(t, p.conn(t))
 			pid := strconv.Itoa(p.cmd.Process.Pid)
 			b, err := os.ReadFile("/proc/" + pid + "/timerslack_ns")
