@@ -39,8 +39,9 @@ import (
 // outsideTimerSlack is auto's slack when the records live in PostgreSQL.
 const outsideTimerSlack = time.Millisecond
 
-// maxTimerSlack bounds --timer-slack: sysmon's longest sleep, and far below
-// any deadline claimd keeps.
+// maxTimerSlack bounds --timer-slack: sysmon's longest sleep. A timer may
+// fire that much late, and claimd's shortest, the first poll of a Claim
+// that waits for a holder, is 2 ms.
 const maxTimerSlack = 10 * time.Millisecond
 
 // autoTimerSlack is --timer-slack's default.
