@@ -59,7 +59,15 @@ func (f *flakyFast) Fill(ctx context.Context, rec tiers.Record, nonce string) er
 // commit, before the composition has repaired the fast tier.
 type lateDurable struct {
 	tiers.Durable
-	after atomic.Pointer[context.CancelFunc]
+	after   atomic.Pointer[context.CancelFunc]
+	failGet atomic.Bool // Get fails: the durable tier cannot be read
+}
+
+func (d *lateDurable) Get(ctx context.Context, k tiers.Key) (tiers.Record, error) {
+	if d.failGet.Load() {
+		return tiers.Record{}, tiers.Unavailable("test", errors.New("get refused"))
+	}
+	return d.Durable.Get(ctx, k)
 }
 
 func (d *lateDurable) fire() {
@@ -82,14 +90,19 @@ func (d *lateDurable) Transition(ctx context.Context, p tiers.TransitionParams) 
 
 // backlogWatch is an Observer that follows the backlog of failed repairs.
 type backlogWatch struct {
-	pending atomic.Int64
-	dropped atomic.Int64
-	changed chan struct{} // capacity 1: the backlog's size was reported
+	pending       atomic.Int64
+	dropped       atomic.Int64
+	durableErrors atomic.Int64
+	changed       chan struct{} // capacity 1: the backlog's size was reported
 }
 
-func (b *backlogWatch) FastFalseNegative()                  {}
-func (b *backlogWatch) TierError(tiers.Tier, string, error) {}
-func (b *backlogWatch) FastRepairDropped()                  { b.dropped.Add(1) }
+func (b *backlogWatch) FastFalseNegative() {}
+func (b *backlogWatch) TierError(tier tiers.Tier, _ string, _ error) {
+	if tier == tiers.TierDurable {
+		b.durableErrors.Add(1)
+	}
+}
+func (b *backlogWatch) FastRepairDropped() { b.dropped.Add(1) }
 func (b *backlogWatch) FastRepairsPending(n int) {
 	b.pending.Store(int64(n))
 	select {
@@ -294,6 +307,116 @@ func TestRepeatedSettleRepairsTheFastTier(t *testing.T) {
 			t.Fatalf("repeat Transition(→SETTLED) = changed %v, %v; want false", changed, err)
 		}
 		w.wantFastDuplicate("evt_settle", "receipt")
+	})
+}
+
+// settleUnheard claims k for pod-a, marks it PROCESSING (which the fast
+// tier hears of), then commits end (SETTLED or a release) while the fast
+// tier refuses the repair: a replica that could not reach Redis, whose
+// repair waits in its backlog (the fake clock holds the retry back). The
+// fast tier keeps the PROCESSING copy, and answers any other replica from it.
+func (w *repairWorld) settleUnheard(k string, end func(ctx context.Context, token uint64) error) tiers.Record {
+	w.t.Helper()
+	a := w.claim(w.params(k, "pod-a", "att-1"))
+	if _, err := w.transition(w.ctx(), k, a.Record.Token, tiers.StateProcessing, nil); err != nil {
+		w.t.Fatal(err)
+	}
+	w.fast.failPut.Store(true)
+	if err := end(w.ctx(), a.Record.Token); err != nil {
+		w.t.Fatal(err)
+	}
+	w.fast.failPut.Store(false)
+	w.wantStaleCopy(k)
+	return a.Record
+}
+
+// wantStaleCopy checks that the fast tier itself, asked directly, still
+// answers k IN_PROGRESS held by pod-a: the copy the durable tier has moved
+// past.
+func (w *repairWorld) wantStaleCopy(k string) {
+	w.t.Helper()
+	copy, err := w.fast.Reserve(w.ctx(), tiers.ReserveParams{Key: w.params(k, "", "").Key, Now: w.clk.Now(), Nonce: "look-" + k, PendingTTL: time.Second})
+	if err != nil || copy.Outcome != tiers.OutcomeInProgress || copy.Record.Holder != "pod-a" {
+		w.t.Fatalf("fast tier's copy of %q = %v held by %q, %v; want the stale IN_PROGRESS held by pod-a", k, copy.Outcome, copy.Record.Holder, err)
+	}
+}
+
+// Bug (make chaos, redis-kill): a SETTLED committed through a replica whose
+// Redis client was failing never reached the fast tier until its backlog
+// retried it, and meanwhile another replica answered every claim
+// IN_PROGRESS from the PROCESSING copy, after callers of the first had been
+// told DUPLICATE. An IN_PROGRESS of the fast tier is confirmed by the
+// durable tier, which answers DUPLICATE and repairs the copy.
+func TestInProgressCopyOfASettledEventIsDuplicate(t *testing.T) {
+	runRepair(t, func(t *testing.T, w *repairWorld) {
+		w.settleUnheard("evt_unheard", func(ctx context.Context, token uint64) error {
+			_, err := w.transition(ctx, "evt_unheard", token, tiers.StateSettled, []byte("receipt"))
+			return err
+		})
+		dup := w.claim(w.params("evt_unheard", "pod-b", ""))
+		if dup.Outcome != tiers.OutcomeDuplicate || dup.ServedBy != tiers.TierDurable || string(dup.Record.Result) != "receipt" {
+			t.Fatalf("Claim by another caller = %v served by %v result %q, want DUPLICATE served by DURABLE with %q",
+				dup.Outcome, dup.ServedBy, dup.Record.Result, "receipt")
+		}
+		w.wantFastDuplicate("evt_unheard", "receipt")
+	})
+}
+
+// The same for a release: the next delivery takes the key over at once
+// instead of being told IN_PROGRESS until the released lease would have
+// ended.
+func TestInProgressCopyOfAReleasedKeyIsTakenOver(t *testing.T) {
+	runRepair(t, func(t *testing.T, w *repairWorld) {
+		first := w.settleUnheard("evt_let_go", func(ctx context.Context, token uint64) error {
+			_, err := w.store.Release(ctx, tiers.ReleaseParams{Key: w.params("evt_let_go", "", "").Key, Now: w.clk.Now(), Token: token, SecretHash: ownerHash})
+			return err
+		})
+		next := w.claim(w.params("evt_let_go", "pod-b", "att-2"))
+		if next.Outcome != tiers.OutcomeAcquired || next.Reason != tiers.ReasonReleased || next.Record.Token != first.Token+1 {
+			t.Fatalf("next delivery = %v/%v token %d, want ACQUIRED/RELEASED token %d", next.Outcome, next.Reason, next.Record.Token, first.Token+1)
+		}
+	})
+}
+
+// A copy that is the durable tier's current version is answered as it is,
+// served by the fast tier; so is a copy the durable tier cannot be read to
+// confirm (degraded: the answer is retryable, and never a duplicate).
+func TestInProgressCopyIsConfirmed(t *testing.T) {
+	runRepair(t, func(t *testing.T, w *repairWorld) {
+		a := w.claim(w.params("evt_busy", "pod-a", "att-1"))
+		if _, err := w.transition(w.ctx(), "evt_busy", a.Record.Token, tiers.StateProcessing, nil); err != nil {
+			t.Fatal(err)
+		}
+		other := w.claim(w.params("evt_busy", "pod-b", ""))
+		if other.Outcome != tiers.OutcomeInProgress || other.ServedBy != tiers.TierFast || other.Record.Holder != "pod-a" {
+			t.Fatalf("Claim of a key in progress = %v served by %v held by %q, want IN_PROGRESS served by FAST held by pod-a",
+				other.Outcome, other.ServedBy, other.Record.Holder)
+		}
+		w.durable.failGet.Store(true)
+		defer w.durable.failGet.Store(false)
+		if res := w.claim(w.params("evt_busy", "pod-b", "")); res.Outcome != tiers.OutcomeInProgress || res.ServedBy != tiers.TierFast {
+			t.Fatalf("Claim with the durable tier unreadable = %v served by %v, want IN_PROGRESS served by FAST", res.Outcome, res.ServedBy)
+		}
+		if n := w.watch.durableErrors.Load(); n != 1 {
+			t.Fatalf("durable-tier errors observed = %d, want 1 (the failed confirmation)", n)
+		}
+	})
+}
+
+// The embedded tiers' fast tier lives in the process and hears of every
+// write before it returns: its IN_PROGRESS is answered without a durable
+// read.
+func TestInProcessFastIsNotConfirmed(t *testing.T) {
+	runRepairWith(t, twotier.Config{InProcessFast: true}, func(t *testing.T, w *repairWorld) {
+		a := w.claim(w.params("evt_local", "pod-a", "att-1"))
+		if _, err := w.transition(w.ctx(), "evt_local", a.Record.Token, tiers.StateProcessing, nil); err != nil {
+			t.Fatal(err)
+		}
+		w.durable.failGet.Store(true)
+		defer w.durable.failGet.Store(false)
+		if other := w.claim(w.params("evt_local", "pod-b", "")); other.Outcome != tiers.OutcomeInProgress || other.ServedBy != tiers.TierFast {
+			t.Fatalf("Claim of a key in progress = %v served by %v, want IN_PROGRESS served by FAST", other.Outcome, other.ServedBy)
+		}
 	})
 }
 

@@ -71,6 +71,12 @@ type Config struct {
 	// dropped. Defaults 10000 and 16 MiB.
 	BacklogEntries int
 	BacklogBytes   int64
+	// InProcessFast says that the fast tier lives in this process and only
+	// this Store writes it (the embedded tiers): its copies are then never
+	// older than the durable tier's record once a write has returned, and an
+	// IN_PROGRESS it answers is not confirmed (see Store.confirmInProgress).
+	// Leave it false for a fast tier shared by replicas (Redis).
+	InProcessFast bool
 	// Clock paces the retries; nil means the wall clock.
 	Clock clock.Waiter
 	// Observer receives events; nil means none.
@@ -209,10 +215,14 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 			// event. DUPLICATE and IN_PROGRESS admit nothing and stand.
 			return s.claimDurable(ctx, p, true, "")
 		}
+		res := tiers.ClaimResult{Outcome: fr.Outcome, Reason: fr.Reason, Record: fr.Record, ServedBy: tiers.TierFast}
+		if fr.Outcome == tiers.OutcomeInProgress && !s.cfg.InProcessFast {
+			return s.confirmInProgress(ctx, p, res)
+		}
 		if fr.Outcome == tiers.OutcomeDuplicate {
 			s.remember(fr.Record)
 		}
-		return tiers.ClaimResult{Outcome: fr.Outcome, Reason: fr.Reason, Record: fr.Record, ServedBy: tiers.TierFast}, nil
+		return res, nil
 	case tiers.FastTakeover:
 		return s.claimDurable(ctx, p, true, "")
 	case tiers.FastAskDurable:
@@ -344,6 +354,52 @@ func (s *Store) claimDurable(ctx context.Context, p tiers.ClaimParams, fastUp bo
 		s.repair(ctx, res.Record)
 	case marker != "" && fillable(res):
 		s.fill(ctx, res.Record, marker)
+	}
+	if res.Outcome == tiers.OutcomeDuplicate {
+		s.remember(res.Record)
+	}
+	return res, nil
+}
+
+// confirmInProgress answers a claim that a shared fast tier answered
+// IN_PROGRESS (fast) from the durable tier's record, read without a write.
+// A copy of a live lease is the one answer of the fast tier that a later
+// write undoes, and the fast tier may not have heard of that write: when the
+// replica that committed it could not reach Redis while this one could (its
+// repair then waits in its backlog), every claim here would be told
+// IN_PROGRESS for an event settled or released in the durable tier, after
+// callers of the other replica were told DUPLICATE, until the repair lands
+// (found by make chaos under redis-kill). So the durable record decides:
+// the same version or an older one confirms the copy (served FAST); a newer
+// one answers as the durable tier would, repairs the fast tier when it is
+// terminal, and goes on to the durable claim when it may change hands
+// (released, or its lease over). A durable tier that cannot be read leaves
+// the copy's answer standing, as before there was a confirmation: it is
+// retryable, and the tier is degraded, not wrong.
+func (s *Store) confirmInProgress(ctx context.Context, p tiers.ClaimParams, fast tiers.ClaimResult) (tiers.ClaimResult, error) {
+	cur, err := s.durable.Get(ctx, p.Key)
+	switch {
+	case errors.Is(err, tiers.ErrNotFound):
+		// No durable record behind a live copy (the durable tier was
+		// restored from an older backup, say): the source of truth
+		// decides anew.
+		return s.claimDurable(ctx, p, true, "")
+	case err != nil:
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return tiers.ClaimResult{}, ctxErr
+		}
+		s.cfg.Observer.TierError(tiers.TierDurable, "confirm", err)
+		return fast, nil
+	case fast.Record.NotOlderThan(&cur):
+		return fast, nil
+	}
+	res, _, write := tiers.Decide(&cur, p)
+	if write || res.Outcome == tiers.OutcomeAcquired {
+		return s.claimDurable(ctx, p, true, "")
+	}
+	res.ServedBy = tiers.TierDurable
+	if cacheable(res) {
+		s.repair(ctx, res.Record)
 	}
 	if res.Outcome == tiers.OutcomeDuplicate {
 		s.remember(res.Record)
