@@ -98,6 +98,7 @@ type Store struct {
 	pool       *pgxpool.Pool
 	batch      *batcher      // nil when batching is off
 	writes     *writeBatcher // nil when batching is off
+	reads      *reader       // nil when batching is off
 	schema     string
 	janitorKey int64 // JanitorLockKey(schema)
 }
@@ -143,6 +144,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		s.batch.start(flushers)
 		s.writes = newWriteBatcher(s, maxBatch)
 		s.writes.start()
+		s.reads = newReader(s, maxBatch)
+		s.reads.start()
 	}
 	return s, nil
 }
@@ -249,6 +252,9 @@ func (s *Store) Close() error {
 	if s.writes != nil {
 		s.writes.queue.Close()
 	}
+	if s.reads != nil {
+		s.reads.queue.Close()
+	}
 	s.pool.Close()
 	return nil
 }
@@ -266,9 +272,14 @@ func (s *Store) Stats(ctx context.Context) (claims int64, auditPartitions int, e
 	return claims, auditPartitions, nil
 }
 
-// Get reads the record of k.
+// Get reads the record of k. With batching on, concurrent Gets share a
+// statement (readbatch.go).
 func (s *Store) Get(ctx context.Context, k tiers.Key) (tiers.Record, error) {
-	rec, err := s.get(ctx, k)
+	get := s.get
+	if s.reads != nil {
+		get = s.getBatched
+	}
+	rec, err := get(ctx, k)
 	if err != nil && !errors.Is(err, tiers.ErrNotFound) {
 		return tiers.Record{}, fail(ctx, "get "+k.String(), err)
 	}
