@@ -43,38 +43,55 @@ func pausedStore(t *testing.T, url string) (*Store, *Store) {
 	return s, plain
 }
 
-// queued is one Claim running against a paused store.
-type queued struct {
-	p      tiers.ClaimParams
+// queued is one call (a Claim, a Get) running against a paused queue: its
+// argument, its answer, and its end.
+type queued[A, R any] struct {
+	p      A
 	cancel context.CancelFunc
-	res    tiers.ClaimResult
+	res    R
 	err    error
 	done   chan struct{}
 }
 
+// claimCall is a Claim against a paused store.
+type claimCall = queued[tiers.ClaimParams, tiers.ClaimResult]
+
 // queue starts a Claim of each of ps and returns once every one of them
 // waits in s's batcher.
-func queue(t *testing.T, s *Store, ps []tiers.ClaimParams) []*queued {
+func queue(t *testing.T, s *Store, ps []tiers.ClaimParams) []*claimCall {
 	t.Helper()
-	qs := make([]*queued, len(ps))
-	for i, p := range ps {
+	return queueCalls(t, ps, s.Claim, s.batch.queue.Len)
+}
+
+// queueCalls starts call with each of args, each on a goroutine of its own,
+// and returns once length reports every one of them waiting in a paused
+// queue. It fails the test when that takes 10 s: the calls do not go
+// through the queue at all.
+func queueCalls[A, R any](t *testing.T, args []A, call func(context.Context, A) (R, error), length func() int) []*queued[A, R] {
+	t.Helper()
+	qs := make([]*queued[A, R], len(args))
+	for i, a := range args {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		t.Cleanup(cancel)
-		q := &queued{p: p, cancel: cancel, done: make(chan struct{})}
+		q := &queued[A, R]{p: a, cancel: cancel, done: make(chan struct{})}
 		qs[i] = q
 		go func() {
 			defer close(q.done)
-			q.res, q.err = s.Claim(ctx, q.p)
+			q.res, q.err = call(ctx, q.p)
 		}()
 	}
-	for s.batch.queue.Len() < len(ps) {
+	deadline := time.Now().Add(10 * time.Second)
+	for length() < len(args) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d calls queued after 10s: they do not go through the queue", length(), len(args))
+		}
 		runtime.Gosched() // the callers are about to enqueue; nothing else to wait on
 	}
 	return qs
 }
 
 // run starts the flusher and waits for every caller's answer.
-func run(s *Store, qs []*queued) {
+func run(s *Store, qs []*claimCall) {
 	s.batch.start(1)
 	for _, q := range qs {
 		<-q.done

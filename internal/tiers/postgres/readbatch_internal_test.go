@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"runtime"
 	"testing"
 	"time"
 
@@ -19,40 +18,6 @@ func pausedReader(t *testing.T) (*Store, *Store) {
 	s, plain := pausedStore(t, testenv.Postgres(t, Migrate))
 	s.reads = newReader(s, defaultMaxBatch)
 	return s, plain
-}
-
-// read is one Get running against a paused reader.
-type read struct {
-	key    tiers.Key
-	cancel context.CancelFunc
-	rec    tiers.Record
-	err    error
-	done   chan struct{}
-}
-
-// queueReads starts a Get of each key and returns once every one of them
-// waits in s's reader.
-func queueReads(t *testing.T, s *Store, keys []tiers.Key) []*read {
-	t.Helper()
-	rs := make([]*read, len(keys))
-	for i, k := range keys {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		t.Cleanup(cancel)
-		r := &read{key: k, cancel: cancel, done: make(chan struct{})}
-		rs[i] = r
-		go func() {
-			defer close(r.done)
-			r.rec, r.err = s.Get(ctx, r.key)
-		}()
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for s.reads.queue.Len() < len(keys) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d reads queued after 10s: Get does not go through the reader", s.reads.queue.Len(), len(keys))
-		}
-		runtime.Gosched() // the callers are about to enqueue; nothing else to wait on
-	}
-	return rs
 }
 
 // Reads queued together are one statement, which reads each distinct key
@@ -71,7 +36,7 @@ func TestReadsShareAStatement(t *testing.T) {
 		tokens[k] = res.Record.Token
 	}
 	keys := []tiers.Key{batchKey("evt_busy"), batchKey("evt_busy"), batchKey("evt_busy"), batchKey("evt_other"), batchKey("evt_none"), batchKey("evt_busy")}
-	rs := queueReads(t, s, keys)
+	rs := queueCalls(t, keys, s.Get, s.reads.queue.Len)
 	rs[5].cancel() // leaves before the statement
 	s.reads.start()
 	for _, r := range rs {
@@ -82,8 +47,8 @@ func TestReadsShareAStatement(t *testing.T) {
 		t.Errorf("read statements = %d, want 1 for %d reads queued together", n, len(keys))
 	}
 	for i, r := range rs[:4] {
-		if r.err != nil || r.rec.Key != r.key || r.rec.Holder != "pod-a" || r.rec.Token != tokens[r.key.Key] {
-			t.Errorf("read %d: Get(%q) = key %v holder %q token %d, %v; want its record held by pod-a", i, r.key.Key, r.rec.Key, r.rec.Holder, r.rec.Token, r.err)
+		if r.err != nil || r.res.Key != r.p || r.res.Holder != "pod-a" || r.res.Token != tokens[r.p.Key] {
+			t.Errorf("read %d: Get(%q) = key %v holder %q token %d, %v; want its record held by pod-a", i, r.p.Key, r.res.Key, r.res.Holder, r.res.Token, r.err)
 		}
 	}
 	if err := rs[4].err; !errors.Is(err, tiers.ErrNotFound) {
@@ -100,7 +65,7 @@ func TestReadAloneAndReadAfterCommit(t *testing.T) {
 	s, plain := pausedReader(t)
 	clk := clock.NewFake(time.Now())
 	ctx := context.Background()
-	rs := queueReads(t, s, []tiers.Key{batchKey("evt_late")})
+	rs := queueCalls(t, []tiers.Key{batchKey("evt_late")}, s.Get, s.reads.queue.Len)
 	// The row commits after the read was queued and before any statement
 	// ran: the read must see it.
 	if res, err := plain.Claim(ctx, batchParams(clk, "evt_late", "pod-a")); err != nil || res.Outcome != tiers.OutcomeAcquired {
@@ -108,8 +73,8 @@ func TestReadAloneAndReadAfterCommit(t *testing.T) {
 	}
 	s.reads.start()
 	<-rs[0].done
-	if rs[0].err != nil || rs[0].rec.Holder != "pod-a" {
-		t.Fatalf("Get(row committed after it was queued) = holder %q, %v; want pod-a's record", rs[0].rec.Holder, rs[0].err)
+	if rs[0].err != nil || rs[0].res.Holder != "pod-a" {
+		t.Fatalf("Get(row committed after it was queued) = holder %q, %v; want pod-a's record", rs[0].res.Holder, rs[0].err)
 	}
 	if n := s.reads.statements.Load(); n != 0 {
 		t.Errorf("read statements = %d, want 0 for a read alone", n)
