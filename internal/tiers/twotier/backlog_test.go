@@ -38,28 +38,19 @@ func (w *repairWorld) awaitRetryWait() {
 	}
 }
 
-// settleRefusedByFast claims k and moves it to VALIDATED, then to
-// PROCESSING and SETTLED while the fast tier refuses every Put, and checks
-// the fast tier still holds the VALIDATED copy. The fast tier is left
-// refusing.
+// settleRefusedByFast is endUnheard with the owner's PROCESSING and
+// SETTLED: the fast tier keeps the VALIDATED copy, and is left refusing.
 func (w *repairWorld) settleRefusedByFast(k string) {
 	w.t.Helper()
-	w.fast.failPut.Store(false)
-	a := w.claim(w.params(k, "pod-a", "att-1"))
-	if a.Outcome != tiers.OutcomeAcquired {
-		w.t.Fatalf("Claim(%q) = %v, want ACQUIRED", k, a.Outcome)
-	}
-	if _, err := w.transition(w.ctx(), k, a.Record.Token, tiers.StateValidated, nil); err != nil {
-		w.t.Fatal(err)
-	}
-	w.fast.failPut.Store(true)
-	if _, err := w.transition(w.ctx(), k, a.Record.Token, tiers.StateProcessing, nil); err != nil {
-		w.t.Fatal(err)
-	}
-	if changed, err := w.transition(w.ctx(), k, a.Record.Token, tiers.StateSettled, []byte("receipt")); err != nil || !changed {
-		w.t.Fatalf("Transition(%q →SETTLED) = changed %v, %v; want true", k, changed, err)
-	}
-	w.wantStaleCopy(k)
+	w.endUnheard(k, func(ctx context.Context, token uint64) error {
+		if _, err := w.transition(ctx, k, token, tiers.StateProcessing, nil); err != nil {
+			return err
+		}
+		if changed, err := w.transition(ctx, k, token, tiers.StateSettled, []byte("receipt")); err != nil || !changed {
+			return fmt.Errorf("Transition(%q →SETTLED) = changed %v, %v; want true", k, changed, err)
+		}
+		return nil
+	})
 }
 
 // Bug (make chaos, redis-kill): after Redis restarted, one replica's

@@ -310,24 +310,36 @@ func TestRepeatedSettleRepairsTheFastTier(t *testing.T) {
 	})
 }
 
-// settleUnheard claims k for pod-a, marks it PROCESSING (which the fast
-// tier hears of), then commits end (SETTLED or a release) while the fast
-// tier refuses the repair: a replica that could not reach Redis, whose
-// repair waits in its backlog (the fake clock holds the retry back). The
-// fast tier keeps the PROCESSING copy, and answers any other replica from it.
-func (w *repairWorld) settleUnheard(k string, end func(ctx context.Context, token uint64) error) tiers.Record {
+// started claims k for pod-a and moves it to state, which the fast tier
+// hears of.
+func (w *repairWorld) started(k string, state tiers.State) tiers.Record {
 	w.t.Helper()
 	a := w.claim(w.params(k, "pod-a", "att-1"))
-	if _, err := w.transition(w.ctx(), k, a.Record.Token, tiers.StateProcessing, nil); err != nil {
+	if a.Outcome != tiers.OutcomeAcquired {
+		w.t.Fatalf("Claim(%q) = %v, want ACQUIRED", k, a.Outcome)
+	}
+	if _, err := w.transition(w.ctx(), k, a.Record.Token, state, nil); err != nil {
 		w.t.Fatal(err)
 	}
-	w.fast.failPut.Store(true)
-	if err := end(w.ctx(), a.Record.Token); err != nil {
-		w.t.Fatal(err)
-	}
-	w.fast.failPut.Store(false)
-	w.wantStaleCopy(k)
 	return a.Record
+}
+
+// endUnheard starts k in VALIDATED, then runs end (the owner's later
+// writes, committed by the durable tier) while the fast tier refuses every
+// Put: a replica that cannot reach Redis, whose repairs wait in its backlog
+// (the fake clock holds their retry back). It checks that the fast tier
+// still holds the VALIDATED copy, which answers any other replica, and
+// leaves the fast tier refusing.
+func (w *repairWorld) endUnheard(k string, end func(ctx context.Context, token uint64) error) tiers.Record {
+	w.t.Helper()
+	w.fast.failPut.Store(false)
+	rec := w.started(k, tiers.StateValidated)
+	w.fast.failPut.Store(true)
+	if err := end(w.ctx(), rec.Token); err != nil {
+		w.t.Fatal(err)
+	}
+	w.wantStaleCopy(k)
+	return rec
 }
 
 // wantStaleCopy checks that the fast tier itself, asked directly, still
@@ -344,15 +356,13 @@ func (w *repairWorld) wantStaleCopy(k string) {
 // Bug (make chaos, redis-kill): a SETTLED committed through a replica whose
 // Redis client was failing never reached the fast tier until its backlog
 // retried it, and meanwhile another replica answered every claim
-// IN_PROGRESS from the PROCESSING copy, after callers of the first had been
+// IN_PROGRESS from the older copy, after callers of the first had been
 // told DUPLICATE. An IN_PROGRESS of the fast tier is confirmed by the
 // durable tier, which answers DUPLICATE and repairs the copy.
 func TestInProgressCopyOfASettledEventIsDuplicate(t *testing.T) {
 	runRepair(t, func(t *testing.T, w *repairWorld) {
-		w.settleUnheard("evt_unheard", func(ctx context.Context, token uint64) error {
-			_, err := w.transition(ctx, "evt_unheard", token, tiers.StateSettled, []byte("receipt"))
-			return err
-		})
+		w.settleRefusedByFast("evt_unheard")
+		w.fast.failPut.Store(false)
 		dup := w.claim(w.params("evt_unheard", "pod-b", ""))
 		if dup.Outcome != tiers.OutcomeDuplicate || dup.ServedBy != tiers.TierDurable || string(dup.Record.Result) != "receipt" {
 			t.Fatalf("Claim by another caller = %v served by %v result %q, want DUPLICATE served by DURABLE with %q",
@@ -367,10 +377,11 @@ func TestInProgressCopyOfASettledEventIsDuplicate(t *testing.T) {
 // ended.
 func TestInProgressCopyOfAReleasedKeyIsTakenOver(t *testing.T) {
 	runRepair(t, func(t *testing.T, w *repairWorld) {
-		first := w.settleUnheard("evt_let_go", func(ctx context.Context, token uint64) error {
+		first := w.endUnheard("evt_let_go", func(ctx context.Context, token uint64) error {
 			_, err := w.store.Release(ctx, tiers.ReleaseParams{Key: w.params("evt_let_go", "", "").Key, Now: w.clk.Now(), Token: token, SecretHash: ownerHash})
 			return err
 		})
+		w.fast.failPut.Store(false)
 		next := w.claim(w.params("evt_let_go", "pod-b", "att-2"))
 		if next.Outcome != tiers.OutcomeAcquired || next.Reason != tiers.ReasonReleased || next.Record.Token != first.Token+1 {
 			t.Fatalf("next delivery = %v/%v token %d, want ACQUIRED/RELEASED token %d", next.Outcome, next.Reason, next.Record.Token, first.Token+1)
@@ -383,10 +394,7 @@ func TestInProgressCopyOfAReleasedKeyIsTakenOver(t *testing.T) {
 // confirm (degraded: the answer is retryable, and never a duplicate).
 func TestInProgressCopyIsConfirmed(t *testing.T) {
 	runRepair(t, func(t *testing.T, w *repairWorld) {
-		a := w.claim(w.params("evt_busy", "pod-a", "att-1"))
-		if _, err := w.transition(w.ctx(), "evt_busy", a.Record.Token, tiers.StateProcessing, nil); err != nil {
-			t.Fatal(err)
-		}
+		w.started("evt_busy", tiers.StateProcessing)
 		other := w.claim(w.params("evt_busy", "pod-b", ""))
 		if other.Outcome != tiers.OutcomeInProgress || other.ServedBy != tiers.TierFast || other.Record.Holder != "pod-a" {
 			t.Fatalf("Claim of a key in progress = %v served by %v held by %q, want IN_PROGRESS served by FAST held by pod-a",
@@ -408,10 +416,7 @@ func TestInProgressCopyIsConfirmed(t *testing.T) {
 // read.
 func TestInProcessFastIsNotConfirmed(t *testing.T) {
 	runRepairWith(t, twotier.Config{InProcessFast: true}, func(t *testing.T, w *repairWorld) {
-		a := w.claim(w.params("evt_local", "pod-a", "att-1"))
-		if _, err := w.transition(w.ctx(), "evt_local", a.Record.Token, tiers.StateProcessing, nil); err != nil {
-			t.Fatal(err)
-		}
+		w.started("evt_local", tiers.StateProcessing)
 		w.durable.failGet.Store(true)
 		defer w.durable.failGet.Store(false)
 		if other := w.claim(w.params("evt_local", "pod-b", "")); other.Outcome != tiers.OutcomeInProgress || other.ServedBy != tiers.TierFast {
