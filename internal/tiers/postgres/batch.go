@@ -230,11 +230,18 @@ func (s *Store) claimBatch(ctx context.Context, a *batchArgs) (map[tiers.Key]bat
 			seen.keys = append(seen.keys, key.Key)
 		}
 	}
-	rows, err = s.pool.Query(ctx, claimBatchSeenSQL, pgx.QueryExecModeCacheDescribe, seen.namespaces, seen.providers, seen.keys)
-	if err == nil {
-		scanSeen(rows, answers) // an error leaves the rest undecided
-	}
+	s.readSeen(ctx, &seen, answers) // an error leaves the rest undecided
 	return answers, nil
+}
+
+// readSeen runs claim_batch_seen.sql for the keys of a and adds the rows it
+// finds to answers (seen). Keys without a row are left out.
+func (s *Store) readSeen(ctx context.Context, a *batchArgs, answers map[tiers.Key]batchAnswer) error {
+	rows, err := s.pool.Query(ctx, claimBatchSeenSQL, pgx.QueryExecModeCacheDescribe, a.namespaces, a.providers, a.keys)
+	if err != nil {
+		return err
+	}
+	return scanSeen(rows, answers)
 }
 
 // scanInserted reads the keys claim_batch.sql inserted into answers, and

@@ -297,7 +297,10 @@ func (s *Store) get(ctx context.Context, k tiers.Key) (tiers.Record, error) {
 func getOn(ctx context.Context, q querier, k tiers.Key) (tiers.Record, error) {
 	rec, err := scanRecord(q.QueryRow(ctx, getSQL, k.Namespace, k.Provider, k.Key), k)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return tiers.Record{}, fmt.Errorf("postgres: %s: %w", k, tiers.ErrNotFound)
+		return tiers.Record{}, notFound(k)
 	}
 	return rec, err
 }
+
+// notFound is Get's answer for a key without a row.
+func notFound(k tiers.Key) error { return fmt.Errorf("postgres: %s: %w", k, tiers.ErrNotFound) }

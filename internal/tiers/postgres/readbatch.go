@@ -2,11 +2,7 @@ package postgres
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync/atomic"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/claimd/claimd/internal/tiers"
 )
@@ -91,31 +87,18 @@ func (r *reader) flush(batch []*queuedGet) {
 		return
 	}
 	r.statements.Add(1)
-	found, err := r.s.readBatch(ctx, &args)
+	found := make(map[tiers.Key]batchAnswer, len(waiting))
+	err := r.s.readSeen(ctx, &args, found)
 	for k := range waiting {
-		switch rec, ok := found[k]; {
+		switch row, ok := found[k]; {
 		case err != nil:
 			answer(k, getAnswer{err: err})
 		case ok:
-			answer(k, getAnswer{rec: *rec.seen})
+			answer(k, getAnswer{rec: *row.seen})
 		default:
-			answer(k, getAnswer{err: fmt.Errorf("postgres: %s: %w", k, tiers.ErrNotFound)})
+			answer(k, getAnswer{err: notFound(k)})
 		}
 	}
-}
-
-// readBatch runs claim_batch_seen.sql for the keys of a and returns the
-// rows found, by key.
-func (s *Store) readBatch(ctx context.Context, a *batchArgs) (map[tiers.Key]batchAnswer, error) {
-	rows, err := s.pool.Query(ctx, claimBatchSeenSQL, pgx.QueryExecModeCacheDescribe, a.namespaces, a.providers, a.keys)
-	if err != nil {
-		return nil, err
-	}
-	found := make(map[tiers.Key]batchAnswer, len(a.keys))
-	if err := scanSeen(rows, found); err != nil {
-		return nil, err
-	}
-	return found, nil
 }
 
 // getBatched is Get when batching is on: it joins the next read statement,
@@ -131,9 +114,6 @@ func (s *Store) getBatched(ctx context.Context, k tiers.Key) (tiers.Record, erro
 	}
 	select {
 	case a := <-q.answer:
-		if a.err != nil && !errors.Is(a.err, tiers.ErrNotFound) && ctx.Err() != nil {
-			return tiers.Record{}, ctx.Err()
-		}
 		return a.rec, a.err
 	case <-ctx.Done():
 		return tiers.Record{}, ctx.Err()
