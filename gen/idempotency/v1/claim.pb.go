@@ -1310,9 +1310,16 @@ type TransitionRequest struct {
 	// lease_secret that Claim returned with fencing_token; required, exactly
 	// 16 bytes. A secret that is not the current owner's is PERMISSION_DENIED
 	// (NOT_OWNER) and writes nothing.
-	LeaseSecret   []byte `protobuf:"bytes,8,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaseSecret []byte `protobuf:"bytes,8,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
+	// effect_recovered says that result comes from an effect fence that an
+	// earlier holder committed in the handler's own database (clients/GUARD.md,
+	// "Exactly-once effects"): the side effect happened once, before this
+	// holder took the key over, and this holder only records it. Only with
+	// to = SETTLED. claimd counts it (claimd_effects_recovered_total), logs it
+	// and writes it to the audit log; it changes nothing else.
+	EffectRecovered bool `protobuf:"varint,9,opt,name=effect_recovered,json=effectRecovered,proto3" json:"effect_recovered,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TransitionRequest) Reset() {
@@ -1399,6 +1406,13 @@ func (x *TransitionRequest) GetLeaseSecret() []byte {
 		return x.LeaseSecret
 	}
 	return nil
+}
+
+func (x *TransitionRequest) GetEffectRecovered() bool {
+	if x != nil {
+		return x.EffectRecovered
+	}
+	return false
 }
 
 // TransitionResponse carries the record after the transition.
@@ -1916,7 +1930,7 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\tlifecycle\x18\x0f \x01(\tR\tlifecycle\x12\x1b\n" +
 	"\tentity_id\x18\x10 \x01(\tR\bentityId\x12\x1d\n" +
 	"\n" +
-	"event_type\x18\x11 \x01(\tR\teventType\"\xa9\x02\n" +
+	"event_type\x18\x11 \x01(\tR\teventType\"\xd4\x02\n" +
 	"\x11TransitionRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x10\n" +
@@ -1925,7 +1939,8 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\x02to\x18\x05 \x01(\x0e2\x1a.idempotency.v1.EventStateR\x02to\x12\x16\n" +
 	"\x06result\x18\x06 \x01(\fR\x06result\x12<\n" +
 	"\fextend_lease\x18\a \x01(\v2\x19.google.protobuf.DurationR\vextendLease\x12!\n" +
-	"\flease_secret\x18\b \x01(\fR\vleaseSecret\"^\n" +
+	"\flease_secret\x18\b \x01(\fR\vleaseSecret\x12)\n" +
+	"\x10effect_recovered\x18\t \x01(\bR\x0feffectRecovered\"^\n" +
 	"\x12TransitionResponse\x12.\n" +
 	"\x06record\x18\x01 \x01(\v2\x16.idempotency.v1.RecordR\x06record\x12\x18\n" +
 	"\achanged\x18\x02 \x01(\bR\achanged\"\xd3\x01\n" +

@@ -268,7 +268,7 @@ class Record(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., state: _Optional[_Union[EventState, str]] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., attempt: _Optional[int] = ..., released: _Optional[bool] = ..., first_seen_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., payload_sha256: _Optional[bytes] = ..., result: _Optional[bytes] = ..., lifecycle: _Optional[str] = ..., entity_id: _Optional[str] = ..., event_type: _Optional[str] = ...) -> None: ...
 
 class TransitionRequest(_message.Message):
-    __slots__ = ("namespace", "provider", "key", "fencing_token", "to", "result", "extend_lease", "lease_secret")
+    __slots__ = ("namespace", "provider", "key", "fencing_token", "to", "result", "extend_lease", "lease_secret", "effect_recovered")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -277,6 +277,7 @@ class TransitionRequest(_message.Message):
     RESULT_FIELD_NUMBER: _ClassVar[int]
     EXTEND_LEASE_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECRET_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_RECOVERED_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     provider: str
     key: str
@@ -285,7 +286,8 @@ class TransitionRequest(_message.Message):
     result: bytes
     extend_lease: _duration_pb2.Duration
     lease_secret: bytes
-    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., to: _Optional[_Union[EventState, str]] = ..., result: _Optional[bytes] = ..., extend_lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_secret: _Optional[bytes] = ...) -> None: ...
+    effect_recovered: bool
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., to: _Optional[_Union[EventState, str]] = ..., result: _Optional[bytes] = ..., extend_lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_secret: _Optional[bytes] = ..., effect_recovered: _Optional[bool] = ...) -> None: ...
 
 class TransitionResponse(_message.Message):
     __slots__ = ("record", "changed")

@@ -167,81 +167,82 @@ public final class ClaimProto extends com.google.protobuf.GeneratedFile {
       "Sha256\022\026\n\006result\030\016 \001(\014R\006result\022\034\n\tlifecy" +
       "cle\030\017 \001(\tR\tlifecycle\022\033\n\tentity_id\030\020 \001(\tR" +
       "\010entityId\022\035\n\nevent_type\030\021 \001(\tR\teventType" +
-      "\"\251\002\n\021TransitionRequest\022\034\n\tnamespace\030\001 \001(" +
+      "\"\324\002\n\021TransitionRequest\022\034\n\tnamespace\030\001 \001(" +
       "\tR\tnamespace\022\032\n\010provider\030\002 \001(\tR\010provider" +
       "\022\020\n\003key\030\003 \001(\tR\003key\022#\n\rfencing_token\030\004 \001(" +
       "\004R\014fencingToken\022*\n\002to\030\005 \001(\0162\032.idempotenc" +
       "y.v1.EventStateR\002to\022\026\n\006result\030\006 \001(\014R\006res" +
       "ult\022<\n\014extend_lease\030\007 \001(\0132\031.google.proto" +
       "buf.DurationR\013extendLease\022!\n\014lease_secre" +
-      "t\030\010 \001(\014R\013leaseSecret\"^\n\022TransitionRespon" +
-      "se\022.\n\006record\030\001 \001(\0132\026.idempotency.v1.Reco" +
-      "rdR\006record\022\030\n\007changed\030\002 \001(\010R\007changed\"\323\001\n" +
-      "\014RenewRequest\022\034\n\tnamespace\030\001 \001(\tR\tnamesp" +
-      "ace\022\032\n\010provider\030\002 \001(\tR\010provider\022\020\n\003key\030\003" +
-      " \001(\tR\003key\022#\n\rfencing_token\030\004 \001(\004R\014fencin" +
-      "gToken\022/\n\005lease\030\005 \001(\0132\031.google.protobuf." +
-      "DurationR\005lease\022!\n\014lease_secret\030\006 \001(\014R\013l" +
-      "easeSecret\"?\n\rRenewResponse\022.\n\006record\030\001 " +
-      "\001(\0132\026.idempotency.v1.RecordR\006record\"\244\001\n\016" +
-      "ReleaseRequest\022\034\n\tnamespace\030\001 \001(\tR\tnames" +
-      "pace\022\032\n\010provider\030\002 \001(\tR\010provider\022\020\n\003key\030" +
-      "\003 \001(\tR\003key\022#\n\rfencing_token\030\004 \001(\004R\014fenci" +
-      "ngToken\022!\n\014lease_secret\030\005 \001(\014R\013leaseSecr" +
-      "et\"A\n\017ReleaseResponse\022.\n\006record\030\001 \001(\0132\026." +
-      "idempotency.v1.RecordR\006record\"X\n\nGetRequ" +
-      "est\022\034\n\tnamespace\030\001 \001(\tR\tnamespace\022\032\n\010pro" +
-      "vider\030\002 \001(\tR\010provider\022\020\n\003key\030\003 \001(\tR\003key\"" +
-      "=\n\013GetResponse\022.\n\006record\030\001 \001(\0132\026.idempot" +
-      "ency.v1.RecordR\006record*\264\001\n\007Outcome\022\027\n\023OU" +
-      "TCOME_UNSPECIFIED\020\000\022\024\n\020OUTCOME_ACQUIRED\020" +
-      "\001\022\025\n\021OUTCOME_DUPLICATE\020\002\022\027\n\023OUTCOME_IN_P" +
-      "ROGRESS\020\003\022\034\n\030OUTCOME_PAYLOAD_MISMATCH\020\004\022" +
-      "\024\n\020OUTCOME_DEFERRED\020\005\022\026\n\022OUTCOME_SUPERSE" +
-      "DED\020\006*z\n\006Reason\022\026\n\022REASON_UNSPECIFIED\020\000\022" +
-      "\016\n\nREASON_NEW\020\001\022\023\n\017REASON_RELEASED\020\002\022\030\n\024" +
-      "REASON_LEASE_EXPIRED\020\003\022\031\n\025REASON_WINDOW_" +
-      "EXPIRED\020\004*\253\001\n\nEventState\022\033\n\027EVENT_STATE_" +
-      "UNSPECIFIED\020\000\022\030\n\024EVENT_STATE_RECEIVED\020\001\022" +
-      "\031\n\025EVENT_STATE_VALIDATED\020\002\022\032\n\026EVENT_STAT" +
-      "E_PROCESSING\020\003\022\027\n\023EVENT_STATE_SETTLED\020\004\022" +
-      "\026\n\022EVENT_STATE_FAILED\020\005*\214\001\n\tKeySource\022\032\n" +
-      "\026KEY_SOURCE_UNSPECIFIED\020\000\022\027\n\023KEY_SOURCE_" +
-      "EVENT_ID\020\001\022\025\n\021KEY_SOURCE_HEADER\020\002\022\031\n\025KEY" +
-      "_SOURCE_BODY_FIELD\020\003\022\030\n\024KEY_SOURCE_BODY_" +
-      "HASH\020\004*\322\003\n\013ErrorReason\022\034\n\030ERROR_REASON_U" +
-      "NSPECIFIED\020\000\022\024\n\020INVALID_ARGUMENT\020\001\022\026\n\022PR" +
-      "OVIDER_NOT_FOUND\020\002\022\024\n\020RECORD_NOT_FOUND\020\003" +
-      "\022\026\n\022INVALID_TRANSITION\020\004\022\017\n\013STALE_TOKEN\020" +
-      "\005\022\023\n\017RESULT_MISMATCH\020\006\022\r\n\tNOT_OWNER\020\007\022\034\n" +
-      "\030DURABLE_TIER_UNAVAILABLE\020\010\022\027\n\023CREDENTIA" +
-      "LS_MISSING\020\t\022\023\n\017TOKEN_MALFORMED\020\n\022\021\n\rTOK" +
-      "EN_UNKNOWN\020\013\022\024\n\020IDENTITY_UNKNOWN\020\014\022\026\n\022PR" +
-      "INCIPAL_CONFLICT\020\r\022\024\n\020NAMESPACE_DENIED\020\016" +
-      "\022\017\n\013ROLE_DENIED\020\017\022\021\n\rMETHOD_DENIED\020\020\022\020\n\014" +
-      "RATE_LIMITED\020\021\022\024\n\020ENTITY_NOT_FOUND\020\022\022\027\n\023" +
-      "LIFECYCLE_NOT_FOUND\020\023\022\014\n\010INTERNAL\020\024*M\n\004T" +
-      "ier\022\024\n\020TIER_UNSPECIFIED\020\000\022\016\n\nTIER_LOCAL\020" +
-      "\001\022\r\n\tTIER_FAST\020\002\022\020\n\014TIER_DURABLE\020\0032\311\004\n\014C" +
-      "laimService\022[\n\005Claim\022\034.idempotency.v1.Cl" +
-      "aimRequest\032\035.idempotency.v1.ClaimRespons" +
-      "e\"\025\202\323\344\223\002\017\"\n/v1/claims:\001*\022{\n\nTransition\022!" +
-      ".idempotency.v1.TransitionRequest\032\".idem" +
-      "potency.v1.TransitionResponse\"&\202\323\344\223\002 \"\033/" +
-      "v1/claims/{key}:transition:\001*\022g\n\005Renew\022\034" +
-      ".idempotency.v1.RenewRequest\032\035.idempoten" +
-      "cy.v1.RenewResponse\"!\202\323\344\223\002\033\"\026/v1/claims/" +
-      "{key}:renew:\001*\022o\n\007Release\022\036.idempotency." +
-      "v1.ReleaseRequest\032\037.idempotency.v1.Relea" +
-      "seResponse\"#\202\323\344\223\002\035\"\030/v1/claims/{key}:rel" +
-      "ease:\001*\022\204\001\n\003Get\022\032.idempotency.v1.GetRequ" +
-      "est\032\033.idempotency.v1.GetResponse\"D\202\323\344\223\002>" +
-      "\022</v1/namespaces/{namespace}/providers/{" +
-      "provider}/claims/{key}B\226\001\n\031dev.claimd.id" +
-      "empotency.v1B\nClaimProtoP\001Z9github.com/c" +
-      "laimd/claimd/gen/idempotency/v1;idempote" +
-      "ncyv1\252\002\025Claimd.Idempotency.V1\352\002\027Claimd::" +
-      "Idempotency::V1b\006proto3"
+      "t\030\010 \001(\014R\013leaseSecret\022)\n\020effect_recovered" +
+      "\030\t \001(\010R\017effectRecovered\"^\n\022TransitionRes" +
+      "ponse\022.\n\006record\030\001 \001(\0132\026.idempotency.v1.R" +
+      "ecordR\006record\022\030\n\007changed\030\002 \001(\010R\007changed\"" +
+      "\323\001\n\014RenewRequest\022\034\n\tnamespace\030\001 \001(\tR\tnam" +
+      "espace\022\032\n\010provider\030\002 \001(\tR\010provider\022\020\n\003ke" +
+      "y\030\003 \001(\tR\003key\022#\n\rfencing_token\030\004 \001(\004R\014fen" +
+      "cingToken\022/\n\005lease\030\005 \001(\0132\031.google.protob" +
+      "uf.DurationR\005lease\022!\n\014lease_secret\030\006 \001(\014" +
+      "R\013leaseSecret\"?\n\rRenewResponse\022.\n\006record" +
+      "\030\001 \001(\0132\026.idempotency.v1.RecordR\006record\"\244" +
+      "\001\n\016ReleaseRequest\022\034\n\tnamespace\030\001 \001(\tR\tna" +
+      "mespace\022\032\n\010provider\030\002 \001(\tR\010provider\022\020\n\003k" +
+      "ey\030\003 \001(\tR\003key\022#\n\rfencing_token\030\004 \001(\004R\014fe" +
+      "ncingToken\022!\n\014lease_secret\030\005 \001(\014R\013leaseS" +
+      "ecret\"A\n\017ReleaseResponse\022.\n\006record\030\001 \001(\013" +
+      "2\026.idempotency.v1.RecordR\006record\"X\n\nGetR" +
+      "equest\022\034\n\tnamespace\030\001 \001(\tR\tnamespace\022\032\n\010" +
+      "provider\030\002 \001(\tR\010provider\022\020\n\003key\030\003 \001(\tR\003k" +
+      "ey\"=\n\013GetResponse\022.\n\006record\030\001 \001(\0132\026.idem" +
+      "potency.v1.RecordR\006record*\264\001\n\007Outcome\022\027\n" +
+      "\023OUTCOME_UNSPECIFIED\020\000\022\024\n\020OUTCOME_ACQUIR" +
+      "ED\020\001\022\025\n\021OUTCOME_DUPLICATE\020\002\022\027\n\023OUTCOME_I" +
+      "N_PROGRESS\020\003\022\034\n\030OUTCOME_PAYLOAD_MISMATCH" +
+      "\020\004\022\024\n\020OUTCOME_DEFERRED\020\005\022\026\n\022OUTCOME_SUPE" +
+      "RSEDED\020\006*z\n\006Reason\022\026\n\022REASON_UNSPECIFIED" +
+      "\020\000\022\016\n\nREASON_NEW\020\001\022\023\n\017REASON_RELEASED\020\002\022" +
+      "\030\n\024REASON_LEASE_EXPIRED\020\003\022\031\n\025REASON_WIND" +
+      "OW_EXPIRED\020\004*\253\001\n\nEventState\022\033\n\027EVENT_STA" +
+      "TE_UNSPECIFIED\020\000\022\030\n\024EVENT_STATE_RECEIVED" +
+      "\020\001\022\031\n\025EVENT_STATE_VALIDATED\020\002\022\032\n\026EVENT_S" +
+      "TATE_PROCESSING\020\003\022\027\n\023EVENT_STATE_SETTLED" +
+      "\020\004\022\026\n\022EVENT_STATE_FAILED\020\005*\214\001\n\tKeySource" +
+      "\022\032\n\026KEY_SOURCE_UNSPECIFIED\020\000\022\027\n\023KEY_SOUR" +
+      "CE_EVENT_ID\020\001\022\025\n\021KEY_SOURCE_HEADER\020\002\022\031\n\025" +
+      "KEY_SOURCE_BODY_FIELD\020\003\022\030\n\024KEY_SOURCE_BO" +
+      "DY_HASH\020\004*\322\003\n\013ErrorReason\022\034\n\030ERROR_REASO" +
+      "N_UNSPECIFIED\020\000\022\024\n\020INVALID_ARGUMENT\020\001\022\026\n" +
+      "\022PROVIDER_NOT_FOUND\020\002\022\024\n\020RECORD_NOT_FOUN" +
+      "D\020\003\022\026\n\022INVALID_TRANSITION\020\004\022\017\n\013STALE_TOK" +
+      "EN\020\005\022\023\n\017RESULT_MISMATCH\020\006\022\r\n\tNOT_OWNER\020\007" +
+      "\022\034\n\030DURABLE_TIER_UNAVAILABLE\020\010\022\027\n\023CREDEN" +
+      "TIALS_MISSING\020\t\022\023\n\017TOKEN_MALFORMED\020\n\022\021\n\r" +
+      "TOKEN_UNKNOWN\020\013\022\024\n\020IDENTITY_UNKNOWN\020\014\022\026\n" +
+      "\022PRINCIPAL_CONFLICT\020\r\022\024\n\020NAMESPACE_DENIE" +
+      "D\020\016\022\017\n\013ROLE_DENIED\020\017\022\021\n\rMETHOD_DENIED\020\020\022" +
+      "\020\n\014RATE_LIMITED\020\021\022\024\n\020ENTITY_NOT_FOUND\020\022\022" +
+      "\027\n\023LIFECYCLE_NOT_FOUND\020\023\022\014\n\010INTERNAL\020\024*M" +
+      "\n\004Tier\022\024\n\020TIER_UNSPECIFIED\020\000\022\016\n\nTIER_LOC" +
+      "AL\020\001\022\r\n\tTIER_FAST\020\002\022\020\n\014TIER_DURABLE\020\0032\311\004" +
+      "\n\014ClaimService\022[\n\005Claim\022\034.idempotency.v1" +
+      ".ClaimRequest\032\035.idempotency.v1.ClaimResp" +
+      "onse\"\025\202\323\344\223\002\017\"\n/v1/claims:\001*\022{\n\nTransitio" +
+      "n\022!.idempotency.v1.TransitionRequest\032\".i" +
+      "dempotency.v1.TransitionResponse\"&\202\323\344\223\002 " +
+      "\"\033/v1/claims/{key}:transition:\001*\022g\n\005Rene" +
+      "w\022\034.idempotency.v1.RenewRequest\032\035.idempo" +
+      "tency.v1.RenewResponse\"!\202\323\344\223\002\033\"\026/v1/clai" +
+      "ms/{key}:renew:\001*\022o\n\007Release\022\036.idempoten" +
+      "cy.v1.ReleaseRequest\032\037.idempotency.v1.Re" +
+      "leaseResponse\"#\202\323\344\223\002\035\"\030/v1/claims/{key}:" +
+      "release:\001*\022\204\001\n\003Get\022\032.idempotency.v1.GetR" +
+      "equest\032\033.idempotency.v1.GetResponse\"D\202\323\344" +
+      "\223\002>\022</v1/namespaces/{namespace}/provider" +
+      "s/{provider}/claims/{key}B\226\001\n\031dev.claimd" +
+      ".idempotency.v1B\nClaimProtoP\001Z9github.co" +
+      "m/claimd/claimd/gen/idempotency/v1;idemp" +
+      "otencyv1\252\002\025Claimd.Idempotency.V1\352\002\027Claim" +
+      "d::Idempotency::V1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -291,7 +292,7 @@ public final class ClaimProto extends com.google.protobuf.GeneratedFile {
     internal_static_idempotency_v1_TransitionRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_idempotency_v1_TransitionRequest_descriptor,
-        new java.lang.String[] { "Namespace", "Provider", "Key", "FencingToken", "To", "Result", "ExtendLease", "LeaseSecret", });
+        new java.lang.String[] { "Namespace", "Provider", "Key", "FencingToken", "To", "Result", "ExtendLease", "LeaseSecret", "EffectRecovered", });
     internal_static_idempotency_v1_TransitionResponse_descriptor =
       getDescriptor().getMessageType(6);
     internal_static_idempotency_v1_TransitionResponse_fieldAccessorTable = new

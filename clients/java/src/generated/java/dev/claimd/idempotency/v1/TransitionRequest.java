@@ -315,6 +315,26 @@ private static final long serialVersionUID = 0L;
     return leaseSecret_;
   }
 
+  public static final int EFFECT_RECOVERED_FIELD_NUMBER = 9;
+  private boolean effectRecovered_ = false;
+  /**
+   * <pre>
+   * effect_recovered says that result comes from an effect fence that an
+   * earlier holder committed in the handler's own database (clients/GUARD.md,
+   * "Exactly-once effects"): the side effect happened once, before this
+   * holder took the key over, and this holder only records it. Only with
+   * to = SETTLED. claimd counts it (claimd_effects_recovered_total), logs it
+   * and writes it to the audit log; it changes nothing else.
+   * </pre>
+   *
+   * <code>bool effect_recovered = 9 [json_name = "effectRecovered"];</code>
+   * @return The effectRecovered.
+   */
+  @java.lang.Override
+  public boolean getEffectRecovered() {
+    return effectRecovered_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -353,6 +373,9 @@ private static final long serialVersionUID = 0L;
     if (!leaseSecret_.isEmpty()) {
       output.writeBytes(8, leaseSecret_);
     }
+    if (effectRecovered_ != false) {
+      output.writeBool(9, effectRecovered_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -385,6 +408,10 @@ private static final long serialVersionUID = 0L;
     if (!leaseSecret_.isEmpty()) {
       size += com.google.protobuf.CodedOutputStream
         .computeBytesSize(8, leaseSecret_);
+    }
+    if (effectRecovered_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(9, effectRecovered_);
     }
     return size;
   }
@@ -428,6 +455,8 @@ private static final long serialVersionUID = 0L;
     }
     if (!getLeaseSecret()
         .equals(other.getLeaseSecret())) return false;
+    if (getEffectRecovered()
+        != other.getEffectRecovered()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -458,6 +487,9 @@ private static final long serialVersionUID = 0L;
     }
     hash = (37 * hash) + LEASE_SECRET_FIELD_NUMBER;
     hash = (53 * hash) + getLeaseSecret().hashCode();
+    hash = (37 * hash) + EFFECT_RECOVERED_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getEffectRecovered());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -611,6 +643,7 @@ private static final long serialVersionUID = 0L;
         extendLeaseBuilder_ = null;
       }
       leaseSecret_ = com.google.protobuf.ByteString.EMPTY;
+      effectRecovered_ = false;
       return this;
     }
 
@@ -672,6 +705,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000080) != 0)) {
         result.leaseSecret_ = leaseSecret_;
       }
+      if (((from_bitField0_ & 0x00000100) != 0)) {
+        result.effectRecovered_ = effectRecovered_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -716,6 +752,9 @@ private static final long serialVersionUID = 0L;
       }
       if (!other.getLeaseSecret().isEmpty()) {
         setLeaseSecret(other.getLeaseSecret());
+      }
+      if (other.getEffectRecovered() != false) {
+        setEffectRecovered(other.getEffectRecovered());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -783,6 +822,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000080;
               break;
             } // case 66
+            case 72: {
+              effectRecovered_ = input.readBool();
+              bitField0_ |= 0x00000100;
+              break;
+            } // case 72
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1449,6 +1493,65 @@ private static final long serialVersionUID = 0L;
     public Builder clearLeaseSecret() {
       bitField0_ = (bitField0_ & ~0x00000080);
       leaseSecret_ = getDefaultInstance().getLeaseSecret();
+      onChanged();
+      return this;
+    }
+
+    private boolean effectRecovered_ ;
+    /**
+     * <pre>
+     * effect_recovered says that result comes from an effect fence that an
+     * earlier holder committed in the handler's own database (clients/GUARD.md,
+     * "Exactly-once effects"): the side effect happened once, before this
+     * holder took the key over, and this holder only records it. Only with
+     * to = SETTLED. claimd counts it (claimd_effects_recovered_total), logs it
+     * and writes it to the audit log; it changes nothing else.
+     * </pre>
+     *
+     * <code>bool effect_recovered = 9 [json_name = "effectRecovered"];</code>
+     * @return The effectRecovered.
+     */
+    @java.lang.Override
+    public boolean getEffectRecovered() {
+      return effectRecovered_;
+    }
+    /**
+     * <pre>
+     * effect_recovered says that result comes from an effect fence that an
+     * earlier holder committed in the handler's own database (clients/GUARD.md,
+     * "Exactly-once effects"): the side effect happened once, before this
+     * holder took the key over, and this holder only records it. Only with
+     * to = SETTLED. claimd counts it (claimd_effects_recovered_total), logs it
+     * and writes it to the audit log; it changes nothing else.
+     * </pre>
+     *
+     * <code>bool effect_recovered = 9 [json_name = "effectRecovered"];</code>
+     * @param value The effectRecovered to set.
+     * @return This builder for chaining.
+     */
+    public Builder setEffectRecovered(boolean value) {
+
+      effectRecovered_ = value;
+      bitField0_ |= 0x00000100;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * effect_recovered says that result comes from an effect fence that an
+     * earlier holder committed in the handler's own database (clients/GUARD.md,
+     * "Exactly-once effects"): the side effect happened once, before this
+     * holder took the key over, and this holder only records it. Only with
+     * to = SETTLED. claimd counts it (claimd_effects_recovered_total), logs it
+     * and writes it to the audit log; it changes nothing else.
+     * </pre>
+     *
+     * <code>bool effect_recovered = 9 [json_name = "effectRecovered"];</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearEffectRecovered() {
+      bitField0_ = (bitField0_ & ~0x00000100);
+      effectRecovered_ = false;
       onChanged();
       return this;
     }

@@ -151,4 +151,19 @@ public interface TransitionRequestOrBuilder extends
    * @return The leaseSecret.
    */
   com.google.protobuf.ByteString getLeaseSecret();
+
+  /**
+   * <pre>
+   * effect_recovered says that result comes from an effect fence that an
+   * earlier holder committed in the handler's own database (clients/GUARD.md,
+   * "Exactly-once effects"): the side effect happened once, before this
+   * holder took the key over, and this holder only records it. Only with
+   * to = SETTLED. claimd counts it (claimd_effects_recovered_total), logs it
+   * and writes it to the audit log; it changes nothing else.
+   * </pre>
+   *
+   * <code>bool effect_recovered = 9 [json_name = "effectRecovered"];</code>
+   * @return The effectRecovered.
+   */
+  boolean getEffectRecovered();
 }
