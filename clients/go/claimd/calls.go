@@ -234,6 +234,10 @@ type TransitionRequest struct {
 	// ExtendLease optionally sets the lease to now+ExtendLease (non-terminal
 	// targets only).
 	ExtendLease time.Duration
+	// EffectRecovered says that a SETTLED result is the stored result of an
+	// earlier holder's effect fence (see Effect), which this holder found
+	// done: claimd counts, logs and audits it. Guard sets it.
+	EffectRecovered bool
 }
 
 // Transition moves the record to r.To, fenced by r.Lease. changed is false
@@ -243,6 +247,7 @@ func (c *Client) Transition(ctx context.Context, r TransitionRequest) (rec *pb.R
 	req := &pb.TransitionRequest{
 		Namespace: r.Namespace, Provider: r.Provider, Key: r.Key,
 		FencingToken: r.FencingToken, LeaseSecret: r.LeaseSecret, To: r.To, Result: r.Result,
+		EffectRecovered: r.EffectRecovered,
 	}
 	if r.ExtendLease > 0 {
 		req.ExtendLease = durationpb.New(r.ExtendLease)

@@ -141,6 +141,11 @@ type Outcome struct {
 	// Err is the error behind a non-2xx answer or a Failed event (fn's
 	// error, or a claimd error), nil otherwise.
 	Err error
+	// Effect is what the delivery's Effect did, when it committed its
+	// fence or found an earlier holder's done (Effect.Done: the event was
+	// then settled with that fence's result); nil when fn opened no effect
+	// or it failed.
+	Effect *Fx
 }
 
 // Respond writes the outcome to an HTTP response: Retry-After, status and
@@ -246,6 +251,10 @@ func (c *Client) run(ctx context.Context, req ClaimRequest, cl Claim, fn GuardFu
 
 	fnCtx, cancelFn := context.WithCancelCause(ctx)
 	defer cancelFn(nil)
+	// The delivery's Effect finds its claim, and tells the guard what it
+	// found, through fn's context.
+	fx := &effectState{lease: lease}
+	fnCtx = context.WithValue(fnCtx, effectCtxKey{}, fx)
 	var (
 		mu         sync.Mutex
 		supersedes error // set by the heartbeat when another holder took over
@@ -260,65 +269,116 @@ func (c *Client) run(ctx context.Context, req ClaimRequest, cl Claim, fn GuardFu
 
 	result, fnErr := fn(fnCtx, cl)
 	stop()
+	effect := fx.close()
 	mu.Lock()
 	stale := supersedes
 	mu.Unlock()
 	if stale != nil {
-		return c.superseded(cl, stale, true)
+		o := c.superseded(cl, stale, true)
+		o.Effect = effect
+		return o
 	}
 
+	var o Outcome
 	switch {
 	case fnErr == nil:
-		stored, tooLarge := result, error(nil)
-		if len(result) > MaxResultBytes {
-			// The side effect happened: recording that matters more than the
-			// result, so settle without it.
-			stored, tooLarge = nil, fmt.Errorf("claimd: result of %d bytes exceeds %d; settled without it", len(result), MaxResultBytes)
-			c.opts.logger.Warn(tooLarge.Error(), "key", lease.Key)
-		}
-		if _, _, err := c.Transition(detached, TransitionRequest{Lease: lease, To: StateSettled, Result: stored}); err != nil {
-			if !endedAlready(err) {
-				return c.settleFailed(cl, err)
-			}
-			c.endedByHandler(lease, err)
-			tooLarge = errors.Join(tooLarge, err)
-		}
-		return Outcome{Status: http.StatusOK, Body: result, Disposition: Settled, Claim: cl, Ran: true, Err: tooLarge}
+		o = c.record(detached, cl, settlement(lease, result, effect))
 	case IsPermanent(fnErr):
 		text := []byte(truncate(fnErr.Error(), MaxFailureText))
-		if _, _, err := c.Transition(detached, TransitionRequest{Lease: lease, To: StateFailed, Result: text}); err != nil {
-			if !endedAlready(err) {
-				o := c.settleFailed(cl, err)
-				o.Err = errors.Join(fnErr, err)
-				return o
-			}
-			c.endedByHandler(lease, err)
-			fnErr = errors.Join(fnErr, err)
-		}
-		return Outcome{Status: http.StatusOK, Body: text, Disposition: Failed, Claim: cl, Ran: true, Err: fnErr}
+		o = c.record(detached, cl, ending{
+			tr:      TransitionRequest{Lease: lease, To: StateFailed, Result: text},
+			outcome: Outcome{Status: http.StatusOK, Body: text, Disposition: Failed, Err: fnErr},
+		})
 	case mayHaveHappened(cl):
 		c.opts.logger.Warn("claimd: handler failed after a takeover from PROCESSING; leaving the key to its lease",
 			"key", lease.Key, "err", fnErr)
-		return Outcome{
+		o = Outcome{
 			Status: http.StatusInternalServerError, Body: []byte("processing failed; retry later\n"),
 			Disposition: Unreleased, Claim: cl, Ran: true, Err: fnErr,
 		}
 	default:
-		if _, err := c.Release(detached, lease); err != nil {
-			if notOurs(err) {
-				o := c.superseded(cl, err, true)
-				o.Err = errors.Join(fnErr, err)
-				return o
-			}
-			// The lease will hand the key over instead; the provider still
-			// retries on the 500.
-			c.opts.logger.Warn("claimd: release failed; the key frees when its lease ends", "key", lease.Key, "err", err)
-			fnErr = errors.Join(fnErr, err)
+		o = c.release(detached, cl, fnErr)
+	}
+	o.Effect = effect
+	return o
+}
+
+// ending is what Guard records after fn returned (a Transition to SETTLED or
+// FAILED) and what it answers once claimd stored it.
+type ending struct {
+	tr      TransitionRequest
+	outcome Outcome // Claim and Ran are filled in by record
+}
+
+// settlement is the ending of fn that returned result. When the delivery's
+// effect found an earlier holder's fence done, the event is settled with
+// that fence's stored result, whatever fn returned, and claimd is told the
+// result was recovered (clients/GUARD.md, row 23).
+func settlement(l Lease, result []byte, effect *Fx) ending {
+	recovered := effect != nil && effect.Done
+	if recovered {
+		result = effect.Result
+	}
+	stored, tooLarge := result, error(nil)
+	if len(result) > MaxResultBytes {
+		// The side effect happened: recording that matters more than the
+		// result, so settle without it.
+		stored, tooLarge = nil, fmt.Errorf("claimd: result of %d bytes exceeds %d; settled without it", len(result), MaxResultBytes)
+	}
+	return ending{
+		tr:      TransitionRequest{Lease: l, To: StateSettled, Result: stored, EffectRecovered: recovered},
+		outcome: Outcome{Status: http.StatusOK, Body: result, Disposition: Settled, Err: tooLarge},
+	}
+}
+
+// record writes e's terminal Transition: the one path by which Guard records
+// the outcome of fn, settled or failed. A record that fn already ended
+// itself keeps its stored outcome (row 18); any other failure leaves the key
+// to its lease (rows 17 and 19).
+func (c *Client) record(ctx context.Context, cl Claim, e ending) Outcome {
+	o := e.outcome
+	o.Claim, o.Ran = cl, true
+	if o.Err != nil && o.Disposition == Settled {
+		c.opts.logger.Warn(o.Err.Error(), "key", e.tr.Key)
+	}
+	if e.tr.EffectRecovered {
+		c.opts.logger.Info("claimd: settling with the stored result of an earlier holder's effect",
+			"namespace", cl.Namespace, "provider", cl.Provider, "key", cl.GetKey())
+	}
+	_, _, err := c.Transition(ctx, e.tr)
+	switch {
+	case err == nil:
+		return o
+	case endedAlready(err):
+		c.endedByHandler(e.tr.Lease, err)
+		o.Err = errors.Join(o.Err, err)
+		return o
+	}
+	f := c.settleFailed(cl, err)
+	if o.Err != nil && o.Disposition == Failed {
+		f.Err = errors.Join(o.Err, err) // fn's error stays visible
+	}
+	return f
+}
+
+// release gives back a key whose fn failed retryably, so that the
+// provider's retry runs fn again (row 15).
+func (c *Client) release(ctx context.Context, cl Claim, fnErr error) Outcome {
+	lease := cl.Lease()
+	if _, err := c.Release(ctx, lease); err != nil {
+		if notOurs(err) {
+			o := c.superseded(cl, err, true)
+			o.Err = errors.Join(fnErr, err)
+			return o
 		}
-		return Outcome{
-			Status: http.StatusInternalServerError, Body: []byte("processing failed; retry later\n"),
-			Disposition: Released, Claim: cl, Ran: true, Err: fnErr,
-		}
+		// The lease will hand the key over instead; the provider still
+		// retries on the 500.
+		c.opts.logger.Warn("claimd: release failed; the key frees when its lease ends", "key", lease.Key, "err", err)
+		fnErr = errors.Join(fnErr, err)
+	}
+	return Outcome{
+		Status: http.StatusInternalServerError, Body: []byte("processing failed; retry later\n"),
+		Disposition: Released, Claim: cl, Ran: true, Err: fnErr,
 	}
 }
 
