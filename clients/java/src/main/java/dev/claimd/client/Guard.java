@@ -270,11 +270,11 @@ public final class Guard {
       throw c;
     }
     if (failure == null) {
-      return settle(cl, lease, value);
+      return record(cl, lease, settled(lease, value));
     }
     PermanentException permanent = permanentIn(failure);
     if (permanent != null) {
-      return fail(cl, lease, permanent, failure);
+      return record(cl, lease, failed(permanent, failure));
     }
     if (keep) {
       client.logger().log(Level.WARNING,
@@ -295,7 +295,16 @@ public final class Guard {
     return answer(500, bytes(PROCESSING_FAILED_BODY), null, Disposition.RELEASED, cl, true, failure);
   }
 
-  private GuardResult settle(Claim cl, Lease lease, Object value) {
+  /**
+   * Outcome is what the guard records after the handler ran: the terminal
+   * state, the bytes to store with it, the body to answer (all of a result,
+   * even over the cap), and a note for the caller (a result not stored, the
+   * handler's permanent failure).
+   */
+  private record Outcome(EventState to, byte[] stored, byte[] answer, Disposition disposition, Throwable note) {}
+
+  /** settled is row 13: the handler's value, encoded; stored only when it fits. */
+  private Outcome settled(Lease lease, Object value) {
     byte[] answer;
     byte[] stored;
     Exception note = null;
@@ -317,11 +326,29 @@ public final class Guard {
     if (note != null) {
       client.logger().log(Level.WARNING, note.getMessage() + ": " + lease);
     }
-    final byte[] result = stored;
+    return new Outcome(EventState.EVENT_STATE_SETTLED, stored, answer, Disposition.SETTLED, note);
+  }
+
+  /** failed is row 14: the permanent failure's text, capped, stored and answered. */
+  private static Outcome failed(PermanentException permanent, Exception failure) {
+    byte[] text = Results.failureText(permanent, MAX_FAILURE_BYTES);
+    return new Outcome(EventState.EVENT_STATE_FAILED, text, text, Disposition.FAILED, failure);
+  }
+
+  /**
+   * record writes the outcome to claimd, the one way every outcome is written
+   * (rows 13, 14, 17, 18, 19). A record already terminal under this token
+   * means the handler ended the event itself: its stored outcome stands (200).
+   */
+  private GuardResult record(Claim cl, Lease lease, Outcome o) {
+    Throwable note = o.note();
     try {
-      detached(() -> client.settle(lease, result));
+      detached(() -> client.transition(lease, o.to(), o.stored()));
     } catch (ClaimdException e) {
       if (!endedAlready(e)) {
+        if (note != null) {
+          e.addSuppressed(note);
+        }
         return settleFailed(cl, e);
       }
       endedByHandler(lease, e);
@@ -331,28 +358,12 @@ public final class Guard {
         note = e;
       }
     } catch (RuntimeException e) {
-      return unsettled(cl, e);
-    }
-    return answer(200, answer, null, Disposition.SETTLED, cl, true, note);
-  }
-
-  private GuardResult fail(Claim cl, Lease lease, PermanentException permanent, Exception failure) {
-    byte[] text = Results.failureText(permanent, MAX_FAILURE_BYTES);
-    try {
-      detached(() -> client.fail(lease, text));
-    } catch (ClaimdException e) {
-      if (!endedAlready(e)) {
-        GuardResult r = settleFailed(cl, e);
-        e.addSuppressed(failure);
-        return r;
+      if (note != null) {
+        e.addSuppressed(note);
       }
-      endedByHandler(lease, e);
-      failure.addSuppressed(e);
-    } catch (RuntimeException e) {
-      e.addSuppressed(failure);
       return unsettled(cl, e);
     }
-    return answer(200, text, null, Disposition.FAILED, cl, true, failure);
+    return answer(200, o.answer(), null, o.disposition(), cl, true, note);
   }
 
   /** failedCall is the answer to a claimd call that failed before the handler ran. */
