@@ -62,6 +62,13 @@ type TransitionParams struct {
 	To         State
 	Result     []byte        // stored only with a terminal To
 	Lease      time.Duration // when > 0 (non-terminal To only): lease = Now + Lease
+	// EffectRecovered says the caller's result came from an effect fence
+	// that an earlier holder committed in the handler's database before it
+	// vanished (GUARD.md, Exactly-once effects); the service admits it with
+	// To = SETTLED only. It decides nothing: a durable tier writes it to the
+	// audit row of a transition that changed the record (a repeat writes no
+	// row), and a fast tier ignores it.
+	EffectRecovered bool
 }
 
 // RenewParams extends the lease of the holder of Token to Now + Lease.

@@ -515,11 +515,12 @@ func TestUpgradeKeepsRecordsWithoutEntities(t *testing.T) {
 	}
 }
 
-// backToSchema3 undoes migration 0004 in the default schema of url, as a
-// binary before lifecycles left it.
+// backToSchema3 undoes migrations 0004 and later in the default schema of
+// url, as a binary before lifecycles left it.
 func backToSchema3(t *testing.T, url string) {
 	t.Helper()
 	for _, q := range []string{
+		`ALTER TABLE audit_log DROP COLUMN effect_recovered`,
 		`ALTER TABLE claims DROP COLUMN lifecycle, DROP COLUMN entity_id, DROP COLUMN event_type, DROP COLUMN entity_to`,
 		`DROP TABLE entity_events, entities, deferrals`,
 		`DELETE FROM claimd_schema_migrations WHERE version > 3`,

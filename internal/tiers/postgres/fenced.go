@@ -99,7 +99,7 @@ func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers
 		lease = &l
 	}
 	row := transitionRow{key: p.Key, now: p.Now, to: p.To, result: p.Result, lease: lease,
-		token: int64(p.Token), from: tiers.AllowedFrom(p.To), secretHash: p.SecretHash}
+		token: int64(p.Token), from: tiers.AllowedFrom(p.To), secretHash: p.SecretHash, effectRecovered: p.EffectRecovered}
 	var entityRec *tiers.Record // the record as read, when the write must lock its entity first
 	return s.fenced(ctx, "transition", p.Key, p.Now,
 		func() (tiers.Record, bool, error) {

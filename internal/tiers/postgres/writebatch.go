@@ -73,6 +73,8 @@ type transitionRow struct {
 	token      int64
 	from       []tiers.State // tiers.AllowedFrom(to)
 	secretHash []byte
+	// effectRecovered goes to the audit row only (tiers.TransitionParams).
+	effectRecovered bool
 }
 
 // statementArgs are q.sql's arguments. A transition's are made the first
@@ -93,7 +95,7 @@ func (r *transitionRow) args(entityLocked bool) []any {
 		from[i] = int16(f)
 	}
 	return []any{r.key.Namespace, r.key.Provider, r.key.Key, r.now, int16(r.to),
-		r.to.Terminal(), r.result, r.lease, r.token, from, r.secretHash, entityLocked}
+		r.to.Terminal(), r.result, r.lease, r.token, from, r.secretHash, entityLocked, r.effectRecovered}
 }
 
 // fromMask is r.from as transition_batch.sql's bit mask.
@@ -240,16 +242,17 @@ func (s *Store) transitionBatch(ctx context.Context, batch []*queuedWrite) (answ
 		leases                      = make([]*time.Time, n)
 		tokens                      = make([]int64, n)
 		froms                       = make([]int32, n)
+		recovered                   = make([]bool, n)
 	)
 	for i, q := range batch {
 		r := q.transition
 		namespaces[i], providers[i], keys[i] = r.key.Namespace, r.key.Provider, r.key.Key
 		nows[i], tos[i], terminal[i], results[i], leases[i] = r.now, int16(r.to), r.to.Terminal(), r.result, r.lease
-		tokens[i], froms[i], secretHashes[i] = r.token, r.fromMask(), r.secretHash
+		tokens[i], froms[i], secretHashes[i], recovered[i] = r.token, r.fromMask(), r.secretHash, r.effectRecovered
 	}
 	var b pgx.Batch
 	b.Queue(transitionBatchPlan)
-	b.Queue(transitionBatchSQL, namespaces, providers, keys, nows, tos, terminal, results, leases, tokens, froms, secretHashes)
+	b.Queue(transitionBatchSQL, namespaces, providers, keys, nows, tos, terminal, results, leases, tokens, froms, secretHashes, recovered)
 	br := s.pool.SendBatch(ctx, &b)
 	answers = make([]writeAnswer, n) // a row not answered matched nothing
 	if _, err := br.Exec(); err != nil {

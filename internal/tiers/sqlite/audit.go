@@ -24,7 +24,8 @@ const outcomeChanged = "CHANGED"
 // record that decided it (the claimant's on ACQUIRED, the holder's
 // otherwise) and holder is the claimant; for the other operations, which are
 // audited only when they changed the record, token is the holder's and
-// holder its name. to is the state after the call.
+// holder its name. to is the state after the call. effectRecovered marks a
+// transition whose result an earlier holder's effect fence supplied.
 type auditRow struct {
 	at       time.Time
 	key      tiers.Key
@@ -34,13 +35,15 @@ type auditRow struct {
 	from, to string
 	token    uint64
 	holder   string
+
+	effectRecovered bool
 }
 
 const insertAudit = `INSERT INTO audit_log
-	(at, namespace, provider, key, op, outcome, reason, from_state, to_state, token, holder)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	(at, namespace, provider, key, op, outcome, reason, from_state, to_state, token, holder, effect_recovered)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 func (a *auditRow) args() []any {
 	return []any{a.at.UnixMicro(), a.key.Namespace, a.key.Provider, a.key.Key, a.op, a.outcome, a.reason,
-		a.from, a.to, int64(a.token), a.holder}
+		a.from, a.to, int64(a.token), a.holder, a.effectRecovered}
 }

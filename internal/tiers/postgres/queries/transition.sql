@@ -6,7 +6,8 @@
 -- $10 the states the target may be reached from (tiers.AllowedFrom),
 -- $11 the hash of the lease secret presented (always 32 bytes: fenced.go
 -- sends none other), $12 whether the caller holds the lock of the record's
--- entity.
+-- entity, $13 whether the result came from an earlier holder's effect fence
+-- (tiers.TransitionParams.EffectRecovered; audited only).
 --
 -- A terminal transition of a record that carries an entity event settles or
 -- frees its entity in the same transaction (entity.go), which locks the
@@ -34,8 +35,8 @@ WITH u AS (
     RETURNING {RECORD}
 ),
 a AS (
-    INSERT INTO audit_log (at, namespace, provider, key, op, state, token, version, holder, attempt_id)
-    SELECT $4, $1, $2, $3, 'transition', u.state, u.token, u.version, u.holder, u.attempt_id
+    INSERT INTO audit_log (at, namespace, provider, key, op, state, token, version, holder, attempt_id, effect_recovered)
+    SELECT $4, $1, $2, $3, 'transition', u.state, u.token, u.version, u.holder, u.attempt_id, $13::boolean
     FROM u
 )
 SELECT {RECORD} FROM u
