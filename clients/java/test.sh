@@ -2,7 +2,8 @@
 # Tests the Java client and its example against a real claimd, from any
 # working directory: checks that src/generated/java is what generate.sh
 # produces, builds claimd once ($CLAIMD_BIN, shared with the tests) and testca
-# (the secured tests' certificates), runs the
+# (the secured tests' certificates), starts a PostgreSQL with testpg for the
+# effect fence ($CLAIMD_TEST_POSTGRES_URL), runs the
 # client's tests with mvn install (unit tests, the guardspec scenarios, the
 # typed calls; install puts the client and its test jar in the local
 # repository) and then the example's tests with mvn verify. Maven resolves
@@ -33,6 +34,19 @@ fi
 # The secured tests' CA and certificates, made as every client's are.
 (cd "$repo" && go build -o "$here/.build/testca" ./internal/testenv/cmd/testca)
 export CLAIMD_TESTCA_BIN="$here/.build/testca"
+
+# A real PostgreSQL for the effect fence's tests (SQLite needs no server):
+# testpg prints its URL once it answers and stops when its stdin closes, so
+# this script takes it down with it, however it ends.
+(cd "$repo" && go build -o "$here/.build/testpg" ./internal/testenv/cmd/testpg)
+coproc PG { "$here/.build/testpg"; }
+pg_url=""
+read -r pg_url <&"${PG[0]}" || true
+if [[ -z "$pg_url" ]]; then
+	echo "test.sh: testpg did not start PostgreSQL" >&2
+	exit 1
+fi
+export CLAIMD_TEST_POSTGRES_URL="$pg_url"
 
 rm -rf "$here/target/surefire-reports" "$example/target/surefire-reports"
 rc=0

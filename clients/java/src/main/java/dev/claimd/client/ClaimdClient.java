@@ -140,13 +140,23 @@ public final class ClaimdClient implements AutoCloseable {
    * happened already changes nothing.
    */
   public TransitionResponse transition(Lease lease, EventState to, byte[] result) {
+    return transition(lease, to, result, false);
+  }
+
+  /**
+   * transition moves the event forward as above; {@code effectRecovered} says
+   * that a SETTLED result is an earlier holder's, read from its effect fence
+   * (clients/GUARD.md, row 23): claimd counts and audits it.
+   */
+  public TransitionResponse transition(Lease lease, EventState to, byte[] result, boolean effectRecovered) {
     TransitionRequest.Builder b = TransitionRequest.newBuilder()
         .setNamespace(lease.namespace())
         .setProvider(lease.provider())
         .setKey(lease.key())
         .setFencingToken(lease.fencingToken())
         .setLeaseSecret(lease.leaseSecret())
-        .setTo(to);
+        .setTo(to)
+        .setEffectRecovered(effectRecovered);
     if (result != null) {
       b.setResult(ByteString.copyFrom(result));
     }

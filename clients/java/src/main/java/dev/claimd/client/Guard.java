@@ -8,11 +8,14 @@ import io.grpc.Context;
 import io.grpc.Status;
 import java.lang.System.Logger.Level;
 import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
 import java.time.Duration;
+import java.util.Objects;
 import java.util.OptionalLong;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.ReentrantLock;
 
 /**
@@ -106,8 +109,10 @@ public final class Guard {
     private final Thread thread;
     private final ReentrantLock lock = new ReentrantLock();
     private volatile ClaimdException lost;
-    private boolean done;
+    private boolean finished;
     private boolean interrupted;
+    private final AtomicBoolean effectOpened = new AtomicBoolean();
+    private volatile Effect effect;
 
     GuardContext(Claim claim, Lease lease, ClaimdClient client, Thread thread) {
       this.claim = claim;
@@ -146,6 +151,65 @@ public final class Guard {
       }
     }
 
+    /**
+     * effect runs {@code work} exactly once per delivery in connection's
+     * database (clients/GUARD.md, "Exactly-once effects"): in one transaction
+     * with a fence row for this delivery in {@code claimd_effects} (created on
+     * first use), committed together. When an earlier holder committed this
+     * delivery's fence and vanished before settling, the effect is {@link
+     * Effect#done() done}: {@code work} is not called, and the guard settles
+     * with the stored result whatever the handler returns (and tells claimd it
+     * recovered it). Return {@code fx.result()} from the handler, so that both
+     * answer the same bytes.
+     *
+     * <pre>
+     * Effect fx = ctx.effect(connection, e -&gt; {
+     *   try (PreparedStatement st = connection.prepareStatement("INSERT INTO ledger ...")) { ...; st.executeUpdate(); }
+     *   e.setResult(Map.of("ledger_row", row));
+     * });
+     * return fx.result();
+     * </pre>
+     *
+     * <p>PostgreSQL or SQLite (by the connection's product name). The effect
+     * turns auto-commit off for its transaction and back on after (PostgreSQL;
+     * a connection already outside auto-commit keeps its transaction, which the
+     * effect commits); on SQLite it issues BEGIN IMMEDIATE, so writers queue at
+     * the start, and needs auto-commit on. Anything {@code work} throws rolls
+     * the writes and the fence back and propagates: the handler failed (a
+     * {@link PermanentException} fails the event, anything else releases it).
+     *
+     * @throws IllegalStateException for a second effect in one delivery, or one
+     *     after the handler returned
+     * @throws CancellationException when another holder took the key over
+     *     (before the transaction, or before its commit: then rolled back)
+     */
+    public Effect effect(Connection connection, Effect.Work work) throws Exception {
+      Objects.requireNonNull(connection, "connection");
+      Objects.requireNonNull(work, "work");
+      lock.lock();
+      try {
+        if (finished) {
+          throw new IllegalStateException("claimd: an effect only runs while the guard holds the claim");
+        }
+      } finally {
+        lock.unlock();
+      }
+      if (!effectOpened.compareAndSet(false, true)) {
+        throw new IllegalStateException("claimd: at most one effect per delivery");
+      }
+      Effect fx = Effects.run(connection, lease, this::isCancelled, work);
+      effect = fx;
+      return fx;
+    }
+
+    /**
+     * effectKey is a stable idempotency key for {@code step} of this delivery,
+     * for a downstream API's Idempotency-Key: see {@link Effects#effectKey}.
+     */
+    public String effectKey(String step) {
+      return Effects.effectKey(lease.namespace(), lease.provider(), lease.key(), step);
+    }
+
     /** cancel records the loss and interrupts the handler's thread while it runs. */
     void cancel(ClaimdException why) {
       lock.lock();
@@ -153,7 +217,7 @@ public final class Guard {
         if (lost == null) {
           lost = why;
         }
-        if (!done) {
+        if (!finished) {
           interrupted = true;
           thread.interrupt();
         }
@@ -166,7 +230,7 @@ public final class Guard {
     void finish() {
       lock.lock();
       try {
-        done = true;
+        finished = true;
         if (interrupted) {
           Thread.interrupted();
         }
@@ -270,6 +334,12 @@ public final class Guard {
       throw c;
     }
     if (failure == null) {
+      Effect fx = ctx.effect;
+      if (fx != null && fx.done()) {
+        // Row 23: an earlier holder committed this delivery's effect and
+        // vanished; its stored result is the delivery's, whatever was returned.
+        return record(cl, lease, settled(lease, fx.rawResult()).recovered());
+      }
       return record(cl, lease, settled(lease, value));
     }
     PermanentException permanent = permanentIn(failure);
@@ -301,7 +371,13 @@ public final class Guard {
    * even over the cap), and a note for the caller (a result not stored, the
    * handler's permanent failure).
    */
-  private record Outcome(EventState to, byte[] stored, byte[] answer, Disposition disposition, Throwable note) {}
+  private record Outcome(
+      EventState to, byte[] stored, byte[] answer, Disposition disposition, Throwable note, boolean effectRecovered) {
+    /** recovered marks a settle whose result came from an earlier holder's effect fence. */
+    Outcome recovered() {
+      return new Outcome(to, stored, answer, disposition, note, true);
+    }
+  }
 
   /** settled is row 13: the handler's value, encoded; stored only when it fits. */
   private Outcome settled(Lease lease, Object value) {
@@ -326,13 +402,13 @@ public final class Guard {
     if (note != null) {
       client.logger().log(Level.WARNING, note.getMessage() + ": " + lease);
     }
-    return new Outcome(EventState.EVENT_STATE_SETTLED, stored, answer, Disposition.SETTLED, note);
+    return new Outcome(EventState.EVENT_STATE_SETTLED, stored, answer, Disposition.SETTLED, note, false);
   }
 
   /** failed is row 14: the permanent failure's text, capped, stored and answered. */
   private static Outcome failed(PermanentException permanent, Exception failure) {
     byte[] text = Results.failureText(permanent, MAX_FAILURE_BYTES);
-    return new Outcome(EventState.EVENT_STATE_FAILED, text, text, Disposition.FAILED, failure);
+    return new Outcome(EventState.EVENT_STATE_FAILED, text, text, Disposition.FAILED, failure, false);
   }
 
   /**
@@ -343,7 +419,7 @@ public final class Guard {
   private GuardResult record(Claim cl, Lease lease, Outcome o) {
     Throwable note = o.note();
     try {
-      detached(() -> client.transition(lease, o.to(), o.stored()));
+      detached(() -> client.transition(lease, o.to(), o.stored(), o.effectRecovered()));
     } catch (ClaimdException e) {
       if (!endedAlready(e)) {
         if (note != null) {

@@ -17,6 +17,7 @@ import com.google.protobuf.Timestamp;
 import com.google.rpc.ErrorInfo;
 import com.google.rpc.RetryInfo;
 import dev.claimd.client.testing.TestClaimd;
+import dev.claimd.client.testing.TestDatabases;
 import dev.claimd.idempotency.v1.ClaimRequest;
 import dev.claimd.idempotency.v1.Delivery;
 import dev.claimd.idempotency.v1.EventState;
@@ -39,6 +40,11 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.security.SecureRandom;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Base64;
@@ -65,6 +71,11 @@ class GuardSpecTest {
   static final Path SPEC = Path.of("..", "guardspec", "scenarios.json");
   static final List<String> STATES = List.of("RECEIVED", "VALIDATED", "PROCESSING", "SETTLED", "FAILED");
   static final List<String> CALLS = List.of("claim", "start", "settle", "fail", "release", "renew");
+  /** EXPECTED_CALLS are the names expect.calls may list: the faults' calls, a settle with effect_recovered, the handler. */
+  static final List<String> EXPECTED_CALLS = List.of("claim", "start", "settle", "fail", "release", "renew",
+      "settle_recovered", "handler");
+  /** DIALECTS are the databases an effect scenario runs on, each once. */
+  static final List<String> DIALECTS = List.of("sqlite", "postgres");
 
   static TestClaimd server;
   static ClaimdClient plain; // the other holder, and the reader of records
@@ -140,7 +151,9 @@ class GuardSpecTest {
   }
 
   static void checkScenario(JsonElement sc, String where, int rowCount) {
-    JsonObject s = fields(sc, where, List.of("name", "row", "deliveries", "handler_runs"), List.of("doc", "unreachable", "arrange"));
+    JsonObject s = fields(sc, where, List.of("name", "row", "deliveries", "handler_runs"),
+        List.of("doc", "unreachable", "arrange", "effect"));
+    boolean effect = s.has("effect") && s.get("effect").getAsBoolean();
     int row = s.get("row").getAsInt();
     if (row < 1 || row > rowCount) {
       throw new SpecError(where + ": row " + row + " is not a row of GUARD.md (1.." + rowCount + ")");
@@ -161,6 +174,12 @@ class GuardSpecTest {
           }
         }
         case "release" -> fields(arrange.get(i), w, List.of("op"), List.of());
+        case "fence" -> {
+          if (!effect) {
+            throw new SpecError(w + ": fence needs \"effect\": true");
+          }
+          body(fields(arrange.get(i), w, List.of("op", "result"), List.of()).get("result"), w + ".result");
+        }
         default -> throw new SpecError(w + ": unknown op " + op);
       }
     }
@@ -183,19 +202,28 @@ class GuardSpecTest {
       }
       if (d.has("handler")) {
         JsonObject h = fields(d.get("handler"), w + ".handler", List.of(),
-            List.of("returns", "raises", "settle_itself", "fail_itself", "taken_over", "outlive_lease"));
-        if (h.has("returns") == h.has("raises")) {
+            List.of("returns", "raises", "settle_itself", "fail_itself", "taken_over", "outlive_lease", "effect"));
+        if (h.has("effect")) {
+          if (!effect) {
+            throw new SpecError(w + ".handler.effect: needs \"effect\": true on the scenario");
+          }
+          if (h.has("returns") || h.has("raises")) {
+            throw new SpecError(w + ".handler: effect is not with returns or raises");
+          }
+          JsonObject fx = fields(h.get("effect"), w + ".handler.effect", List.of(), List.of("result", "raises"));
+          if (fx.has("result")) {
+            value(fx.get("result"), w + ".handler.effect.result");
+          }
+          if (fx.has("raises")) {
+            text(fields(fx.get("raises"), w + ".handler.effect.raises", List.of("message"), List.of()).get("message"),
+                w + ".handler.effect.raises.message");
+          }
+        } else if (h.has("returns") == h.has("raises")) {
           throw new SpecError(w + ".handler: want exactly one of returns and raises");
         }
         if (h.has("returns")) {
-          JsonObject v = fields(h.get("returns"), w + ".handler.returns", List.of(), List.of("text", "b64", "json", "none"));
-          if (v.size() != 1) {
-            throw new SpecError(w + ".handler.returns: want exactly one of text, b64, json, none");
-          }
-          if (v.has("text")) {
-            text(v.get("text"), w + ".handler.returns.text");
-          }
-        } else {
+          value(h.get("returns"), w + ".handler.returns");
+        } else if (h.has("raises")) {
           text(fields(h.get("raises"), w + ".handler.raises", List.of("message"), List.of("permanent")).get("message"),
               w + ".handler.raises.message");
         }
@@ -213,10 +241,21 @@ class GuardSpecTest {
         }
         Status.Code.valueOf(f.get("code").getAsString()); // throws on an unknown code
       }
-      JsonObject e = fields(d.get("expect"), w + ".expect", List.of("status", "body", "ran"), List.of("retry_after", "claim", "record", "calls"));
+      JsonObject e = fields(d.get("expect"), w + ".expect", List.of("status", "body", "ran"),
+          List.of("retry_after", "claim", "record", "calls", "effect"));
+      if (e.has("effect")) {
+        if (!effect) {
+          throw new SpecError(w + ".expect.effect: needs \"effect\": true on the scenario");
+        }
+        JsonObject fx = fields(e.get("effect"), w + ".expect.effect", List.of(), List.of("done", "ledger_rows", "fence"));
+        if (fx.has("fence") && !fx.get("fence").isJsonNull()) {
+          body(fields(fx.get("fence"), w + ".expect.effect.fence", List.of("fencing_token", "result"), List.of()).get("result"),
+              w + ".expect.effect.fence.result");
+        }
+      }
       if (e.has("calls")) {
         for (JsonElement c : e.getAsJsonArray("calls")) {
-          if (!CALLS.contains(c.getAsString()) && !"handler".equals(c.getAsString())) {
+          if (!EXPECTED_CALLS.contains(c.getAsString())) {
             throw new SpecError(w + ".expect.calls: unknown call " + c);
           }
         }
@@ -237,9 +276,26 @@ class GuardSpecTest {
     }
   }
 
+  /** value checks a Value: exactly one of text, b64, json, none. */
+  static void value(JsonElement v, String where) {
+    JsonObject o = fields(v, where, List.of(), List.of("text", "b64", "json", "none"));
+    if (o.size() != 1) {
+      throw new SpecError(where + ": want exactly one of text, b64, json, none");
+    }
+    if (o.has("text")) {
+      text(o.get("text"), where + ".text");
+    }
+  }
+
   static JsonObject loadSpec() throws IOException {
     JsonObject top = fields(JsonParser.parseString(Files.readString(SPEC)), SPEC.toString(),
-        List.of("doc", "constants", "row_count", "uncovered_rows", "scenarios"), List.of());
+        List.of("doc", "constants", "effects", "row_count", "uncovered_rows", "scenarios"), List.of());
+    JsonObject fx = fields(top.get("effects"), "effects", List.of("schema", "ledger_schema", "effect_keys"), List.of("doc"));
+    fields(fx.get("schema"), "effects.schema", List.of("postgres", "sqlite"), List.of("mysql"));
+    JsonArray keys = fx.getAsJsonArray("effect_keys");
+    for (int i = 0; i < keys.size(); i++) {
+      fields(keys.get(i), "effects.effect_keys[" + i + "]", List.of("namespace", "provider", "key", "step", "effect_key"), List.of());
+    }
     JsonObject c = fields(top.get("constants"), "constants", List.of("max_result_bytes", "max_failure_text_bytes",
         "unavailable_retry_after_s", "superseded_retry_after_s", "heartbeat_divisor", "heartbeat_floor_ms", "retry"), List.of());
     fields(c.get("retry"), "constants.retry", List.of("max_attempts", "base_backoff_ms", "max_backoff_ms", "multiplier",
@@ -306,6 +362,28 @@ class GuardSpecTest {
     assertEquals(Guard.MIN_HEARTBEAT, Guard.every(Duration.ofMillis(1)));
   }
 
+  @Test
+  void thisClientsEffectSchemaIsTheContracts() {
+    JsonObject schema = spec.getAsJsonObject("effects").getAsJsonObject("schema");
+    assertEquals(schema.get("postgres").getAsString(), Effects.POSTGRES_SCHEMA);
+    assertEquals(schema.get("sqlite").getAsString(), Effects.SQLITE_SCHEMA);
+    assertEquals(Effects.POSTGRES_SCHEMA, Effects.Dialect.POSTGRES.schema());
+    assertEquals(Effects.SQLITE_SCHEMA, Effects.Dialect.SQLITE.schema());
+  }
+
+  @Test
+  void effectKeysAreTheContracts() {
+    JsonArray vectors = spec.getAsJsonObject("effects").getAsJsonArray("effect_keys");
+    assertFalse(vectors.isEmpty(), "no effect_keys vectors");
+    for (JsonElement el : vectors) {
+      JsonObject v = el.getAsJsonObject();
+      String got = Effects.effectKey(v.get("namespace").getAsString(), v.get("provider").getAsString(),
+          v.get("key").getAsString(), v.get("step").getAsString());
+      assertEquals(v.get("effect_key").getAsString(), got, "effectKey(" + v + ")");
+      assertEquals(39, got.length(), got);
+    }
+  }
+
   // --- faults ----------------------------------------------------------------------
 
   /**
@@ -348,10 +426,10 @@ class GuardSpecTest {
         @Override
         public void sendMessage(Q message) {
           String call = callName(method, message);
-          if (CALLS.contains(call)) {
+          if (EXPECTED_CALLS.contains(call)) {
             log.add(call);
           }
-          JsonObject f = find(call);
+          JsonObject f = find("settle_recovered".equals(call) ? "settle" : call);
           if (f != null) {
             closed = true;
             StatusRuntimeException e = injected(f);
@@ -399,9 +477,10 @@ class GuardSpecTest {
       if (!"Transition".equals(name)) {
         return name == null ? "" : name.toLowerCase(java.util.Locale.ROOT);
       }
-      return switch (((TransitionRequest) message).getTo()) {
+      TransitionRequest t = (TransitionRequest) message;
+      return switch (t.getTo()) {
         case EVENT_STATE_PROCESSING -> "start";
-        case EVENT_STATE_SETTLED -> "settle";
+        case EVENT_STATE_SETTLED -> t.getEffectRecovered() ? "settle_recovered" : "settle";
         case EVENT_STATE_FAILED -> "fail";
         default -> "";
       };
@@ -432,6 +511,79 @@ class GuardSpecTest {
     /** calls is this delivery's writes and the handler's run, in order. */
     final List<String> calls = java.util.Collections.synchronizedList(new ArrayList<>());
     Lease other;
+    /** db is the handler's database in an effect scenario (null otherwise); the guard's effect uses it. */
+    Connection db;
+    /** effectDone is whether this delivery's effect found a committed fence (null: no effect ran). */
+    Boolean effectDone;
+  }
+
+  // --- the runner's databases ----------------------------------------------------------
+
+  /** Database is one dialect's database for the effect scenarios, made once per run and fresh (no claimd_effects). */
+  record Database(String dialect, String url) {
+    Connection open() throws SQLException {
+      return TestDatabases.open(url);
+    }
+  }
+
+  static final Map<String, Database> DATABASES = new java.util.concurrent.ConcurrentHashMap<>();
+
+  /**
+   * database is the dialect's database: a SQLite file of its own, or a new
+   * database on $CLAIMD_TEST_POSTGRES_URL's server (failing, never skipping,
+   * without it). It holds the ledger and no fence table: the first effect
+   * scenario proves that the guard creates it.
+   */
+  static synchronized Database database(String dialect) throws Exception {
+    Database d = DATABASES.get(dialect);
+    if (d != null) {
+      return d;
+    }
+    String url = dialect.equals("sqlite")
+        ? "sqlite:" + Files.createTempDirectory("claimd-java-guardspec-").resolve("guardspec.db")
+        : TestDatabases.freshPostgres("java_guardspec");
+    d = new Database(dialect, url);
+    try (Connection c = d.open(); Statement st = c.createStatement()) {
+      st.execute(spec.getAsJsonObject("effects").get("ledger_schema").getAsString());
+      assertFalse(tableExists(c, Effects.TABLE), dialect + ": a fresh database already has " + Effects.TABLE);
+    }
+    DATABASES.put(dialect, d);
+    return d;
+  }
+
+  static boolean tableExists(Connection c, String table) throws SQLException {
+    try (ResultSet rs = c.getMetaData().getTables(null, null, table, null)) {
+      return rs.next();
+    }
+  }
+
+  @TestFactory
+  Stream<DynamicTest> theGuardCreatesTheFenceTableOnFirstUse() {
+    // Its own fresh database per dialect: no order among the tests is relied on.
+    return DIALECTS.stream().map(dialect -> DynamicTest.dynamicTest(dialect, () -> {
+      String url = dialect.equals("sqlite")
+          ? "sqlite:" + Files.createTempDirectory("claimd-java-fresh-").resolve("fresh.db")
+          : TestDatabases.freshPostgres("java_fresh");
+      try (Connection c = TestDatabases.open(url); ClaimdClient client = ClaimdClient.builder(server.target()).logger(Quiet.LOGGER).build()) {
+        assertFalse(tableExists(c, Effects.TABLE), "before the first effect");
+        Run run = new Run();
+        GuardResult r = client.guard(claimInput(run, new JsonObject()), ctx -> ctx.effect(c, fx -> fx.setResult("first")).result());
+        assertEquals(200, r.status(), () -> "status (error " + r.error() + ")");
+        assertTrue(tableExists(c, Effects.TABLE), "after the first effect");
+        assertEquals(1, fenceCount(c, r.claim().key()), "fence rows");
+      }
+    }));
+  }
+
+  static int fenceCount(Connection c, String key) throws SQLException {
+    try (PreparedStatement st = c.prepareStatement("SELECT count(*) FROM claimd_effects WHERE namespace = ? AND key = ?")) {
+      st.setString(1, NS);
+      st.setString(2, key);
+      try (ResultSet rs = st.executeQuery()) {
+        rs.next();
+        return rs.getInt(1);
+      }
+    }
   }
 
   static String closedPort() throws IOException {
@@ -470,7 +622,7 @@ class GuardSpecTest {
     return b.build();
   }
 
-  static void arrange(Run run, JsonObject step) {
+  static void arrange(Run run, JsonObject step) throws SQLException {
     switch (step.get("op").getAsString()) {
       case "claim" -> {
         Claim c = plain.claim(ClaimRequest.newBuilder().setNamespace(NS).setProvider("stripe").setEventId(run.evt)
@@ -481,8 +633,75 @@ class GuardSpecTest {
       }
       case "transition" -> plain.transition(run.other, EventState.valueOf("EVENT_STATE_" + step.get("to").getAsString()),
           step.has("result") ? body(step.get("result"), "result") : null);
+      case "fence" -> fence(run, body(step.get("result"), "result"));
       default -> plain.release(run.other);
     }
+  }
+
+  /**
+   * fence is the other holder committing its effect without the guard: one
+   * transaction with a ledger row for the key and the fence row with that
+   * holder's token and result. Then it vanishes without settling.
+   */
+  static void fence(Run run, byte[] result) throws SQLException {
+    Connection c = run.db;
+    try (Statement st = c.createStatement()) {
+      // The guard creates the table on first use; this holder is not a guard.
+      st.execute(Effects.Dialect.of(c).schema());
+    }
+    c.setAutoCommit(false);
+    try {
+      insertLedger(c, run.other.key(), "guardspec-other");
+      try (PreparedStatement st = c.prepareStatement(
+          "INSERT INTO claimd_effects (namespace, provider, key, fencing_token, result) VALUES (?, ?, ?, ?, ?)")) {
+        st.setString(1, run.other.namespace());
+        st.setString(2, run.other.provider());
+        st.setString(3, run.other.key());
+        st.setLong(4, run.other.fencingToken());
+        st.setBytes(5, result);
+        st.executeUpdate();
+      }
+      c.commit();
+    } catch (SQLException | RuntimeException e) {
+      c.rollback();
+      throw e;
+    } finally {
+      c.setAutoCommit(true);
+    }
+  }
+
+  static void insertLedger(Connection c, String key, String writer) throws SQLException {
+    try (PreparedStatement st = c.prepareStatement("INSERT INTO guardspec_ledger (namespace, key, writer) VALUES (?, ?, ?)")) {
+      st.setString(1, NS);
+      st.setString(2, key);
+      st.setString(3, writer);
+      st.executeUpdate();
+    }
+  }
+
+  static int ledgerRows(Connection c, String key) throws SQLException {
+    try (PreparedStatement st = c.prepareStatement("SELECT count(*) FROM guardspec_ledger WHERE namespace = ? AND key = ?")) {
+      st.setString(1, NS);
+      st.setString(2, key);
+      try (ResultSet rs = st.executeQuery()) {
+        rs.next();
+        return rs.getInt(1);
+      }
+    }
+  }
+
+  /** valueOf is a Value as the handler returns it. */
+  static Object valueOf(JsonObject v) {
+    if (v.has("text")) {
+      return text(v.get("text"), "text");
+    }
+    if (v.has("b64")) {
+      return Base64.getDecoder().decode(v.get("b64").getAsString());
+    }
+    if (v.has("json")) {
+      return v.get("json");
+    }
+    return null;
   }
 
   /** behave is the scenario's handler. What goes wrong in it is kept in run.problems. */
@@ -497,6 +716,20 @@ class GuardSpecTest {
     }
     if (h.has("fail_itself")) {
       plain.fail(ctx.lease(), body(h.get("fail_itself"), "fail_itself"));
+    }
+    Effect effect = null;
+    if (h.has("effect")) {
+      JsonObject want = h.getAsJsonObject("effect");
+      effect = ctx.effect(run.db, fx -> {
+        insertLedger(run.db, ctx.lease().key(), "guardspec");
+        if (want.has("result")) {
+          fx.setResult(valueOf(want.getAsJsonObject("result")));
+        }
+        if (want.has("raises")) {
+          throw new Exception(text(want.getAsJsonObject("raises").get("message"), "message"));
+        }
+      });
+      run.effectDone = effect.done();
     }
     ClaimRequest competing = input.toBuilder().clearLease().clearWait().clearAttemptId().build();
     if (h.has("taken_over") && h.get("taken_over").getAsBoolean()) {
@@ -526,17 +759,10 @@ class GuardSpecTest {
       }
       throw new Exception(message);
     }
-    JsonObject v = h.getAsJsonObject("returns");
-    if (v.has("text")) {
-      return text(v.get("text"), "text");
+    if (effect != null) {
+      return effect.result();
     }
-    if (v.has("b64")) {
-      return Base64.getDecoder().decode(v.get("b64").getAsString());
-    }
-    if (v.has("json")) {
-      return v.get("json");
-    }
-    return null;
+    return valueOf(h.getAsJsonObject("returns"));
   }
 
   static long millis(Timestamp t) {
@@ -573,7 +799,7 @@ class GuardSpecTest {
     return b.length > 80 ? "\"" + s + "\"… (" + b.length + " bytes)" : "\"" + s + "\"";
   }
 
-  static void check(Run run, String what, GuardResult r, boolean ran, JsonObject e) {
+  static void check(Run run, String what, GuardResult r, boolean ran, JsonObject e) throws SQLException {
     assertEquals(List.of(), run.problems, what + ": inside the handler");
     if (e.has("calls")) {
       List<String> want = new ArrayList<>();
@@ -626,6 +852,41 @@ class GuardSpecTest {
         }
       }
     }
+    if (e.has("effect")) {
+      checkEffect(run, what, r, e.getAsJsonObject("effect"));
+    }
+  }
+
+  /** checkEffect compares the handler's database after a delivery with expect.effect. */
+  static void checkEffect(Run run, String what, GuardResult r, JsonObject want) throws SQLException {
+    String key = r.claim() != null ? r.claim().key() : run.other.key();
+    if (want.has("done")) {
+      assertEquals(want.get("done").getAsBoolean(), run.effectDone != null && run.effectDone, what + ": effect done");
+    }
+    if (want.has("ledger_rows")) {
+      assertEquals(want.get("ledger_rows").getAsInt(), ledgerRows(run.db, key), what + ": ledger rows");
+    }
+    if (want.has("fence")) {
+      try (PreparedStatement st = run.db.prepareStatement(
+          "SELECT fencing_token, result FROM claimd_effects WHERE namespace = ? AND provider = ? AND key = ?")) {
+        st.setString(1, NS);
+        st.setString(2, "stripe");
+        st.setString(3, key);
+        try (ResultSet rs = st.executeQuery()) {
+          if (want.get("fence").isJsonNull()) {
+            assertFalse(rs.next(), what + ": a fence row, want none");
+            return;
+          }
+          assertTrue(rs.next(), what + ": no fence row, want " + want.get("fence"));
+          JsonObject f = want.getAsJsonObject("fence");
+          assertEquals(f.get("fencing_token").getAsLong(), rs.getLong(1), what + ": fence fencing_token");
+          byte[] stored = rs.getBytes(2);
+          byte[] wantResult = body(f.get("result"), "fence.result");
+          assertArrayEquals(wantResult, stored,
+              what + ": fence result " + (stored == null ? "NULL" : show(stored)) + ", want " + show(wantResult));
+        }
+      }
+    }
   }
 
   @TestFactory
@@ -633,13 +894,25 @@ class GuardSpecTest {
     List<DynamicTest> tests = new ArrayList<>();
     for (JsonElement el : spec.getAsJsonArray("scenarios")) {
       JsonObject sc = el.getAsJsonObject();
-      tests.add(DynamicTest.dynamicTest(sc.get("name").getAsString(), () -> runScenario(sc)));
+      String name = sc.get("name").getAsString();
+      if (sc.has("effect") && sc.get("effect").getAsBoolean()) {
+        for (String dialect : DIALECTS) {
+          tests.add(DynamicTest.dynamicTest(name + " [" + dialect + "]", () -> {
+            try (Connection db = database(dialect).open()) {
+              runScenario(sc, db);
+            }
+          }));
+        }
+      } else {
+        tests.add(DynamicTest.dynamicTest(name, () -> runScenario(sc, null)));
+      }
     }
     return tests.stream();
   }
 
-  static void runScenario(JsonObject sc) throws Exception {
+  static void runScenario(JsonObject sc, Connection db) throws Exception {
     Run run = new Run();
+    run.db = db;
     Faults faults = new Faults(run.calls);
     String target = sc.has("unreachable") && sc.get("unreachable").getAsBoolean() ? closedPort() : server.target();
     // The guard's client keeps the default retry policy: the contract's.
@@ -658,6 +931,7 @@ class GuardSpecTest {
           d.getAsJsonArray("faults").forEach(f -> active.add(f.getAsJsonObject()));
         }
         run.calls.clear();
+        run.effectDone = null;
         faults.active = active;
         int before = run.runs;
         JsonObject h = d.has("handler") ? d.getAsJsonObject("handler") : null;
