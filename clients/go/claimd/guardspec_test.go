@@ -3,6 +3,7 @@ package claimd_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,7 @@ var specPath = filepath.Join("..", "..", "guardspec", "scenarios.json")
 type guardSpec struct {
 	Doc           string            `json:"doc"`
 	Constants     specConstants     `json:"constants"`
+	Effects       specEffects       `json:"effects"`
 	RowCount      int               `json:"row_count"`
 	UncoveredRows map[string]string `json:"uncovered_rows"`
 	Scenarios     []scenario        `json:"scenarios"`
@@ -62,6 +64,20 @@ type specConstants struct {
 	} `json:"retry"`
 }
 
+// specEffects is the effect fence's part of the contract.
+type specEffects struct {
+	Doc          string                    `json:"doc"`
+	Schema       map[claimd.Dialect]string `json:"schema"`
+	LedgerSchema string                    `json:"ledger_schema"`
+	EffectKeys   []struct {
+		Namespace string `json:"namespace"`
+		Provider  string `json:"provider"`
+		Key       string `json:"key"`
+		Step      string `json:"step"`
+		EffectKey string `json:"effect_key"`
+	} `json:"effect_keys"`
+}
+
 type scenario struct {
 	Name        string        `json:"name"`
 	Row         int           `json:"row"`
@@ -70,6 +86,7 @@ type scenario struct {
 	Arrange     []arrangeStep `json:"arrange"`
 	Deliveries  []delivery    `json:"deliveries"`
 	HandlerRuns *int          `json:"handler_runs"`
+	Effect      bool          `json:"effect"`
 }
 
 type arrangeStep struct {
@@ -98,12 +115,21 @@ type specRequest struct {
 }
 
 type specHandler struct {
-	Returns      *specValue `json:"returns"`
-	Raises       *specRaise `json:"raises"`
-	SettleItself *specBody  `json:"settle_itself"`
-	FailItself   *specBody  `json:"fail_itself"`
-	TakenOver    bool       `json:"taken_over"`
-	OutliveLease bool       `json:"outlive_lease"`
+	Returns      *specValue  `json:"returns"`
+	Raises       *specRaise  `json:"raises"`
+	Effect       *specEffect `json:"effect"`
+	SettleItself *specBody   `json:"settle_itself"`
+	FailItself   *specBody   `json:"fail_itself"`
+	TakenOver    bool        `json:"taken_over"`
+	OutliveLease bool        `json:"outlive_lease"`
+}
+
+// specEffect is a handler's effect on the runner's database.
+type specEffect struct {
+	Result *specValue `json:"result"`
+	Raises *struct {
+		Message specText `json:"message"`
+	} `json:"raises"`
 }
 
 type specRaise struct {
@@ -136,6 +162,20 @@ type specExpect struct {
 	Claim      *specClaim      `json:"claim"`
 	Record     *specRecord     `json:"record"`
 	Calls      []string        `json:"calls"`
+	Effect     *specExpectFx   `json:"effect"`
+}
+
+// specExpectFx is what an effect scenario's delivery left in the runner's
+// database. Fence is raw: null (no row) differs from absent (not checked).
+type specExpectFx struct {
+	Done       *bool           `json:"done"`
+	LedgerRows *int            `json:"ledger_rows"`
+	Fence      json.RawMessage `json:"fence"`
+}
+
+type specFence struct {
+	FencingToken *uint64  `json:"fencing_token"`
+	Result       specBody `json:"result"`
 }
 
 type specClaim struct {
@@ -266,12 +306,33 @@ func loadSpec(t *testing.T) guardSpec {
 			if r := d.Request; r != nil && r.Body != nil && r.EventID != "" {
 				t.Fatalf("%s: delivery %d: event_id and body exclude each other", where, j+1)
 			}
-			if h := d.Handler; h != nil && (h.Returns == nil) == (h.Raises == nil) {
-				t.Fatalf("%s: delivery %d: a handler needs exactly one of returns and raises", where, j+1)
+			if h := d.Handler; h != nil && count(h.Returns != nil, h.Raises != nil, h.Effect != nil) != 1 {
+				t.Fatalf("%s: delivery %d: a handler needs exactly one of returns, raises and effect", where, j+1)
+			}
+			if h := d.Handler; !sc.Effect && (h != nil && h.Effect != nil || e.Effect != nil) {
+				t.Fatalf("%s: delivery %d: an effect handler or expectation needs \"effect\": true", where, j+1)
+			}
+		}
+	}
+	for i, step := range spec.Scenarios {
+		for _, a := range step.Arrange {
+			if a.Op == "fence" && !step.Effect {
+				t.Fatalf("%s: scenario %d: arrange op fence needs \"effect\": true", specPath, i)
 			}
 		}
 	}
 	return spec
+}
+
+// count is how many of bs are true.
+func count(bs ...bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 // TestGuardSpecCoverage: every row of the contract has a scenario, or a
@@ -320,9 +381,95 @@ func TestGuardSpec(t *testing.T) {
 	for _, sc := range spec.Scenarios {
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
-			runScenario(t, sc)
+			if !sc.Effect {
+				runScenario(t, sc, nil)
+				return
+			}
+			for _, d := range effectDialects {
+				t.Run(string(d), func(t *testing.T) {
+					t.Parallel()
+					runScenario(t, sc, newSpecDB(t, d, spec.Effects.LedgerSchema))
+				})
+			}
 		})
 	}
+}
+
+// TestGuardSpecEffects: this client's fence DDL and effect keys are the
+// contract's.
+func TestGuardSpecEffects(t *testing.T) {
+	fx := loadSpec(t).Effects
+	for _, d := range []claimd.Dialect{claimd.DialectPostgres, claimd.DialectSQLite, claimd.DialectMySQL} {
+		if got, want := claimd.EffectsSchema(d), fx.Schema[d]; got != want || want == "" {
+			t.Errorf("EffectsSchema(%s) =\n%s\nwant (effects.schema):\n%s", d, got, want)
+		}
+	}
+	if len(fx.Schema) != 3 {
+		t.Errorf("effects.schema has %d dialects, want postgres, sqlite and mysql", len(fx.Schema))
+	}
+	if len(fx.EffectKeys) == 0 {
+		t.Error("effects.effect_keys is empty")
+	}
+	for _, v := range fx.EffectKeys {
+		c := claimd.Claim{ClaimResponse: &pb.ClaimResponse{Key: v.Key}, Namespace: v.Namespace, Provider: v.Provider}
+		if got := claimd.EffectKey(c, v.Step); got != v.EffectKey {
+			t.Errorf("EffectKey(%s/%s/%s, %q) = %s, want %s", v.Namespace, v.Provider, v.Key, v.Step, got, v.EffectKey)
+		}
+	}
+}
+
+// specDB is the runner's database of an effect scenario.
+type specDB struct {
+	dialect claimd.Dialect
+	db      *sql.DB
+}
+
+// newSpecDB opens a new database of dialect d with the runners' ledger
+// table. claimd_effects is left to the guard: the first effect creates it.
+func newSpecDB(t *testing.T, d claimd.Dialect, ledgerSchema string) *specDB {
+	db := openEffectDB(t, d)
+	if _, err := db.Exec(ledgerSchema); err != nil {
+		t.Fatalf("effects.ledger_schema on %s: %v", d, err)
+	}
+	return &specDB{dialect: d, db: db}
+}
+
+// ledger appends the runner's ledger row for key, as writer.
+func (s *specDB) ledger(ctx context.Context, tx claimd.EffectTx, key, writer string) error {
+	_, err := tx.ExecContext(ctx, fmt.Sprintf("INSERT INTO guardspec_ledger (namespace, key, writer) VALUES (%s, %s, %s)",
+		ph(s.dialect, 1), ph(s.dialect, 2), ph(s.dialect, 3)), namespace, key, writer)
+	return err
+}
+
+// ledgerRows counts key's ledger rows.
+func (s *specDB) ledgerRows(ctx context.Context, key string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM guardspec_ledger WHERE namespace = %s AND key = %s",
+		ph(s.dialect, 1), ph(s.dialect, 2)), namespace, key).Scan(&n)
+	return n, err
+}
+
+// fence is arrange op fence: the other holder commits its effect (a ledger
+// row and the fence row with its token and result) without the guard, then
+// vanishes.
+func (s *specDB) fence(ctx context.Context, l claimd.Lease, result []byte) error {
+	if _, err := s.db.ExecContext(ctx, claimd.EffectsSchema(s.dialect)); err != nil {
+		return err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := s.ledger(ctx, tx, l.Key, "guardspec-other"); err != nil {
+		return err
+	}
+	p := func(n int) string { return ph(s.dialect, n) }
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("INSERT INTO claimd_effects (namespace, provider, key, fencing_token, result) VALUES (%s, %s, %s, %s, %s)",
+		p(1), p(2), p(3), p(4), p(5)), l.Namespace, l.Provider, l.Key, int64(l.FencingToken), result); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // faultSet fails the named calls of the guard's client without sending
@@ -383,6 +530,9 @@ func callName(req any) string {
 		case claimd.StateProcessing:
 			return "start"
 		case claimd.StateSettled:
+			if r.GetEffectRecovered() {
+				return "settle_recovered"
+			}
 			return "settle"
 		case claimd.StateFailed:
 			return "fail"
@@ -413,7 +563,9 @@ func (fl specFault) status() error {
 	return st.Err()
 }
 
-func runScenario(t *testing.T, sc scenario) {
+// runScenario runs sc; db is the runner's database of an effect scenario
+// (nil otherwise).
+func runScenario(t *testing.T, sc scenario, db *specDB) {
 	ctx := ctxT(t)
 	id := eventID(t)
 	plain := dial(t, shared.Addr) // the other holder, and the reader of records
@@ -431,7 +583,7 @@ func runScenario(t *testing.T, sc scenario) {
 
 	var other claimd.Lease
 	for i, step := range sc.Arrange {
-		if err := arrange(ctx, plain, id, step, &other); err != nil {
+		if err := arrange(ctx, plain, id, step, &other, db); err != nil {
 			t.Fatalf("arrange step %d (%s): %v", i+1, step.Op, err)
 		}
 	}
@@ -440,11 +592,14 @@ func runScenario(t *testing.T, sc scenario) {
 	for i, d := range sc.Deliveries {
 		req := claimRequest(id, d.Request)
 		faults.set(d.Faults)
-		var ran atomic.Bool
+		var ran, done atomic.Bool
 		out := g.Guard(ctx, req, func(fnCtx context.Context, cl claimd.Claim) ([]byte, error) {
 			runs.Add(1)
 			ran.Store(true)
 			faults.log("handler")
+			if h := d.Handler; h != nil && h.Effect != nil {
+				return handleEffect(t, fnCtx, db, cl, h.Effect, &done)
+			}
 			return handle(t, ctx, fnCtx, plain, req, cl, d.Handler)
 		})
 		calls := faults.logged()
@@ -454,13 +609,16 @@ func runScenario(t *testing.T, sc scenario) {
 			t.Errorf("%s: the guard's calls = %q, want %q", where, calls, want)
 		}
 		checkDelivery(t, ctx, plain, where, id, req, out, ran.Load(), d.Expect)
+		if e := d.Expect.Effect; e != nil {
+			checkEffect(t, ctx, db, where, req.Provider, id, out, done.Load(), e)
+		}
 	}
 	if got := int(runs.Load()); got != *sc.HandlerRuns {
 		t.Errorf("handler runs over %d deliveries = %d, want %d", len(sc.Deliveries), got, *sc.HandlerRuns)
 	}
 }
 
-func arrange(ctx context.Context, plain *claimd.Client, id string, step arrangeStep, other *claimd.Lease) error {
+func arrange(ctx context.Context, plain *claimd.Client, id string, step arrangeStep, other *claimd.Lease, db *specDB) error {
 	switch step.Op {
 	case "claim":
 		cl, err := plain.Claim(ctx, claimd.ClaimRequest{
@@ -488,6 +646,11 @@ func arrange(ctx context.Context, plain *claimd.Client, id string, step arrangeS
 	case "release":
 		_, err := plain.Release(ctx, *other)
 		return err
+	case "fence":
+		if step.Result == nil {
+			return errors.New("fence needs a result")
+		}
+		return db.fence(ctx, *other, *step.Result)
 	default:
 		return fmt.Errorf("unknown op %q", step.Op)
 	}
@@ -562,7 +725,15 @@ func handle(t *testing.T, ctx, fnCtx context.Context, plain *claimd.Client, req 
 		}
 		return nil, err
 	}
-	v := h.Returns
+	b, err := h.Returns.bytes()
+	if err != nil {
+		return fail("%v", err)
+	}
+	return b, nil
+}
+
+// bytes is what a Go handler returns for v.
+func (v *specValue) bytes() ([]byte, error) {
 	switch {
 	case v.Text != nil:
 		return []byte(*v.Text), nil
@@ -571,11 +742,89 @@ func handle(t *testing.T, ctx, fnCtx context.Context, plain *claimd.Client, req 
 	case v.JSON != nil:
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, v.JSON); err != nil {
-			return fail("json: %v", err)
+			return nil, fmt.Errorf("json: %v", err)
 		}
 		return buf.Bytes(), nil
 	}
 	return nil, nil
+}
+
+// handleEffect is a handler with an effect: unless the effect is done, it
+// writes one ledger row, sets the effect's result and raises inside it when
+// told to; then it returns the effect's result. done reports whether the
+// effect found a committed fence.
+func handleEffect(t *testing.T, fnCtx context.Context, db *specDB, cl claimd.Claim, h *specEffect, done *atomic.Bool) ([]byte, error) {
+	var result []byte
+	if h.Result != nil {
+		var err error
+		if result, err = h.Result.bytes(); err != nil {
+			t.Error(err)
+			return nil, err
+		}
+	}
+	fx, err := claimd.Effect(fnCtx, db.db, func(ctx context.Context, tx claimd.EffectTx, fx *claimd.Fx) error {
+		if err := db.ledger(ctx, tx, cl.GetKey(), "guardspec"); err != nil {
+			t.Errorf("handler: ledger insert: %v", err)
+			return err
+		}
+		if h.Result != nil {
+			fx.Result = result
+		}
+		if h.Raises != nil {
+			return errors.New(string(h.Raises.Message))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	done.Store(fx.Done)
+	return fx.Result, nil
+}
+
+// checkEffect compares the runner's database after a delivery with e.
+func checkEffect(t *testing.T, ctx context.Context, db *specDB, what, provider, id string, out claimd.Outcome, done bool, e *specExpectFx) {
+	t.Helper()
+	if e.Done != nil {
+		if done != *e.Done {
+			t.Errorf("%s: effect done %v, want %v", what, done, *e.Done)
+		}
+		if got := out.Effect != nil && out.Effect.Done; got != *e.Done {
+			t.Errorf("%s: Outcome.Effect %+v, want done %v", what, out.Effect, *e.Done)
+		}
+	}
+	if e.LedgerRows != nil {
+		n, err := db.ledgerRows(ctx, id)
+		if err != nil || n != *e.LedgerRows {
+			t.Errorf("%s: ledger rows %d (%v), want %d", what, n, err, *e.LedgerRows)
+		}
+	}
+	if e.Fence == nil {
+		return
+	}
+	got, err := readFence(ctx, db.db, db.dialect, namespace, provider, id)
+	if err != nil {
+		t.Errorf("%s: reading the fence: %v", what, err)
+		return
+	}
+	if string(e.Fence) == "null" {
+		if got != nil {
+			t.Errorf("%s: fence token %d result %s, want no fence", what, got.Token, clipBytes(got.Result))
+		}
+		return
+	}
+	var want specFence
+	if err := strictDecode(e.Fence, &want); err != nil {
+		t.Fatalf("%s: expect.effect.fence: %v", what, err)
+	}
+	switch {
+	case got == nil:
+		t.Errorf("%s: no fence, want token %v result %s", what, want.FencingToken, clipBytes(want.Result))
+	case want.FencingToken != nil && got.Token != *want.FencingToken:
+		t.Errorf("%s: fence token %d, want %d", what, got.Token, *want.FencingToken)
+	case want.Result != nil && !bytes.Equal(got.Result, want.Result):
+		t.Errorf("%s: fence result %s, want %s", what, clipBytes(got.Result), clipBytes(want.Result))
+	}
 }
 
 // outliveLease works until claimd's record shows a renewal and the lease

@@ -14,6 +14,7 @@ import (
 
 	"github.com/claimd/claimd/clients/go/claimd"
 	"github.com/claimd/claimd/clients/go/claimdtest"
+	"github.com/claimd/claimd/internal/testenv"
 )
 
 // binary is claimd built once for this test binary; shared is one server
@@ -42,7 +43,8 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	code := m.Run()
+	// testenv.Main also stops the PostgreSQL the effect tests started.
+	code := testenv.Main(m)
 	if err := shared.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		code = 1
