@@ -31,12 +31,13 @@ type Rule interface {
 
 // Bounds of a rule. They keep a rule readable and keep the work of deriving a
 // key proportional to the body, whatever a providers file says. A provider
-// that sends several webhook families (Adyen) needs an alternative per family,
-// hence the room for 16 of them.
+// that sends several webhook families (Adyen) needs an alternative per family:
+// Adyen's rule has 18 (its payment, platform and management webhooks, and the
+// Terminal API notifications its terminals send), hence the room for 24.
 const (
 	maxRuleLen      = 2048
 	maxJoinParts    = 8
-	maxAlternatives = 16
+	maxAlternatives = 24
 )
 
 // ParseRule parses a key rule:
