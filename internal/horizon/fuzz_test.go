@@ -273,6 +273,7 @@ func FuzzDeriveKey(f *testing.F) {
 	for _, file := range []string{
 		"adyen/java_capture-false.json", "adyen/java_transfer-updated.json", "adyen/java_tokenization-webhook-recurring-token-created.json",
 		"adyen/java_configuration-accountHolder-created.json", "adyen/java_dispute-created.json", "shopify/process_test_body.events_second_subscription.json",
+		"adyen/java_event-notification.json", "adyen/java_display-notification.json", "adyen/java_hmac-validation-webhook.json",
 	} {
 		body, err := os.ReadFile("testdata/deliveries/" + file)
 		if err != nil {

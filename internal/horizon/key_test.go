@@ -594,3 +594,94 @@ func TestKeySourceString(t *testing.T) {
 		}
 	}
 }
+
+// TestDeriveKeyAdyenFamilies: the families Adyen added to its rule for the
+// Terminal API, lone notification items, top-ups, relayed requests and
+// disputes are each keyed by their own alternative, and what may change
+// between two sends of one event (a field Adyen adds, a queue timestamp the
+// rule does not read) leaves the key as it was.
+func TestDeriveKeyAdyenFamilies(t *testing.T) {
+	p := lookup(t, mustDefault(t), "adyen")
+	const (
+		event     = "json:SaleToPOIRequest.MessageHeader.POIID+json:SaleToPOIRequest.EventNotification.EventToNotify+json:SaleToPOIRequest.EventNotification.TimeStamp"
+		display   = "json:SaleToPOIRequest.MessageHeader.POIID+json:SaleToPOIRequest.MessageHeader.ServiceID+json:SaleToPOIRequest.MessageHeader.DeviceID"
+		classic   = "json:notificationItems[0].NotificationRequestItem.pspReference+json:notificationItems[0].NotificationRequestItem.eventCode+json:notificationItems[0].NotificationRequestItem.success"
+		item      = "json:pspReference+json:eventCode+json:success"
+		relayed   = "json:type+json:id"
+		dispute   = "json:type+json:data.id+json:data.status"
+		createdAt = "json:type+json:data.id+json:data.creationDate"
+		queued    = "json:type+json:data.id+json:timestamp"
+	)
+	tests := []struct {
+		desc     string
+		bodies   []string // sends of one event: all must derive wantKey
+		wantKey  string
+		wantRule string
+	}{
+		{
+			desc: "an event notification about a request is an event, not a display request",
+			bodies: []string{
+				`{"SaleToPOIRequest":{"EventNotification":{"EventToNotify":"Reject","TimeStamp":"2026-11-02T10:00:00.000Z"},"MessageHeader":{"POIID":"P400-1","ServiceID":"S1","DeviceID":"D1","MessageCategory":"Event"}}}`,
+				`{"SaleToPOIRequest":{"EventNotification":{"EventToNotify":"Reject","TimeStamp":"2026-11-02T10:00:00.000Z","EventDetails":"added"},"MessageHeader":{"POIID":"P400-1","ServiceID":"S1","DeviceID":"D1","MessageCategory":"Event"}}}`,
+			},
+			wantKey: "P400-1:Reject:2026-11-02T10:00:00.000Z", wantRule: event,
+		},
+		{
+			desc: "a display request is its terminal, its transaction's ServiceID and its DeviceID, whatever its ReferenceID holds",
+			bodies: []string{
+				`{"SaleToPOIRequest":{"DisplayRequest":{"DisplayOutput":[{"OutputContent":{"PredefinedContent":{"ReferenceID":"event=PIN_ENTERED"}}}]},"MessageHeader":{"POIID":"P400-1","ServiceID":"S1","DeviceID":"D2","MessageCategory":"Display"}}}`,
+				`{"SaleToPOIRequest":{"DisplayRequest":{"DisplayOutput":[{"OutputContent":{"PredefinedContent":{"ReferenceID":"event=PIN_ENTERED&added=1"}}}]},"MessageHeader":{"POIID":"P400-1","ServiceID":"S1","DeviceID":"D2","MessageCategory":"Display"}}}`,
+			},
+			wantKey: "P400-1:S1:D2", wantRule: display,
+		},
+		{
+			desc:    "a notification item on its own has the key it has in its notification",
+			bodies:  []string{`{"pspReference":"PSP1","eventCode":"CAPTURE","success":"false","additionalData":{"hmacSignature":"c2lnMQ=="}}`},
+			wantKey: "PSP1:CAPTURE:false", wantRule: item,
+		},
+		{
+			desc:    "the same item in its notification",
+			bodies:  []string{`{"live":"false","notificationItems":[{"NotificationRequestItem":{"pspReference":"PSP1","eventCode":"CAPTURE","success":"false","additionalData":{"hmacSignature":"c2lnMg=="}}}]}`},
+			wantKey: "PSP1:CAPTURE:false", wantRule: classic,
+		},
+		{
+			desc: "a relayed authentication request is its challenge, whatever its queue timestamp",
+			bodies: []string{
+				`{"id":"c-1","type":"balancePlatform.authentication.relayed","timestamp":"2026-11-02T10:00:00+01:00"}`,
+				`{"id":"c-1","type":"balancePlatform.authentication.relayed","timestamp":"2026-11-02T10:00:02+01:00"}`,
+			},
+			wantKey: "balancePlatform.authentication.relayed:c-1", wantRule: relayed,
+		},
+		{
+			desc:    "a recurring top-up with a data.id is keyed as the other Balance Platform webhooks",
+			bodies:  []string{`{"type":"balancePlatform.balanceAccount.recurringTopUp.deleted","timestamp":"2026-11-02T10:00:00+01:00","data":{"id":"X1","webhookTopUpConfiguration":{"id":"TU1"}}}`},
+			wantKey: "balancePlatform.balanceAccount.recurringTopUp.deleted:X1:2026-11-02T10:00:00+01:00", wantRule: queued,
+		},
+		{
+			desc:    "a dispute webhook with its creationDate is keyed by it",
+			bodies:  []string{`{"type":"balancePlatform.dispute.updated","data":{"id":"DS1","status":"open","creationDate":"2026-11-02T10:00:00+01:00"}}`},
+			wantKey: "balancePlatform.dispute.updated:DS1:2026-11-02T10:00:00+01:00", wantRule: createdAt,
+		},
+		{
+			desc: "a dispute webhook without a time is keyed by its status",
+			bodies: []string{
+				`{"type":"balancePlatform.dispute.updated","data":{"id":"DS1","status":"won"}}`,
+				`{"type":"balancePlatform.dispute.updated","data":{"id":"DS1","status":"won","description":"added"}}`,
+			},
+			wantKey: "balancePlatform.dispute.updated:DS1:won", wantRule: dispute,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			for _, body := range tc.bodies {
+				got, err := p.DeriveKey(nil, []byte(body))
+				if err != nil {
+					t.Fatalf("DeriveKey(%q) error = %v", body, err)
+				}
+				if got.Key != tc.wantKey || got.Rule != tc.wantRule || got.Source != horizon.KeySourceBodyField || got.Fallback {
+					t.Errorf("DeriveKey(%q) = %+v; want key %q by %s", body, got, tc.wantKey, tc.wantRule)
+				}
+			}
+		})
+	}
+}
