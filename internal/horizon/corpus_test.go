@@ -132,7 +132,9 @@ func readManifest(t *testing.T) corpusManifest {
 // sent it and as its retry, and holds each to the manifest: the key, where it
 // came from and which alternative of the rule found it; the same key when
 // only the signature and timestamp headers changed (and header names changed
-// case); one key per event and one event per key, per provider.
+// case); one key per event and one event per key, per provider. No delivery
+// falls back to the body hash: every family of the corpus has its rule, so
+// claimd_key_fallback_total stays at zero on it.
 func TestCorpus(t *testing.T) {
 	r := mustDefault(t)
 	m := readManifest(t)
@@ -140,8 +142,9 @@ func TestCorpus(t *testing.T) {
 	keyEvent := map[string]map[string]string{} // provider → key → event
 	eventKey := map[string]map[string]string{} // provider → event → key
 	count := map[string]int{}
+	sources := map[string]map[horizon.KeySource]int{} // provider → where its keys came from
 	for _, d := range m.Deliveries {
-		var key string // the key claimd derived, whatever the manifest says
+		var derived horizon.Derived // what claimd derived, whatever the manifest says
 		t.Run(d.File, func(t *testing.T) {
 			src, ok := m.Sources[d.Source]
 			switch {
@@ -172,8 +175,11 @@ func TestCorpus(t *testing.T) {
 					t.Errorf("attempt %d: DeriveKey() = key %q, source %v, rule %q, fallback %v; want %q, %s, %q, %v",
 						n, got.Key, got.Source, got.Rule, got.Fallback, d.Want.Key, d.Want.Source, d.Want.Rule, d.Want.Fallback)
 				}
+				if got.Fallback {
+					t.Errorf("attempt %d: DeriveKey() fell back to the body hash: no alternative of %s's rule covers this family", n, d.Provider)
+				}
 				if n == 0 {
-					first, key = got, got.Key
+					first, derived = got, got
 				} else if got != first {
 					t.Errorf("a retry that changed only signature and timestamp headers keys %+v, the first attempt %+v", got, first)
 				}
@@ -185,10 +191,13 @@ func TestCorpus(t *testing.T) {
 		count[d.Provider]++
 		if keyEvent[d.Provider] == nil {
 			keyEvent[d.Provider], eventKey[d.Provider] = map[string]string{}, map[string]string{}
+			sources[d.Provider] = map[horizon.KeySource]int{}
 		}
+		key := derived.Key
 		if key == "" {
 			continue // the subtest failed to derive one
 		}
+		sources[d.Provider][derived.Source]++
 		if other, ok := keyEvent[d.Provider][key]; ok && other != d.Event {
 			t.Errorf("%s: events %q and %q share the key %q", d.File, other, d.Event, key)
 		}
@@ -204,7 +213,10 @@ func TestCorpus(t *testing.T) {
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(count)) {
-		t.Logf("corpus: %-17s %3d deliveries, %3d events", name, count[name], len(eventKey[name]))
+		by := sources[name]
+		t.Logf("corpus: %-17s %3d deliveries, %3d events; keyed by EVENT_ID %d, HEADER %d, BODY_FIELD %d, BODY_HASH %d",
+			name, count[name], len(eventKey[name]), by[horizon.KeySourceEventID], by[horizon.KeySourceHeader],
+			by[horizon.KeySourceBodyField], by[horizon.KeySourceBodyHash])
 	}
 }
 
