@@ -3,16 +3,19 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net/url"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/claimd/claimd/clients/go/claimd"
 )
 
 // ledgerSchema has no UNIQUE constraint on event_id on purpose: the only
-// thing that keeps one row per event is the claimd guard around Append.
+// thing that keeps one row per event is the claimd guard around the append,
+// and the effect fence (claimd_effects, created in the same file on first
+// use) it commits with.
 const ledgerSchema = `
 CREATE TABLE IF NOT EXISTS ledger (
 	id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -37,7 +40,7 @@ type entry struct {
 }
 
 // ledger is an append-only table in a SQLite file: the side effect that must
-// happen once per event.
+// happen once per event. Appends go through claimd.Effect (receiver.apply).
 type ledger struct {
 	db *sql.DB
 }
@@ -57,28 +60,15 @@ func openLedger(ctx context.Context, path string) (*ledger, error) {
 	return &ledger{db: db}, nil
 }
 
-// Append adds e and returns its row id.
-func (l *ledger) Append(ctx context.Context, e entry) (int64, error) {
-	res, err := l.db.ExecContext(ctx,
+// appendEntry adds e in tx (the event's effect) and returns its row id.
+func appendEntry(ctx context.Context, tx claimd.EffectTx, e entry) (int64, error) {
+	res, err := tx.ExecContext(ctx,
 		`INSERT INTO ledger (event_id, event_type, object_id, order_id, amount, currency, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		e.EventID, e.EventType, e.ObjectID, e.OrderID, e.Amount, e.Currency, e.RecordedAt.UTC().Format(time.RFC3339Nano))
 	if err != nil {
 		return 0, fmt.Errorf("ledger append %s: %w", e.EventID, err)
 	}
 	return res.LastInsertId()
-}
-
-// Find returns the row id of eventID's entry, if any. The receiver asks only
-// when claimd says a previous holder may have got as far as the append.
-func (l *ledger) Find(ctx context.Context, eventID string) (id int64, ok bool, err error) {
-	err = l.db.QueryRowContext(ctx, `SELECT id FROM ledger WHERE event_id = ? ORDER BY id LIMIT 1`, eventID).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("ledger find %s: %w", eventID, err)
-	}
-	return id, true, nil
 }
 
 // Count returns how many rows eventID has.
@@ -88,10 +78,11 @@ func (l *ledger) Count(ctx context.Context, eventID string) (int, error) {
 	return n, err
 }
 
-// Refunded returns how much was booked out of charge by its refunds so far.
-func (l *ledger) Refunded(ctx context.Context, charge string) (int64, error) {
+// refunded returns how much was booked out of charge by its refunds so far,
+// read in tx (the refund's effect).
+func refunded(ctx context.Context, tx claimd.EffectTx, charge string) (int64, error) {
 	var out int64
-	err := l.db.QueryRowContext(ctx,
+	err := tx.QueryRowContext(ctx,
 		`SELECT COALESCE(-SUM(amount), 0) FROM ledger WHERE object_id = ? AND event_type = 'charge.refunded'`, charge).Scan(&out)
 	if err != nil {
 		return 0, fmt.Errorf("ledger refunds of %s: %w", charge, err)

@@ -59,16 +59,21 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	req := claimd.ClaimRequest{Namespace: rc.namespace, Provider: "stripe", Delivery: d}
 	out := rc.claimd.Guard(r.Context(), req, func(ctx context.Context, c claimd.Claim) ([]byte, error) {
-		return rc.apply(ctx, c, d.Body)
+		return rc.apply(ctx, d.Body)
 	})
 	out.Respond(w)
 	rc.log.Info("delivery", "key", out.Claim.GetKey(), "disposition", out.Disposition.String(),
 		"status", out.Status, "ran", out.Ran, "err", out.Err)
 }
 
-// apply is the side effect: one ledger row for the event. Its result (the
-// row id) is stored by claimd and answered to every duplicate.
-func (rc *receiver) apply(ctx context.Context, c claimd.Claim, body []byte) ([]byte, error) {
+// apply is the side effect: one ledger row for the event, written through
+// claimd's effect fence. The row and the event's fence row (in the ledger's
+// own database) commit in one transaction, so a holder that appended and
+// died before claimd heard of it, or that wakes after another took its key
+// over, cannot append twice: the next holder's effect finds the fence done,
+// skips the append, and the guard settles with the stored result. Its
+// result (the row id) is stored by claimd and answered to every duplicate.
+func (rc *receiver) apply(ctx context.Context, body []byte) ([]byte, error) {
 	var ev stripeEvent
 	// Retrying cannot fix a malformed event: fail it for good.
 	if err := json.Unmarshal(body, &ev); err != nil {
@@ -77,31 +82,27 @@ func (rc *receiver) apply(ctx context.Context, c claimd.Claim, body []byte) ([]b
 	if ev.ID == "" || ev.Type == "" {
 		return nil, claimd.Permanent(errors.New("malformed Stripe event: id and type are required"))
 	}
-	// A previous holder vanished mid-work (or the dedup window ended): only
-	// our own records can tell whether it appended already.
-	if c.GetReason() == claimd.ReasonWindowExpired || (c.TakenOver() && c.GetState() == claimd.StateProcessing) {
-		id, ok, err := rc.ledger.Find(ctx, ev.ID)
+	fx, err := claimd.Effect(ctx, rc.ledger.db, func(ctx context.Context, tx claimd.EffectTx, fx *claimd.Fx) error {
+		amount, err := booked(ctx, tx, ev)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if ok {
-			return result(id)
+		obj := ev.Data.Object
+		id, err := appendEntry(ctx, tx, entry{
+			EventID: ev.ID, EventType: ev.Type, ObjectID: obj.ID, OrderID: obj.Metadata.OrderID,
+			Amount: amount, Currency: obj.Currency,
+			RecordedAt: rc.now(),
+		})
+		if err != nil {
+			return err
 		}
-	}
-	amount, err := rc.booked(ctx, ev)
-	if err != nil {
-		return nil, err
-	}
-	obj := ev.Data.Object
-	id, err := rc.ledger.Append(ctx, entry{
-		EventID: ev.ID, EventType: ev.Type, ObjectID: obj.ID, OrderID: obj.Metadata.OrderID,
-		Amount: amount, Currency: obj.Currency,
-		RecordedAt: rc.now(),
+		fx.Result, err = result(id)
+		return err
 	})
 	if err != nil {
-		return nil, err // retryable: the claim is released and Stripe retries
+		return nil, err // retryable: nothing was written, the claim is released and Stripe retries
 	}
-	return result(id)
+	return fx.Result, nil // fx.Done: an earlier holder's append, and its answer
 }
 
 // booked is the money an event moves: a charge that succeeded brings its
@@ -113,13 +114,13 @@ func (rc *receiver) apply(ctx context.Context, c claimd.Claim, body []byte) ([]b
 // lock: claimd runs one event of an entity at a time (another refund of the
 // same charge is DEFERRED until this one settles), and never a refund before
 // its charge succeeded, so the running total is this charge's.
-func (rc *receiver) booked(ctx context.Context, ev stripeEvent) (int64, error) {
+func booked(ctx context.Context, tx claimd.EffectTx, ev stripeEvent) (int64, error) {
 	obj := ev.Data.Object
 	switch ev.Type {
 	case "charge.succeeded":
 		return obj.Amount, nil
 	case "charge.refunded":
-		before, err := rc.ledger.Refunded(ctx, obj.ID)
+		before, err := refunded(ctx, tx, obj.ID)
 		if err != nil {
 			return 0, err
 		}
