@@ -26,7 +26,7 @@ import (
 // with its real process.
 type receiver struct {
 	ctx  context.Context // effectspec's: an interrupt ends every wait
-	name string // "A", "B" or "R" in counts and messages
+	name string          // "A", "B" or "R" in counts and messages
 	cmd  *exec.Cmd
 	pid  int // the ledger writer's PID: the ready line's "pid", else the child's
 

@@ -1,0 +1,102 @@
+package claimd_test
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/claimd/claimd/internal/testenv"
+)
+
+// fxEvents is effectspec's -events for the Go receiver.
+const fxEvents = "50"
+
+// fxRunTimeout bounds one effectspec run; effectspec bounds each of its own
+// waits (30 s), so this only catches a driver that hangs.
+const fxRunTimeout = 4 * time.Minute
+
+// TestEffectProcesses runs effectspec, the crash and zombie driver of
+// clients/guardspec/README.md ("Effect processes"), with the Go receiver
+// (../fxreceiver) on SQLite and on PostgreSQL: receivers killed with SIGKILL
+// at every gate, paused with SIGSTOP past their lease and woken after a
+// takeover, and a handler that raises inside its effect must each leave
+// exactly one ledger row per event.
+func TestEffectProcesses(t *testing.T) {
+	dir := t.TempDir()
+	effectspec := buildFx(t, serverModuleDir(t), "github.com/claimd/claimd/internal/testenv/cmd/effectspec", filepath.Join(dir, "effectspec"))
+	receiver := buildFx(t, ".", "github.com/claimd/claimd/clients/go/fxreceiver", filepath.Join(dir, "fxreceiver"))
+
+	for _, tc := range []struct {
+		desc string
+		db   func(t *testing.T) string
+	}{
+		{desc: "sqlite", db: func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "fx.db") }},
+		{desc: "postgres", db: func(t *testing.T) string { return testenv.Postgres(t, nil) }},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), fxRunTimeout)
+			defer cancel()
+			args := []string{"-claimd-bin", binary, "-db", tc.db(t), "-events", fxEvents, "--", receiver}
+			cmd := exec.CommandContext(ctx, effectspec, args...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			start := time.Now()
+			err := cmd.Run()
+			t.Logf("effectspec %s (%.1fs):\n%s", strings.Join(args, " "), time.Since(start).Seconds(), stdout.String())
+			if err != nil {
+				t.Fatalf("effectspec: %v\n%s", err, stderr.String())
+			}
+			checkFxCounts(t, stdout.String())
+		})
+	}
+}
+
+// fxCounts matches a counts line of a scenario that ran through.
+var fxCounts = regexp.MustCompile(`(?m)^([a-z-]+): (\d+) events, (\d+) ledger rows, 0 written twice, 0 never written, `)
+
+// checkFxCounts wants a clean counts line for each of the four scenarios,
+// with every event written once: an exit status of 0 from a driver that
+// ran nothing proves nothing.
+func checkFxCounts(t *testing.T, out string) {
+	t.Helper()
+	got := map[string]bool{}
+	for _, m := range fxCounts.FindAllStringSubmatch(out, -1) {
+		if m[2] != fxEvents || m[3] != fxEvents {
+			t.Errorf("%s: %s events and %s ledger rows, want %s of each", m[1], m[2], m[3], fxEvents)
+		}
+		got[m[1]] = true
+	}
+	for _, s := range []string{"crash", "zombie-new-first", "zombie-old-first", "raise"} {
+		if !got[s] {
+			t.Errorf("effectspec printed no clean counts line for %s", s)
+		}
+	}
+}
+
+// serverModuleDir is the directory of claimd's module as this module
+// resolves it (its replace of the server module).
+func serverModuleDir(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/claimd/claimd").Output()
+	if err != nil {
+		t.Fatalf("go list -m github.com/claimd/claimd: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// buildFx builds pkg in the module at dir (which lists pkg's requirements)
+// into bin.
+func buildFx(t *testing.T, dir, pkg, bin string) string {
+	t.Helper()
+	build := exec.Command("go", "build", "-o", bin, pkg)
+	build.Dir = dir
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s in %s: %v\n%s", pkg, dir, err, out)
+	}
+	return bin
+}
