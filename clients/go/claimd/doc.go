@@ -33,6 +33,9 @@
 //
 // Guard follows the contract every claimd guard shares, written in
 // clients/GUARD.md and checked by the scenarios in clients/guardspec.
+// Inside the guarded function, Effect commits the function's writes to its
+// own database (database/sql, PostgreSQL or SQLite) together with a fence row
+// for the delivery, so that they happen exactly once across holders.
 //
 // A claimd that requires TLS and credentials is dialed with WithTLSFiles
 // (or WithTLS) and WithToken (or WithTokenSource); plaintext is the default
