@@ -38,6 +38,7 @@ from claimd import (
     PermanentError,
     RetryPolicy,
 )
+from claimd import _core as core
 from claimd import guard as guard_module
 from claimd._gen.idempotency.v1 import claim_pb2 as pb
 from claimd.testing import ClaimdServer
@@ -209,7 +210,7 @@ def test_constants_are_the_contracts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert c["max_failure_text_bytes"] == guard_module.MAX_FAILURE_BYTES
     assert c["unavailable_retry_after_s"] == guard_module.UNAVAILABLE_RETRY_AFTER
     assert c["superseded_retry_after_s"] == guard_module.SUPERSEDED_RETRY_AFTER
-    assert c["heartbeat_floor_ms"] == guard_module._MIN_HEARTBEAT * 1000
+    assert c["heartbeat_floor_ms"] == core.MIN_HEARTBEAT * 1000
     policy = RetryPolicy()
     assert (policy.max_attempts, policy.initial_backoff * 1000, policy.max_backoff * 1000) == (
         r["max_attempts"],
@@ -229,7 +230,7 @@ def test_constants_are_the_contracts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [lo for lo, _ in bounds] == [0] * len(want), bounds
     assert [hi for _, hi in bounds] == pytest.approx([hi for _, hi in want]), bounds
     # The heartbeat paces itself at a third of the lease, and no faster than the floor.
-    pace = guard_module._Heartbeat._pace
+    pace = core.heartbeat_pace
     assert pace(SimpleNamespace(lease=timedelta(seconds=3))) == pytest.approx(3 / c["heartbeat_divisor"])
     assert pace(SimpleNamespace(lease=timedelta(milliseconds=1))) == pytest.approx(c["heartbeat_floor_ms"] / 1000)
 

@@ -32,10 +32,7 @@ BaseException, leaves the claim to its lease).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
-import logging
-import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec
@@ -43,55 +40,30 @@ from typing import Any, Concatenate, ParamSpec
 import grpc
 import grpc.aio
 
+from claimd._core import (
+    Call,
+    GuardCore,
+    GuardKey,
+    GuardResult,
+    Op,
+    claim_request,
+    delivery_of,
+    release_request,
+    renew_request,
+    settle_options,
+    transition_request,
+)
 from claimd._gen.idempotency.v1 import claim_pb2 as pb
 from claimd._gen.idempotency.v1 import claim_pb2_grpc as pb_grpc
 from claimd._gen.idempotency.v1 import provider_pb2 as provider_pb
 from claimd._gen.idempotency.v1 import provider_pb2_grpc as provider_grpc
-from claimd.client import DEFAULT_KEEPALIVE, Seconds, _duration, _lease, _seconds, channel_options, default_holder
-from claimd.errors import (
-    ClaimdError,
-    InvalidTransition,
-    NotFound,
-    NotOwner,
-    PermanentError,
-    StaleToken,
-    Unavailable,
-)
-from claimd.guard import (
-    _HANDLER_FAILED,
-    _TAKEN_OVER,
-    _UNSETTLED,
-    SUPERSEDED_RETRY_AFTER,
-    UNAVAILABLE_RETRY_AFTER,
-    GuardKey,
-    GuardResult,
-    _answer_unowned,
-    _encode,
-    _ended_already,
-    _failure_text,
-    _Heartbeat,
-    _refused,
-    _started_by_claim,
-    _taken_over_from_processing,
-)
+from claimd.client import DEFAULT_KEEPALIVE, Seconds, channel_options, default_holder
+from claimd.errors import ClaimdError, Unavailable
 from claimd.retry import RetryPolicy, call_with_retry_async
 from claimd.security import TLSConfig, TokenProvider, channel_credentials
-from claimd.types import (
-    MAX_RESULT_BYTES,
-    Claim,
-    Delivery,
-    EventRef,
-    EventState,
-    Lease,
-    Outcome,
-    Provider,
-    Record,
-    Transitioned,
-)
+from claimd.types import Claim, Delivery, EventState, Lease, Provider, Record, Transitioned
 
 __all__ = ["Client", "Guard", "GuardResult", "guarded"]
-
-log = logging.getLogger("claimd")
 
 P = ParamSpec("P")
 
@@ -181,26 +153,22 @@ class Client:
     ) -> Claim:
         """claim is claimd.Client.claim: exactly one of event_id or delivery;
         every retry sends the same attempt_id (default: 16 random bytes, hex)."""
-        if (event_id is None) == (delivery is None):
-            raise ValueError("claim: exactly one of event_id or delivery is required")
-        req = pb.ClaimRequest(
-            namespace=namespace,
-            provider=provider,
+        req, extra = claim_request(
+            self.holder,
+            namespace,
+            provider,
+            event_id=event_id,
+            delivery=delivery,
             scope=scope,
-            payload_sha256=payload_sha256 or b"",
-            holder=self.holder if holder is None else holder,
-            attempt_id=attempt_id or secrets.token_hex(16),
-            lease=_duration(lease),
-            wait=_duration(wait),
+            payload_sha256=payload_sha256,
+            lease=lease,
+            holder=holder,
+            attempt_id=attempt_id,
+            wait=wait,
             entity_id=entity_id,
             event_type=event_type,
             start=start,
         )
-        if event_id is not None:
-            req.event_id = event_id
-        elif delivery is not None:
-            req.delivery.CopyFrom(pb.Delivery(headers=dict(delivery.headers), body=delivery.body))
-        extra = _seconds(wait) if wait is not None else 0.0
         resp: pb.ClaimResponse = await self._call(self._stub.Claim, req, extra)
         return Claim.from_pb(namespace, provider, req.attempt_id, resp)
 
@@ -211,46 +179,22 @@ class Client:
         *,
         result: bytes = b"",
         extend_lease: Seconds | None = None,
+        effect_recovered: bool = False,
     ) -> Transitioned:
         """transition is claimd.Client.transition."""
-        held = _lease(claim)
-        req = pb.TransitionRequest(
-            namespace=held.namespace,
-            provider=held.provider,
-            key=held.key,
-            fencing_token=held.fencing_token,
-            lease_secret=held.lease_secret,
-            to=pb.EventState.Name(to),
-            result=result,
-            extend_lease=_duration(extend_lease),
-        )
+        req = transition_request(claim, to, result, extend_lease, effect_recovered)
         resp: pb.TransitionResponse = await self._call(self._stub.Transition, req)
         return Transitioned(record=Record.from_pb(resp.record), changed=resp.changed)
 
     async def renew(self, claim: Claim | Lease, *, lease: Seconds | None = None) -> Record:
         """renew is claimd.Client.renew."""
-        held = _lease(claim)
-        req = pb.RenewRequest(
-            namespace=held.namespace,
-            provider=held.provider,
-            key=held.key,
-            fencing_token=held.fencing_token,
-            lease_secret=held.lease_secret,
-            lease=_duration(lease),
-        )
+        req = renew_request(claim, lease)
         resp: pb.RenewResponse = await self._call(self._stub.Renew, req)
         return Record.from_pb(resp.record)
 
     async def release(self, claim: Claim | Lease) -> Record:
         """release is claimd.Client.release."""
-        held = _lease(claim)
-        req = pb.ReleaseRequest(
-            namespace=held.namespace,
-            provider=held.provider,
-            key=held.key,
-            fencing_token=held.fencing_token,
-            lease_secret=held.lease_secret,
-        )
+        req = release_request(claim)
         resp: pb.ReleaseResponse = await self._call(self._stub.Release, req)
         return Record.from_pb(resp.record)
 
@@ -336,7 +280,8 @@ class Guard:
     handles them (GUARD.md): an Exception from the block before settle() or
     fail() releases the claim (fails it, for a PermanentError) and does not
     propagate; a BaseException (asyncio.CancelledError included) leaves the
-    claim to its lease and propagates."""
+    claim to its lease and propagates. Every decision is claimd._core's, as
+    for the sync Guard; this class makes the calls."""
 
     def __init__(
         self,
@@ -355,56 +300,50 @@ class Guard:
         event_type: str = "",
         start: bool = True,
     ) -> None:
-        if (event_id is None) == (delivery is None):
-            raise ValueError("guard: exactly one of event_id or delivery is required")
         self.client = client
         self.namespace = namespace
         self.provider = provider
         self.lease = lease
-        self._event_id = event_id
-        self._delivery = delivery
-        self._scope = scope
-        self._payload_sha256 = payload_sha256
-        self._holder = holder
-        self._wait = wait
-        self._entity_id = entity_id
-        self._event_type = event_type
-        self._start_at_claim = start
-        self._claim: Claim | None = None
         self.cancelled = asyncio.Event()
-        self._lost: ClaimdError | None = None
+        self._core = GuardCore(
+            namespace,
+            provider,
+            event_id=event_id,
+            delivery=delivery,
+            scope=scope,
+            payload_sha256=payload_sha256,
+            lease=lease,
+            holder=holder,
+            wait=wait,
+            entity_id=entity_id,
+            event_type=event_type,
+            start=start,
+            on_lost=self.cancelled.set,
+        )
         self._heartbeat: asyncio.Task[None] | None = None
-        self._result: GuardResult | None = None
-        self._ran = False
-        # _done is set as settle() or fail() begins: from then on nothing
-        # may release the claim.
-        self._done = False
 
     @property
     def acquired(self) -> bool:
         """acquired is true when the block must do the work."""
-        return self._claim is not None and self._claim.acquired and self._result is None
+        return self._core.acquired
 
     @property
     def claim(self) -> Claim:
         """claim is claimd's answer; RuntimeError when the Claim call failed."""
-        if self._claim is None:
-            raise RuntimeError("Guard.claim: the Claim call failed; see Guard.result.error")
-        return self._claim
+        return self._core.claimed()
 
     @property
     def result(self) -> GuardResult:
         """result is the answer for the provider, set once the block ended
         (or as soon as the claim decided that the block must not run)."""
-        if self._result is None:
+        if self._core.answer is None:
             raise RuntimeError("Guard.result is set when the async with-block ends")
-        return self._result
+        return self._core.answer
 
     def check(self) -> None:
         """check raises StaleToken (or NotOwner) when another holder took the
         key over, so long work stops between steps."""
-        if self._lost is not None:
-            raise self._lost
+        self._core.check()
 
     async def __aenter__(self) -> Guard:
         return await self._open()
@@ -422,208 +361,69 @@ class Guard:
         return await self._handler_raised(exc)
 
     async def _open(self) -> Guard:
-        try:
-            claim = await self.client.claim(
-                self.namespace,
-                self.provider,
-                event_id=self._event_id,
-                delivery=self._delivery,
-                scope=self._scope,
-                payload_sha256=self._payload_sha256,
-                lease=self.lease,
-                holder=self._holder,
-                wait=self._wait,
-                entity_id=self._entity_id,
-                event_type=self._event_type,
-                start=self._start_at_claim,
-            )
-        except ClaimdError as err:
-            status, body, retry = _refused(err)
-            if status == 500:
-                log.error("claimd: claim %s/%s failed: %s", self.namespace, self.provider, err)
-            self._result = GuardResult(status, body, retry, error=err)
-            return self
-        self._claim = claim
-        if claim.outcome == Outcome.ACQUIRED:
-            await self._start(claim)
-        else:
-            self._result = _answer_unowned(claim)
+        await self._drive(self._core.open())
         return self
-
-    async def _start(self, claim: Claim) -> None:
-        if _started_by_claim(claim):
-            self._heartbeat = asyncio.create_task(
-                self._renew(_Heartbeat._first_pace(claim, self.lease)), name=f"claimd-heartbeat {claim.key}"
-            )
-            return
-        try:
-            moved = await self.client.transition(claim, EventState.PROCESSING)
-        except (StaleToken, NotOwner) as err:
-            self._result = self._answer_lost(err)
-            return
-        except ClaimdError as err:
-            if not _taken_over_from_processing(claim):
-                await self._release_quietly()
-            status, body, retry = _refused(err)
-            self._result = GuardResult(status, body, retry, outcome=claim.outcome, error=err, claim=claim)
-            return
-        self._heartbeat = asyncio.create_task(
-            self._renew(_Heartbeat._pace(moved.record)), name=f"claimd-heartbeat {claim.key}"
-        )
-
-    async def _renew(self, interval: float) -> None:
-        """_renew is the heartbeat task: it renews the lease every lease/3
-        (the pace of the sync guard; interval is the first) until cancelled,
-        and reports a takeover."""
-        c = self.claim
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                rec = await self.client.renew(c, lease=self.lease)
-            except (StaleToken, NotOwner, NotFound) as err:
-                self._lose(err)
-                return
-            except InvalidTransition:
-                return  # terminal: settled or failed meanwhile
-            except ClaimdError as err:
-                log.warning("claimd: renew %s/%s/%s failed: %s", c.namespace, c.provider, c.key, err)
-                continue
-            interval = _Heartbeat._pace(rec)
 
     async def settle(self, result: object = b"") -> None:
         """settle is claimd.Guard.settle: SETTLED with result, encoded by the
         guards' rule; over 64 KiB or not encodable, settled empty."""
-        self._done = True
-        try:
-            body = _encode(result)
-        except Exception as err:  # whatever the encoder raises, the side effect happened
-            log.error(
-                "claimd: result of type %s cannot be encoded (%s); settling without it", type(result).__name__, err
-            )
-            await self._finish(EventState.SETTLED, b"", err)
-            return
-        await self._finish(EventState.SETTLED, body, None)
+        self._stop_heartbeat()
+        await self._drive(self._core.settle(result))
 
     async def fail(self, reason: str | BaseException) -> None:
         """fail is claimd.Guard.fail: FAILED with the reason's text (at most
         1 KiB), answered 200 so the provider stops retrying."""
-        self._done = True
-        err = reason if isinstance(reason, BaseException) else PermanentError(reason)
-        await self._finish(EventState.FAILED, _failure_text(err), err)
-
-    async def _finish(self, to: EventState, body: bytes, error: BaseException | None) -> None:
-        if self._result is not None:
-            raise RuntimeError("Guard: settle() or fail() after the answer was decided")
-        claim = self._claim
-        if claim is None or not claim.acquired:
-            raise RuntimeError("Guard: settle() or fail() without an acquired claim")
-        self._ran = True
         self._stop_heartbeat()
-        if self._lost is not None:
-            self._result = self._answer_lost(self._lost)
-            return
-        stored = body
-        if len(body) > MAX_RESULT_BYTES:
-            log.error(
-                "claimd: result of %s is %d bytes, over %d; settling without it", claim.key, len(body), MAX_RESULT_BYTES
-            )
-            error = error or ValueError(f"result is {len(body)} bytes, over {MAX_RESULT_BYTES}; not stored")
-            stored = b""
-        try:
-            # Shielded: a provider that hangs up must not cancel the record
-            # of a side effect that happened.
-            await asyncio.shield(self.client.transition(claim, to, result=stored))
-        except (StaleToken, NotOwner) as err:
-            self._result = self._answer_lost(err)
-            return
-        except ClaimdError as err:
-            if not _ended_already(err):
-                self._result = self._unsettled(to, err)
-                return
-            log.warning(
-                "claimd: %s/%s/%s was ended by the handler itself: %s", claim.namespace, claim.provider, claim.key, err
-            )
-            error = error or err
-        except Exception as err:
-            self._result = self._unsettled(to, err)
-            return
-        self._result = GuardResult(200, body, outcome=claim.outcome, ran=True, error=error, claim=claim)
-
-    def _unsettled(self, to: EventState, err: Exception) -> GuardResult:
-        c = self.claim
-        log.error("claimd: %s %s/%s/%s failed: %s", to.name, c.namespace, c.provider, c.key, err)
-        return GuardResult(503, _UNSETTLED, UNAVAILABLE_RETRY_AFTER, outcome=c.outcome, ran=True, error=err, claim=c)
+        await self._drive(self._core.fail(reason))
 
     async def _handler_raised(self, exc: BaseException) -> bool:
-        """_handler_raised is claimd.Guard._handler_raised: the only path to
-        a release, taken only for an Exception raised before settle() or
-        fail() began, on a key not taken over from PROCESSING."""
-        if self._done:
-            if self._result is None:
-                self._stop_heartbeat()
-                self._result = GuardResult(
-                    503,
-                    _UNSETTLED,
-                    UNAVAILABLE_RETRY_AFTER,
-                    outcome=Outcome.ACQUIRED,
-                    ran=True,
-                    error=exc,
-                    claim=self._claim,
-                )
-            return False
-        if not self.acquired:
-            return False
-        claim = self.claim
-        self._ran = True
-        if isinstance(exc, PermanentError):
-            await self.fail(exc)
-            return True
+        """_handler_raised is claimd.Guard._handler_raised: GuardCore.handler_raised
+        decides, and this makes the release or fail it asks for."""
         self._stop_heartbeat()
-        failed = GuardResult(500, _HANDLER_FAILED, outcome=claim.outcome, ran=True, error=exc, claim=claim)
-        if self._lost is not None:
-            self._result = dataclasses.replace(self._answer_lost(self._lost), error=exc)
-        elif not isinstance(exc, Exception):
-            log.warning(
-                "claimd: %s/%s/%s interrupted (%r); the key frees at its lease end",
-                claim.namespace,
-                claim.provider,
-                claim.key,
-                exc,
-            )
-            self._result = failed
-        elif _taken_over_from_processing(claim):
-            log.warning(
-                "claimd: handler failed on %s/%s/%s taken over from PROCESSING; leaving the key to its lease: %s",
-                claim.namespace,
-                claim.provider,
-                claim.key,
-                exc,
-            )
-            self._result = failed
-        else:
-            lost = await self._release_quietly()
-            self._result = dataclasses.replace(self._answer_lost(lost), error=exc) if lost is not None else failed
-        return isinstance(exc, Exception)
+        call, swallow = self._core.handler_raised(exc)
+        await self._drive(call)
+        return swallow
 
-    def _lose(self, err: ClaimdError) -> None:
-        self._lost = err
-        self.cancelled.set()
-        c = self._claim
-        if c is not None:
-            log.warning("claimd: lost %s/%s/%s (token %d): %s", c.namespace, c.provider, c.key, c.fencing_token, err)
+    async def _drive(self, call: Call | None) -> None:
+        """_drive makes the calls the core asks for until it has none."""
+        while call is not None:
+            try:
+                answer = await self._send(call)
+            except Exception as err:
+                call = self._core.failed(call, err)
+            else:
+                call = self._core.answered(call, answer)
 
-    def _answer_lost(self, err: ClaimdError) -> GuardResult:
-        if self._lost is None:
-            self._lose(err)
-        return GuardResult(
-            409,
-            _TAKEN_OVER,
-            SUPERSEDED_RETRY_AFTER,
-            outcome=Outcome.ACQUIRED,
-            ran=self._ran,
-            error=err,
-            claim=self._claim,
-        )
+    async def _send(self, call: Call) -> Any:
+        # Settle, fail and release are shielded: a provider that hangs up
+        # must not cancel the record of a side effect that happened, nor the
+        # return of a key.
+        if call.op is Op.CLAIM:
+            return await self.client.claim(self.namespace, self.provider, **self._core.claim_args)
+        if call.op is Op.START:
+            return await self.client.transition(self.claim, EventState.PROCESSING)
+        if call.op is Op.SETTLE:
+            return await asyncio.shield(
+                self.client.transition(self.claim, call.to, result=call.result, **settle_options(call))
+            )
+        if call.op is Op.RELEASE:
+            return await asyncio.shield(self.client.release(self.claim))
+        self._heartbeat = asyncio.create_task(self._renew(call.pace), name=f"claimd-heartbeat {self.claim.key}")
+        return None
+
+    async def _renew(self, interval: float) -> None:
+        """_renew is the heartbeat task: it renews the lease at the core's
+        pace (interval is the first) until cancelled or the core says to
+        stop."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                rec = await self.client.renew(self.claim, lease=self.lease)
+            except ClaimdError as err:
+                if not self._core.renew_failed(err):
+                    return
+                continue
+            interval = self._core.renewed(rec)
 
     def _stop_heartbeat(self) -> None:
         # Cancelled, not awaited: a renewal in flight is harmless after a
@@ -631,16 +431,6 @@ class Guard:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             self._heartbeat = None
-
-    async def _release_quietly(self) -> ClaimdError | None:
-        c = self.claim
-        try:
-            await asyncio.shield(self.client.release(c))
-        except (StaleToken, NotOwner) as err:
-            return err
-        except ClaimdError as err:
-            log.warning("claimd: release %s/%s/%s failed: %s", c.namespace, c.provider, c.key, err)
-        return None
 
 
 def guarded(
@@ -668,19 +458,19 @@ def guarded(
     ) -> Callable[Concatenate[GuardKey, P], Coroutine[Any, Any, GuardResult]]:
         @functools.wraps(fn)
         async def run(key: GuardKey, /, *args: P.args, **kwargs: P.kwargs) -> GuardResult:
-            ref = EventRef(key) if isinstance(key, str) else key
+            event_id, delivery, entity_id, event_type = delivery_of(key)
             g = Guard(
                 client,
                 namespace,
                 provider,
-                event_id=ref.event_id if isinstance(ref, EventRef) else None,
-                delivery=ref if isinstance(ref, Delivery) else None,
+                event_id=event_id,
+                delivery=delivery,
                 scope=scope,
                 lease=lease,
                 holder=holder,
                 wait=wait,
-                entity_id=ref.entity_id if isinstance(ref, EventRef) else "",
-                event_type=ref.event_type if isinstance(ref, EventRef) else "",
+                entity_id=entity_id,
+                event_type=event_type,
                 start=start,
             )
             await g._open()

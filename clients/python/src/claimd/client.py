@@ -4,16 +4,14 @@ the ClaimService calls."""
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec
 
 import grpc
-from google.protobuf import duration_pb2
 
+from claimd._core import claim_request, release_request, renew_request, transition_request
 from claimd._gen.idempotency.v1 import claim_pb2 as pb
 from claimd._gen.idempotency.v1 import claim_pb2_grpc as pb_grpc
 from claimd._gen.idempotency.v1 import provider_pb2 as provider_pb
@@ -35,22 +33,6 @@ DEFAULT_KEEPALIVE = 300.0
 permits pings every 10 seconds, with or without calls in flight, and answers
 more frequent ones with GOAWAY too_many_pings; lower this (not below 10)
 behind a load balancer that drops idle connections sooner."""
-
-
-def _seconds(v: Seconds) -> float:
-    return v.total_seconds() if isinstance(v, timedelta) else float(v)
-
-
-def _duration(v: Seconds | None) -> duration_pb2.Duration | None:
-    if v is None:
-        return None
-    d = duration_pb2.Duration()
-    d.FromTimedelta(timedelta(seconds=_seconds(v)))
-    return d
-
-
-def _lease(held: Claim | Lease) -> Lease:
-    return held.lease if isinstance(held, Claim) else held
 
 
 def default_holder() -> str:
@@ -207,26 +189,22 @@ class Client:
         hex). Every retry of this call sends the same one, so a Claim whose
         answer was lost is answered again with the same ACQUIRED and token.
         """
-        if (event_id is None) == (delivery is None):
-            raise ValueError("claim: exactly one of event_id or delivery is required")
-        req = pb.ClaimRequest(
-            namespace=namespace,
-            provider=provider,
+        req, extra = claim_request(
+            self.holder,
+            namespace,
+            provider,
+            event_id=event_id,
+            delivery=delivery,
             scope=scope,
-            payload_sha256=payload_sha256 or b"",
-            holder=self.holder if holder is None else holder,
-            attempt_id=attempt_id or secrets.token_hex(16),
-            lease=_duration(lease),
-            wait=_duration(wait),
+            payload_sha256=payload_sha256,
+            lease=lease,
+            holder=holder,
+            attempt_id=attempt_id,
+            wait=wait,
             entity_id=entity_id,
             event_type=event_type,
             start=start,
         )
-        if event_id is not None:
-            req.event_id = event_id
-        elif delivery is not None:
-            req.delivery.CopyFrom(pb.Delivery(headers=dict(delivery.headers), body=delivery.body))
-        extra = _seconds(wait) if wait is not None else 0.0
         resp: pb.ClaimResponse = self._call(self._stub.Claim, req, extra)
         return Claim.from_pb(namespace, provider, req.attempt_id, resp)
 
@@ -237,52 +215,30 @@ class Client:
         *,
         result: bytes = b"",
         extend_lease: Seconds | None = None,
+        effect_recovered: bool = False,
     ) -> Transitioned:
         """transition moves the event to state to, as the owner of claim (an
         ACQUIRED Claim or its Lease: the token and lease secret). result is
         stored with SETTLED or FAILED and returned to duplicates. Raises
         StaleToken, NotOwner, InvalidTransition or NotFound; ValueError for a
-        claim that was not ACQUIRED."""
-        lease = _lease(claim)
-        req = pb.TransitionRequest(
-            namespace=lease.namespace,
-            provider=lease.provider,
-            key=lease.key,
-            fencing_token=lease.fencing_token,
-            lease_secret=lease.lease_secret,
-            to=pb.EventState.Name(to),
-            result=result,
-            extend_lease=_duration(extend_lease),
-        )
+        claim that was not ACQUIRED. effect_recovered says that a SETTLED
+        result is the one an earlier holder's effect fence stored (the guard
+        sets it; GUARD.md, Exactly-once effects)."""
+        req = transition_request(claim, to, result, extend_lease, effect_recovered)
         resp: pb.TransitionResponse = self._call(self._stub.Transition, req)
         return Transitioned(record=Record.from_pb(resp.record), changed=resp.changed)
 
     def renew(self, claim: Claim | Lease, *, lease: Seconds | None = None) -> Record:
         """renew extends the lease of claim's owner to now + lease (default:
         the provider's). Raises StaleToken once another holder took over."""
-        held = _lease(claim)
-        req = pb.RenewRequest(
-            namespace=held.namespace,
-            provider=held.provider,
-            key=held.key,
-            fencing_token=held.fencing_token,
-            lease_secret=held.lease_secret,
-            lease=_duration(lease),
-        )
+        req = renew_request(claim, lease)
         resp: pb.RenewResponse = self._call(self._stub.Renew, req)
         return Record.from_pb(resp.record)
 
     def release(self, claim: Claim | Lease) -> Record:
         """release gives the key of claim back: the side effect did not
         happen, and the next delivery acquires it with reason RELEASED."""
-        lease = _lease(claim)
-        req = pb.ReleaseRequest(
-            namespace=lease.namespace,
-            provider=lease.provider,
-            key=lease.key,
-            fencing_token=lease.fencing_token,
-            lease_secret=lease.lease_secret,
-        )
+        req = release_request(claim)
         resp: pb.ReleaseResponse = self._call(self._stub.Release, req)
         return Record.from_pb(resp.record)
 

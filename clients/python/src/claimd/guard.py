@@ -38,211 +38,53 @@ before acting again. Nor is a BaseException that is not an Exception
 happened: it propagates and leaves the claim to its lease. And a key taken
 over from a holder that had reached PROCESSING is never released, whatever
 the block does: the next holder must learn again that someone may have acted.
+
+Every decision above is made in claimd._core, shared with claimd.aio; this
+module makes the calls with blocking stubs and keeps the heartbeat on threads.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import functools
 import heapq
 import itertools
-import json
-import logging
-import math
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Concatenate, ParamSpec
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 
-import grpc
-
-from claimd.errors import (
-    ClaimdError,
-    InvalidArgument,
-    InvalidTransition,
-    NotFound,
-    NotOwner,
-    PayloadMismatch,
-    PermanentError,
-    ResourceExhausted,
-    ResultMismatch,
-    StaleToken,
-    Unavailable,
+from claimd._core import (
+    MAX_FAILURE_BYTES,
+    SUPERSEDED_RETRY_AFTER,
+    UNAVAILABLE_RETRY_AFTER,
+    Call,
+    GuardCore,
+    GuardKey,
+    GuardResult,
+    Op,
+    delivery_of,
+    settle_options,
 )
-from claimd.types import MAX_RESULT_BYTES, Claim, Delivery, EventRef, EventState, Outcome, Reason, Record, Seconds
+from claimd.errors import ClaimdError
+from claimd.types import Claim, Delivery, EventState
 
 if TYPE_CHECKING:
     from claimd.client import Client, Seconds
 
-log = logging.getLogger("claimd")
+__all__ = [
+    "MAX_FAILURE_BYTES",
+    "SUPERSEDED_RETRY_AFTER",
+    "UNAVAILABLE_RETRY_AFTER",
+    "Guard",
+    "GuardKey",
+    "GuardResult",
+    "guarded",
+]
 
 P = ParamSpec("P")
-
-GuardKey = str | EventRef | Delivery
-"""GuardKey is what a guarded function takes first: an event id, an EventRef
-(an event id with its entity and event type), or a raw Delivery."""
-
-UNAVAILABLE_RETRY_AFTER = 5
-"""UNAVAILABLE_RETRY_AFTER is the Retry-After, in seconds, of a 503 when
-claimd could not be asked or could not record an outcome."""
-
-SUPERSEDED_RETRY_AFTER = 1
-"""SUPERSEDED_RETRY_AFTER is the Retry-After, in seconds, of a 409 when
-another holder took the key over: its lease is unknown here, and the
-provider's retry meets IN_PROGRESS with the right Retry-After."""
-
-MAX_FAILURE_BYTES = 1024
-"""MAX_FAILURE_BYTES bounds the error text stored as a FAILED record's result."""
-
-_MIN_HEARTBEAT = 0.1  # seconds; a floor for very short leases (GUARD.md)
-
-# The bodies of the answers that are not a result, the same in every claimd
-# guard (clients/GUARD.md).
-_IN_PROGRESS = b"delivery in progress elsewhere; retry later\n"
-_PAYLOAD_MISMATCH = b"payload differs from an earlier delivery with the same key\n"
-_REJECTED = b"delivery rejected by claimd\n"
-_REFUSED = b"claimd refused the delivery\n"
-_RATE_LIMITED = b"claimd rate limit reached; retry later\n"
-_UNAVAILABLE = b"claimd unavailable; retry later\n"
-_UNEXPECTED = b"unexpected answer from claimd\n"
-_DEFERRED = b"event arrived before its prerequisite; retry later\n"
-_SUPERSEDED = b"event superseded by a later state of its entity\n"
-_TAKEN_OVER = b"delivery taken over by another holder; retry later\n"
-_HANDLER_FAILED = b"processing failed; retry later\n"
-_UNSETTLED = b"could not record the outcome; retry later\n"
-
-
-@dataclasses.dataclass(frozen=True)
-class GuardResult:
-    """GuardResult is what to answer the provider, and what happened.
-
-    status is the HTTP status; body the response body (the stored result for
-    200); retry_after the Retry-After seconds for 409 and 503; outcome the
-    Claim's outcome (None when the Claim itself failed); ran whether the
-    guarded code ran; error the exception behind a non-2xx answer, a
-    PermanentError, a PayloadMismatch, or why a settled result was not
-    stored (over 64 KiB, or not encodable); claim the Claim, when there is
-    one.
-    """
-
-    status: int
-    body: bytes = b""
-    retry_after: int | None = None
-    outcome: Outcome | None = None
-    ran: bool = False
-    error: BaseException | None = None
-    claim: Claim | None = None
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        """headers are the response headers the answer needs (Retry-After)."""
-        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
-
-
-def _seconds_until(t: datetime | None, minimum: int = 1) -> int:
-    if t is None:
-        return minimum
-    return max(minimum, math.ceil((t - datetime.now(timezone.utc)).total_seconds()))
-
-
-def _answer_unowned(claim: Claim) -> GuardResult:
-    """_answer_unowned is the answer to a claim that owns nothing, so the
-    handler does not run (GUARD.md rows 1-3, 10, 21, 22)."""
-    if claim.outcome == Outcome.DUPLICATE:
-        return GuardResult(200, claim.result, outcome=claim.outcome, claim=claim)
-    if claim.outcome == Outcome.IN_PROGRESS:
-        return GuardResult(
-            409, _IN_PROGRESS, _seconds_until(claim.lease_expires_at), outcome=claim.outcome, claim=claim
-        )
-    if claim.outcome == Outcome.PAYLOAD_MISMATCH:
-        mismatch = PayloadMismatch(f"key {claim.key!r} was claimed with a different payload")
-        log.error("claimd: %s/%s: %s", claim.namespace, claim.provider, mismatch)
-        return GuardResult(422, _PAYLOAD_MISMATCH, outcome=claim.outcome, error=mismatch, claim=claim)
-    if claim.outcome == Outcome.DEFERRED:
-        # No token was issued: nothing to release. The provider's retry,
-        # after Retry-After, is the replay.
-        return GuardResult(409, _DEFERRED, _deferred_retry_after(claim), outcome=claim.outcome, claim=claim)
-    if claim.outcome == Outcome.SUPERSEDED:
-        return GuardResult(200, _SUPERSEDED, outcome=claim.outcome, claim=claim)
-    unknown = ClaimdError(f"claim answered outcome {claim.outcome!r}")
-    return GuardResult(500, _UNEXPECTED, outcome=claim.outcome, error=unknown, claim=claim)
-
-
-def _deferred_retry_after(claim: Claim) -> int:
-    """_deferred_retry_after is a DEFERRED claim's retry_after in whole
-    seconds, rounded up, at least 1 (1 when claimd sent none)."""
-    if claim.retry_after is None:
-        return 1
-    return max(1, math.ceil(claim.retry_after.total_seconds()))
-
-
-def _refused(err: ClaimdError) -> tuple[int, bytes, int | None]:
-    """_refused is the answer to a claimd call that failed before the handler
-    ran (GUARD.md rows 4-9): 400 for a request claimd will never accept (a
-    delivery it cannot key), 503 with Retry-After when claimd could not
-    answer or this principal is over its rate limit (claimd's RetryInfo
-    delay), 500 otherwise (credentials, grants, an unknown provider: only an
-    operator fixes those, and the provider must keep retrying meanwhile)."""
-    if isinstance(err, InvalidArgument):
-        return 400, _REJECTED, None
-    if isinstance(err, ResourceExhausted):
-        wait = math.ceil(err.retry_after) if err.retry_after else UNAVAILABLE_RETRY_AFTER
-        return 503, _RATE_LIMITED, max(1, wait)
-    if isinstance(err, Unavailable) or err.code == grpc.StatusCode.CANCELLED:
-        return 503, _UNAVAILABLE, UNAVAILABLE_RETRY_AFTER
-    return 500, _REFUSED, None
-
-
-def _ended_already(err: ClaimdError) -> bool:
-    """_ended_already reports whether a settle or fail found the record
-    SETTLED or FAILED already under this guard's own token: the block ended
-    the event itself through the typed calls. The outcome is recorded; the
-    stored result stands."""
-    if isinstance(err, ResultMismatch):
-        return True
-    return isinstance(err, InvalidTransition) and err.metadata.get("current_state") in (
-        "EVENT_STATE_SETTLED",
-        "EVENT_STATE_FAILED",
-    )
-
-
-def _taken_over_from_processing(claim: Claim) -> bool:
-    """_taken_over_from_processing reports whether claim took the key over
-    from a holder that had started the side effect: such a key is never
-    released (a release resets the state to RECEIVED and would hide it)."""
-    return claim.reason == Reason.LEASE_EXPIRED and claim.state == EventState.PROCESSING
-
-
-def _started_by_claim(claim: Claim) -> bool:
-    """_started_by_claim reports whether the claim (made with start) already
-    recorded PROCESSING: a new, released or window-expired key. A
-    LEASE_EXPIRED takeover keeps the state its vanished holder reached, so the
-    guard still moves it to PROCESSING (a no-op from PROCESSING that checks the
-    token)."""
-    return claim.reason != Reason.LEASE_EXPIRED and claim.state == EventState.PROCESSING
-
-
-def _encode(result: object) -> bytes:
-    """_encode applies the guards' result rule (see the module doc). It
-    raises what the encoder raises for a value it cannot encode: TypeError
-    for an unknown type, ValueError for NaN, a cycle or text that is not
-    UTF-8."""
-    if result is None:
-        return b""
-    if isinstance(result, (bytes, bytearray, memoryview)):
-        return bytes(result)
-    if isinstance(result, str):
-        return result.encode("utf-8")
-    return json.dumps(result, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
-
-
-def _failure_text(err: BaseException) -> bytes:
-    text = str(err) or type(err).__name__
-    return text.encode("utf-8")[:MAX_FAILURE_BYTES].decode("utf-8", "ignore").encode("utf-8")
 
 
 class _Scheduler:
@@ -332,31 +174,14 @@ def _scheduler(client: Client) -> _Scheduler:
 
 class _Heartbeat:
     """_Heartbeat renews the lease until stopped, and reports a takeover. Its
-    renewals run on the client's shared scheduler."""
+    renewals run on the client's shared scheduler; what each answer means is
+    the guard core's to decide."""
 
     def __init__(self, guard: Guard, interval: float) -> None:
         self._guard = guard
         self._stop = threading.Event()
         self._interval = interval
         self._scheduler = _scheduler(guard.client)
-
-    @staticmethod
-    def _pace(rec: Record) -> float:
-        lease = rec.lease
-        return max(_MIN_HEARTBEAT, lease.total_seconds() / 3) if lease is not None else _MIN_HEARTBEAT
-
-    @staticmethod
-    def _first_pace(claim: Claim, lease: Seconds | None) -> float:
-        """_first_pace is the pace when the claim itself started the event
-        (no Transition record to read the lease from): the lease asked for,
-        else the one claimd granted, until the claim's lease_expires_at."""
-        if lease is not None:
-            secs = lease.total_seconds() if isinstance(lease, timedelta) else float(lease)
-        elif claim.lease_expires_at is not None:
-            secs = (claim.lease_expires_at - datetime.now(timezone.utc)).total_seconds()
-        else:
-            return _MIN_HEARTBEAT
-        return max(_MIN_HEARTBEAT, secs / 3)
 
     @property
     def is_stopped(self) -> bool:
@@ -375,23 +200,17 @@ class _Heartbeat:
 
     def renew_once(self) -> None:
         """renew_once is one tick: renew, then schedule the next one unless
-        the heartbeat stopped or ownership is lost."""
+        the heartbeat stopped or the core says to stop renewing."""
         if self._stop.is_set():
             return
-        g, c = self._guard, self._guard.claim
+        g = self._guard
         try:
-            rec = g.client.renew(c, lease=g.lease)
-        except (StaleToken, NotOwner, NotFound) as err:
-            g._lose(err)
-            return
-        except InvalidTransition:
-            return  # terminal: settled or failed meanwhile, nothing to keep alive
+            rec = g.client.renew(g.claim, lease=g.lease)
         except ClaimdError as err:
-            # Keep trying: the lease is still ours until someone takes it
-            # over, and a takeover shows up as StaleToken.
-            log.warning("claimd: renew %s/%s/%s failed: %s", c.namespace, c.provider, c.key, err)
+            if not g._core.renew_failed(err):
+                return
         else:
-            self._interval = self._pace(rec)
+            self._interval = g._core.renewed(rec)
         if not self._stop.is_set():
             self._scheduler.schedule(self, self._interval)
 
@@ -432,118 +251,58 @@ class Guard:
         event_type: str = "",
         start: bool = True,
     ) -> None:
-        if (event_id is None) == (delivery is None):
-            raise ValueError("guard: exactly one of event_id or delivery is required")
         self.client = client
         self.namespace = namespace
         self.provider = provider
         self.lease = lease
-        self._event_id = event_id
-        self._delivery = delivery
-        self._scope = scope
-        self._payload_sha256 = payload_sha256
-        self._holder = holder
-        self._wait = wait
-        self._entity_id = entity_id
-        self._event_type = event_type
-        self._start_at_claim = start
-        self._claim: Claim | None = None
         self.cancelled = threading.Event()
-        self._lost: ClaimdError | None = None
+        self._core = GuardCore(
+            namespace,
+            provider,
+            event_id=event_id,
+            delivery=delivery,
+            scope=scope,
+            payload_sha256=payload_sha256,
+            lease=lease,
+            holder=holder,
+            wait=wait,
+            entity_id=entity_id,
+            event_type=event_type,
+            start=start,
+            on_lost=self.cancelled.set,
+        )
         self._heartbeat: _Heartbeat | None = None
-        self._result: GuardResult | None = None
-        self._ran = False
-        # _done is set as settle() or fail() begins: the side effect may have
-        # happened, and from then on nothing may release the claim.
-        self._done = False
 
     @property
     def acquired(self) -> bool:
         """acquired is true when the block must do the work."""
-        return self._claim is not None and self._claim.acquired and self._result is None
+        return self._core.acquired
 
     @property
     def claim(self) -> Claim:
         """claim is claimd's answer. It raises RuntimeError when the Claim
         call itself failed (result.error says why)."""
-        if self._claim is None:
-            raise RuntimeError("Guard.claim: the Claim call failed; see Guard.result.error")
-        return self._claim
+        return self._core.claimed()
 
     @property
     def result(self) -> GuardResult:
         """result is the answer for the provider; set once the block ended
         (or as soon as the claim decided that the block must not run)."""
-        if self._result is None:
+        if self._core.answer is None:
             raise RuntimeError("Guard.result is set when the with-block ends")
-        return self._result
+        return self._core.answer
 
     def check(self) -> None:
         """check raises StaleToken when another holder took the key over, so
         long work stops between steps."""
-        if self._lost is not None:
-            raise self._lost
+        self._core.check()
 
     def __enter__(self) -> Guard:
         return self._open()
 
     def _open(self) -> Guard:
-        try:
-            claim = self.client.claim(
-                self.namespace,
-                self.provider,
-                event_id=self._event_id,
-                delivery=self._delivery,
-                scope=self._scope,
-                payload_sha256=self._payload_sha256,
-                lease=self.lease,
-                holder=self._holder,
-                wait=self._wait,
-                entity_id=self._entity_id,
-                event_type=self._event_type,
-                start=self._start_at_claim,
-            )
-        except ClaimdError as err:
-            status, body, retry = _refused(err)
-            if status == 500:
-                # UNAUTHENTICATED and PERMISSION_DENIED land here: this
-                # receiver's credentials or grants are wrong, which only an
-                # operator fixes. 500 and not 4xx, so that the provider keeps
-                # retrying meanwhile.
-                log.error("claimd: claim %s/%s failed: %s", self.namespace, self.provider, err)
-            self._result = GuardResult(status, body, retry, error=err)
-            return self
-        self._claim = claim
-        if claim.outcome == Outcome.ACQUIRED:
-            self._start(claim)
-        else:
-            self._result = _answer_unowned(claim)
+        self._drive(self._core.open())
         return self
-
-    def _start(self, claim: Claim) -> None:
-        if _started_by_claim(claim):
-            self._heartbeat = _Heartbeat(self, _Heartbeat._first_pace(claim, self.lease))
-            self._heartbeat.start()
-            return
-        # A repeat of PROCESSING is a no-op on the server, so a LEASE_EXPIRED
-        # taker whose predecessor got that far passes through.
-        try:
-            moved = self.client.transition(claim, EventState.PROCESSING)
-        except (StaleToken, NotOwner) as err:
-            self._result = self._answer_lost(err)
-            return
-        except ClaimdError as err:
-            # The block did not run: give the key back so that the
-            # provider's retry need not wait out the lease (unless it was
-            # taken over from PROCESSING; if the release fails, the lease
-            # frees the key).
-            if not _taken_over_from_processing(claim):
-                self._release_quietly()
-            status, body, retry = _refused(err)
-            self._result = GuardResult(status, body, retry, outcome=claim.outcome, error=err, claim=claim)
-            return
-        self._heartbeat = _Heartbeat(self, _Heartbeat._pace(moved.record))
-        self._heartbeat.start()
 
     def settle(self, result: object = b"") -> None:
         """settle records the side effect as done: SETTLED with result, which
@@ -556,73 +315,15 @@ class Guard:
         SETTLED, never released, and result.error says what was lost.
         Leaving the block without settle() or fail() settles with an empty
         result."""
-        self._done = True
-        try:
-            body = _encode(result)
-        except Exception as err:  # whatever the encoder raises, the side effect happened
-            log.error(
-                "claimd: result of type %s cannot be encoded (%s); settling without it", type(result).__name__, err
-            )
-            self._finish(EventState.SETTLED, b"", err)
-            return
-        self._finish(EventState.SETTLED, body, None)
+        self._stop_heartbeat()
+        self._drive(self._core.settle(result))
 
     def fail(self, reason: str | BaseException) -> None:
         """fail records the event as failed for good: FAILED with the reason's
         text (bounded to 1 KiB on a character boundary), answered 200 so the
         provider stops retrying."""
-        self._done = True
-        err = reason if isinstance(reason, BaseException) else PermanentError(reason)
-        self._finish(EventState.FAILED, _failure_text(err), err)
-
-    def _finish(self, to: EventState, body: bytes, error: BaseException | None) -> None:
-        if self._result is not None:
-            raise RuntimeError("Guard: settle() or fail() after the answer was decided")
-        claim = self._claim
-        if claim is None or not claim.acquired:
-            raise RuntimeError("Guard: settle() or fail() without an acquired claim")
-        self._ran = True
         self._stop_heartbeat()
-        if self._lost is not None:
-            self._result = self._answer_lost(self._lost)
-            return
-        stored = body
-        if len(body) > MAX_RESULT_BYTES:
-            # The side effect happened: refusing to settle would let it run
-            # again. Settle without the result and say so.
-            log.error(
-                "claimd: result of %s is %d bytes, over %d; settling without it", claim.key, len(body), MAX_RESULT_BYTES
-            )
-            error = error or ValueError(f"result is {len(body)} bytes, over {MAX_RESULT_BYTES}; not stored")
-            stored = b""
-        try:
-            self.client.transition(claim, to, result=stored)
-        except (StaleToken, NotOwner) as err:
-            self._result = self._answer_lost(err)
-            return
-        except ClaimdError as err:
-            if not _ended_already(err):
-                self._result = self._unsettled(to, err)
-                return
-            # The block ended the event itself; its stored outcome stands,
-            # and the provider may stop retrying.
-            log.warning(
-                "claimd: %s/%s/%s was ended by the handler itself: %s", claim.namespace, claim.provider, claim.key, err
-            )
-            error = error or err
-        except Exception as err:
-            self._result = self._unsettled(to, err)
-            return
-        self._result = GuardResult(200, body, outcome=claim.outcome, ran=True, error=error, claim=claim)
-
-    def _unsettled(self, to: EventState, err: Exception) -> GuardResult:
-        # Ambiguous: the transition may or may not have been applied. Either
-        # way the record is not released, whatever failed (claimd, the
-        # network, a bug in this client); see the module doc.
-        c = self._claim
-        assert c is not None
-        log.error("claimd: %s %s/%s/%s failed: %s", to.name, c.namespace, c.provider, c.key, err)
-        return GuardResult(503, _UNSETTLED, UNAVAILABLE_RETRY_AFTER, outcome=c.outcome, ran=True, error=err, claim=c)
+        self._drive(self._core.fail(reason))
 
     def __exit__(
         self,
@@ -638,104 +339,40 @@ class Guard:
 
     def _handler_raised(self, exc: BaseException) -> bool:
         """_handler_raised ends the work after exc escaped the handler (or
-        the with-block) and says whether to swallow exc. It is the only path
-        to a release, and releases only when the handler raised an Exception
-        before it returned, on a key not taken over from PROCESSING: once
-        settle() or fail() began, or when the block was interrupted, the
-        side effect may have happened."""
-        if self._done:
-            if self._result is None:
-                # settle() or fail() was itself interrupted (KeyboardInterrupt
-                # mid-call): whether it was recorded is unknown. Keep the
-                # claim; its lease hands it over with state PROCESSING.
-                self._stop_heartbeat()
-                self._result = GuardResult(
-                    503,
-                    _UNSETTLED,
-                    UNAVAILABLE_RETRY_AFTER,
-                    outcome=Outcome.ACQUIRED,
-                    ran=True,
-                    error=exc,
-                    claim=self._claim,
-                )
-            return False
-        if not self.acquired:
-            return False  # nothing is owned: an exception has nothing to undo
-        claim = self.claim
-        self._ran = True
-        if isinstance(exc, PermanentError):
-            self.fail(exc)
-            return True
+        the with-block) and says whether to swallow exc; GuardCore.handler_raised
+        decides."""
         self._stop_heartbeat()
-        failed = GuardResult(500, _HANDLER_FAILED, outcome=claim.outcome, ran=True, error=exc, claim=claim)
-        if self._lost is not None:
-            self._result = dataclasses.replace(self._answer_lost(self._lost), error=exc)
-        elif not isinstance(exc, Exception):
-            # An interruption, not the handler saying that nothing happened:
-            # leave the claim to its lease, and let it propagate.
-            log.warning(
-                "claimd: %s/%s/%s interrupted (%r); the key frees at its lease end",
-                claim.namespace,
-                claim.provider,
-                claim.key,
-                exc,
-            )
-            self._result = failed
-        elif _taken_over_from_processing(claim):
-            log.warning(
-                "claimd: handler failed on %s/%s/%s taken over from PROCESSING; leaving the key to its lease: %s",
-                claim.namespace,
-                claim.provider,
-                claim.key,
-                exc,
-            )
-            self._result = failed
-        else:
-            lost = self._release_quietly()
-            self._result = dataclasses.replace(self._answer_lost(lost), error=exc) if lost is not None else failed
-        return isinstance(exc, Exception)
+        call, swallow = self._core.handler_raised(exc)
+        self._drive(call)
+        return swallow
 
-    def _lose(self, err: ClaimdError) -> None:
-        self._lost = err
-        self.cancelled.set()
-        c = self._claim
-        if c is not None:
-            log.warning("claimd: lost %s/%s/%s (token %d): %s", c.namespace, c.provider, c.key, c.fencing_token, err)
+    def _drive(self, call: Call | None) -> None:
+        """_drive makes the calls the core asks for until it has none."""
+        while call is not None:
+            try:
+                answer = self._send(call)
+            except Exception as err:
+                call = self._core.failed(call, err)
+            else:
+                call = self._core.answered(call, answer)
 
-    def _answer_lost(self, err: ClaimdError) -> GuardResult:
-        # Another holder owns the delivery now: come back shortly, and meet
-        # its IN_PROGRESS with the right Retry-After.
-        if self._lost is None:
-            self._lose(err)
-        return GuardResult(
-            409,
-            _TAKEN_OVER,
-            SUPERSEDED_RETRY_AFTER,
-            outcome=Outcome.ACQUIRED,
-            ran=self._ran,
-            error=err,
-            claim=self._claim,
-        )
+    def _send(self, call: Call) -> Any:
+        if call.op is Op.CLAIM:
+            return self.client.claim(self.namespace, self.provider, **self._core.claim_args)
+        if call.op is Op.START:
+            return self.client.transition(self.claim, EventState.PROCESSING)
+        if call.op is Op.SETTLE:
+            return self.client.transition(self.claim, call.to, result=call.result, **settle_options(call))
+        if call.op is Op.RELEASE:
+            return self.client.release(self.claim)
+        self._heartbeat = _Heartbeat(self, call.pace)
+        self._heartbeat.start()
+        return None
 
     def _stop_heartbeat(self) -> None:
         if self._heartbeat is not None:
             self._heartbeat.stop()
             self._heartbeat = None
-
-    def _release_quietly(self) -> ClaimdError | None:
-        """_release_quietly gives the key back and returns the error when the
-        claim turned out not to be ours any more (StaleToken, NotOwner).
-        Callers: _start (before the handler ran) and _handler_raised (after
-        the handler raised, before settle() or fail() began)."""
-        c = self.claim
-        try:
-            self.client.release(c)
-        except (StaleToken, NotOwner) as err:
-            return err
-        except ClaimdError as err:
-            # The lease runs out on its own; the next delivery then takes over.
-            log.warning("claimd: release %s/%s/%s failed: %s", c.namespace, c.provider, c.key, err)
-        return None
 
 
 def guarded(
@@ -761,19 +398,19 @@ def guarded(
     ) -> Callable[Concatenate[GuardKey, P], GuardResult]:
         @functools.wraps(fn)
         def run(key: GuardKey, /, *args: P.args, **kwargs: P.kwargs) -> GuardResult:
-            ref = EventRef(key) if isinstance(key, str) else key
+            event_id, delivery, entity_id, event_type = delivery_of(key)
             g = Guard(
                 client,
                 namespace,
                 provider,
-                event_id=ref.event_id if isinstance(ref, EventRef) else None,
-                delivery=ref if isinstance(ref, Delivery) else None,
+                event_id=event_id,
+                delivery=delivery,
                 scope=scope,
                 lease=lease,
                 holder=holder,
                 wait=wait,
-                entity_id=ref.entity_id if isinstance(ref, EventRef) else "",
-                event_type=ref.event_type if isinstance(ref, EventRef) else "",
+                entity_id=entity_id,
+                event_type=event_type,
                 start=start,
             )
             g._open()
