@@ -88,6 +88,7 @@ type Metrics struct {
 	tierErrors         *prometheus.CounterVec
 	payloadMismatches  prometheus.Counter
 	keyFallbacks       *prometheus.CounterVec
+	effectsRecovered   *prometheus.CounterVec
 
 	fastLiveKeys    prometheus.Gauge
 	durableRows     prometheus.Gauge
@@ -186,6 +187,12 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 			Help: "Claims of a raw delivery in which the provider's key rule found no value, so the key is the body hash, by provider: " +
 				"a webhook family the rule does not cover, or a provider that changed its format. Each is also logged at warn.",
 		}, []string{"provider"}),
+		effectsRecovered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimd_effects_recovered_total",
+			Help: "Settles whose result came from an effect fence an earlier holder committed in the handler's database (TransitionRequest.effect_recovered), by provider: " +
+				"that holder did the work and vanished before settling (a crash, a lost connection, a pause past its lease), and the next one recorded its result instead of doing it again. " +
+				"Repeats of a settle are not counted. Each is also logged at warn.",
+		}, []string{"provider"}),
 
 		fastLiveKeys: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "claimd_fast_tier_live_keys",
@@ -250,7 +257,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	}
 	for _, c := range append([]prometheus.Collector{
 		m.claims, m.claimDuration, m.transitions, m.invalidTransitions, m.staleTokens, m.takeovers,
-		m.falseNegatives, m.repairsPending, m.repairsDropped, m.tierErrors, m.payloadMismatches, m.keyFallbacks,
+		m.falseNegatives, m.repairsPending, m.repairsDropped, m.tierErrors, m.payloadMismatches, m.keyFallbacks, m.effectsRecovered,
 		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo, m.sqliteDurable, m.evictionPolicy,
 		m.janitorPasses, m.janitorClaims, m.janitorPartitions, m.janitorAuditRows, m.janitorLastSuccess,
 	}, slices.Concat(m.grpc.collectors(), m.lifecycle.collectors())...) {
@@ -282,6 +289,7 @@ func (m *Metrics) initSeries() {
 	if p := m.cfg.Providers; p != nil {
 		for _, prov := range p.List() {
 			m.providerTTL.WithLabelValues(prov.Name).Set(prov.TTL.Seconds())
+			m.effectsRecovered.WithLabelValues(prov.Name)
 			if prov.Rule != nil {
 				// Only a provider (or group) that derives keys can fall back.
 				m.keyFallbacks.WithLabelValues(prov.Name)
@@ -332,6 +340,9 @@ func (m *Metrics) Record(_ context.Context, r *service.Request) {
 	}
 	if r.Method == "Transition" && !r.Failed() && r.Changed {
 		m.transitions.WithLabelValues(r.To.String()).Inc()
+	}
+	if r.RecoveredEffect() && r.Known {
+		m.effectsRecovered.WithLabelValues(r.Provider).Inc()
 	}
 	switch r.ErrReason {
 	case service.ReasonInvalidTransition:

@@ -48,6 +48,9 @@ func handled(method string, code codes.Code) string {
 func transitions(to string) string    { return sel("claimd_transitions_total", "to", to) }
 func keyFallbacks(prov string) string { return sel("claimd_key_fallback_total", "provider", prov) }
 func tierErrors(tier string) string   { return sel("claimd_tier_errors_total", "tier", tier) }
+func effectsRecovered(prov string) string {
+	return sel("claimd_effects_recovered_total", "provider", prov)
+}
 
 var (
 	invalidTransitions = sel("claimd_invalid_transitions_total")
@@ -221,6 +224,28 @@ func TestCountersMoveExactly(t *testing.T) {
 			defer w.durable.down.Store(false)
 			expectCode(t, transition("evt_4", 1, pb.EventState_EVENT_STATE_PROCESSING), codes.Unavailable)
 		}, map[string]float64{tierErrors("durable"): 1, handled("Transition", codes.Unavailable): 1}},
+		{"effect_recovered on a target other than SETTLED is refused and counts no claimd_ series", func(t *testing.T) {
+			_, err := w.client.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_4", FencingToken: 1,
+				LeaseSecret: secrets["evt_4"], To: pb.EventState_EVENT_STATE_FAILED, EffectRecovered: true})
+			expectCode(t, err, codes.InvalidArgument)
+		}, map[string]float64{handled("Transition", codes.InvalidArgument): 1}},
+		{"a settle with the result of an earlier holder's effect fence", func(t *testing.T) {
+			if err := transition("evt_4", 1, pb.EventState_EVENT_STATE_PROCESSING); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.client.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_4", FencingToken: 1,
+				LeaseSecret: secrets["evt_4"], To: pb.EventState_EVENT_STATE_SETTLED, Result: []byte("fenced"), EffectRecovered: true}); err != nil {
+				t.Fatal(err)
+			}
+		}, map[string]float64{
+			transitions("PROCESSING"): 1, transitions("SETTLED"): 1, effectsRecovered("stripe"): 1, handled("Transition", codes.OK): 2,
+		}},
+		{"its repeat recovers nothing again", func(t *testing.T) {
+			if _, err := w.client.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: "evt_4", FencingToken: 1,
+				LeaseSecret: secrets["evt_4"], To: pb.EventState_EVENT_STATE_SETTLED, Result: []byte("fenced"), EffectRecovered: true}); err != nil {
+				t.Fatal(err)
+			}
+		}, map[string]float64{handled("Transition", codes.OK): 1}},
 		{"bad input is counted without its namespace", func(t *testing.T) {
 			_, err := w.client.Claim(ctx, &pb.ClaimRequest{Namespace: "Billing", Provider: "stripe", Key: &pb.ClaimRequest_EventId{EventId: "evt_x"}})
 			expectCode(t, err, codes.InvalidArgument)

@@ -64,6 +64,11 @@ type Request struct {
 	Code       codes.Code // codes.OK on success
 	ErrReason  string     // the ErrorInfo reason of the error (or its code name), "" on success
 	errMessage string
+
+	// EffectRecovered: a Transition (to SETTLED, the only target that
+	// admits it) whose result the caller took from an effect fence an
+	// earlier holder committed before it vanished. See RecoveredEffect.
+	EffectRecovered bool
 }
 
 // Recorder receives every finished Request; internal/metrics implements it
@@ -94,6 +99,15 @@ func (r *Request) StateTransition() string {
 		return "→" + r.To.String()
 	}
 	return r.From.String() + "→" + r.To.String()
+}
+
+// RecoveredEffect reports whether the call settled a record with the result
+// of an earlier holder's effect fence: a Transition that carried
+// effect_recovered and changed the record. A repeat of it changed nothing
+// and recovers nothing again, so that a handler retrying its own settle is
+// counted once.
+func (r *Request) RecoveredEffect() bool {
+	return r.Method == "Transition" && r.EffectRecovered && r.Changed && !r.Failed()
 }
 
 // StateTransitionRejected reports whether the claim's entity lifecycle
@@ -319,6 +333,29 @@ func (s *Service) logFallback(ctx context.Context, req *pb.ClaimRequest, cl clai
 	s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "key rule found no value in the delivery; the key is the body hash", attrs...)
 }
 
+// logEffectRecovered writes the line of a settle whose result came from an
+// earlier holder's effect fence: that holder committed its effect in the
+// handler's database and vanished before it settled (a crash, a lost
+// connection, a pause past its lease). Nothing was done twice, but the
+// crash happened, and this line (with claimd_effects_recovered_total) is
+// where it shows. The stored result is not logged: it may carry personal
+// data.
+func (s *Service) logEffectRecovered(ctx context.Context, r *Request) {
+	if !s.cfg.Logger.Enabled(ctx, slog.LevelWarn) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("namespace", logField(r.Namespace)),
+		slog.String("provider", logField(r.Provider)),
+		slog.String("key", logField(r.Key)),
+		slog.Uint64("fencing_token", r.Token),
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+	}
+	s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "effect recovered: an earlier holder committed the effect and vanished before settling; settled with its stored result", attrs...)
+}
+
 // keyPrefixBytes is how much of a fallback key the warn line shows: "sha256:"
 // and 16 hex digits, enough to find the record, too little to be the key.
 const keyPrefixBytes = len("sha256:") + 16
@@ -346,6 +383,7 @@ const (
 	AttrLifecycle       = attribute.Key("idempotency.lifecycle")
 	AttrEntityID        = attribute.Key("idempotency.entity_id")
 	AttrEventType       = attribute.Key("idempotency.event_type")
+	AttrEffectRecovered = attribute.Key("idempotency.effect_recovered")
 )
 
 // annotateSpan sets r's attributes on the server span that otelgrpc started
@@ -381,6 +419,9 @@ func annotateSpan(ctx context.Context, r *Request) {
 	}
 	if st := r.StateTransition(); st != "" {
 		attrs = append(attrs, AttrStateTransition.String(st))
+	}
+	if r.RecoveredEffect() {
+		attrs = append(attrs, AttrEffectRecovered.Bool(true))
 	}
 	if r.Token > 0 && r.Token <= 1<<63-1 {
 		attrs = append(attrs, AttrFencingToken.Int64(int64(r.Token)))

@@ -310,7 +310,7 @@ func (s *Service) Transition(ctx context.Context, req *pb.TransitionRequest) (*p
 	if err != nil {
 		return nil, s.finish(ctx, r, start, err)
 	}
-	r.Provider, r.Known, r.To = p.Key.Provider, true, p.To
+	r.Provider, r.Known, r.To, r.EffectRecovered = p.Key.Provider, true, p.To, p.EffectRecovered
 	sctx, cancel := s.bounded(ctx, 0)
 	defer cancel()
 	rec, changed, err := s.cfg.Store.Transition(sctx, p)
@@ -322,6 +322,9 @@ func (s *Service) Transition(ctx context.Context, req *pb.TransitionRequest) (*p
 		r.To = tiers.StateUnspecified // a repeat: nothing moved
 	}
 	_ = s.finish(ctx, r, start, nil)
+	if r.RecoveredEffect() {
+		s.logEffectRecovered(ctx, r)
+	}
 	return &pb.TransitionResponse{Record: pbRecord(rec), Changed: changed}, nil
 }
 
@@ -343,11 +346,18 @@ func (s *Service) validateTransition(req *pb.TransitionRequest) (tiers.Transitio
 	if lease > 0 && to.Terminal() {
 		c.add("extend_lease", "not allowed with a terminal target")
 	}
+	if req.GetEffectRecovered() && to != tiers.StateSettled {
+		// Only a settle can carry a result an earlier holder's effect
+		// fence stored; on any other target the flag would be audited as
+		// a recovery that did not happen.
+		c.add("effect_recovered", "only allowed with to = EVENT_STATE_SETTLED (a settle whose result came from an earlier holder's effect fence), not %s",
+			req.GetTo())
+	}
 	if err := c.err(); err != nil {
 		return tiers.TransitionParams{}, err
 	}
 	return tiers.TransitionParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(), SecretHash: secretHash(req.GetLeaseSecret()),
-		To: to, Result: req.GetResult(), Lease: lease}, nil
+		To: to, Result: req.GetResult(), Lease: lease, EffectRecovered: req.GetEffectRecovered()}, nil
 }
 
 // Renew implements ClaimService.Renew.
