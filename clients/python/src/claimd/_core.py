@@ -34,7 +34,7 @@ import math
 import secrets
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 from google.protobuf import duration_pb2
@@ -738,3 +738,123 @@ class GuardCore:
             error=err,
             claim=self.claim,
         )
+
+
+class Cancellation(Protocol):
+    """Cancellation is what a guard sets when another holder took over: a
+    threading.Event (claimd.guard) or an asyncio.Event (claimd.aio)."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+
+ClientT = TypeVar("ClientT")
+CancelT = TypeVar("CancelT", bound=Cancellation)
+FrontT = TypeVar("FrontT", bound="GuardFront[Any, Any]")
+
+
+class GuardFront(Generic[ClientT, CancelT]):
+    """GuardFront is what both Guards show their block, built on one
+    GuardCore: client, namespace, provider, lease, cancelled, acquired,
+    claim, result and check(). A shell adds the calls (settle, fail, the
+    with-block) in its own concurrency model, and _cancellation."""
+
+    _BLOCK = "with-block"  # how the shell's docs name its block, for result's error
+
+    def __init__(
+        self,
+        client: ClientT,
+        namespace: str,
+        provider: str,
+        *,
+        event_id: str | None = None,
+        delivery: Delivery | None = None,
+        scope: str = "",
+        payload_sha256: bytes | None = None,
+        lease: Seconds | None = None,
+        holder: str | None = None,
+        wait: Seconds | None = None,
+        entity_id: str = "",
+        event_type: str = "",
+        start: bool = True,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.provider = provider
+        self.lease = lease
+        self.cancelled: CancelT = self._cancellation()
+        self._core = GuardCore(
+            namespace,
+            provider,
+            event_id=event_id,
+            delivery=delivery,
+            scope=scope,
+            payload_sha256=payload_sha256,
+            lease=lease,
+            holder=holder,
+            wait=wait,
+            entity_id=entity_id,
+            event_type=event_type,
+            start=start,
+            on_lost=self.cancelled.set,
+        )
+
+    @classmethod
+    def _for_key(
+        cls: type[FrontT],
+        client: Any,
+        namespace: str,
+        provider: str,
+        key: GuardKey,
+        *,
+        scope: str,
+        lease: Seconds | None,
+        holder: str | None,
+        wait: Seconds | None,
+        start: bool,
+    ) -> FrontT:
+        """_for_key is the guard of a guarded function's call, for the
+        delivery its first argument names."""
+        event_id, delivery, entity_id, event_type = delivery_of(key)
+        return cls(
+            client,
+            namespace,
+            provider,
+            event_id=event_id,
+            delivery=delivery,
+            scope=scope,
+            lease=lease,
+            holder=holder,
+            wait=wait,
+            entity_id=entity_id,
+            event_type=event_type,
+            start=start,
+        )
+
+    def _cancellation(self) -> CancelT:
+        raise NotImplementedError
+
+    @property
+    def acquired(self) -> bool:
+        """acquired is true when the block must do the work."""
+        return self._core.acquired
+
+    @property
+    def claim(self) -> Claim:
+        """claim is claimd's answer. It raises RuntimeError when the Claim
+        call itself failed (result.error says why)."""
+        return self._core.claimed()
+
+    @property
+    def result(self) -> GuardResult:
+        """result is the answer for the provider; set once the block ended
+        (or as soon as the claim decided that the block must not run)."""
+        if self._core.answer is None:
+            raise RuntimeError(f"Guard.result is set when the {self._BLOCK} ends")
+        return self._core.answer
+
+    def check(self) -> None:
+        """check raises StaleToken (or NotOwner) when another holder took the
+        key over, so long work stops between steps."""
+        self._core.check()

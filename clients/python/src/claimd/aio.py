@@ -42,12 +42,11 @@ import grpc.aio
 
 from claimd._core import (
     Call,
-    GuardCore,
+    GuardFront,
     GuardKey,
     GuardResult,
     Op,
     claim_request,
-    delivery_of,
     release_request,
     renew_request,
     settle_options,
@@ -272,7 +271,7 @@ class Client:
         return await call_with_retry_async(self.retry, self.timeout, lambda t: method(req, timeout=t), extra)
 
 
-class Guard:
+class Guard(GuardFront[Client, asyncio.Event]):
     """Guard is claimd.Guard for asyncio, used with async with. Inside the
     block: acquired, claim, await settle(result), await fail(reason),
     cancelled (an asyncio.Event set on a takeover) and check(). After the
@@ -283,67 +282,11 @@ class Guard:
     claim to its lease and propagates. Every decision is claimd._core's, as
     for the sync Guard; this class makes the calls."""
 
-    def __init__(
-        self,
-        client: Client,
-        namespace: str,
-        provider: str,
-        *,
-        event_id: str | None = None,
-        delivery: Delivery | None = None,
-        scope: str = "",
-        payload_sha256: bytes | None = None,
-        lease: Seconds | None = None,
-        holder: str | None = None,
-        wait: Seconds | None = None,
-        entity_id: str = "",
-        event_type: str = "",
-        start: bool = True,
-    ) -> None:
-        self.client = client
-        self.namespace = namespace
-        self.provider = provider
-        self.lease = lease
-        self.cancelled = asyncio.Event()
-        self._core = GuardCore(
-            namespace,
-            provider,
-            event_id=event_id,
-            delivery=delivery,
-            scope=scope,
-            payload_sha256=payload_sha256,
-            lease=lease,
-            holder=holder,
-            wait=wait,
-            entity_id=entity_id,
-            event_type=event_type,
-            start=start,
-            on_lost=self.cancelled.set,
-        )
-        self._heartbeat: asyncio.Task[None] | None = None
+    _BLOCK = "async with-block"
+    _heartbeat: asyncio.Task[None] | None = None
 
-    @property
-    def acquired(self) -> bool:
-        """acquired is true when the block must do the work."""
-        return self._core.acquired
-
-    @property
-    def claim(self) -> Claim:
-        """claim is claimd's answer; RuntimeError when the Claim call failed."""
-        return self._core.claimed()
-
-    @property
-    def result(self) -> GuardResult:
-        """result is the answer for the provider, set once the block ended
-        (or as soon as the claim decided that the block must not run)."""
-        if self._core.answer is None:
-            raise RuntimeError("Guard.result is set when the async with-block ends")
-        return self._core.answer
-
-    def check(self) -> None:
-        """check raises StaleToken (or NotOwner) when another holder took the
-        key over, so long work stops between steps."""
-        self._core.check()
+    def _cancellation(self) -> asyncio.Event:
+        return asyncio.Event()
 
     async def __aenter__(self) -> Guard:
         return await self._open()
@@ -458,20 +401,8 @@ def guarded(
     ) -> Callable[Concatenate[GuardKey, P], Coroutine[Any, Any, GuardResult]]:
         @functools.wraps(fn)
         async def run(key: GuardKey, /, *args: P.args, **kwargs: P.kwargs) -> GuardResult:
-            event_id, delivery, entity_id, event_type = delivery_of(key)
-            g = Guard(
-                client,
-                namespace,
-                provider,
-                event_id=event_id,
-                delivery=delivery,
-                scope=scope,
-                lease=lease,
-                holder=holder,
-                wait=wait,
-                entity_id=entity_id,
-                event_type=event_type,
-                start=start,
+            g = Guard._for_key(
+                client, namespace, provider, key, scope=scope, lease=lease, holder=holder, wait=wait, start=start
             )
             await g._open()
             if not g.acquired:

@@ -61,15 +61,14 @@ from claimd._core import (
     SUPERSEDED_RETRY_AFTER,
     UNAVAILABLE_RETRY_AFTER,
     Call,
-    GuardCore,
+    GuardFront,
     GuardKey,
     GuardResult,
     Op,
-    delivery_of,
     settle_options,
 )
 from claimd.errors import ClaimdError
-from claimd.types import Claim, Delivery, EventState
+from claimd.types import EventState
 
 if TYPE_CHECKING:
     from claimd.client import Client, Seconds
@@ -215,7 +214,7 @@ class _Heartbeat:
             self._scheduler.schedule(self, self._interval)
 
 
-class Guard:
+class Guard(GuardFront["Client", threading.Event]):
     """Guard is the with-block form of the guard (see the module doc).
 
     Inside the block: acquired says whether to act; claim is the Claim (key,
@@ -234,68 +233,10 @@ class Guard:
     began, never release and propagate untouched.
     """
 
-    def __init__(
-        self,
-        client: Client,
-        namespace: str,
-        provider: str,
-        *,
-        event_id: str | None = None,
-        delivery: Delivery | None = None,
-        scope: str = "",
-        payload_sha256: bytes | None = None,
-        lease: Seconds | None = None,
-        holder: str | None = None,
-        wait: Seconds | None = None,
-        entity_id: str = "",
-        event_type: str = "",
-        start: bool = True,
-    ) -> None:
-        self.client = client
-        self.namespace = namespace
-        self.provider = provider
-        self.lease = lease
-        self.cancelled = threading.Event()
-        self._core = GuardCore(
-            namespace,
-            provider,
-            event_id=event_id,
-            delivery=delivery,
-            scope=scope,
-            payload_sha256=payload_sha256,
-            lease=lease,
-            holder=holder,
-            wait=wait,
-            entity_id=entity_id,
-            event_type=event_type,
-            start=start,
-            on_lost=self.cancelled.set,
-        )
-        self._heartbeat: _Heartbeat | None = None
+    _heartbeat: _Heartbeat | None = None
 
-    @property
-    def acquired(self) -> bool:
-        """acquired is true when the block must do the work."""
-        return self._core.acquired
-
-    @property
-    def claim(self) -> Claim:
-        """claim is claimd's answer. It raises RuntimeError when the Claim
-        call itself failed (result.error says why)."""
-        return self._core.claimed()
-
-    @property
-    def result(self) -> GuardResult:
-        """result is the answer for the provider; set once the block ended
-        (or as soon as the claim decided that the block must not run)."""
-        if self._core.answer is None:
-            raise RuntimeError("Guard.result is set when the with-block ends")
-        return self._core.answer
-
-    def check(self) -> None:
-        """check raises StaleToken when another holder took the key over, so
-        long work stops between steps."""
-        self._core.check()
+    def _cancellation(self) -> threading.Event:
+        return threading.Event()
 
     def __enter__(self) -> Guard:
         return self._open()
@@ -398,20 +339,8 @@ def guarded(
     ) -> Callable[Concatenate[GuardKey, P], GuardResult]:
         @functools.wraps(fn)
         def run(key: GuardKey, /, *args: P.args, **kwargs: P.kwargs) -> GuardResult:
-            event_id, delivery, entity_id, event_type = delivery_of(key)
-            g = Guard(
-                client,
-                namespace,
-                provider,
-                event_id=event_id,
-                delivery=delivery,
-                scope=scope,
-                lease=lease,
-                holder=holder,
-                wait=wait,
-                entity_id=entity_id,
-                event_type=event_type,
-                start=start,
+            g = Guard._for_key(
+                client, namespace, provider, key, scope=scope, lease=lease, holder=holder, wait=wait, start=start
             )
             g._open()
             if not g.acquired:
