@@ -6,7 +6,9 @@
 # effect fence ($CLAIMD_TEST_POSTGRES_URL), runs the
 # client's tests with mvn install (unit tests, the guardspec scenarios, the
 # typed calls; install puts the client and its test jar in the local
-# repository) and then the example's tests with mvn verify. Maven resolves
+# repository), then effectspec with the Java receiver on SQLite and on
+# PostgreSQL (-events 50; each run counts as one test), and then the
+# example's tests with mvn verify. Maven resolves
 # online the first time only (see mvn.sh). Exits non-zero on any failure and
 # ends with a "N passed, N failed" line.
 set -euo pipefail
@@ -48,9 +50,36 @@ if [[ -z "$pg_url" ]]; then
 fi
 export CLAIMD_TEST_POSTGRES_URL="$pg_url"
 
+# effectspec drives the receiver (src/test/java/.../testing/EffectReceiver.java)
+# through crashes and zombies with real signals (guardspec README, "Effect
+# processes").
+(cd "$repo" && go build -o "$here/.build/effectspec" ./internal/testenv/cmd/effectspec)
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+
 rm -rf "$here/target/surefire-reports" "$example/target/surefire-reports"
 rc=0
-mvn_run "$here" install || rc=$?
+# install also writes the test classpath the receiver runs with.
+mvn_run "$here" install dependency:build-classpath -Dmdep.outputFile="$here/.build/test-classpath.txt" || rc=$?
+
+# effectspec_run DB: one effectspec run on DB; prints its counts lines.
+effectspec_passed=0 effectspec_failed=0
+effectspec_run() {
+	local cp="$here/target/test-classes:$here/target/classes:$(cat "$here/.build/test-classpath.txt")"
+	if "$here/.build/effectspec" -claimd-bin "$CLAIMD_BIN" -db "$1" -events 50 -- \
+		java -cp "$cp" dev.claimd.client.testing.EffectReceiver 2>&1 | sed -E 's/, receiver java -cp .*//'; then
+		effectspec_passed=$((effectspec_passed + 1))
+	else
+		effectspec_failed=$((effectspec_failed + 1))
+	fi
+}
+if ((rc == 0)); then
+	effectspec_run "sqlite:$scratch/effectspec.db"
+	effectspec_run "$CLAIMD_TEST_POSTGRES_URL"
+	if ((effectspec_failed > 0)); then
+		rc=1
+	fi
+fi
 if ((rc == 0)); then
 	mvn_run "$example" verify || rc=$?
 fi
@@ -66,6 +95,9 @@ for f in "$here"/target/surefire-reports/TEST-*.xml "$example"/target/surefire-r
 	tests=$((tests + n))
 	failed=$((failed + e + x))
 done
+# Each effectspec run (SQLite, PostgreSQL) counts as one test.
+tests=$((tests + effectspec_passed + effectspec_failed))
+failed=$((failed + effectspec_failed))
 if ((tests == 0)); then
 	echo "java: no tests ran" >&2
 	exit 1

@@ -324,4 +324,111 @@ class GuardTest {
     assertEquals(200, r.status());
     assertEquals("{\"ok\":true}", new String(r.body(), StandardCharsets.UTF_8));
   }
+
+  // --- the effect fence, where the guardspec cannot say it ------------------------------
+
+  /** sqlite is a fresh SQLite file with a ledger table; these cases need no PostgreSQL. */
+  static java.sql.Connection sqlite() throws Exception {
+    java.nio.file.Path dir = java.nio.file.Files.createTempDirectory("claimd-java-guard-effect-");
+    java.sql.Connection c = dev.claimd.client.testing.TestDatabases.open("sqlite:" + dir.resolve("guard.db"));
+    try (java.sql.Statement st = c.createStatement()) {
+      st.execute("CREATE TABLE ledger (key TEXT NOT NULL)");
+    }
+    return c;
+  }
+
+  static int rows(java.sql.Connection c, String table) throws Exception {
+    try (java.sql.Statement st = c.createStatement(); java.sql.ResultSet rs = st.executeQuery("SELECT count(*) FROM " + table)) {
+      rs.next();
+      return rs.getInt(1);
+    }
+  }
+
+  @Test
+  void aSecondEffectInOneDeliveryIsAnErrorAndTheFirstStands() throws Exception {
+    try (java.sql.Connection db = sqlite()) {
+      GuardResult r = plain.guard(request(null), ctx -> {
+        Effect fx = ctx.effect(db, e -> e.setResult("first"));
+        assertThrows(IllegalStateException.class, () -> ctx.effect(db, e -> e.setResult("second")));
+        return fx.result();
+      });
+      assertEquals(200, r.status(), () -> "error " + r.error());
+      assertArrayEquals(utf8("first"), r.body());
+      assertEquals(1, rows(db, "claimd_effects"));
+    }
+  }
+
+  @Test
+  void anEffectAfterTheHandlerReturnedIsAnError() throws Exception {
+    try (java.sql.Connection db = sqlite()) {
+      Guard.GuardContext[] kept = new Guard.GuardContext[1];
+      GuardResult r = plain.guard(request(null), ctx -> {
+        kept[0] = ctx;
+        return "done";
+      });
+      assertEquals(200, r.status());
+      assertThrows(IllegalStateException.class, () -> kept[0].effect(db, e -> e.setResult("late")));
+      assertEquals(0, rows(db, "ledger"));
+    }
+  }
+
+  @Test
+  void aPermanentFailureInsideTheEffectFailsTheEventAndWritesNothing() throws Exception {
+    try (java.sql.Connection db = sqlite()) {
+      ClaimRequest req = request(null);
+      GuardResult r = plain.guard(req, ctx -> ctx.effect(db, e -> {
+        try (java.sql.Statement st = db.createStatement()) {
+          st.executeUpdate("INSERT INTO ledger (key) VALUES ('x')");
+        }
+        throw new PermanentException("card_declined");
+      }).result());
+      assertEquals(200, r.status());
+      assertEquals(Disposition.FAILED, r.disposition());
+      assertArrayEquals(utf8("card_declined"), r.body());
+      assertEquals(0, rows(db, "ledger"), "the effect's writes rolled back");
+      assertEquals(0, rows(db, "claimd_effects"), "the fence rolled back");
+      assertEquals(EventState.EVENT_STATE_FAILED, plain.get(NS, "stripe", req.getEventId()).getState());
+    }
+  }
+
+  @Test
+  void theContextsEffectKeyIsTheClaimsEffectKey() {
+    ClaimRequest req = request(null);
+    String[] keys = new String[2];
+    plain.guard(req, ctx -> {
+      keys[0] = ctx.effectKey("charge");
+      keys[1] = ctx.effectKey("refund");
+      assertEquals(Effects.effectKey(NS, "stripe", ctx.lease().key(), "charge"), keys[0]);
+      return null;
+    });
+    assertTrue(keys[0].startsWith("claimd-") && keys[0].length() == 39, keys[0]);
+    assertFalse(keys[0].equals(keys[1]), "steps differ");
+  }
+
+  /** recovered reads claimd_effects_recovered_total{provider="stripe"} from claimd's /metrics (0 before the first). */
+  static double recovered() throws Exception {
+    java.net.http.HttpResponse<String> r = java.net.http.HttpClient.newHttpClient().send(
+        java.net.http.HttpRequest.newBuilder(java.net.URI.create("http://" + server.http() + "/metrics")).build(),
+        java.net.http.HttpResponse.BodyHandlers.ofString());
+    assertEquals(200, r.statusCode());
+    for (String line : r.body().split("\n")) {
+      if (line.startsWith("claimd_effects_recovered_total{") && line.contains("provider=\"stripe\"")) {
+        return Double.parseDouble(line.substring(line.lastIndexOf(' ') + 1));
+      }
+    }
+    return 0;
+  }
+
+  @Test
+  void theTypedTransitionCanSayTheResultWasRecovered() throws Exception {
+    double before = recovered();
+    ClaimRequest req = request(null);
+    Claim c = plain.claim(req);
+    plain.start(c.lease());
+    plain.transition(c.lease(), EventState.EVENT_STATE_SETTLED, utf8("from the fence"), true);
+    Record rec = plain.get(NS, "stripe", req.getEventId());
+    assertEquals(EventState.EVENT_STATE_SETTLED, rec.getState());
+    assertArrayEquals(utf8("from the fence"), rec.getResult().toByteArray());
+    assertEquals(before + 1, recovered(), "claimd counted the recovered effect");
+  }
 }
