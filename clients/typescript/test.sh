@@ -39,6 +39,14 @@ export CLAIMD_BIN="$here/.build/claimd"
 (cd "$root" && go build -o "$here/.build/testca" ./internal/testenv/cmd/testca)
 export CLAIMD_TESTCA_BIN="$here/.build/testca"
 
+# The effect tests' PostgreSQL (clients/guardspec/README.md, "The runner's
+# database"): a real server in a temp directory, stopped when its stdin
+# closes, i.e. when this script ends, however it ends.
+(cd "$root" && go build -o "$here/.build/testpg" ./internal/testenv/cmd/testpg)
+coproc PG { "$here/.build/testpg"; }
+read -r pg_url <&"${PG[0]}" || { echo "test.sh: testpg printed no URL" >&2; exit 1; }
+export CLAIMD_TEST_POSTGRES_URL="$pg_url"
+
 # One run of node's test runner over both suites; each file starts its own
 # claimd on free loopback ports and stops it.
 node --test --test-concurrency=3 --test-reporter=spec \

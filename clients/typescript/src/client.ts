@@ -195,6 +195,12 @@ export interface TransitionInput extends Lease {
   result?: Uint8Array | string;
   /** extendLeaseMs sets the lease to now + extendLeaseMs (non-terminal targets). */
   extendLeaseMs?: number;
+  /**
+   * effectRecovered, with SETTLED, says that result is the stored result of
+   * an earlier holder's effect fence (clients/GUARD.md, row 23): claimd
+   * counts, logs and audits the recovery. The guard sets it.
+   */
+  effectRecovered?: boolean;
 }
 
 /** RenewInput extends the holder's lease. */
@@ -390,6 +396,7 @@ class Claimd implements ClaimdClient {
       to: req.to,
       result: req.result === undefined ? new Uint8Array() : bytes(req.result),
       extendLease: duration(req.extendLeaseMs),
+      effectRecovered: req.effectRecovered ?? false,
     });
     return this.call(opts, (o) => this.claims.transition(msg, o));
   }

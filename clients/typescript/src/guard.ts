@@ -1,6 +1,6 @@
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 
-import { bytes, type ClaimdClient, type ClaimInput, type Lease, leaseOf } from "./client.js";
+import { type ClaimdClient, type ClaimInput, type Lease, leaseOf } from "./client.js";
 import {
   ClaimdError,
   Code,
@@ -13,7 +13,19 @@ import {
   StaleTokenError,
   toClaimdError,
 } from "./errors.js";
+import {
+  EffectError,
+  effectKey,
+  runEffect,
+  type EffectDatabase,
+  type EffectFn,
+  type EffectOutcome,
+  type EffectTx,
+  type FenceRef,
+  type Fx,
+} from "./effect.js";
 import { type ClaimResponse, EventState, Outcome, Reason } from "./gen/idempotency/v1/claim_pb.js";
+import { resultBytes } from "./result.js";
 
 /**
  * PermanentError marks a failure that no retry can fix (a malformed event, a
@@ -95,12 +107,57 @@ const answers = {
  * claim tells the key, fencing token, reason and state: after a
  * LEASE_EXPIRED takeover, state says how far the vanished holder got. signal
  * aborts when ownership is lost (another holder took over); stop then, the
- * guard will not settle.
+ * guard will not settle. ctx opens the delivery's effect fence (ctx.effect)
+ * and makes downstream idempotency keys (ctx.effectKey).
  */
 export type GuardHandler = (
   claim: ClaimResponse,
   signal: AbortSignal,
+  ctx: GuardContext,
 ) => Promise<Uint8Array | string | object | void> | Uint8Array | string | object | void;
+
+/**
+ * GuardContext is a running handler's view of its delivery: the claim, the
+ * signal that aborts when ownership is lost, and the effect fence
+ * (clients/GUARD.md, "Exactly-once effects").
+ */
+export interface GuardContext {
+  /** claim is claimd's ACQUIRED answer (the handler's first argument). */
+  readonly claim: ClaimResponse;
+  /** signal aborts when ownership is lost (the handler's second argument). */
+  readonly signal: AbortSignal;
+  /**
+   * effect runs fn exactly once per delivery across every holder of the
+   * claim, for writes to db done through fn's tx, and returns
+   * {done, result}. db is a node-postgres Pool (fn gets one PoolClient for
+   * the whole transaction), Client or PoolClient, or a better-sqlite3
+   * Database. In one transaction (SQLite: BEGIN IMMEDIATE) it inserts the
+   * fence row for this delivery and this holder's fencing token; when that
+   * row is new, fn runs, fx.result (when assigned) is stored in it, and the
+   * transaction commits: done is false. When an earlier holder already
+   * committed it, fn is not called, nothing is written, and done is true
+   * with that holder's stored result (bytes): the guard then settles with
+   * that result, whatever the handler returns, and tells claimd it was
+   * recovered. An exception in fn (or a failed commit) rolls back and
+   * propagates; so does a lost claim (signal aborted) before the commit.
+   *
+   * At most one effect per delivery, only while the handler runs
+   * (EffectError otherwise). The table claimd_effects is created on first
+   * use, once per database. Effects on one better-sqlite3 Database or one pg
+   * Client run one at a time, in order: fn may await, and its transaction
+   * stays open meanwhile, so do not write to that connection outside fn
+   * while an effect runs (such writes would join its transaction).
+   *
+   * tx has the type of db (for a Pool, a structural PoolClient: annotate
+   * the parameter, `async (tx: pg.PoolClient, fx) => …`, for pg's own).
+   */
+  effect<D extends EffectDatabase, T extends EffectTx<D> = EffectTx<D>>(db: D, fn: (tx: T, fx: Fx) => unknown): Promise<EffectOutcome>;
+  /**
+   * effectKey is a stable idempotency key for step of this delivery, for a
+   * downstream API's Idempotency-Key (see the package's effectKey).
+   */
+  effectKey(step: string): string;
+}
 
 /** GuardResult is what to answer the provider, and what happened. */
 export interface GuardResult {
@@ -118,6 +175,12 @@ export interface GuardResult {
   error?: unknown;
   /** claim is claimd's answer, when there was one. */
   claim?: ClaimResponse;
+  /**
+   * effect is what the handler's effect did, when it committed or found an
+   * earlier holder's fence done (done: the event was settled with that
+   * fence's result); undefined when no effect committed.
+   */
+  effect?: EffectOutcome;
 }
 
 /** GuardLogger receives what an operator must see (mismatches, lost leases). */
@@ -294,11 +357,12 @@ async function runAcquired(
   const leaseMs = await leaseMsOf(client, request, claim);
   const hb = new Heartbeat(client, ref, request.leaseMs, opts.renewEveryMs ?? heartbeatEveryMs(leaseMs), log);
   hb.start();
+  const fence = new EffectState({ ...ref, fencingToken: BigInt(ref.fencingToken) }, hb.signal);
   let returned: unknown;
   let handlerErr: unknown;
   let threw = false;
   try {
-    returned = await handler(claim, hb.signal);
+    returned = await handler(claim, hb.signal, fence.context(claim));
   } catch (e) {
     handlerErr = e;
     threw = true;
@@ -306,65 +370,64 @@ async function runAcquired(
   // Only what the handler threw is in handlerErr: encoding and settling
   // happen below, on paths that never release.
   await hb.stop();
-  const ran = { outcome: claim.outcome, claim, ran: true };
+  const effect = fence.close();
+  const withEffect = (r: GuardResult): GuardResult => (effect ? { ...r, effect } : r);
 
   if (hb.lost) {
     // Someone else owns the key now: settling or releasing would fail on
     // the token anyway, and the new holder decides the outcome.
-    return lost(hb.lost, claim, log, request);
+    return withEffect(lost(hb.lost, claim, log, request));
   }
   if (!threw) {
-    return settle(client, ref, claim, returned, log, request);
+    return withEffect(await record(client, ref, claim, settlement(returned, effect, claim, log), log, request));
   }
   if (handlerErr instanceof PermanentError) {
     const why = truncate(handlerErr.message, MAX_FAILURE_BYTES);
-    try {
-      await client.transition({ ...ref, to: EventState.FAILED, result: why });
-    } catch (e) {
-      const err = toClaimdError(e);
-      if (notOurs(err)) {
-        return lost(err, claim, log, request);
-      }
-      if (!endedAlready(err)) {
-        // The handler ran: never release (GUARD.md row 19).
-        return { ...unsettled(err, claim, log), error: handlerErr };
-      }
-      log.warn("claimd: the handler ended the event itself; its stored outcome stands", { key: claim.key, error: err.message });
-    }
-    return { ...ran, status: 200, body: why, error: handlerErr };
+    return withEffect(await record(client, ref, claim, { to: EventState.FAILED, stored: why, body: why, error: handlerErr, recovered: false }, log, request));
   }
-  const failedAnswer = { ...ran, status: 500, body: text(answers.handlerFailed), error: handlerErr };
+  const failedAnswer = { outcome: claim.outcome, claim, ran: true, status: 500, body: text(answers.handlerFailed), error: handlerErr };
   if (takenOverFromProcessing(claim)) {
     log.warn("claimd: handler failed on a key taken over from PROCESSING; leaving it to its lease", {
       key: claim.key,
       error: handlerErr instanceof Error ? handlerErr.message : String(handlerErr),
     });
-    return failedAnswer;
+    return withEffect(failedAnswer);
   }
   const notReleased = await releaseQuietly(client, ref, log);
-  return notReleased ? { ...lost(notReleased, claim, log, request), error: handlerErr } : failedAnswer;
+  return withEffect(notReleased ? { ...lost(notReleased, claim, log, request), error: handlerErr } : failedAnswer);
 }
 
 /**
- * settle records a handler that returned: SETTLED with its encoded result.
- * The side effect may have happened, so no path here releases: a result
- * that cannot be encoded or is too large is settled without it (200, the
- * reason in error), and a settle that fails leaves the record PROCESSING for
- * the next holder, who takes over after the lease with state PROCESSING and
- * knows to check the domain's own records.
+ * Ending is what the guard records once the handler returned or threw a
+ * PermanentError: a Transition to SETTLED or FAILED, and the answer to give
+ * once claimd stored it.
  */
-async function settle(
-  client: ClaimdClient,
-  ref: Lease,
-  claim: ClaimResponse,
-  returned: unknown,
-  log: GuardLogger,
-  request: ClaimInput,
-): Promise<GuardResult> {
+interface Ending {
+  to: EventState.SETTLED | EventState.FAILED;
+  /** stored is the Transition's result. */
+  stored: Uint8Array;
+  /** body is this delivery's answer (the whole result, even one too large to store). */
+  body: Uint8Array;
+  /** error is the handler's PermanentError, or why the result was not stored. */
+  error?: unknown;
+  /** recovered: stored is an earlier holder's effect result (row 23). */
+  recovered: boolean;
+}
+
+/**
+ * settlement is the Ending of a handler that returned. The side effect may
+ * have happened, so nothing here releases: a result that cannot be encoded
+ * or is too large is settled without it (200, the reason in error). When
+ * the delivery's effect found an earlier holder's fence done, the event is
+ * settled with that fence's stored result, whatever the handler returned,
+ * and claimd is told the result was recovered.
+ */
+function settlement(returned: unknown, effect: EffectOutcome | undefined, claim: ClaimResponse, log: GuardLogger): Ending {
+  const recovered = effect?.done === true;
   let body: Uint8Array;
   let notStored: Error | undefined;
   try {
-    body = resultBytes(returned);
+    body = resultBytes(recovered ? effect.result : returned);
   } catch (e) {
     body = new Uint8Array();
     notStored = e instanceof Error ? e : new TypeError(String(e));
@@ -377,20 +440,81 @@ async function settle(
   if (notStored) {
     log.warn("claimd: result not stored; settling without it", { key: claim.key, error: notStored.message });
   }
+  return { to: EventState.SETTLED, stored, body, recovered, ...(notStored ? { error: notStored } : {}) };
+}
+
+/**
+ * record writes e's Transition: the one path by which the guard records
+ * what a handler did. A record that the handler ended itself keeps its
+ * stored outcome (row 18); a lost claim answers 409 (row 17); any other
+ * failure leaves the key to its lease, PROCESSING, for the next holder, who
+ * takes over with state PROCESSING and knows to check (row 19).
+ */
+async function record(client: ClaimdClient, ref: Lease, claim: ClaimResponse, e: Ending, log: GuardLogger, request: ClaimInput): Promise<GuardResult> {
+  let error = e.error;
   try {
-    await client.transition({ ...ref, to: EventState.SETTLED, result: stored });
-  } catch (e) {
-    const err = toClaimdError(e);
+    await client.transition({ ...ref, to: e.to, result: e.stored, ...(e.recovered ? { effectRecovered: true } : {}) });
+  } catch (x) {
+    const err = toClaimdError(x);
     if (notOurs(err)) {
       return lost(err, claim, log, request);
     }
     if (!endedAlready(err)) {
-      return unsettled(err, claim, log);
+      // The handler ran: never release (GUARD.md row 19). A PermanentError
+      // outranks claimd's error in the answer.
+      const answer = unsettled(err, claim, log);
+      return e.to === EventState.FAILED ? { ...answer, error: e.error } : answer;
     }
     log.warn("claimd: the handler ended the event itself; its stored outcome stands", { key: claim.key, error: err.message });
-    notStored ??= err;
+    error ??= err;
   }
-  return { outcome: claim.outcome, claim, ran: true, status: 200, body, ...(notStored ? { error: notStored } : {}) };
+  return { outcome: claim.outcome, claim, ran: true, status: 200, body: e.body, ...(error !== undefined ? { error } : {}) };
+}
+
+/**
+ * EffectState is a delivery's effect fence as the guard and the handler
+ * share it: whether the effect opened, and what it found. The guard reads
+ * it once the handler returned, and no effect may open after that.
+ */
+class EffectState {
+  private opened = false;
+  private closed = false;
+  private outcome: EffectOutcome | undefined;
+
+  constructor(
+    private readonly ref: FenceRef,
+    private readonly signal: AbortSignal,
+  ) {}
+
+  context(claim: ClaimResponse): GuardContext {
+    return {
+      claim,
+      signal: this.signal,
+      effect: (db, fn) => this.run(db, fn as EffectFn<typeof db>),
+      effectKey: (step) => effectKey(this.ref, step),
+    };
+  }
+
+  private async run<D extends EffectDatabase>(db: D, fn: EffectFn<D>): Promise<EffectOutcome> {
+    if (this.closed) {
+      throw new EffectError("claimd: effect after the guarded handler returned");
+    }
+    if (this.opened) {
+      throw new EffectError("claimd: a second effect in one delivery");
+    }
+    this.opened = true;
+    const out = await runEffect(db, this.ref, fn, this.signal);
+    if (!this.closed) {
+      this.outcome = out;
+    }
+    return out;
+  }
+
+  /** close ends the delivery's effect window and returns what its effect did. */
+  close(): EffectOutcome | undefined {
+    this.closed = true;
+    return this.outcome;
+  }
 }
 
 /**
@@ -592,62 +716,6 @@ function secondsUntil(t: Timestamp | undefined): number {
 }
 
 const encoder = new TextEncoder();
-
-/**
- * resultBytes encodes what a handler returned by the guards' rule (see
- * GuardHandler). It throws (a TypeError, or what a toJSON threw) for a value
- * the rule cannot encode.
- */
-function resultBytes(v: unknown): Uint8Array {
-  if (v === undefined || v === null) {
-    return new Uint8Array();
-  }
-  if (v instanceof Uint8Array) {
-    return v;
-  }
-  if (v instanceof ArrayBuffer) {
-    return new Uint8Array(v);
-  }
-  if (ArrayBuffer.isView(v)) {
-    return new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
-  }
-  if (typeof v === "string") {
-    return bytes(wellFormed(v));
-  }
-  const json: string | undefined = JSON.stringify(v, jsonResult);
-  if (json === undefined) {
-    throw new TypeError(`a ${typeof v} cannot be encoded as JSON`);
-  }
-  return encoder.encode(json);
-}
-
-// A lone surrogate has no UTF-8 form: TextEncoder would replace it with
-// U+FFFD and JSON.stringify escape it, where other guards refuse it.
-const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
-function wellFormed(s: string): string {
-  if (loneSurrogate.test(s)) {
-    throw new TypeError("a string with a lone surrogate cannot be encoded as UTF-8");
-  }
-  return s;
-}
-
-/** jsonResult is the JSON.stringify replacer of results: the JSON the other guards write. */
-function jsonResult(key: string, v: unknown): unknown {
-  wellFormed(key);
-  switch (typeof v) {
-    case "bigint":
-      return v.toString();
-    case "number":
-      if (!Number.isFinite(v)) {
-        throw new TypeError(`${v} cannot be encoded as JSON`);
-      }
-      return v;
-    case "string":
-      return wellFormed(v);
-  }
-  return v;
-}
 
 function text(s: string): Uint8Array {
   return encoder.encode(s);

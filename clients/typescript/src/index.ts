@@ -36,6 +36,22 @@ export {
   UnauthenticatedError,
   type ErrorInfo,
 } from "./errors.js";
+export {
+  EFFECTS_SCHEMA,
+  EffectError,
+  effectKey,
+  pruneEffects,
+  type EffectDatabase,
+  type EffectFn,
+  type EffectOutcome,
+  type EffectTx,
+  type Fx,
+  type PgPool,
+  type PgPoolClient,
+  type PgQueryable,
+  type SqliteDatabase,
+  type SqliteStatement,
+} from "./effect.js";
 export { isLoopbackHost, type TlsOptions, type TokenProvider } from "./security.js";
 export {
   guard,
@@ -45,6 +61,7 @@ export {
   PermanentError,
   SUPERSEDED_RETRY_AFTER_S,
   UNAVAILABLE_RETRY_AFTER_S,
+  type GuardContext,
   type GuardHandler,
   type GuardLogger,
   type GuardOptions,

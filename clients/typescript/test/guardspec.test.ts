@@ -3,8 +3,9 @@
 // strictly: a field this runner does not know fails the run, so the file
 // cannot say more than the runners check.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import * as net from "node:net";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 
@@ -13,6 +14,8 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 
 import {
   createClient,
+  EFFECTS_SCHEMA,
+  effectKey,
   ERROR_DOMAIN,
   EventState,
   guard,
@@ -28,12 +31,14 @@ import {
   type ClaimdClient,
   type ClaimInput,
   type ClaimResponse,
+  type GuardContext,
   type GuardResult,
 } from "../src/index.js";
 import { DEFAULT_TIMEOUT_MS } from "../src/client.js";
 import { heartbeatEveryMs, MIN_HEARTBEAT_MS } from "../src/guard.js";
 import { backoffCeilingMs, backoffMs } from "../src/retry.js";
 import { startClaimd, type Claimd } from "../src/testing.js";
+import { openTestDb, type Dialect, type TestDb } from "./effectdb.js";
 import { claimdBin, eventId, millis, pkgDir } from "./helpers.js";
 
 const specPath = join(pkgDir, "..", "guardspec", "scenarios.json");
@@ -83,9 +88,25 @@ function body(v: Json | undefined, where: string): Uint8Array {
 
 const states = ["RECEIVED", "VALIDATED", "PROCESSING", "SETTLED", "FAILED"];
 const calls = ["claim", "start", "settle", "fail", "release", "renew"];
+// What expect.calls may name besides: a settle that carries effect_recovered.
+const loggedCalls = [...calls, "settle_recovered"];
+
+function checkValue(v: Json | undefined, where: string): void {
+  const o = fields(v, where, [], ["text", "b64", "json", "none"]);
+  if (Object.keys(o).length !== 1) {
+    throw new SpecError(`${where}: want exactly one of text, b64, json, none`);
+  }
+  if ("text" in o) {
+    text(o["text"], `${where}.text`);
+  }
+}
 
 function checkScenario(sc: Json, where: string, rowCount: number): void {
-  const s = fields(sc, where, ["name", "row", "deliveries", "handler_runs"], ["doc", "unreachable", "arrange"]);
+  const s = fields(sc, where, ["name", "row", "deliveries", "handler_runs"], ["doc", "unreachable", "arrange", "effect"]);
+  if ("effect" in s && typeof s["effect"] !== "boolean") {
+    throw new SpecError(`${where}.effect: want a boolean`);
+  }
+  const usesDb = s["effect"] === true;
   if (typeof s["row"] !== "number" || s["row"] < 1 || s["row"] > rowCount) {
     throw new SpecError(`${where}: row ${s["row"]} is not a row of GUARD.md (1..${rowCount})`);
   }
@@ -104,6 +125,11 @@ function checkScenario(sc: Json, where: string, rowCount: number): void {
       }
     } else if (op === "release") {
       fields(step, w, ["op"]);
+    } else if (op === "fence") {
+      body(fields(step, w, ["op", "result"])["result"], `${w}.result`);
+      if (!usesDb) {
+        throw new SpecError(`${w}: a fence needs an effect scenario`);
+      }
     } else {
       throw new SpecError(`${w}: unknown op ${op}`);
     }
@@ -125,20 +151,25 @@ function checkScenario(sc: Json, where: string, rowCount: number): void {
       }
     }
     if ("handler" in dv) {
-      const h = fields(dv["handler"], `${w}.handler`, [], ["returns", "raises", "settle_itself", "fail_itself", "taken_over", "outlive_lease"]);
-      if ("returns" in h === "raises" in h) {
-        throw new SpecError(`${w}.handler: want exactly one of returns and raises`);
+      const h = fields(dv["handler"], `${w}.handler`, [], ["returns", "raises", "effect", "settle_itself", "fail_itself", "taken_over", "outlive_lease"]);
+      if (["returns", "raises", "effect"].filter((k) => k in h).length !== 1) {
+        throw new SpecError(`${w}.handler: want exactly one of returns, raises and effect`);
       }
       if ("returns" in h) {
-        const v = fields(h["returns"], `${w}.handler.returns`, [], ["text", "b64", "json", "none"]);
-        if (Object.keys(v).length !== 1) {
-          throw new SpecError(`${w}.handler.returns: want exactly one of text, b64, json, none`);
-        }
-        if ("text" in v) {
-          text(v["text"], `${w}.handler.returns.text`);
-        }
-      } else {
+        checkValue(h["returns"], `${w}.handler.returns`);
+      } else if ("raises" in h) {
         text(fields(h["raises"], `${w}.handler.raises`, ["message"], ["permanent"])["message"], `${w}.handler.raises.message`);
+      } else {
+        if (!usesDb) {
+          throw new SpecError(`${w}.handler.effect: needs an effect scenario`);
+        }
+        const fx = fields(h["effect"], `${w}.handler.effect`, [], ["result", "raises"]);
+        if ("result" in fx) {
+          checkValue(fx["result"], `${w}.handler.effect.result`);
+        }
+        if ("raises" in fx) {
+          text(fields(fx["raises"], `${w}.handler.effect.raises`, ["message"])["message"], `${w}.handler.effect.raises.message`);
+        }
       }
       for (const k of ["settle_itself", "fail_itself"]) {
         if (k in h) {
@@ -152,8 +183,17 @@ function checkScenario(sc: Json, where: string, rowCount: number): void {
         throw new SpecError(`${w}.faults[${j}]: unknown call ${fo["call"]} or code ${fo["code"]}`);
       }
     }
-    const e = fields(dv["expect"], `${w}.expect`, ["status", "body", "ran"], ["retry_after", "claim", "record", "calls"]);
-    if (((e["calls"] ?? []) as Json[]).some((c) => !calls.includes(String(c)) && c !== "handler")) {
+    const e = fields(dv["expect"], `${w}.expect`, ["status", "body", "ran"], ["retry_after", "claim", "record", "calls", "effect"]);
+    if ("effect" in e) {
+      if (!usesDb) {
+        throw new SpecError(`${w}.expect.effect: needs an effect scenario`);
+      }
+      const fx = fields(e["effect"], `${w}.expect.effect`, [], ["done", "ledger_rows", "fence"]);
+      if (fx["fence"] !== undefined && fx["fence"] !== null) {
+        body(fields(fx["fence"], `${w}.expect.effect.fence`, ["fencing_token", "result"])["result"], `${w}.expect.effect.fence.result`);
+      }
+    }
+    if (((e["calls"] ?? []) as Json[]).some((c) => !loggedCalls.includes(String(c)) && c !== "handler")) {
       throw new SpecError(`${w}.expect.calls: unknown call in ${JSON.stringify(e["calls"])}`);
     }
     body(e["body"], `${w}.expect.body`);
@@ -183,8 +223,17 @@ function codeOf(name: string): Code | undefined {
   return typeof code === "number" ? code : undefined;
 }
 
+interface EffectKeyVector {
+  namespace: string;
+  provider: string;
+  key: string;
+  step: string;
+  effect_key: string;
+}
+
 interface Spec {
   constants: Obj;
+  effects: { schema: { [dialect: string]: string }; ledger_schema: string; effect_keys: EffectKeyVector[] };
   row_count: number;
   uncovered_rows: { [row: string]: string };
   scenarios: Obj[];
@@ -192,7 +241,12 @@ interface Spec {
 
 function loadSpec(): Spec {
   const raw = JSON.parse(readFileSync(specPath, "utf8")) as Json;
-  const top = fields(raw, specPath, ["doc", "constants", "row_count", "uncovered_rows", "scenarios"]);
+  const top = fields(raw, specPath, ["doc", "constants", "effects", "row_count", "uncovered_rows", "scenarios"]);
+  const fx = fields(top["effects"], "effects", ["schema", "ledger_schema", "effect_keys"], ["doc"]);
+  fields(fx["schema"], "effects.schema", ["postgres", "sqlite", "mysql"]);
+  for (const [i, v] of (fx["effect_keys"] as Json[]).entries()) {
+    fields(v, `effects.effect_keys[${i}]`, ["namespace", "provider", "key", "step", "effect_key"]);
+  }
   const c = fields(top["constants"], "constants", [
     "max_result_bytes",
     "max_failure_text_bytes",
@@ -256,6 +310,16 @@ describe("guardspec: the file", () => {
     assert.equal(heartbeatEveryMs(3000), 3000 / (c["heartbeat_divisor"] as number));
     assert.equal(heartbeatEveryMs(1), c["heartbeat_floor_ms"]);
   });
+
+  test("this client's claimd_effects DDL is the contract's, byte for byte", () => {
+    assert.deepEqual({ ...EFFECTS_SCHEMA }, spec.effects.schema);
+  });
+
+  test("effectKey matches the contract's vectors", () => {
+    for (const v of spec.effects.effect_keys) {
+      assert.equal(effectKey(v, v.step), v.effect_key, `effectKey(${JSON.stringify(v)})`);
+    }
+  });
 });
 
 // --- faults ------------------------------------------------------------------------
@@ -278,8 +342,9 @@ class Faults {
   constructor(readonly log: string[]) {}
 
   readonly interceptor: Interceptor = (next) => async (req) => {
-    const call = callName(req.method.name, (req as { message?: { to?: EventState } }).message?.to);
-    if (calls.includes(call)) {
+    const msg = (req as { message?: { to?: EventState; effectRecovered?: boolean } }).message;
+    const call = callName(req.method.name, msg?.to, msg?.effectRecovered === true);
+    if (loggedCalls.includes(call)) {
       this.log.push(call);
     }
     const f = this.active.find((x) => x.call === call);
@@ -290,7 +355,7 @@ class Faults {
   };
 }
 
-function callName(method: string, to: EventState | undefined): string {
+function callName(method: string, to: EventState | undefined, recovered: boolean): string {
   if (method !== "Transition") {
     return method.toLowerCase();
   }
@@ -298,7 +363,7 @@ function callName(method: string, to: EventState | undefined): string {
     case EventState.PROCESSING:
       return "start";
     case EventState.SETTLED:
-      return "settle";
+      return recovered ? "settle_recovered" : "settle";
     case EventState.FAILED:
       return "fail";
   }
@@ -359,6 +424,8 @@ interface Run {
   problems: string[];
   calls: string[]; // this delivery's writes and the handler's run, in order
   other?: ReturnType<typeof leaseOf>;
+  db?: TestDb; // the effect scenarios' database
+  effectDone?: boolean; // what this delivery's effect found
 }
 
 function claimInput(run: Run, request: Obj): ClaimInput {
@@ -391,6 +458,10 @@ async function arrange(run: Run, step: Obj): Promise<void> {
       run.other = leaseOf(input, c);
       return;
     }
+    case "fence":
+      // The other holder commits its effect without the guard, then vanishes.
+      await run.db!.commitFence(NS, run.other!, body(step["result"], "result"));
+      return;
     case "transition":
       await plain.transition({
         ...run.other!,
@@ -404,7 +475,7 @@ async function arrange(run: Run, step: Obj): Promise<void> {
 }
 
 /** behave is the scenario's handler. What goes wrong in it is kept in run.problems. */
-async function behave(run: Run, input: ClaimInput, h: Obj | undefined, claim: ClaimResponse, signal: AbortSignal): Promise<unknown> {
+async function behave(run: Run, input: ClaimInput, h: Obj | undefined, claim: ClaimResponse, signal: AbortSignal, ctx: GuardContext): Promise<unknown> {
   run.runs++;
   run.calls.push("handler");
   if (h === undefined) {
@@ -418,6 +489,22 @@ async function behave(run: Run, input: ClaimInput, h: Obj | undefined, claim: Cl
     if (key in h) {
       await plain.transition({ ...lease, to, result: body(h[key], key) });
     }
+  }
+  let effectResult: unknown;
+  if ("effect" in h) {
+    const e = h["effect"] as Obj;
+    const db = run.db!;
+    const out = await ctx.effect(db.handle, async (tx, fx) => {
+      await db.insertLedger(tx, NS, claim.key, "guardspec");
+      if ("result" in e) {
+        fx.result = value(e["result"] as Obj);
+      }
+      if ("raises" in e) {
+        throw new Error(text((e["raises"] as Obj)["message"], "message"));
+      }
+    });
+    run.effectDone = out.done;
+    effectResult = out.result;
   }
   if (h["taken_over"] === true) {
     await plain.release(lease);
@@ -437,7 +524,14 @@ async function behave(run: Run, input: ClaimInput, h: Obj | undefined, claim: Cl
     const message = text(r["message"], "message");
     throw r["permanent"] === true ? new PermanentError(message) : new Error(message);
   }
-  const v = h["returns"] as Obj;
+  if ("effect" in h) {
+    return effectResult;
+  }
+  return value(h["returns"] as Obj);
+}
+
+/** value is what a Value of the file stands for. */
+function value(v: Obj): unknown {
   if ("text" in v) {
     return text(v["text"], "text");
   }
@@ -519,6 +613,26 @@ async function check(run: Run, what: string, r: GuardResult, ran: boolean, e: Ob
     const wantClaim = e["claim"] as Obj;
     assert.deepEqual(Object.fromEntries(Object.keys(wantClaim).map((k) => [k, got[k]!])), wantClaim, `${what}: claim`);
   }
+  if ("effect" in e) {
+    const want = e["effect"] as Obj;
+    const got: Obj = {};
+    if ("done" in want) {
+      got["done"] = run.effectDone ?? false;
+    }
+    if ("ledger_rows" in want) {
+      got["ledger_rows"] = await run.db!.ledgerRows(NS, run.evt);
+    }
+    if ("fence" in want) {
+      const f = await run.db!.fence(NS, "stripe", run.evt);
+      got["fence"] = f ? { fencing_token: Number(f.fencingToken), result: f.result === null ? null : { text: decoder.decode(f.result) } } : null;
+    }
+    const wantFence = want["fence"] as Obj | null | undefined;
+    const norm: Obj = { ...want };
+    if (wantFence) {
+      norm["fence"] = { fencing_token: wantFence["fencing_token"]!, result: { text: decoder.decode(body(wantFence["result"], "fence.result")) } };
+    }
+    assert.deepEqual(got, norm, `${what}: effect`);
+  }
   if ("record" in e) {
     const rec = await plain.get({ namespace: NS, provider: "stripe", key: run.evt });
     const got: Obj = { state: EventState[rec.state]!, released: rec.released, fencing_token: Number(rec.fencingToken) };
@@ -531,37 +645,73 @@ async function check(run: Run, what: string, r: GuardResult, ran: boolean, e: Ob
   }
 }
 
-describe("guardspec: the scenarios", () => {
-  for (const sc of spec.scenarios) {
-    test(String(sc["name"]), async () => {
-      const run: Run = { evt: eventId("evt_spec"), runs: 0, problems: [], calls: [] };
-      const faults = new Faults(run.calls);
-      const target = sc["unreachable"] === true ? await closedPort() : server.target;
-      // The guard's client keeps the default retry policy: the contract's.
-      const client = createClient(target, { interceptors: [faults.interceptor] });
-      const quiet = { warn: () => {} };
+/** runScenario sends sc's deliveries through the guard; db is the effect scenarios' database. */
+async function runScenario(sc: Obj, db?: TestDb): Promise<void> {
+  const run: Run = { evt: eventId("evt_spec"), runs: 0, problems: [], calls: [], ...(db ? { db } : {}) };
+  const faults = new Faults(run.calls);
+  const target = sc["unreachable"] === true ? await closedPort() : server.target;
+  // The guard's client keeps the default retry policy: the contract's.
+  const client = createClient(target, { interceptors: [faults.interceptor] });
+  const quiet = { warn: () => {} };
+  try {
+    for (const step of (sc["arrange"] ?? []) as Obj[]) {
+      await arrange(run, step);
+    }
+    for (const [i, d] of (sc["deliveries"] as Obj[]).entries()) {
+      const request = (d["request"] ?? {}) as Obj;
+      const input = claimInput(run, request);
+      run.calls.length = 0;
+      delete run.effectDone;
+      faults.active = (d["faults"] ?? []) as unknown as Fault[];
+      const before = run.runs;
+      let r: GuardResult;
       try {
-        for (const step of (sc["arrange"] ?? []) as Obj[]) {
-          await arrange(run, step);
-        }
-        for (const [i, d] of (sc["deliveries"] as Obj[]).entries()) {
-          const request = (d["request"] ?? {}) as Obj;
-          const input = claimInput(run, request);
-          run.calls.length = 0;
-          faults.active = (d["faults"] ?? []) as unknown as Fault[];
-          const before = run.runs;
-          let r: GuardResult;
-          try {
-            r = await guard(client, input, (claim, signal) => behave(run, input, d["handler"] as Obj | undefined, claim, signal) as Promise<object>, { logger: quiet });
-          } finally {
-            faults.active = [];
-          }
-          await check(run, `delivery ${i + 1}`, r, run.runs > before, d["expect"] as Obj);
-        }
-        assert.equal(run.runs, sc["handler_runs"], `handler runs = ${run.runs}, want ${sc["handler_runs"]}`);
+        r = await guard(
+          client,
+          input,
+          (claim, signal, ctx) => behave(run, input, d["handler"] as Obj | undefined, claim, signal, ctx) as Promise<object>,
+          { logger: quiet },
+        );
       } finally {
-        client.close();
+        faults.active = [];
       }
-    });
+      await check(run, `delivery ${i + 1}`, r, run.runs > before, d["expect"] as Obj);
+    }
+    assert.equal(run.runs, sc["handler_runs"], `handler runs = ${run.runs}, want ${sc["handler_runs"]}`);
+  } finally {
+    client.close();
+  }
+}
+
+describe("guardspec: the scenarios", () => {
+  for (const sc of spec.scenarios.filter((s) => s["effect"] !== true)) {
+    test(String(sc["name"]), () => runScenario(sc));
   }
 });
+
+// The effect scenarios run once per dialect, each on a database of its own:
+// a SQLite file, and a fresh schema of the PostgreSQL at
+// $CLAIMD_TEST_POSTGRES_URL (without it, these tests fail). The guard
+// creates claimd_effects itself, on first use.
+for (const dialect of ["sqlite", "postgres"] as Dialect[]) {
+  describe(`guardspec: the effect scenarios on ${dialect}`, () => {
+    let db: TestDb | undefined;
+    let opened: Promise<TestDb> | undefined;
+    const dir = mkdtempSync(join(tmpdir(), "ts-guardspec-"));
+    const open = (): Promise<TestDb> => (opened ??= openTestDb(dialect, dir, spec.effects.ledger_schema).then((d) => (db = d)));
+    after(async () => {
+      await db?.close();
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    test("claimd_effects is missing before the first effect", async () => {
+      assert.equal(await (await open()).hasEffectsTable(), false);
+    });
+    for (const sc of spec.scenarios.filter((s) => s["effect"] === true)) {
+      test(String(sc["name"]), async () => runScenario(sc, await open()));
+    }
+    test("the guard created claimd_effects on first use", async () => {
+      assert.equal(await (await open()).hasEffectsTable(), true);
+    });
+  });
+}
