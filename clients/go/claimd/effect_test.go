@@ -17,6 +17,7 @@ import (
 
 	"github.com/claimd/claimd/clients/go/claimd"
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/testenv"
 )
 
 // What the guard scenarios cannot show about Effect: misuse, pruning, and
@@ -350,5 +351,42 @@ func waitLockWaiter(ctx context.Context, db *sql.DB) error {
 			return errors.New("no session waits on a lock within 10s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestEffectsSchemaRacePostgres: pools that create claimd_effects at the
+// same moment (CREATE TABLE IF NOT EXISTS races on PostgreSQL's catalog) all
+// succeed.
+func TestEffectsSchemaRacePostgres(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	url := testenv.Postgres(t, nil)
+	const n = 6
+	dbs := make([]*sql.DB, n)
+	for i := range dbs {
+		db, err := sql.Open("pgx", url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		if err := db.PingContext(ctx); err != nil { // connect before the start line
+			t.Fatal(err)
+		}
+		dbs[i] = db
+	}
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	for _, db := range dbs {
+		go func() {
+			<-start
+			_, err := claimd.PruneEffects(ctx, db, time.Now())
+			errs <- err
+		}()
+	}
+	close(start)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Errorf("PruneEffects on a new database, %d pools at once: %v", n, err)
+		}
 	}
 }
