@@ -44,7 +44,9 @@ const (
 // c tells how the key was acquired: c.Reason is LEASE_EXPIRED when a
 // previous holder vanished, and c.State then says how far it got — it may
 // have done the side effect already, so fn must check its own records
-// before repeating it. ctx is cancelled when the request's context ends or
+// before repeating it, or do its writes in Effect(ctx, db, …), which commits
+// them once across every holder (an earlier holder's committed effect makes
+// Guard settle with that effect's stored result). ctx is cancelled when the request's context ends or
 // when another holder takes the key over (context.Cause is then an error
 // matching ErrStaleToken); fn should stop and return.
 type GuardFunc func(ctx context.Context, c Claim) ([]byte, error)
