@@ -196,6 +196,19 @@ def claim_request(
     return req, seconds(wait) if wait is not None else 0.0
 
 
+def _owner(held: Claim | Lease) -> dict[str, Any]:
+    """_owner is the fields by which a Transition, Renew or Release proves
+    ownership: the key, its fencing token and the lease secret."""
+    lease = held_lease(held)
+    return {
+        "namespace": lease.namespace,
+        "provider": lease.provider,
+        "key": lease.key,
+        "fencing_token": lease.fencing_token,
+        "lease_secret": lease.lease_secret,
+    }
+
+
 def transition_request(
     held: Claim | Lease,
     to: EventState,
@@ -204,13 +217,8 @@ def transition_request(
     effect_recovered: bool,
 ) -> pb.TransitionRequest:
     """transition_request is the TransitionRequest of Client.transition."""
-    lease = held_lease(held)
     return pb.TransitionRequest(
-        namespace=lease.namespace,
-        provider=lease.provider,
-        key=lease.key,
-        fencing_token=lease.fencing_token,
-        lease_secret=lease.lease_secret,
+        **_owner(held),
         to=pb.EventState.Name(to),
         result=result,
         extend_lease=duration(extend_lease),
@@ -220,27 +228,12 @@ def transition_request(
 
 def renew_request(held: Claim | Lease, lease: Seconds | None) -> pb.RenewRequest:
     """renew_request is the RenewRequest of Client.renew."""
-    owned = held_lease(held)
-    return pb.RenewRequest(
-        namespace=owned.namespace,
-        provider=owned.provider,
-        key=owned.key,
-        fencing_token=owned.fencing_token,
-        lease_secret=owned.lease_secret,
-        lease=duration(lease),
-    )
+    return pb.RenewRequest(**_owner(held), lease=duration(lease))
 
 
 def release_request(held: Claim | Lease) -> pb.ReleaseRequest:
     """release_request is the ReleaseRequest of Client.release."""
-    lease = held_lease(held)
-    return pb.ReleaseRequest(
-        namespace=lease.namespace,
-        provider=lease.provider,
-        key=lease.key,
-        fencing_token=lease.fencing_token,
-        lease_secret=lease.lease_secret,
-    )
+    return pb.ReleaseRequest(**_owner(held))
 
 
 def delivery_of(key: GuardKey) -> tuple[str | None, Delivery | None, str, str]:
