@@ -29,7 +29,7 @@ func parseDB(s string) (dialect, driver, dsn string, err error) {
 	case strings.HasPrefix(s, "sqlite:"):
 		path := strings.TrimPrefix(s, "sqlite:")
 		if path == "" {
-			return "", "", "", fmt.Errorf("-db %q: no path after sqlite:", s)
+			return "", "", "", fmt.Errorf("-db %q: a path must follow \"sqlite:\"", s)
 		}
 		// A writer queued behind another's BEGIN IMMEDIATE waits, it does
 		// not fail; WAL lets the checks read while receivers write.
