@@ -64,6 +64,8 @@ func commands() []command {
 			func(fs *flag.FlagSet) { bindCapacity(fs, new(capacityConfig)) }, runCapacity},
 		{"token new", "print a fresh bearer token and the auth file lines that list its hash",
 			func(fs *flag.FlagSet) { bindToken(fs, new(string)) }, runTokenNew},
+		{"effects-schema", "print the DDL of claimd_effects, the guards' effect fence in the handler's database (--dialect postgres, sqlite or mysql)",
+			func(fs *flag.FlagSet) { bindEffectsSchema(fs, new(string)) }, runEffectsSchema},
 		{"version", "print the version", nil, runVersion},
 	}
 }
@@ -72,10 +74,14 @@ func commands() []command {
 func usage() string {
 	var b strings.Builder
 	b.WriteString("claimd: atomic, durable deduplication of webhook deliveries.\n\nUsage: claimd <command> [flags]\n\nCommands:\n")
+	width := len("help")
 	for _, c := range commands() {
-		fmt.Fprintf(&b, "  %-11s %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
 	}
-	fmt.Fprintf(&b, "  %-11s %s\n", "help", `this help; "claimd help <command>" (or "claimd <command> --help") lists a command's flags`)
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  %-*s %s\n", width, c.name, c.summary)
+	}
+	fmt.Fprintf(&b, "  %-*s %s\n", width, "help", `this help; "claimd help <command>" (or "claimd <command> --help") lists a command's flags`)
 	b.WriteString(`
 Configuration: every flag can also be set by the environment variable CLAIMD_
 and its name in capitals, dashes as underscores (--postgres-url is
