@@ -2,8 +2,10 @@
 # Tests the TypeScript client and the Node example against a real claimd:
 # installs npm packages when missing or stale, checks that src/gen is what
 # generate.sh produces, builds, builds claimd (and testca, which makes
-# the secured tests' certificates), runs both test suites (test/package.test.ts
-# packs the package and installs the tarball in a fresh project outside the repo).
+# the secured tests' certificates), starts a PostgreSQL for the effect tests
+# (testpg), runs both test suites (test/package.test.ts packs the package and
+# installs the tarball in a fresh project outside the repo), then effectspec's
+# crash and zombie scenarios with test/fxreceiver.ts on SQLite and PostgreSQL.
 # Works from any directory; exits non-zero on any failure.
 set -euo pipefail
 
@@ -52,3 +54,29 @@ export CLAIMD_TEST_POSTGRES_URL="$pg_url"
 node --test --test-concurrency=3 --test-reporter=spec \
   "$here"/dist/test/*.test.js \
   "$example"/test/*.test.js
+
+# The crash and zombie scenarios need processes of their own: effectspec
+# (clients/guardspec/README.md, "Effect processes") kills, stops and wakes
+# test/fxreceiver.ts on SQLite and on PostgreSQL, with a claimd it starts
+# from the same binary. A clean exit is not enough: every scenario must
+# print its counts with every event written exactly once.
+(cd "$root" && go build -o "$here/.build/effectspec" ./internal/testenv/cmd/effectspec)
+fx_dir="$(mktemp -d)"
+trap 'rm -rf "$fx_dir"' EXIT
+run_effectspec() {
+  local db="$1" dialect="$2" out s
+  if ! out="$("$here/.build/effectspec" -claimd-bin "$CLAIMD_BIN" -db "$db" -events 50 -- node "$here/dist/test/fxreceiver.js" 2>&1)"; then
+    echo "$out"
+    echo "test.sh: effectspec on $dialect failed" >&2
+    return 1
+  fi
+  echo "$out"
+  for s in crash zombie-new-first zombie-old-first raise; do
+    if ! grep -Eq "^$s: 50 events, 50 ledger rows, 0 written twice, 0 never written, " <<<"$out"; then
+      echo "test.sh: effectspec on $dialect printed no clean counts line for $s" >&2
+      return 1
+    fi
+  done
+}
+run_effectspec "sqlite:$fx_dir/effects.db" sqlite
+run_effectspec "$CLAIMD_TEST_POSTGRES_URL" postgres
