@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -70,9 +71,25 @@ func TestHTTPAPI(t *testing.T) {
 	claim := `{"namespace":"billing","provider":"stripe","eventId":"evt_http","holder":"curl"}`
 
 	status, body := post(t, base+"/v1/claims", token, claim)
-	var acq struct{ Outcome, Key, LeaseSecret string }
+	var acq struct{ Outcome, Key, LeaseSecret, FencingToken string }
 	if err := json.Unmarshal([]byte(body), &acq); status != 200 || err != nil || acq.Outcome != "OUTCOME_ACQUIRED" || acq.LeaseSecret == "" {
 		t.Fatalf("POST /v1/claims with a token = %d %s, want 200 ACQUIRED", status, body)
+	}
+	// A guard's settle with the result of an earlier holder's effect fence:
+	// effectRecovered goes with SETTLED only, and is counted.
+	transition := func(to string, recovered bool) (int, string) {
+		t.Helper()
+		return post(t, base+"/v1/claims/evt_http:transition", token, fmt.Sprintf(
+			`{"namespace":"billing","provider":"stripe","fencingToken":%q,"leaseSecret":%q,"to":%q,"effectRecovered":%v}`,
+			acq.FencingToken, acq.LeaseSecret, to, recovered))
+	}
+	if status, body := transition("EVENT_STATE_PROCESSING", true); status != 400 || !strings.Contains(body, "TransitionRequest.effect_recovered") {
+		t.Errorf("POST :transition to PROCESSING with effectRecovered = %d %s, want 400 naming TransitionRequest.effect_recovered", status, body)
+	}
+	for _, to := range []string{"EVENT_STATE_PROCESSING", "EVENT_STATE_SETTLED"} {
+		if status, body := transition(to, to == "EVENT_STATE_SETTLED"); status != 200 || !strings.Contains(body, `"changed":true`) {
+			t.Fatalf("POST :transition to %s = %d %s, want 200, changed", to, status, body)
+		}
 	}
 	status, body = post(t, base+"/v1/claims", "", claim)
 	if status != 401 || !strings.Contains(body, `"reason":"CREDENTIALS_MISSING"`) {
@@ -82,9 +99,10 @@ func TestHTTPAPI(t *testing.T) {
 	for _, want := range []string{
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="Claim",grpc_service="idempotency.v1.ClaimService",grpc_type="unary"} 1`,
 		`grpc_server_handled_total{grpc_code="Unauthenticated",grpc_method="Claim",grpc_service="idempotency.v1.ClaimService",grpc_type="unary"} 1`,
+		`claimd_effects_recovered_total{provider="stripe"} 1`,
 	} {
 		if status != 200 || !strings.Contains(body, want) {
-			t.Errorf("/metrics after two REST claims lacks %s", want)
+			t.Errorf("/metrics after two REST claims and a recovered settle lacks %s", want)
 		}
 	}
 	p.stop(t)
