@@ -67,6 +67,7 @@ from claimd._core import (
     Op,
     settle_options,
 )
+from claimd.effects import GuardEffects
 from claimd.errors import ClaimdError
 from claimd.types import EventState
 
@@ -214,14 +215,16 @@ class _Heartbeat:
             self._scheduler.schedule(self, self._interval)
 
 
-class Guard(GuardFront["Client", threading.Event]):
+class Guard(GuardFront["Client", threading.Event], GuardEffects):
     """Guard is the with-block form of the guard (see the module doc).
 
     Inside the block: acquired says whether to act; claim is the Claim (key,
     fencing_token, reason, state: a LEASE_EXPIRED taker sees how far the
     previous holder got); settle(result) and fail(reason) end the work early;
     cancelled is set when another holder took over (check it between steps;
-    check() raises StaleToken then). After the block, result is the answer.
+    check() raises StaleToken then); `with g.effect(conn) as fx:` writes to
+    the handler's own database exactly once, and effect_key(step) names a
+    downstream call (claimd.effects). After the block, result is the answer.
 
     While the guard owns the claim and the block has not reached settle() or
     fail(), an Exception from the block is handled (it becomes the result's
