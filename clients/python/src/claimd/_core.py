@@ -851,3 +851,52 @@ class GuardFront(Generic[ClientT, CancelT]):
         """check raises StaleToken (or NotOwner) when another holder took the
         key over, so long work stops between steps."""
         self._core.check()
+
+
+GuardT = TypeVar("GuardT", bound="GuardFront[Any, Any]")
+
+
+class ClientFront(Generic[GuardT]):
+    """ClientFront is what both Clients build alike: guard(). A shell names
+    its Guard class in _guard_class."""
+
+    def _guard_class(self) -> type[GuardT]:
+        raise NotImplementedError
+
+    def guard(
+        self,
+        namespace: str,
+        provider: str,
+        *,
+        event_id: str | None = None,
+        delivery: Delivery | None = None,
+        scope: str = "",
+        payload_sha256: bytes | None = None,
+        lease: Seconds | None = None,
+        holder: str | None = None,
+        wait: Seconds | None = None,
+        entity_id: str = "",
+        event_type: str = "",
+        start: bool = True,
+    ) -> GuardT:
+        """guard claims a delivery for a with-block (async with, in
+        claimd.aio) and settles, fails or releases it as the block ends; see
+        Guard. wait lets an IN_PROGRESS claim wait (at most 30s) for the
+        holder to finish, or for its lease to run out, before answering.
+        entity_id and event_type place an event sent by event_id in its
+        entity's lifecycle (a delivery's are read from it)."""
+        return self._guard_class()(
+            self,
+            namespace,
+            provider,
+            event_id=event_id,
+            delivery=delivery,
+            scope=scope,
+            payload_sha256=payload_sha256,
+            lease=lease,
+            holder=holder,
+            wait=wait,
+            entity_id=entity_id,
+            event_type=event_type,
+            start=start,
+        )

@@ -42,6 +42,7 @@ import grpc.aio
 
 from claimd._core import (
     Call,
+    ClientFront,
     GuardFront,
     GuardKey,
     GuardResult,
@@ -67,7 +68,7 @@ __all__ = ["Client", "Guard", "GuardResult", "guarded"]
 P = ParamSpec("P")
 
 
-class Client:
+class Client(ClientFront["Guard"]):
     """Client is claimd.Client for asyncio: the same arguments and calls,
     each a coroutine. Make it inside the event loop that uses it (grpc.aio
     binds a channel to its loop) and close it with await close(), or use it
@@ -217,38 +218,8 @@ class Client:
         )
         return [Provider.from_pb(p) for p in resp.providers]
 
-    def guard(
-        self,
-        namespace: str,
-        provider: str,
-        *,
-        event_id: str | None = None,
-        delivery: Delivery | None = None,
-        scope: str = "",
-        payload_sha256: bytes | None = None,
-        lease: Seconds | None = None,
-        holder: str | None = None,
-        wait: Seconds | None = None,
-        entity_id: str = "",
-        event_type: str = "",
-        start: bool = True,
-    ) -> Guard:
-        """guard claims a delivery for an async with-block; see Guard."""
-        return Guard(
-            self,
-            namespace,
-            provider,
-            event_id=event_id,
-            delivery=delivery,
-            scope=scope,
-            payload_sha256=payload_sha256,
-            lease=lease,
-            holder=holder,
-            wait=wait,
-            entity_id=entity_id,
-            event_type=event_type,
-            start=start,
-        )
+    def _guard_class(self) -> type[Guard]:
+        return Guard
 
     def guarded(
         self,

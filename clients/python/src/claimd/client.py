@@ -11,7 +11,7 @@ from typing import Any, Concatenate, ParamSpec
 
 import grpc
 
-from claimd._core import claim_request, release_request, renew_request, transition_request
+from claimd._core import ClientFront, claim_request, release_request, renew_request, transition_request
 from claimd._gen.idempotency.v1 import claim_pb2 as pb
 from claimd._gen.idempotency.v1 import claim_pb2_grpc as pb_grpc
 from claimd._gen.idempotency.v1 import provider_pb2 as provider_pb
@@ -67,7 +67,7 @@ def channel_options(
     return list(opts.items())
 
 
-class Client:
+class Client(ClientFront["Guard"]):
     """Client talks to one claimd. It is thread-safe: share one per process.
 
     target is a gRPC target ("127.0.0.1:50051", "dns:///claimd:50051").
@@ -265,43 +265,8 @@ class Client:
         )
         return [Provider.from_pb(p) for p in resp.providers]
 
-    def guard(
-        self,
-        namespace: str,
-        provider: str,
-        *,
-        event_id: str | None = None,
-        delivery: Delivery | None = None,
-        scope: str = "",
-        payload_sha256: bytes | None = None,
-        lease: Seconds | None = None,
-        holder: str | None = None,
-        wait: Seconds | None = None,
-        entity_id: str = "",
-        event_type: str = "",
-        start: bool = True,
-    ) -> Guard:
-        """guard claims a delivery for a with-block and settles, fails or
-        releases it as the block ends; see claimd.guard.Guard. wait lets an
-        IN_PROGRESS claim wait (at most 30s) for the holder to finish, or for
-        its lease to run out, before answering. entity_id and event_type
-        place an event sent by event_id in its entity's lifecycle (a
-        delivery's are read from it)."""
-        return Guard(
-            self,
-            namespace,
-            provider,
-            event_id=event_id,
-            delivery=delivery,
-            scope=scope,
-            payload_sha256=payload_sha256,
-            lease=lease,
-            holder=holder,
-            wait=wait,
-            entity_id=entity_id,
-            event_type=event_type,
-            start=start,
-        )
+    def _guard_class(self) -> type[Guard]:
+        return Guard
 
     def guarded(
         self,
