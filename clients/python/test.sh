@@ -7,7 +7,12 @@
 # "no tests collected" (exit 5).
 #
 # The claimd binary is built once here and shared through $CLAIMD_BIN (set
-# it yourself to test another binary); pytest alone builds its own.
+# it yourself to test another binary); pytest alone builds its own. The
+# effect fence's tests need PostgreSQL: this script starts one with
+# internal/testenv/cmd/testpg (stopped when the script ends) and exports
+# $CLAIMD_TEST_POSTGRES_URL, unless it is set already; without it they fail.
+# Last, internal/testenv/cmd/effectspec kills and pauses tests/fxreceiver.py
+# (crash after the commit, zombie past its lease) on SQLite and PostgreSQL.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -33,6 +38,19 @@ if [[ -z "${CLAIMD_BIN:-}" ]]; then
 	export CLAIMD_BIN="$bin_dir/claimd"
 fi
 
+if [[ -z "${CLAIMD_TEST_POSTGRES_URL:-}" ]]; then
+	mkdir -p "$bin_dir"
+	(cd "$repo" && go build -o "$bin_dir/testpg" ./internal/testenv/cmd/testpg)
+	# testpg prints the URL once PostgreSQL answers, and stops it when its
+	# standard input (this script's end of the coprocess) closes.
+	coproc PG { "$bin_dir/testpg"; }
+	read -r CLAIMD_TEST_POSTGRES_URL <&"${PG[0]}" || {
+		echo "testpg did not start PostgreSQL" >&2
+		exit 1
+	}
+	export CLAIMD_TEST_POSTGRES_URL
+fi
+
 run_pytest() {
 	local dir="$1"
 	shift
@@ -50,3 +68,13 @@ run_pytest() {
 
 run_pytest "$here" -q tests
 run_pytest "$repo/examples/python" -q
+
+# effectspec: the crash and zombie scenarios with real signals, once per dialect.
+mkdir -p "$bin_dir"
+(cd "$repo" && go build -o "$bin_dir/effectspec" ./internal/testenv/cmd/effectspec)
+fx_dir="$(mktemp -d)"
+trap 'rm -rf "$fx_dir"' EXIT
+for db in "sqlite:$fx_dir/effects.db" "$CLAIMD_TEST_POSTGRES_URL"; do
+	"$bin_dir/effectspec" -claimd-bin "$CLAIMD_BIN" -db "$db" -events 50 -- \
+		"$claimd_py" "$here/tests/fxreceiver.py"
+done
