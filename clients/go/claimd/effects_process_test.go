@@ -3,6 +3,7 @@ package claimd_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -54,6 +55,24 @@ func TestEffectProcesses(t *testing.T) {
 			checkFxCounts(t, stdout.String())
 		})
 	}
+
+	// The negative control: a receiver whose ledger row escapes the
+	// effect's transaction must fail, or a pass above would prove nothing.
+	t.Run("unfenced receiver fails", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), fxRunTimeout)
+		defer cancel()
+		args := []string{"-claimd-bin", binary, "-db", testenv.Postgres(t, nil), "-events", "5", "-scenarios", "raise", "--", receiver, "--unfenced"}
+		out, err := exec.CommandContext(ctx, effectspec, args...).CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Fatalf("effectspec %s = %v, want exit status 1 (violations)\n%s", strings.Join(args, " "), err, out)
+		}
+		for _, want := range []string{"raise: 5 events, 10 ledger rows, 5 written twice, 0 never written", ": written 2 times: ledger rows by writer R=2"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("effectspec's output lacks %q:\n%s", want, out)
+			}
+		}
+	})
 }
 
 // fxCounts matches a counts line of a scenario that ran through.

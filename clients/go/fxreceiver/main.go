@@ -12,6 +12,11 @@
 // line, gate lines and answers on standard output, one write per line. It
 // logs to standard error and exits when standard input closes, after
 // answering the deliveries under way.
+//
+// --unfenced writes the ledger row outside the effect's transaction: a
+// receiver that is wrong on purpose, so that the Go client's test can show
+// effectspec failing it. It needs PostgreSQL (on SQLite the write would
+// queue behind the effect's own write lock).
 package main
 
 import (
@@ -67,6 +72,7 @@ type receiver struct {
 	db        *sql.DB
 	namespace string
 	insert    string // the ledger insert in the database's dialect
+	unfenced  bool   // write the ledger outside the effect (--unfenced)
 	writer    string // this process's PID, the ledger's writer
 	out       *lines
 	gates     gates
@@ -78,6 +84,7 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	addr := fs.String("claimd", "", "claimd's gRPC address")
 	ns := fs.String("namespace", "", "the namespace of every delivery")
 	dbArg := fs.String("db", "", "sqlite:PATH or a postgres:// URL")
+	unfenced := fs.Bool("unfenced", false, "write the ledger outside the effect's transaction (a broken receiver, for tests)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,7 +106,7 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	defer client.Close()
 
 	r := &receiver{
-		client: client, db: db, namespace: *ns, insert: insert,
+		client: client, db: db, namespace: *ns, insert: insert, unfenced: *unfenced,
 		writer: strconv.Itoa(os.Getpid()), out: &lines{w: stdout}, log: log,
 		gates: gates{m: map[string]chan struct{}{}},
 	}
@@ -160,7 +167,11 @@ func (r *receiver) deliver(ctx context.Context, id string, c command) {
 	o := r.client.Guard(ctx, req, func(ctx context.Context, cl claimd.Claim) ([]byte, error) {
 		r.gate(id, c.Gate, gateBeforeEffect)
 		fx, err := claimd.Effect(ctx, r.db, func(ctx context.Context, tx claimd.EffectTx, fx *claimd.Fx) error {
-			if _, err := tx.ExecContext(ctx, r.insert, r.namespace, cl.GetKey(), r.writer); err != nil {
+			var w claimd.EffectTx = tx
+			if r.unfenced {
+				w = r.db
+			}
+			if _, err := w.ExecContext(ctx, r.insert, r.namespace, cl.GetKey(), r.writer); err != nil {
 				return err
 			}
 			fx.Result = result
