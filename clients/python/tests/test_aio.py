@@ -12,9 +12,11 @@ from typing import Any
 
 import grpc
 import grpc.aio
+import guardspec_effects as fxspec
 import pytest
+from effectdb import EffectDB
 from test_guardspec import (
-    SPEC,
+    CASES,
     Faults,
     Run,
     _arrange,
@@ -23,6 +25,9 @@ from test_guardspec import (
     _delivery_key,
     _entity,
     _outlive_lease,
+    _text,
+    check_effect_key,
+    effect_db_for,
     fault_status,
     handler_outcome,
     plain,
@@ -34,7 +39,7 @@ from claimd import EventRef, EventState, GuardResult, NotFound, Outcome, Reason,
 from claimd.aio import Client, Guard
 from claimd.testing import ClaimdServer
 
-__all__ = ["plain"]  # a fixture, used by name
+__all__ = ["effect_db_for", "plain"]  # fixtures, used by name
 
 pytestmark = pytest.mark.asyncio
 
@@ -108,6 +113,10 @@ async def _behave(run: Run, g: Guard, request: dict[str, Any], h: dict[str, Any]
                 run.problems.append("the handler was not cancelled within 10s of the takeover")
     if h.get("outlive_lease"):
         await asyncio.to_thread(_outlive_lease, run, claim, request)
+    if "effect" in h:
+        assert run.db is not None
+        check_effect_key(run, g.effect_key("charge"), claim)
+        return await fxspec.effect_handler_async(run.db, g, h["effect"], _text, run.fx_done)
     return handler_outcome(h)
 
 
@@ -136,11 +145,18 @@ async def _deliver(run: Run, client: Client, form: str, d: dict[str, Any]) -> tu
 
 
 @pytest.mark.parametrize("form", ["decorator", "with-block"])
-@pytest.mark.parametrize("sc", SPEC["scenarios"], ids=[sc["name"] for sc in SPEC["scenarios"]])
+@pytest.mark.parametrize(("sc", "dialect"), CASES)
 async def test_scenario(
-    sc: dict[str, Any], form: str, claimd_server: ClaimdServer, plain: SyncClient, ns: str, evt: str
+    sc: dict[str, Any],
+    dialect: str | None,
+    form: str,
+    claimd_server: ClaimdServer,
+    plain: SyncClient,
+    ns: str,
+    evt: str,
+    effect_db_for: EffectDB | None,
 ) -> None:
-    run = Run(ns=ns, evt=evt, plain=plain)
+    run = Run(ns=ns, evt=evt, plain=plain, db=effect_db_for)
     faults = Faults(run.calls)
     target = closed_port() if sc.get("unreachable") else claimd_server.grpc_address
     async with Client(target, interceptors=[AioFaults(faults)]) as client:
@@ -148,6 +164,7 @@ async def test_scenario(
             _arrange(run, step)
         for i, d in enumerate(sc["deliveries"]):
             run.calls.clear()
+            run.fx_done.clear()
             faults.active = d.get("faults", [])
             try:
                 result, ran = await _deliver(run, client, form, d)

@@ -2,7 +2,9 @@
 clients/guardspec/README.md) against a real claimd, through both forms of the
 Python guard: the decorator and the with-block. The file is read strictly: a
 field this runner does not know fails the run, so the file cannot say more
-than the runners check."""
+than the runners check. Scenarios marked effect run once per dialect of the
+runner's database (guardspec_effects.py, effectdb.py): a SQLite file and the
+PostgreSQL of $CLAIMD_TEST_POSTGRES_URL, which they fail without."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import grpc
+import guardspec_effects as fxspec
 import pytest
+from effectdb import DIALECTS, EffectDB, effect_db
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from test_retry import closed_port
@@ -41,6 +45,7 @@ from claimd import (
 from claimd import _core as core
 from claimd import guard as guard_module
 from claimd._gen.idempotency.v1 import claim_pb2 as pb
+from claimd.effects import EFFECTS_SCHEMA, effect_key
 from claimd.testing import ClaimdServer
 
 SPEC_PATH = Path(__file__).resolve().parents[2] / "guardspec" / "scenarios.json"
@@ -87,7 +92,10 @@ _CALLS = {"claim", "start", "settle", "fail", "release", "renew"}
 
 
 def _check_scenario(sc: Any, where: str, row_count: int) -> None:
-    _fields(sc, where, {"name", "row", "deliveries", "handler_runs"}, {"doc", "unreachable", "arrange"})
+    _fields(sc, where, {"name", "row", "deliveries", "handler_runs"}, {"doc", "unreachable", "arrange", "effect"})
+    uses_db = sc.get("effect") is True
+    if "effect" in sc and not uses_db:
+        raise SpecError(f"{where}.effect: want true or no field")
     if not 1 <= sc["row"] <= row_count:
         raise SpecError(f"{where}: row {sc['row']} is not a row of GUARD.md (1..{row_count})")
     for i, step in enumerate(sc.get("arrange", [])):
@@ -103,6 +111,10 @@ def _check_scenario(sc: Any, where: str, row_count: int) -> None:
                 _body(step["result"], w + ".result")
         elif op == "release":
             _fields(step, w, {"op"})
+        elif op == "fence":
+            _body(_fields(step, w, {"op", "result"})["result"], w + ".result")
+            if not uses_db:
+                raise SpecError(f"{w}: a fence needs the runner's database (effect: true)")
         else:
             raise SpecError(f"{w}: unknown op {op!r}")
     if not sc["deliveries"]:
@@ -126,9 +138,13 @@ def _check_scenario(sc: Any, where: str, row_count: int) -> None:
                 d["handler"],
                 w + ".handler",
                 set(),
-                {"returns", "raises", "settle_itself", "fail_itself", "taken_over", "outlive_lease"},
+                {"returns", "raises", "settle_itself", "fail_itself", "taken_over", "outlive_lease", "effect"},
             )
-            if ("returns" in h) == ("raises" in h):
+            if "effect" in h:
+                if "returns" in h or "raises" in h or not uses_db:
+                    raise SpecError(f"{w}.handler.effect: not with returns or raises, and only with effect: true")
+                fxspec.check_handler_effect(h["effect"], w + ".handler.effect", _fields, _text)
+            elif ("returns" in h) == ("raises" in h):
                 raise SpecError(f"{w}.handler: want exactly one of returns and raises")
             if "returns" in h:
                 v = _fields(h["returns"], w + ".handler.returns", set(), {"text", "b64", "json", "none"})
@@ -136,7 +152,7 @@ def _check_scenario(sc: Any, where: str, row_count: int) -> None:
                     raise SpecError(f"{w}.handler.returns: want exactly one of text, b64, json, none")
                 if "text" in v:
                     _text(v["text"], w + ".handler.returns.text")
-            else:
+            elif "raises" in h:
                 _text(_fields(h["raises"], w + ".handler.raises", {"message"}, {"permanent"})["message"], w)
             for k in ("settle_itself", "fail_itself"):
                 if k in h:
@@ -145,8 +161,14 @@ def _check_scenario(sc: Any, where: str, row_count: int) -> None:
             f = _fields(f, f"{w}.faults[{j}]", {"call", "code"}, {"reason", "retry_delay_ms"})
             if f["call"] not in _CALLS or f["code"] not in grpc.StatusCode.__members__:
                 raise SpecError(f"{w}.faults[{j}]: unknown call {f['call']!r} or code {f['code']!r}")
-        e = _fields(d["expect"], w + ".expect", {"status", "body", "ran"}, {"retry_after", "claim", "record", "calls"})
-        if not set(e.get("calls", [])) <= _CALLS | {"handler"}:
+        e = _fields(
+            d["expect"], w + ".expect", {"status", "body", "ran"}, {"retry_after", "claim", "record", "calls", "effect"}
+        )
+        if "effect" in e:
+            if not uses_db:
+                raise SpecError(f"{w}.expect.effect: only with effect: true")
+            fxspec.check_expect_effect(e["effect"], w + ".expect.effect", _fields, _body)
+        if not set(e.get("calls", [])) <= _CALLS | {"handler", "settle_recovered"}:
             raise SpecError(f"{w}.expect.calls: unknown call in {e['calls']!r}")
         _body(e["body"], w + ".expect.body")
         if isinstance(e.get("retry_after"), dict):
@@ -162,7 +184,11 @@ def _check_scenario(sc: Any, where: str, row_count: int) -> None:
 def load_spec() -> dict[str, Any]:
     """load_spec reads scenarios.json and checks every field of it."""
     spec: dict[str, Any] = json.loads(SPEC_PATH.read_text(encoding="utf-8"))
-    _fields(spec, str(SPEC_PATH), {"doc", "constants", "row_count", "uncovered_rows", "scenarios"})
+    _fields(spec, str(SPEC_PATH), {"doc", "constants", "row_count", "uncovered_rows", "effects", "scenarios"})
+    fx = _fields(spec["effects"], "effects", {"doc", "schema", "ledger_schema", "effect_keys"})
+    _fields(fx["schema"], "effects.schema", {"postgres", "sqlite", "mysql"})
+    for i, v in enumerate(fx["effect_keys"]):
+        _fields(v, f"effects.effect_keys[{i}]", {"namespace", "provider", "key", "step", "effect_key"})
     c = _fields(
         spec["constants"],
         "constants",
@@ -235,6 +261,21 @@ def test_constants_are_the_contracts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert pace(SimpleNamespace(lease=timedelta(milliseconds=1))) == pytest.approx(c["heartbeat_floor_ms"] / 1000)
 
 
+def test_effects_schema_is_the_librarys() -> None:
+    assert dict(EFFECTS_SCHEMA) == SPEC["effects"]["schema"]
+
+
+def test_effect_keys_are_the_vectors() -> None:
+    vectors = SPEC["effects"]["effect_keys"]
+    assert vectors, "effects.effect_keys is empty"
+    for v in vectors:
+        got = effect_key(v["namespace"], v["provider"], v["key"], v["step"])
+        assert got == v["effect_key"], (
+            f"effect_key({v['namespace']!r}, …, {v['step']!r}) = {got}, want {v['effect_key']}"
+        )
+        assert len(got) == 39
+
+
 # --- faults ------------------------------------------------------------------
 
 
@@ -279,7 +320,9 @@ class Faults(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         call = name.lower()
         if name == "Transition":
             call = _TO_CALL.get(pb.EventState.Name(request.to).removeprefix("EVENT_STATE_"), "")
-        if call in _CALLS:
+            if call == "settle" and request.effect_recovered:
+                call = "settle_recovered"
+        if call in _CALLS or call == "settle_recovered":
             self.calls.append(call)
         return next((f for f in self.active if f["call"] == call), None)
 
@@ -316,6 +359,8 @@ class Run:
     problems: list[str] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)  # this delivery's, as Faults logs them
     other: Lease | None = None
+    db: EffectDB | None = None  # the runner's database, for an effect scenario
+    fx_done: list[bool] = field(default_factory=list)  # this delivery's effect: fx.done
 
 
 def _arrange(run: Run, step: dict[str, Any]) -> None:
@@ -327,6 +372,11 @@ def _arrange(run: Run, step: dict[str, Any]) -> None:
         assert run.other is not None
         result = _body(step["result"], "result") if "result" in step else b""
         run.plain.transition(run.other, EventState[step["to"]], result=result)
+    elif step["op"] == "fence":
+        assert run.other is not None and run.db is not None
+        schema = SPEC["effects"]["schema"][run.db.dialect]
+        result = _body(step["result"], "result")
+        fxspec.arrange_fence(run.db, schema, run.ns, run.other.key, run.other.fencing_token, result)
     else:
         assert run.other is not None
         run.plain.release(run.other)
@@ -369,7 +419,18 @@ def _behave(run: Run, g: Guard, request: dict[str, Any], h: dict[str, Any] | Non
             run.problems.append("the handler was not cancelled within 10s of the takeover")
     if h.get("outlive_lease"):
         _outlive_lease(run, claim, request)
+    if "effect" in h:
+        assert run.db is not None
+        check_effect_key(run, g.effect_key("charge"), claim)
+        return fxspec.effect_handler(run.db, g, h["effect"], _text, run.fx_done)
     return handler_outcome(h)
+
+
+def check_effect_key(run: Run, got: str, claim: Claim) -> None:
+    """check_effect_key compares the guard's effect_key with the function's."""
+    want = effect_key(claim.namespace, claim.provider, claim.key, "charge")
+    if got != want:
+        run.problems.append(f"g.effect_key('charge') = {got}, want {want}")
 
 
 def handler_outcome(h: dict[str, Any]) -> object:
@@ -457,6 +518,9 @@ def _check(run: Run, what: str, r: GuardResult, ran: bool, e: dict[str, Any]) ->
             "fencing_token": c.fencing_token,
         }
         assert {k: got[k] for k in e["claim"]} == e["claim"], f"{what}: claim {got}, want {e['claim']}"
+    if "effect" in e:
+        assert run.db is not None
+        fxspec.check_effect(run.db, what, run.ns, run.evt, run.fx_done, e["effect"], _body)
     if "record" in e:
         rec = run.plain.get(run.ns, "stripe", run.evt)
         got = {"state": rec.state.name, "released": rec.released, "fencing_token": rec.fencing_token}
@@ -473,10 +537,42 @@ def plain(claimd_server: ClaimdServer) -> Iterator[Client]:
         yield c
 
 
+# Each scenario once, and each effect scenario once per dialect of the
+# runner's database.
+CASES = [
+    pytest.param(sc, dialect, id=sc["name"] + (f" [{dialect}]" if dialect else ""))
+    for sc in SPEC["scenarios"]
+    for dialect in (DIALECTS if sc.get("effect") else (None,))
+]
+
+
+@pytest.fixture
+def effect_db_for(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EffectDB | None]:
+    """effect_db_for is the runner's database for the case's dialect (None
+    for a scenario without effect): a fresh one holding the ledger table but
+    not claimd_effects, which the guard creates on first use."""
+    dialect = request.node.callspec.params["dialect"]
+    if dialect is None:
+        yield None
+        return
+    with effect_db(dialect, tmp_path) as db:
+        db.exec((SPEC["effects"]["ledger_schema"], ()))
+        yield db
+
+
 @pytest.mark.parametrize("form", ["decorator", "with-block"])
-@pytest.mark.parametrize("sc", SPEC["scenarios"], ids=[sc["name"] for sc in SPEC["scenarios"]])
-def test_scenario(sc: dict[str, Any], form: str, claimd_server: ClaimdServer, plain: Client, ns: str, evt: str) -> None:
-    run = Run(ns=ns, evt=evt, plain=plain)
+@pytest.mark.parametrize(("sc", "dialect"), CASES)
+def test_scenario(
+    sc: dict[str, Any],
+    dialect: str | None,
+    form: str,
+    claimd_server: ClaimdServer,
+    plain: Client,
+    ns: str,
+    evt: str,
+    effect_db_for: EffectDB | None,
+) -> None:
+    run = Run(ns=ns, evt=evt, plain=plain, db=effect_db_for)
     faults = Faults(run.calls)
     target = closed_port() if sc.get("unreachable") else claimd_server.grpc_address
     # The guard's client keeps the default retry policy: the contract's.
@@ -485,6 +581,7 @@ def test_scenario(sc: dict[str, Any], form: str, claimd_server: ClaimdServer, pl
             _arrange(run, step)
         for i, d in enumerate(sc["deliveries"]):
             run.calls.clear()
+            run.fx_done.clear()
             faults.active = d.get("faults", [])
             try:
                 result, ran = _deliver(run, client, form, d)

@@ -58,6 +58,7 @@ from claimd._gen.idempotency.v1 import claim_pb2_grpc as pb_grpc
 from claimd._gen.idempotency.v1 import provider_pb2 as provider_pb
 from claimd._gen.idempotency.v1 import provider_pb2_grpc as provider_grpc
 from claimd.client import DEFAULT_KEEPALIVE, Seconds, channel_options, default_holder
+from claimd.effects import GuardEffects
 from claimd.errors import ClaimdError, Unavailable
 from claimd.retry import RetryPolicy, call_with_retry_async
 from claimd.security import TLSConfig, TokenProvider, channel_credentials
@@ -242,10 +243,11 @@ class Client(ClientFront["Guard"]):
         return await call_with_retry_async(self.retry, self.timeout, lambda t: method(req, timeout=t), extra)
 
 
-class Guard(GuardFront[Client, asyncio.Event]):
+class Guard(GuardFront[Client, asyncio.Event], GuardEffects):
     """Guard is claimd.Guard for asyncio, used with async with. Inside the
     block: acquired, claim, await settle(result), await fail(reason),
-    cancelled (an asyncio.Event set on a takeover) and check(). After the
+    cancelled (an asyncio.Event set on a takeover), check(), effect_key(step)
+    and `async with g.effect(conn) as fx:` (claimd.effects). After the
     block, result is the answer. Exceptions are handled as the sync Guard
     handles them (GUARD.md): an Exception from the block before settle() or
     fail() releases the claim (fails it, for a PermanentError) and does not
