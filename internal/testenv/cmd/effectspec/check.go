@@ -157,10 +157,10 @@ func (c *checker) written(t *tally, e *event, settler string) string {
 	case e.Record != nil && writer != "":
 		f, r := e.Fences[0].Token, e.Record.Token
 		if writer == settler && f != r {
-			c.fail(e.ID, "fence token %d, want the settling holder's %d (the row is %s's, who settled)", f, r, writer)
+			c.fail(e.ID, "fence token %d, want the record's %d (the row is %s's, whose settle the record should show)", f, r, writer)
 		}
 		if writer != settler && f >= r {
-			c.fail(e.ID, "fence token %d, want an earlier holder's, below the record's %d (the row is %s's, %s settled)", f, r, writer, settler)
+			c.fail(e.ID, "fence token %d, want an earlier holder's, below the record's %d (the row is %s's; the record should show %s's settle)", f, r, writer, settler)
 		}
 	}
 	return writer
@@ -322,7 +322,7 @@ func checkZombieOldFirst(events []event) (tally, []string) {
 		}
 		t.Recovered += countDone(e.Answers["B"])
 	}
-	t.Extra = append(t.Extra, fmt.Sprintf("%d written by A and found by B, %d by B after A rolled back", byA, byB))
+	t.Extra = append(t.Extra, fmt.Sprintf("%d written by A (B must find its fence), %d by B (A rolled back)", byA, byB))
 	return t, c.violations
 }
 

@@ -133,8 +133,8 @@ func (r *runner) crash(s *scenarioRun) error {
 				if len(a.answers[id]) == 0 {
 					return false
 				}
-			default:
-				if len(a.at[id]) == 0 {
+			default: // or an answer: one that skipped its gate fails the checks
+				if len(a.at[id]) == 0 && len(a.answers[id]) == 0 {
 					return false
 				}
 			}
@@ -155,7 +155,7 @@ func (r *runner) crash(s *scenarioRun) error {
 		err = a.waitFor(fmt.Sprintf("%d in_effect gate lines", need), r.cfg.timeout, func() bool {
 			n := 0
 			for _, id := range inEffect {
-				if len(a.at[id]) > 0 {
+				if len(a.at[id]) > 0 || len(a.answers[id]) > 0 {
 					n++
 				}
 			}
