@@ -7,7 +7,10 @@ ledger, and claimd's guard in between.
 POST /webhooks/stripe with a Stripe event ({"id": "evt_...", "type": ...,
 "data": {"object": {"amount": ...}}}). The raw delivery goes to claimd, which
 derives the key from the body's "id" (never from Stripe-Signature, which
-changes on every retry) and answers whether this delivery is the first.
+changes on every retry) and answers whether this delivery is the first. The
+row is written through the guard's effect fence (`with g.effect(db) as fx:`):
+in one transaction with a claimd_effects row for the delivery, so a receiver
+killed after its commit, or paused past its lease, still writes it once.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ import logging
 import signal
 import sqlite3
 import threading
+from collections.abc import Callable
 from contextlib import closing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from claimd import Client, Delivery, EventState, Guard, GuardResult, PermanentError, Reason
+from claimd import Client, Delivery, Guard, GuardResult, PermanentError
 
 log = logging.getLogger("receiver")
 
@@ -31,11 +35,12 @@ MAX_BODY = 1 << 20  # Stripe events are far smaller; refuse anything larger
 
 class Ledger:
     """Ledger is the side effect: an append-only table of money movements.
-    Each call opens its own connection, so request threads share nothing."""
+    Each call opens its own connection (or uses the one it is given), so
+    request threads share nothing."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        with closing(self._connect()) as db, db:
+        with closing(self.connect()) as db, db:
             db.execute(
                 "CREATE TABLE IF NOT EXISTS ledger ("
                 " id INTEGER PRIMARY KEY,"
@@ -47,91 +52,111 @@ class Ledger:
                 " created_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)"
             )
 
-    def _connect(self) -> sqlite3.Connection:
+    def connect(self) -> sqlite3.Connection:
+        """connect opens a connection of the caller's own (close it)."""
         return sqlite3.connect(self.path, timeout=10)
 
-    def append(self, event_id: str, event_type: str, amount: int, object_id: str = "", order_id: str = "") -> int:
-        """append writes one row and returns its id. amount is what the event
-        books: + money in, - money out, 0 a status."""
-        with closing(self._connect()) as db, db:
-            cur = db.execute(
-                "INSERT INTO ledger (event_id, type, object_id, order_id, amount) VALUES (?, ?, ?, ?, ?)",
-                (event_id, event_type, object_id, order_id, amount),
-            )
-            assert cur.lastrowid is not None
-            return cur.lastrowid
+    @staticmethod
+    def append(
+        db: sqlite3.Connection, event_id: str, event_type: str, amount: int, object_id: str = "", order_id: str = ""
+    ) -> int:
+        """append writes one row through db (inside the caller's transaction:
+        the effect's) and returns its id. amount is what the event books:
+        + money in, - money out, 0 a status."""
+        cur = db.execute(
+            "INSERT INTO ledger (event_id, type, object_id, order_id, amount) VALUES (?, ?, ?, ?, ?)",
+            (event_id, event_type, object_id, order_id, amount),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
 
-    def refunded(self, charge: str) -> int:
-        """refunded is how much the refunds of charge booked out so far."""
-        with closing(self._connect()) as db:
-            q = "SELECT COALESCE(-SUM(amount), 0) FROM ledger WHERE object_id = ? AND type = 'charge.refunded'"
-            return int(db.execute(q, (charge,)).fetchone()[0])
+    @staticmethod
+    def refunded(db: sqlite3.Connection, charge: str) -> int:
+        """refunded is how much the refunds of charge booked out so far, read through db."""
+        q = "SELECT COALESCE(-SUM(amount), 0) FROM ledger WHERE object_id = ? AND type = 'charge.refunded'"
+        return int(db.execute(q, (charge,)).fetchone()[0])
 
     def balance(self, order_id: str) -> int:
         """balance is the sum booked for an order."""
-        with closing(self._connect()) as db:
+        with closing(self.connect()) as db:
             q = "SELECT COALESCE(SUM(amount), 0) FROM ledger WHERE order_id = ?"
             return int(db.execute(q, (order_id,)).fetchone()[0])
 
     def bookings(self) -> list[tuple[str, str, str, int]]:
         """bookings are every row's event id, type, object and amount, oldest first."""
-        with closing(self._connect()) as db:
+        with closing(self.connect()) as db:
             q = "SELECT event_id, type, object_id, amount FROM ledger ORDER BY id"
             return [(str(a), str(b), str(c), int(d)) for a, b, c, d in db.execute(q)]
 
-    def find(self, event_id: str) -> int | None:
-        """find returns the id of the row written for event_id, if any."""
-        with closing(self._connect()) as db:
-            row = db.execute("SELECT id FROM ledger WHERE event_id = ?", (event_id,)).fetchone()
-            return int(row[0]) if row else None
-
     def rows(self, event_id: str) -> int:
         """rows counts the rows written for event_id."""
-        with closing(self._connect()) as db:
+        with closing(self.connect()) as db:
             return int(db.execute("SELECT COUNT(*) FROM ledger WHERE event_id = ?", (event_id,)).fetchone()[0])
 
 
+Handler = Callable[[Guard, Ledger, dict[str, Any]], object]
+
+
+def book(g: Guard, ledger: Ledger, event: dict[str, Any]) -> object:
+    """book is the guarded handler: it writes the event's row through the
+    effect fence and returns the answer for Stripe ({"ledger_row": N})."""
+    obj = event.get("data", {}).get("object", {})
+    amount = obj.get("amount")
+    if not isinstance(amount, int):
+        # Retrying cannot fix the event: record it FAILED, answer 200.
+        raise PermanentError(f"event {event['id']} has no integer data.object.amount")
+    event_type = str(event.get("type", ""))
+    with closing(ledger.connect()) as db:
+        # One transaction: the row and the fence commit together. A holder
+        # that committed and died before settling (or a zombie that wakes
+        # after a takeover) left its fence: fx.done, and fx.result is the
+        # answer it stored. The with-block rolls back whatever it wrote then.
+        with g.effect(db) as fx:
+            if not fx.done:
+                row = ledger.append(
+                    db,
+                    event["id"],
+                    event_type,
+                    booked(db, event_type, obj),
+                    str(obj.get("id", "")),
+                    str(obj.get("metadata", {}).get("order_id", "")),
+                )
+                fx.result = json.dumps({"ledger_row": row}).encode()
+    return fx.result
+
+
+def booked(db: sqlite3.Connection, event_type: str, obj: dict[str, Any]) -> int:
+    """booked is what an event moves. A charge that succeeded brings its
+    amount in; a refund takes out what was refunded since the last one
+    (charge.refunded carries the running amount_refunded); anything else
+    moves nothing. No ordering logic: claimd's Stripe lifecycles never run a
+    refund before its charge succeeded (DEFERRED: 409 with Retry-After,
+    Stripe retries), never a stale event (SUPERSEDED: 200), and one event of
+    a charge at a time, so reading the refunds booked so far is safe."""
+    if event_type == "charge.succeeded":
+        return int(obj["amount"])
+    if event_type == "charge.refunded":
+        return -(int(obj.get("amount_refunded", 0)) - Ledger.refunded(db, str(obj.get("id", ""))))
+    return 0
+
+
 def make_server(
-    address: tuple[str, int], client: Client, ledger: Ledger, namespace: str = "billing"
+    address: tuple[str, int],
+    client: Client,
+    ledger: Ledger,
+    namespace: str = "billing",
+    *,
+    handler: Handler = book,
+    lease: float | None = None,
+    wait: float | None = None,
 ) -> ThreadingHTTPServer:
-    """make_server returns the receiver bound to address (not yet serving)."""
+    """make_server returns the receiver bound to address (not yet serving).
+    handler, lease and wait are for tests (the provider's lease by default,
+    no wait)."""
 
-    @client.guarded(namespace, "stripe")
-    def record(g: Guard, event: dict[str, Any]) -> bytes:
-        # A holder that vanished after PROCESSING may have written the row
-        # before it died: LEASE_EXPIRED says so, and the ledger knows.
-        if g.claim.reason == Reason.LEASE_EXPIRED and g.claim.state == EventState.PROCESSING:
-            if (row := ledger.find(event["id"])) is not None:
-                return json.dumps({"ledger_row": row}).encode()
-        obj = event.get("data", {}).get("object", {})
-        amount = obj.get("amount")
-        if not isinstance(amount, int):
-            # Retrying cannot fix the event: record it FAILED, answer 200.
-            raise PermanentError(f"event {event['id']} has no integer data.object.amount")
-        event_type = str(event.get("type", ""))
-        object_id = str(obj.get("id", ""))
-        row = ledger.append(
-            event["id"],
-            event_type,
-            booked(event_type, obj),
-            object_id,
-            str(obj.get("metadata", {}).get("order_id", "")),
-        )
-        return json.dumps({"ledger_row": row}).encode()
-
-    def booked(event_type: str, obj: dict[str, Any]) -> int:
-        # A charge that succeeded brings its amount in; a refund takes out
-        # what was refunded since the last one (charge.refunded carries the
-        # running amount_refunded); anything else moves nothing. No ordering
-        # logic: claimd's Stripe lifecycles never run a refund before its
-        # charge succeeded (DEFERRED: 409 with Retry-After, Stripe retries),
-        # never a stale event (SUPERSEDED: 200), and one event of a charge at
-        # a time, so reading the refunds booked so far is safe.
-        if event_type == "charge.succeeded":
-            return int(obj["amount"])
-        if event_type == "charge.refunded":
-            return -(int(obj.get("amount_refunded", 0)) - ledger.refunded(str(obj.get("id", ""))))
-        return 0
+    @client.guarded(namespace, "stripe", lease=lease, wait=wait)
+    def record(g: Guard, event: dict[str, Any]) -> object:
+        return handler(g, ledger, event)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
