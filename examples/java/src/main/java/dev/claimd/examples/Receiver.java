@@ -7,6 +7,7 @@ import com.google.protobuf.ByteString;
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import dev.claimd.client.ClaimdClient;
+import dev.claimd.client.Effect;
 import dev.claimd.client.GuardResult;
 import dev.claimd.client.PermanentException;
 import dev.claimd.idempotency.v1.ClaimRequest;
@@ -17,19 +18,28 @@ import java.io.OutputStream;
 import java.lang.System.Logger.Level;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
 
 /**
  * Receiver is a Stripe webhook receiver that writes one ledger row per event,
- * however often Stripe delivers it: the JDK's HTTP server, a ledger, and
- * claimd's guard in between.
+ * however often Stripe delivers it: the JDK's HTTP server, a ledger in SQLite,
+ * and claimd's guard in between, whose effect commits the row together with
+ * claimd's fence for the delivery.
  *
  * <pre>
- * java -cp ... dev.claimd.examples.Receiver --claimd 127.0.0.1:50051 --listen 127.0.0.1:8080
+ * java -cp ... dev.claimd.examples.Receiver --claimd 127.0.0.1:50051 --listen 127.0.0.1:8080 [--db ledger.db]
  * </pre>
  *
  * <p>POST /webhooks/stripe with a Stripe event ({"id": "evt_...", "type": ...,
@@ -45,50 +55,102 @@ public final class Receiver {
   private Receiver() {}
 
   /**
-   * Ledger is the side effect: an append-only list of bookings. It is in
-   * memory to keep the example to the JDK; a real one is a database table.
+   * Ledger is the side effect: an append-only table of bookings in a SQLite
+   * file. The handler writes its row through the guard's effect, in one
+   * transaction with claimd's fence row for the delivery, so a receiver that
+   * dies between its commit and its settle is not repeated: the next holder
+   * finds the fence and settles with the stored answer.
    */
   public static final class Ledger {
     /** Booking is one row: what an event booked (+ money in, − money out, 0 a status). */
     public record Booking(String eventId, String type, String objectId, String orderId, long amount) {}
 
-    private final List<Booking> rows = new ArrayList<>();
+    static final String SCHEMA = "CREATE TABLE IF NOT EXISTS ledger ("
+        + "row INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL, type TEXT NOT NULL, "
+        + "object_id TEXT NOT NULL, order_id TEXT NOT NULL, amount INTEGER NOT NULL)";
 
-    /** append writes one row and returns its number (from 1). */
-    public synchronized int append(Booking b) {
-      rows.add(b);
-      return rows.size();
+    private final String url;
+
+    private Ledger(String url) {
+      this.url = url;
     }
 
-    /** find returns the number of the row written for eventId, or null. */
-    public synchronized Integer find(String eventId) {
-      for (int i = 0; i < rows.size(); i++) {
-        if (rows.get(i).eventId().equals(eventId)) {
-          return i + 1;
+    /** open opens (and creates, when missing) the ledger in the SQLite file at path. */
+    public static Ledger open(Path path) throws SQLException {
+      Ledger l = new Ledger("jdbc:sqlite:" + path.toAbsolutePath());
+      try (Connection c = l.connect(); Statement st = c.createStatement()) {
+        st.execute(SCHEMA);
+      }
+      return l;
+    }
+
+    /**
+     * connect opens a connection of one delivery. Writers queue for SQLite's
+     * write lock (the effect begins with BEGIN IMMEDIATE) for up to 30 s.
+     */
+    public Connection connect() throws SQLException {
+      Properties p = new Properties();
+      p.setProperty("busy_timeout", "30000");
+      return DriverManager.getConnection(url, p);
+    }
+
+    /** append writes one row on c (inside the delivery's effect) and returns its number. */
+    static long append(Connection c, Booking b) throws SQLException {
+      try (PreparedStatement st = c.prepareStatement(
+          "INSERT INTO ledger (event_id, type, object_id, order_id, amount) VALUES (?, ?, ?, ?, ?)",
+          Statement.RETURN_GENERATED_KEYS)) {
+        st.setString(1, b.eventId());
+        st.setString(2, b.type());
+        st.setString(3, b.objectId());
+        st.setString(4, b.orderId());
+        st.setLong(5, b.amount());
+        st.executeUpdate();
+        try (ResultSet keys = st.getGeneratedKeys()) {
+          keys.next();
+          return keys.getLong(1);
         }
       }
-      return null;
+    }
+
+    /** refunded is how much the refunds of a charge booked out so far, read on c (inside the effect). */
+    static long refunded(Connection c, String charge) throws SQLException {
+      return -sum(c, "SELECT COALESCE(SUM(amount), 0) FROM ledger WHERE object_id = ? AND type = 'charge.refunded'", charge);
     }
 
     /** rows counts the rows written for eventId. */
-    public synchronized long rows(String eventId) {
-      return rows.stream().filter(r -> r.eventId().equals(eventId)).count();
-    }
-
-    /** refunded is how much the refunds of a charge booked out so far. */
-    public synchronized long refunded(String charge) {
-      return -rows.stream().filter(r -> r.objectId().equals(charge) && r.type().equals("charge.refunded"))
-          .mapToLong(Booking::amount).sum();
+    public long rows(String eventId) throws SQLException {
+      try (Connection c = connect()) {
+        return sum(c, "SELECT count(*) FROM ledger WHERE event_id = ?", eventId);
+      }
     }
 
     /** balance is the sum booked for an order. */
-    public synchronized long balance(String orderId) {
-      return rows.stream().filter(r -> r.orderId().equals(orderId)).mapToLong(Booking::amount).sum();
+    public long balance(String orderId) throws SQLException {
+      try (Connection c = connect()) {
+        return sum(c, "SELECT COALESCE(SUM(amount), 0) FROM ledger WHERE order_id = ?", orderId);
+      }
     }
 
     /** bookings are every row, oldest first. */
-    public synchronized List<Booking> bookings() {
-      return List.copyOf(rows);
+    public List<Booking> bookings() throws SQLException {
+      List<Booking> out = new ArrayList<>();
+      try (Connection c = connect(); Statement st = c.createStatement();
+          ResultSet rs = st.executeQuery("SELECT event_id, type, object_id, order_id, amount FROM ledger ORDER BY row")) {
+        while (rs.next()) {
+          out.add(new Booking(rs.getString(1), rs.getString(2), rs.getString(3), rs.getString(4), rs.getLong(5)));
+        }
+      }
+      return out;
+    }
+
+    private static long sum(Connection c, String sql, String arg) throws SQLException {
+      try (PreparedStatement st = c.prepareStatement(sql)) {
+        st.setString(1, arg);
+        try (ResultSet rs = st.executeQuery()) {
+          rs.next();
+          return rs.getLong(1);
+        }
+      }
     }
   }
 
@@ -138,14 +200,6 @@ public final class Receiver {
     JsonObject evt = event;
     String id = evt.get("id").getAsString();
     GuardResult r = claimd.guard(req, ctx -> {
-      // A holder that vanished after PROCESSING may have written the row
-      // before it died: the claim says so, and the ledger knows.
-      if (ctx.claim().takenOverFromProcessing()) {
-        Integer row = ledger.find(id);
-        if (row != null) {
-          return Map.of("ledger_row", row);
-        }
-      }
       JsonElement amount = amountOf(evt);
       if (amount == null) {
         // Retrying cannot fix the event: record it FAILED, answer 200.
@@ -155,8 +209,17 @@ public final class Receiver {
       String type = string(evt, "type");
       String objectId = string(obj, "id");
       String orderId = obj.has("metadata") && obj.get("metadata").isJsonObject() ? string(obj.getAsJsonObject("metadata"), "order_id") : "";
-      long booked = booked(ledger, type, objectId, obj, amount.getAsLong());
-      return Map.of("ledger_row", ledger.append(new Ledger.Booking(id, type, objectId, orderId, booked)));
+      try (Connection db = ledger.connect()) {
+        // The row and claimd's fence commit together. A holder that died
+        // after its commit and before its settle left the fence: then this
+        // effect is done, the function does not run, and the guard settles
+        // with the answer stored then.
+        Effect fx = ctx.effect(db, e -> {
+          long booked = booked(db, type, objectId, obj, amount.getAsLong());
+          e.setResult(Map.of("ledger_row", Ledger.append(db, new Ledger.Booking(id, type, objectId, orderId, booked))));
+        });
+        return fx.result();
+      }
     });
     LOG.log(r.status() >= 400 ? Level.WARNING : Level.INFO, "{0} -> {1} {2} ran={3} error={4}",
         id, r.status(), r.disposition(), r.ran(), r.error());
@@ -170,13 +233,14 @@ public final class Receiver {
    * nothing. No ordering logic: claimd's Stripe lifecycles never run a refund
    * before its charge succeeded (DEFERRED: 409 with Retry-After, Stripe
    * retries), never a stale event (SUPERSEDED: 200), and one event of a charge
-   * at a time, so reading the refunds booked so far is safe.
+   * at a time, so reading the refunds booked so far is safe (and it is read in
+   * the effect's transaction).
    */
-  static long booked(Ledger ledger, String type, String objectId, JsonObject obj, long amount) {
+  static long booked(Connection db, String type, String objectId, JsonObject obj, long amount) throws SQLException {
     return switch (type) {
       case "charge.succeeded" -> amount;
       case "charge.refunded" -> -((obj.has("amount_refunded") ? obj.get("amount_refunded").getAsLong() : 0)
-          - ledger.refunded(objectId));
+          - Ledger.refunded(db, objectId));
       default -> 0;
     };
   }
@@ -211,30 +275,35 @@ public final class Receiver {
     }
   }
 
-  /** main serves until SIGTERM or Ctrl-C: --claimd host:port, --listen host:port, --namespace name. */
+  /**
+   * main serves until SIGTERM or Ctrl-C: --claimd host:port, --listen
+   * host:port, --namespace name, --db ledger file (default ledger.db).
+   */
   public static void main(String[] args) throws Exception {
     String target = "127.0.0.1:50051";
     String listen = "127.0.0.1:8080";
     String namespace = "billing";
+    String db = "ledger.db";
     for (int i = 0; i + 1 < args.length; i += 2) {
       switch (args[i]) {
         case "--claimd" -> target = args[i + 1];
         case "--listen" -> listen = args[i + 1];
         case "--namespace" -> namespace = args[i + 1];
+        case "--db" -> db = args[i + 1];
         default -> throw new IllegalArgumentException("unknown flag " + args[i]);
       }
     }
     int colon = listen.lastIndexOf(':');
     InetSocketAddress address = new InetSocketAddress(listen.substring(0, colon), Integer.parseInt(listen.substring(colon + 1)));
     ClaimdClient claimd = ClaimdClient.builder(target).build();
-    HttpServer server = start(address, claimd, new Ledger(), namespace);
+    HttpServer server = start(address, claimd, Ledger.open(Path.of(db)), namespace);
     CountDownLatch stopped = new CountDownLatch(1);
     Runtime.getRuntime().addShutdownHook(new Thread(() -> {
       server.stop(5); // let deliveries in flight finish and settle
       claimd.close();
       stopped.countDown();
     }));
-    LOG.log(Level.INFO, "receiving on http://{0}/webhooks/stripe (claimd {1})", listen, target);
+    LOG.log(Level.INFO, "receiving on http://{0}/webhooks/stripe (claimd {1}, ledger {2})", listen, target, db);
     stopped.await();
   }
 }

@@ -57,7 +57,7 @@ class OutOfOrderTest {
       l.setLevel(java.util.logging.Level.OFF);
     }
     List<Step> seq = deliveries();
-    Receiver.Ledger ledger = new Receiver.Ledger();
+    Receiver.Ledger ledger = Receiver.Ledger.open(Files.createTempDirectory("claimd-java-out-of-order-").resolve("ledger.db"));
     try (TestClaimd server = TestClaimd.start(); ClaimdClient claimd = ClaimdClient.builder(server.target()).build()) {
       HttpServer receiver = Receiver.start(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), claimd, ledger, "java-out-of-order");
       try {

@@ -1,11 +1,18 @@
 package dev.claimd.examples;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.sun.net.httpserver.HttpServer;
+import com.google.protobuf.ByteString;
+import dev.claimd.client.Claim;
 import dev.claimd.client.ClaimdClient;
 import dev.claimd.client.testing.TestClaimd;
+import dev.claimd.idempotency.v1.ClaimRequest;
+import dev.claimd.idempotency.v1.Delivery;
+import dev.claimd.idempotency.v1.EventState;
+import dev.claimd.idempotency.v1.Reason;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
@@ -13,9 +20,12 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.file.Files;
 import java.security.SecureRandom;
+import java.sql.Connection;
 import java.time.Duration;
 import java.util.HexFormat;
+import java.util.Map;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -24,7 +34,7 @@ import org.junit.jupiter.api.Test;
 class ReceiverTest {
   static TestClaimd server;
   static ClaimdClient claimd;
-  static Receiver.Ledger ledger = new Receiver.Ledger();
+  static Receiver.Ledger ledger;
   static HttpServer receiver;
   static URI url;
   // Held here: java.util.logging keeps loggers only weakly, with their levels.
@@ -39,6 +49,7 @@ class ReceiverTest {
     for (java.util.logging.Logger l : QUIET) {
       l.setLevel(java.util.logging.Level.OFF);
     }
+    ledger = Receiver.Ledger.open(Files.createTempDirectory("claimd-java-example-").resolve("ledger.db"));
     server = TestClaimd.start();
     claimd = ClaimdClient.builder(server.target()).build();
     receiver = Receiver.start(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), claimd, ledger, "java-example");
@@ -124,7 +135,7 @@ class ReceiverTest {
     try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
       closed = "127.0.0.1:" + s.getLocalPort();
     }
-    Receiver.Ledger own = new Receiver.Ledger();
+    Receiver.Ledger own = Receiver.Ledger.open(Files.createTempDirectory("claimd-java-example-").resolve("down.db"));
     try (ClaimdClient down = ClaimdClient.builder(closed).build()) {
       HttpServer r = Receiver.start(new InetSocketAddress(InetAddress.getLoopbackAddress(), 0), down, own, "java-example");
       try {
@@ -138,5 +149,47 @@ class ReceiverTest {
         r.stop(0);
       }
     }
+  }
+
+  /** Crash stands for the receiver dying: an Error leaves the key to its lease (GUARD.md row 20). */
+  static final class Crash extends Error {
+    private static final long serialVersionUID = 1L;
+
+    Crash() {
+      super("the receiver died after its commit, before its settle");
+    }
+  }
+
+  @Test
+  void aReceiverThatDiedAfterItsCommitIsNotRepeated() throws Exception {
+    String evt = eventId();
+    String body = stripeEvent(evt, 700L);
+    ClaimRequest.Builder req = ClaimRequest.newBuilder().setNamespace("java-example").setProvider("stripe")
+        .setDelivery(Delivery.newBuilder().setBody(ByteString.copyFromUtf8(body)).putHeaders("Stripe-Signature", "t=1,v1=a"));
+    // The first holder books the row through its effect, as the receiver
+    // does, and dies before settling: the row and the fence are committed.
+    long[] row = new long[1];
+    ClaimRequest first = req.clone().setLease(ClaimdClient.protoDuration(Duration.ofMillis(300))).build();
+    assertThrows(Crash.class, () -> claimd.guard(first, ctx -> {
+      try (Connection db = ledger.connect()) {
+        ctx.effect(db, e -> {
+          row[0] = Receiver.Ledger.append(db, new Receiver.Ledger.Booking(evt, "payment_intent.succeeded", "pi_" + evt, "", 0));
+          e.setResult(Map.of("ledger_row", row[0]));
+        });
+      }
+      throw new Crash();
+    }));
+    assertEquals(1, ledger.rows(evt));
+    // Its lease ends (a waiting claim is answered then, no sleep); the key is given back.
+    Claim waiter = claimd.claim(req.clone().setWait(ClaimdClient.protoDuration(Duration.ofSeconds(10))).setHolder("waiter").build());
+    assertEquals(Reason.REASON_LEASE_EXPIRED, waiter.reason(), "the waiter took the key over at the lease's end");
+    claimd.release(waiter.lease());
+
+    // Stripe retries: the receiver's effect finds the fence and writes nothing.
+    HttpResponse<String> retry = post(url, body, "t=2,v1=b");
+    assertEquals(200, retry.statusCode(), retry.body());
+    assertEquals("{\"ledger_row\":" + row[0] + "}", retry.body(), "the answer stored with the fence");
+    assertEquals(1, ledger.rows(evt), "the row is written once");
+    assertEquals(EventState.EVENT_STATE_SETTLED, claimd.get("java-example", "stripe", waiter.key()).getState());
   }
 }
