@@ -21,7 +21,14 @@ GuardCore is the guard's state. A shell drives it as a loop:
             call = core.answered(call, answer)
 
 and asks it again when the handler returned (settle), failed (fail,
-handler_raised) or a renewal answered (renewed, renew_failed).
+handler_raised) or a renewal answered (renewed, renew_failed). The handler's
+effect (claimd.effects) is recorded in GuardCore.effect; settle reads it, so
+a fence an earlier holder committed settles with its stored result and
+effect_recovered (GUARD.md row 23) in both shells alike.
+
+GuardFront (a Guard's construction, acquired, claim, result, check) and
+ClientFront (Client.guard) are the parts of the public classes that do not
+call claimd: each shell subclasses them and adds only its calls.
 """
 
 from __future__ import annotations

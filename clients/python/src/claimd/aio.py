@@ -27,6 +27,10 @@ asyncio.Event). Settle, fail and release are shielded from the cancellation
 of the request's task: once begun they finish, and the task's
 CancelledError propagates afterwards (a cancelled handler, like any
 BaseException, leaves the claim to its lease).
+
+What to send and what each answer means is decided in claimd._core, for this
+module and the sync claimd.guard and claimd.client alike; this module only
+awaits the calls.
 """
 
 from __future__ import annotations
