@@ -42,6 +42,12 @@ import java.util.concurrent.locks.ReentrantLock;
  *   <li>When a renewal finds that another holder owns the key, the handler is
  *       cancelled ({@link Context#isCancelled()} turns true and its thread is
  *       interrupted) and the delivery is answered 409, writing nothing.
+ *   <li>Writes to the handler's own database go through {@link
+ *       GuardContext#effect}: one transaction with the delivery's fence row.
+ *       When the effect finds that an earlier holder committed it and vanished
+ *       before settling (done), the guard settles with the fence's stored
+ *       result, whatever the handler returned, and marks the Transition
+ *       effect_recovered (GUARD.md row 23).
  * </ul>
  *
  * <p><b>Once the handler has returned, the guard never releases the claim:</b>
