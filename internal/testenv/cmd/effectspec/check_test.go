@@ -354,3 +354,30 @@ func TestParseFlags(t *testing.T) {
 		})
 	}
 }
+
+func TestParseSeries(t *testing.T) {
+	text := `# HELP claimd_effects_recovered_total Settles whose result came from an effect fence.
+# TYPE claimd_effects_recovered_total counter
+claimd_effects_recovered_total{provider="adyen"} 4
+claimd_effects_recovered_total{provider="stripe"} 17
+claimd_effects_recovered_total{provider="stripe-connect"} 9
+`
+	got, err := parseSeries(strings.NewReader(text), recoveredSeries)
+	if err != nil || got != 17 {
+		t.Errorf("parseSeries(%s) = %v, %v, want 17", recoveredSeries, got, err)
+	}
+	if _, err := parseSeries(strings.NewReader("# nothing\n"), recoveredSeries); err == nil {
+		t.Errorf("parseSeries of text without the series = nil error, want one")
+	}
+}
+
+func TestRecoveredSettles(t *testing.T) {
+	events := []event{
+		{Answers: map[string][]answer{"A": {{Status: 409, Done: true}}, "B": {{Status: 200, Done: true}}}},
+		{Answers: map[string][]answer{"B": {{Status: 200}}}},
+		{Answers: map[string][]answer{"R": {{Status: 500}, {Status: 200, Done: true}}}},
+	}
+	if got := recoveredSettles(events); got != 2 {
+		t.Errorf("recoveredSettles = %d, want 2 (a 409 that found a fence settled nothing)", got)
+	}
+}

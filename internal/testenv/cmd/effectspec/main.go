@@ -173,7 +173,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) ([]string, e
 	}
 	defer l.Close()
 
-	addr := cfg.claimdAddr
+	addr, metricsURL := cfg.claimdAddr, ""
 	if cfg.claimdBin != "" {
 		dir, err := os.MkdirTemp("", "effectspec-claimd")
 		if err != nil {
@@ -189,7 +189,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) ([]string, e
 				fmt.Fprintln(stderr, "effectspec: stopping claimd:", err)
 			}
 		}()
-		addr = srv.Addr
+		addr, metricsURL = srv.Addr, "http://"+srv.HTTPAddr+"/metrics"
 	}
 	client, err := claimd.Dial(setup, addr, claimd.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
@@ -199,7 +199,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) ([]string, e
 
 	var id [4]byte
 	_, _ = rand.Read(id[:])
-	r := &runner{cfg: cfg, ctx: ctx, addr: addr, client: client, ledger: l, runID: hex.EncodeToString(id[:])}
+	r := &runner{cfg: cfg, ctx: ctx, addr: addr, client: client, ledger: l, runID: hex.EncodeToString(id[:]), metricsURL: metricsURL}
 	if cfg.verbose {
 		r.verbose = stderr
 	}

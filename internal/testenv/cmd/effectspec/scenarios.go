@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -21,6 +22,9 @@ type runner struct {
 	ledger  *ledger
 	runID   string
 	verbose io.Writer // receivers' standard error goes here too when set
+	// metricsURL is the /metrics of the claimd effectspec started, whose
+	// count of recovered settles is all this run's; "" with -claimd.
+	metricsURL string
 }
 
 // run is one scenario's run: its namespace, events and receivers.
@@ -50,6 +54,7 @@ func (r *runner) scenario(name string) (tally, []string) {
 	for i := range r.cfg.events {
 		s.ids = append(s.ids, fmt.Sprintf("evt_fx_%s_%s_%d", r.runID, strings.ReplaceAll(name, "-", "_"), i))
 	}
+	before, metricsErr := r.recovered()
 	var err error
 	switch name {
 	case "crash":
@@ -82,7 +87,30 @@ func (r *runner) scenario(name string) (tally, []string) {
 	case "raise":
 		t, checked = checkRaise(events)
 	}
+	// Every recovered answer is a settle claimd must have counted once.
+	if r.metricsURL != "" {
+		after, err := r.recovered()
+		switch {
+		case metricsErr != nil || err != nil:
+			v = append(v, fmt.Sprintf("%s: reading %s: %v", name, recoveredSeries, cmp.Or(metricsErr, err)))
+		case int(after-before) != recoveredSettles(events):
+			v = append(v, fmt.Sprintf("%s: claimd's %s rose by %v, want %d (the answers 200 with done true)",
+				name, recoveredSeries, after-before, recoveredSettles(events)))
+		default:
+			t.Extra = append(t.Extra, fmt.Sprintf("claimd counted %v recovered", after-before))
+		}
+	}
 	return t, slices.Concat(s.soft, v, checked)
+}
+
+// recovered reads claimd's count of recovered settles; 0 without metrics.
+func (r *runner) recovered() (float64, error) {
+	if r.metricsURL == "" {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.timeout)
+	defer cancel()
+	return recoveredCount(ctx, r.metricsURL)
 }
 
 // start starts receiver name of s.
