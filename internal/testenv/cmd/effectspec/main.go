@@ -31,7 +31,9 @@
 // and exits 1 after a line per violation: an event written twice or never,
 // a record not SETTLED with the event's result, an answer the scenario
 // rules out, a receiver that broke the protocol or did not exit when its
-// standard input closed. The crash scenario's gates are drawn from -seed,
+// standard input closed, and (with -claimd-bin, whose claimd serves this run
+// alone) a count of recovered settles in claimd's metrics other than the
+// answers that say the effect was done. The crash scenario's gates are drawn from -seed,
 // printed on the first line, so that a draw can be replayed. Exit status 2
 // is a usage or setup error.
 package main
