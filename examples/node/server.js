@@ -1,22 +1,53 @@
-// A Stripe webhook receiver that appends each event to a ledger exactly once.
+// A Stripe webhook receiver that books each event in a ledger exactly once.
 //
-//   CLAIMD_ADDR=127.0.0.1:50051 PORT=8080 LEDGER=ledger.jsonl node server.js
+//   CLAIMD_ADDR=127.0.0.1:50051 PORT=8080 LEDGER=ledger.db node server.js
+//   LEDGER=ledger.db node server.js ledger     # print the ledger, a JSON line a row
 //
 // claimd decides which delivery of an event does the work; the guard turns
-// its answer into the HTTP status Stripe should see.
-import { appendFile, readFile } from "node:fs/promises";
+// its answer into the HTTP status Stripe should see. The ledger is a SQLite
+// database, written through the guard's effect fence: the row and the
+// fence commit together, so even a receiver killed between its commit and
+// its answer to claimd books the event once.
 import * as http from "node:http";
 import { pathToFileURL } from "node:url";
 
 import { createClient, guard } from "@claimd/client";
+import Database from "better-sqlite3";
 
 const MAX_BODY = 1 << 20; // Stripe events are far smaller
 
 /**
- * createReceiver returns an http.Server (not yet listening) that takes
- * POST /webhooks/stripe and appends one JSON line per event to ledgerPath.
+ * openLedger opens (creating when missing) the SQLite ledger at path. The
+ * table has no unique constraint on event_id on purpose: the effect fence
+ * alone keeps it to one row per event, and a test would see a second one.
  */
-export function createReceiver({ client, ledgerPath, namespace = "billing", logger }) {
+export function openLedger(path) {
+  const db = new Database(path, { timeout: 10_000 });
+  db.pragma("journal_mode = WAL");
+  db.exec(`CREATE TABLE IF NOT EXISTS ledger (
+    event_id      TEXT    NOT NULL,
+    type          TEXT,
+    amount        INTEGER,
+    object_id     TEXT,
+    order_id      TEXT,
+    booked        INTEGER NOT NULL,
+    fencing_token TEXT    NOT NULL,
+    at            TEXT    NOT NULL
+  )`);
+  return db;
+}
+
+/** ledgerRows reads the ledger in booking order. */
+export function ledgerRows(db) {
+  return db.prepare("SELECT * FROM ledger ORDER BY rowid").all();
+}
+
+/**
+ * createReceiver returns an http.Server (not yet listening) that takes
+ * POST /webhooks/stripe and books one ledger row per event in db (from
+ * openLedger).
+ */
+export function createReceiver({ client, db, namespace = "billing", logger }) {
   return http.createServer(async (req, res) => {
     if (req.method !== "POST" || req.url !== "/webhooks/stripe") {
       res.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
@@ -49,23 +80,29 @@ export function createReceiver({ client, ledgerPath, namespace = "billing", logg
     const result = await guard(
       client,
       { namespace, provider: "stripe", delivery: { headers: flatHeaders(req.headers), body } },
-      async (claim) => {
-        // The side effect. claim.reason / claim.state tell a LEASE_EXPIRED
-        // taker how far a crashed predecessor got; appending a line is all
-        // or nothing here, so there is nothing to reconcile.
-        const obj = event.data?.object ?? {};
-        const row = {
-          event_id: claim.key,
-          type: event.type ?? null,
-          amount: obj.amount ?? null,
-          object_id: obj.id ?? null,
-          order_id: obj.metadata?.order_id ?? null,
-          booked: await booked(ledgerPath, event.type, obj),
-          fencing_token: claim.fencingToken.toString(),
-          at: new Date().toISOString(),
-        };
-        await appendFile(ledgerPath, JSON.stringify(row) + "\n");
-        return JSON.stringify({ received: true, event_id: claim.key });
+      async (claim, _signal, ctx) => {
+        // The side effect, in one transaction with the delivery's fence row.
+        // When an earlier holder committed it and died before settling
+        // (claim.reason LEASE_EXPIRED, state PROCESSING), the function does
+        // not run: done is true and result is that holder's answer.
+        const { result } = await ctx.effect(db, (tx, fx) => {
+          const obj = event.data?.object ?? {};
+          tx.prepare(
+            `INSERT INTO ledger (event_id, type, amount, object_id, order_id, booked, fencing_token, at)
+             VALUES (@event_id, @type, @amount, @object_id, @order_id, @booked, @fencing_token, @at)`,
+          ).run({
+            event_id: claim.key,
+            type: event.type ?? null,
+            amount: obj.amount ?? null,
+            object_id: obj.id ?? null,
+            order_id: obj.metadata?.order_id ?? null,
+            booked: booked(tx, event.type, obj),
+            fencing_token: claim.fencingToken.toString(),
+            at: new Date().toISOString(),
+          });
+          fx.result = { received: true, event_id: claim.key };
+        });
+        return result;
       },
       logger ? { logger } : {},
     );
@@ -90,30 +127,19 @@ export function createReceiver({ client, ledgerPath, namespace = "billing", logg
  * Stripe retries), never a stale event (SUPERSEDED: 200), and one event of
  * a charge at a time, so reading the refunds booked so far is safe.
  */
-async function booked(ledgerPath, type, obj) {
+function booked(tx, type, obj) {
   if (type === "charge.succeeded") {
     return obj.amount ?? 0;
   }
   if (type === "charge.refunded") {
-    return -((obj.amount_refunded ?? 0) - (await refunded(ledgerPath, obj.id)));
+    return -((obj.amount_refunded ?? 0) - refunded(tx, obj.id));
   }
   return 0;
 }
 
 /** refunded is how much the refunds of charge booked out so far. */
-async function refunded(ledgerPath, charge) {
-  let text = "";
-  try {
-    text = await readFile(ledgerPath, "utf8");
-  } catch (err) {
-    if (err.code !== "ENOENT") throw err;
-  }
-  return text
-    .split("\n")
-    .filter(Boolean)
-    .map((l) => JSON.parse(l))
-    .filter((r) => r.object_id === charge && r.type === "charge.refunded")
-    .reduce((sum, r) => sum - r.booked, 0);
+function refunded(tx, charge) {
+  return tx.prepare("SELECT coalesce(sum(-booked), 0) AS n FROM ledger WHERE object_id = ? AND type = 'charge.refunded'").get(charge).n;
 }
 
 function readBody(req) {
@@ -146,9 +172,17 @@ function flatHeaders(h) {
 }
 
 async function main() {
+  const ledgerPath = process.env.LEDGER ?? "ledger.db";
+  const db = openLedger(ledgerPath);
+  if (process.argv[2] === "ledger") {
+    for (const row of ledgerRows(db)) {
+      console.log(JSON.stringify(row));
+    }
+    db.close();
+    return;
+  }
   const client = createClient(process.env.CLAIMD_ADDR ?? "127.0.0.1:50051");
-  const ledgerPath = process.env.LEDGER ?? "ledger.jsonl";
-  const server = createReceiver({ client, ledgerPath });
+  const server = createReceiver({ client, db });
   const port = Number(process.env.PORT ?? 8080);
   server.listen(port, "127.0.0.1", () => {
     const { address, port: bound } = server.address();
@@ -157,6 +191,7 @@ async function main() {
   const stop = () => {
     server.close(() => {
       client.close();
+      db.close();
       process.exit(0);
     });
   };

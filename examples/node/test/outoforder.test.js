@@ -64,10 +64,7 @@ test("a Stripe payment delivered out of order ends with the ledger correct", asy
     assert.equal(r.status, 200, `redelivery of ${file}: ${r.status} ${r.body}`);
   }
 
-  const rows = readFileSync(env.ledger, "utf8")
-    .split("\n")
-    .filter(Boolean)
-    .map((l) => JSON.parse(l));
+  const rows = env.rows();
   const charge = "ch_3QxOrd2eZvKYlo2C1Rk5Zt9B";
   const intent = "pi_3QxOrd2eZvKYlo2C1Nq0Pq7A";
   assert.deepEqual(

@@ -1,9 +1,10 @@
 // End to end: a real claimd, the receiver on a loopback port, Stripe-style
-// POSTs, and the ledger file as the only witness.
+// POSTs, and the ledger database as the only witness.
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
 import { test } from "node:test";
+
+import { guard } from "@claimd/client";
 
 import { useReceiver } from "./env.js";
 
@@ -25,12 +26,7 @@ async function post(event) {
 }
 
 function ledgerRows(eventId) {
-  if (!existsSync(env.ledger)) return [];
-  return readFileSync(env.ledger, "utf8")
-    .split("\n")
-    .filter(Boolean)
-    .map((l) => JSON.parse(l))
-    .filter((row) => row.event_id === eventId);
+  return env.rows().filter((row) => row.event_id === eventId);
 }
 
 test("the same event delivered twice appends one ledger row", async () => {
@@ -59,6 +55,39 @@ test("20 concurrent deliveries of one event append one ledger row", async () => 
   const later = await post(ev);
   assert.equal(later.status, 200, `a later retry of ${ev.id}: status ${later.status}`);
   assert.equal(ledgerRows(ev.id).length, 1);
+});
+
+test("a holder that booked the event and died before settling: the next delivery books nothing and answers the stored result", async () => {
+  const ev = stripeEvent();
+  const body = Buffer.from(JSON.stringify(ev));
+  // The first holder books through the fence, as the receiver does, then
+  // fails before it settles: claimd releases the event, the fence stands.
+  const first = await guard(
+    env.client,
+    { namespace: env.namespace, provider: "stripe", delivery: { headers: { "content-type": "application/json" }, body } },
+    async (claim, _signal, ctx) => {
+      await ctx.effect(env.db, (tx, fx) => {
+        tx.prepare("INSERT INTO ledger (event_id, type, amount, booked, fencing_token, at) VALUES (?, ?, 4200, 4200, ?, ?)").run(
+          claim.key,
+          ev.type,
+          claim.fencingToken.toString(),
+          new Date().toISOString(),
+        );
+        fx.result = { received: true, event_id: claim.key, by: "the first holder" };
+      });
+      throw new Error("died before settling");
+    },
+    { logger: { warn() {} } },
+  );
+  assert.equal(first.status, 500, `the first holder: ${first.status} ${first.error}`);
+  assert.equal(ledgerRows(ev.id).length, 1);
+
+  const r = await post(ev);
+  assert.equal(r.status, 200, `POST ${ev.id}: ${r.status} ${r.body}`);
+  assert.equal(r.body, JSON.stringify({ received: true, event_id: ev.id, by: "the first holder" }), "the recovered answer");
+  assert.equal(ledgerRows(ev.id).length, 1, "the receiver must not book the event again");
+  const again = await post(ev);
+  assert.equal(again.body, r.body, "a duplicate gets the recovered result");
 });
 
 test("a body that is not a Stripe event is refused before claimd", async () => {
