@@ -12,7 +12,8 @@
 # internal/testenv/cmd/testpg (stopped when the script ends) and exports
 # $CLAIMD_TEST_POSTGRES_URL, unless it is set already; without it they fail.
 # Last, internal/testenv/cmd/effectspec kills and pauses tests/fxreceiver.py
-# (crash after the commit, zombie past its lease) on SQLite and PostgreSQL.
+# and tests/fxreceiver_aio.py (crash after the commit, zombie past its lease)
+# on SQLite and PostgreSQL.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -74,7 +75,9 @@ mkdir -p "$bin_dir"
 (cd "$repo" && go build -o "$bin_dir/effectspec" ./internal/testenv/cmd/effectspec)
 fx_dir="$(mktemp -d)"
 trap 'rm -rf "$fx_dir"' EXIT
-for db in "sqlite:$fx_dir/effects.db" "$CLAIMD_TEST_POSTGRES_URL"; do
-	"$bin_dir/effectspec" -claimd-bin "$CLAIMD_BIN" -db "$db" -events 50 -- \
-		"$claimd_py" "$here/tests/fxreceiver.py"
+for receiver in fxreceiver.py fxreceiver_aio.py; do
+	for db in "sqlite:$fx_dir/${receiver%.py}.db" "$CLAIMD_TEST_POSTGRES_URL"; do
+		"$bin_dir/effectspec" -claimd-bin "$CLAIMD_BIN" -db "$db" -events 50 -- \
+			"$claimd_py" "$here/tests/$receiver"
+	done
 done
