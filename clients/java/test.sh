@@ -7,7 +7,8 @@
 # client's tests with mvn install (unit tests, the guardspec scenarios, the
 # typed calls; install puts the client and its test jar in the local
 # repository), then effectspec with the Java receiver on SQLite and on
-# PostgreSQL (-events 50; each run counts as one test), and then the
+# PostgreSQL (-events 50) and once with a receiver broken on purpose, which it
+# must fail (each run counts as one test), and then the
 # example's tests with mvn verify. Maven resolves
 # online the first time only (see mvn.sh). Exits non-zero on any failure and
 # ends with a "N passed, N failed" line.
@@ -73,9 +74,30 @@ effectspec_run() {
 		effectspec_failed=$((effectspec_failed + 1))
 	fi
 }
+# The negative control: a receiver that writes its ledger row outside the
+# effect (--unfenced) must fail effectspec; a raise inside the effect then
+# leaves the row behind and the retry writes it again.
+effectspec_control() {
+	local cp="$here/target/test-classes:$here/target/classes:$(cat "$here/.build/test-classpath.txt")"
+	local out
+	if out="$("$here/.build/effectspec" -claimd-bin "$CLAIMD_BIN" -db "$CLAIMD_TEST_POSTGRES_URL" -events 5 -scenarios raise -- \
+		java -cp "$cp" dev.claimd.client.testing.EffectReceiver --unfenced 2>&1)"; then
+		echo "effectspec passed the unfenced receiver; it must fail it:" >&2
+		echo "$out" >&2
+		effectspec_failed=$((effectspec_failed + 1))
+	elif grep -qE 'written [0-9]+ times' <<<"$out"; then
+		echo "effectspec control: the unfenced receiver fails ($(grep -cE 'written [0-9]+ times' <<<"$out") events written more than once)"
+		effectspec_passed=$((effectspec_passed + 1))
+	else
+		echo "effectspec failed the unfenced receiver for another reason than a double write:" >&2
+		echo "$out" >&2
+		effectspec_failed=$((effectspec_failed + 1))
+	fi
+}
 if ((rc == 0)); then
 	effectspec_run "sqlite:$scratch/effectspec.db"
 	effectspec_run "$CLAIMD_TEST_POSTGRES_URL"
+	effectspec_control
 	if ((effectspec_failed > 0)); then
 		rc=1
 	fi
@@ -95,7 +117,7 @@ for f in "$here"/target/surefire-reports/TEST-*.xml "$example"/target/surefire-r
 	tests=$((tests + n))
 	failed=$((failed + e + x))
 done
-# Each effectspec run (SQLite, PostgreSQL) counts as one test.
+# Each effectspec run (SQLite, PostgreSQL, the control) counts as one test.
 tests=$((tests + effectspec_passed + effectspec_failed))
 failed=$((failed + effectspec_failed))
 if ((tests == 0)); then

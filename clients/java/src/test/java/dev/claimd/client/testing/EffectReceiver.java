@@ -42,6 +42,11 @@ import java.util.concurrent.CountDownLatch;
  * JSON object a line on standard output: the ready line, gate lines and
  * answers, each in one write. Anything else goes to standard error. It exits
  * when standard input closes, after answering the deliveries under way.
+ *
+ * <p>{@code --unfenced} writes the ledger row on a connection of its own, outside
+ * the effect's transaction: a receiver that is wrong on purpose, so that
+ * test.sh can show effectspec failing it (PostgreSQL only: on SQLite that write
+ * would queue behind the effect's own write lock).
  */
 public final class EffectReceiver {
   private static final Gson GSON = new Gson();
@@ -49,14 +54,16 @@ public final class EffectReceiver {
   private final ClaimdClient client;
   private final String namespace;
   private final String db;
+  private final boolean unfenced;
   private final String pid = Long.toString(ProcessHandle.current().pid());
   private final OutputStream out;
   private final Map<String, CountDownLatch> gates = new ConcurrentHashMap<>();
 
-  private EffectReceiver(ClaimdClient client, String namespace, String db, OutputStream out) {
+  private EffectReceiver(ClaimdClient client, String namespace, String db, boolean unfenced, OutputStream out) {
     this.client = client;
     this.namespace = namespace;
     this.db = db;
+    this.unfenced = unfenced;
     this.out = out;
   }
 
@@ -68,7 +75,12 @@ public final class EffectReceiver {
     String address = null;
     String namespace = null;
     String db = null;
+    boolean unfenced = false;
     for (int i = 0; i < args.length; i++) {
+      if (args[i].equals("--unfenced")) {
+        unfenced = true;
+        continue;
+      }
       if (i + 1 >= args.length) {
         usage("flag " + args[i] + " needs a value");
       }
@@ -84,14 +96,14 @@ public final class EffectReceiver {
     }
     int code;
     try (ClaimdClient client = ClaimdClient.builder(address).holder("java-receiver-" + ProcessHandle.current().pid()).build()) {
-      code = new EffectReceiver(client, namespace, db, protocol).serve();
+      code = new EffectReceiver(client, namespace, db, unfenced, protocol).serve();
     }
     System.exit(code);
   }
 
   private static void usage(String why) {
     System.err.println("EffectReceiver: " + why
-        + "\nusage: EffectReceiver --claimd HOST:PORT --namespace NS --db sqlite:PATH|postgres://URL");
+        + "\nusage: EffectReceiver [--unfenced] --claimd HOST:PORT --namespace NS --db sqlite:PATH|postgres://URL");
     System.exit(2);
   }
 
@@ -155,11 +167,12 @@ public final class EffectReceiver {
     boolean raise = d.has("raise") && d.get("raise").getAsBoolean();
     boolean[] done = {false};
     GuardResult r;
-    try (Connection conn = TestDatabases.open(db)) {
+    try (Connection conn = TestDatabases.open(db); Connection outside = unfenced ? TestDatabases.open(db) : null) {
+      Connection ledger = unfenced ? outside : conn;
       r = client.guard(req.build(), ctx -> {
         stop(id, at, "before_effect");
         Effect fx = ctx.effect(conn, f -> {
-          try (PreparedStatement st = conn.prepareStatement(
+          try (PreparedStatement st = ledger.prepareStatement(
               "INSERT INTO guardspec_ledger (namespace, key, writer) VALUES (?, ?, ?)")) {
             st.setString(1, namespace);
             st.setString(2, ctx.lease().key());
