@@ -165,7 +165,7 @@ def _in_transaction(conn: Any, d: _Dialect) -> bool:
 # begins, and only an insert that finds no table creates it (_missing_table)
 # and begins again, so a database pays for the DDL once, not every event.
 _created: weakref.WeakSet[Any] = weakref.WeakSet()
-_created_lock = threading.Lock()
+_lock = threading.Lock()
 
 
 def _missing_table(err: BaseException) -> bool:
@@ -254,11 +254,11 @@ class Fence:
             # now; the second try says so.
             self._ddl()
         if self.d is _POSTGRES:
-            with _created_lock:
+            with _lock:
                 _created.add(self.conn)
 
     def _known(self) -> bool:
-        with _created_lock:
+        with _lock:
             return self.conn in _created
 
     def _ddl(self) -> None:
@@ -334,7 +334,7 @@ class Fence:
             await self._ddl_async()
         except Exception:
             await self._ddl_async()  # the concurrent CREATE race, as in _ensure_schema
-        with _created_lock:
+        with _lock:
             _created.add(self.conn)
 
     async def _ddl_async(self) -> None:
@@ -406,7 +406,7 @@ def open_effect(core: GuardCore, conn: Any) -> Fence:
     if not core.acquired or core.done:
         raise RuntimeError("claimd effect: only while the guard owns the claim, before settle() or fail()")
     core.check()
-    with _created_lock:
+    with _lock:
         if core in _opened:
             raise RuntimeError("claimd effect: a second effect in one delivery")
         _opened.add(core)
