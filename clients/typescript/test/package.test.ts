@@ -7,11 +7,12 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative, resolve } from "node:path";
 import { after, test } from "node:test";
 
+import { effectKey } from "../src/index.js";
 import { claimdBin, pkgDir } from "./helpers.js";
 
 const repoRoot = resolve(pkgDir, "../..");
@@ -47,11 +48,13 @@ import { startClaimd } from "@claimd/client/testing";
 const server = await startClaimd({ bin: process.env["CLAIMD_BIN"] });
 const client = createClient(server.target);
 let effects = 0;
+const keys: string[] = [];
 const results: GuardResult[] = [];
 try {
   for (let i = 0; i < 2; i++) {
-    results.push(await guard(client, { namespace: "pack-test", provider: "stripe", eventId: "evt_packed" }, () => {
+    results.push(await guard(client, { namespace: "pack-test", provider: "stripe", eventId: "evt_packed" }, (_claim, _signal, ctx) => {
       effects++;
+      keys.push(ctx.effectKey("charge"));
       return { charged: true };
     }));
   }
@@ -61,6 +64,7 @@ try {
 }
 console.log(JSON.stringify({
   effects,
+  keys,
   answers: results.map((r) => ({ status: r.status, body: Buffer.from(r.body).toString(), outcome: r.outcome === undefined ? null : Outcome[r.outcome] })),
 }));
 `;
@@ -106,6 +110,10 @@ test("npm pack builds the package, and a fresh project outside the repo installs
     ["install", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error", tarball, devPin("typescript"), devPin("@types/node")],
     app,
   );
+  // The effect fence's drivers are optional peers: installing the client installs neither.
+  for (const driver of ["pg", "better-sqlite3"]) {
+    assert.ok(!existsSync(join(app, "node_modules", driver)), `installing the client installed ${driver}`);
+  }
   const installed = JSON.parse(readFileSync(join(app, "node_modules/@claimd/client/package.json"), "utf8")) as { license?: string; private?: boolean };
   assert.equal(installed.license, "Apache-2.0");
   assert.equal(installed.private, undefined);
@@ -123,6 +131,7 @@ test("npm pack builds the package, and a fresh project outside the repo installs
   const got = JSON.parse(run("node", ["dist/main.js"], app, { CLAIMD_BIN: claimdBin() })) as unknown;
   assert.deepEqual(got, {
     effects: 1,
+    keys: [effectKey({ namespace: "pack-test", provider: "stripe", key: "evt_packed" }, "charge")],
     answers: [
       { status: 200, body: '{"charged":true}', outcome: "ACQUIRED" },
       { status: 200, body: '{"charged":true}', outcome: "DUPLICATE" },
