@@ -147,6 +147,8 @@ export interface GuardContext {
    * Client run one at a time, in order: fn may await, and its transaction
    * stays open meanwhile, so do not write to that connection outside fn
    * while an effect runs (such writes would join its transaction).
+   * better-sqlite3 waits for another process's write lock synchronously
+   * (its `timeout` option): the event loop, heartbeat included, waits too.
    *
    * tx has the type of db (for a Pool, a structural PoolClient: annotate
    * the parameter, `async (tx: pg.PoolClient, fx) => …`, for pg's own).
