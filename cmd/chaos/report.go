@@ -194,13 +194,17 @@ func (r *report) writeMarkdown(path string) error {
 	p("## Linearizability\n\n")
 	p("Each key's history (its calls with invoke and complete times) is checked with [porcupine](https://github.com/anishathalye/porcupine) against the claim-register model below, with a bound of 10 s per key. ")
 	p("Keys that cannot be ordered are named above (`linearizable`) and their visualizations are written to `%s/<scenario>/<key>.html` (not committed: open them after a run).\n\n", o.vizDir)
-	p("| scenario | keys checked | cannot be ordered | search timed out | grants no caller saw (failed calls') |\n| --- | ---: | ---: | ---: | ---: |\n")
+	p("*Held by an orphan*: keys that ended held by a grant whose every call had failed for its caller (a claim that ran on in the server after its caller gave up and took the key over later; see the analysis). Nothing settles them before their lease ends, so they are listed here instead of as `converges` violations; every other check still judges them.\n\n")
+	p("| scenario | keys checked | cannot be ordered | search timed out | grants no caller saw (failed calls') | held by an orphan |\n| --- | ---: | ---: | ---: | ---: | --- |\n")
 	for _, s := range r.Scenarios {
-		unseen := "not read"
+		unseen, orphaned := "not read", "not read"
 		if s.Check.AuditChecked {
-			unseen = fmt.Sprint(s.Check.UnseenGrants)
+			unseen, orphaned = fmt.Sprint(s.Check.UnseenGrants), "0"
+			if len(s.Check.Orphaned) > 0 {
+				orphaned = fmt.Sprintf("%d (%s)", len(s.Check.Orphaned), strings.Join(s.Check.Orphaned, ", "))
+			}
 		}
-		p("| %s | %d | %d | %d | %s |\n", s.Name, s.Check.Keys, s.Check.Illegal, s.Check.Unknown, unseen)
+		p("| %s | %d | %d | %d | %s | %s |\n", s.Name, s.Check.Keys, s.Check.Illegal, s.Check.Unknown, unseen, orphaned)
 	}
 	p("\n")
 

@@ -234,6 +234,9 @@ func (s *suite) runScenario(sc scenario) (res scenarioResult) {
 			res.Recover = 0
 		}
 	}
+	if o := res.Check.Orphaned; len(o) > 0 {
+		logf("%s: held by an orphaned grant until its lease ends: %v", sc.name, o)
+	}
 	logf("%s: %d keys, %d calls, %d violations", sc.name, res.Keys, res.Calls, len(res.Violations))
 	return res
 }

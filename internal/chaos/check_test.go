@@ -272,3 +272,57 @@ func TestModelTransitionRepeats(t *testing.T) {
 		t.Errorf("a stale token answered STALE_TOKEN was refused by the model")
 	}
 }
+
+// TestCheckOrphanedGrant: a claim that failed for its caller but ran on in
+// the server, and took the key over after its retry had been told
+// IN_PROGRESS, holds the key until its lease ends. It is reported apart, and
+// only when the audit log shows it is exactly that.
+func TestCheckOrphanedGrant(t *testing.T) {
+	heldBy := func(replica, holder string, t0 int64) Op {
+		o := inProgress(claimOp(99, "probe-"+replica, t0, t0+1), holder)
+		o.Probe, o.Replica = true, replica
+		return o
+	}
+	history := func(sawGrant bool) []Op {
+		ops := []Op{
+			acquired(claimOp(1, "a1", 0, 2), 1),
+			failed(claimOp(2, "a2", 3, 4), codes.DeadlineExceeded),
+			inProgress(claimOp(2, "a2", 5, 6), "a1"),
+			releaseOp(1, 1, 7, 8),
+		}
+		if sawGrant {
+			ops = append(ops, func() Op { o := acquired(claimOp(2, "a2", 9, 10), 2); o.Reason = pb.Reason_REASON_RELEASED; return o }())
+		}
+		return append(ops,
+			inProgress(claimOp(2, "a3", 20, 21), "a2"),
+			heldBy("r0", "a2", 100),
+			heldBy("r1", "a2", 101),
+		)
+	}
+	tests := []struct {
+		desc         string
+		ops          []Op
+		grants       []Grant
+		wantChecks   []string
+		wantOrphaned []string
+	}{
+		{desc: "held by a failed call's grant", ops: history(false), grants: grantsOf("a1", 1, 0, "a2", 2, 8), wantOrphaned: []string{"k"}},
+		{desc: "held by a grant its caller saw", ops: history(true), grants: grantsOf("a1", 1, 0, "a2", 2, 8), wantChecks: []string{CheckConverge}},
+		{desc: "no audit log to tell", ops: history(false), wantChecks: []string{CheckConverge}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			res := Check(Input{Ops: tc.ops, Grants: tc.grants, Unfinished: []string{"k"}, Replicas: []string{"r0", "r1"}})
+			var checks []string
+			for _, v := range res.Violations {
+				checks = append(checks, v.Check)
+			}
+			if diff := cmp.Diff(tc.wantChecks, checks); diff != "" {
+				t.Errorf("violations (-want +got):\n%s\n%v", diff, res.Violations)
+			}
+			if diff := cmp.Diff(tc.wantOrphaned, res.Orphaned); diff != "" {
+				t.Errorf("Orphaned (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
