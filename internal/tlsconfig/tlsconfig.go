@@ -52,6 +52,12 @@ type Files struct {
 	// clients, or the server a client dials. Empty means none (a server
 	// asks for no client certificate; a client trusts the system roots).
 	CA string
+	// CRL is a certificate revocation list of a CA in CA, in PEM (one or
+	// more "X509 CRL" blocks) or DER: a server refuses, at the handshake,
+	// a client certificate whose chain holds a certificate it lists.
+	// Each CRL must be signed by a certificate of CA. Servers only; needs
+	// CA.
+	CRL string
 }
 
 // Config configures a Reloader. Zero values of the optional fields mean
@@ -82,9 +88,10 @@ type Reloader struct {
 
 // material is one consistent reading of the files.
 type material struct {
-	certPEM, keyPEM, caPEM []byte
-	cert                   *tls.Certificate // nil without Cert/Key
-	pool                   *x509.CertPool   // nil without CA
+	certPEM, keyPEM, caPEM, crlBytes []byte
+	cert                             *tls.Certificate // nil without Cert/Key
+	pool                             *x509.CertPool   // nil without CA
+	revoked                          *revocations     // nil without CRL
 }
 
 // New reads the files once and fails, naming the file, when they do not
@@ -95,6 +102,9 @@ func New(cfg Config) (*Reloader, error) {
 	}
 	if cfg.Cert == "" && cfg.CA == "" {
 		return nil, errors.New("tlsconfig: no files given")
+	}
+	if cfg.CRL != "" && cfg.CA == "" {
+		return nil, errors.New("tlsconfig: a CRL revokes certificates of a CA: give the CA file too")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -151,16 +161,16 @@ func (r *Reloader) current() *material {
 // every check, so a file left broken does not flood the log.
 func (r *Reloader) reloadLocked() error {
 	prev := r.cur.Load()
-	certPEM, keyPEM, caPEM, err := r.readFiles()
-	if err == nil && bytes.Equal(certPEM, prev.certPEM) && bytes.Equal(keyPEM, prev.keyPEM) && bytes.Equal(caPEM, prev.caPEM) {
+	certPEM, keyPEM, caPEM, crlBytes, err := r.readFiles()
+	if err == nil && bytes.Equal(certPEM, prev.certPEM) && bytes.Equal(keyPEM, prev.keyPEM) && bytes.Equal(caPEM, prev.caPEM) && bytes.Equal(crlBytes, prev.crlBytes) {
 		return nil
 	}
 	var m *material
 	if err == nil {
-		m, err = r.parse(certPEM, keyPEM, caPEM)
+		m, err = r.parse(certPEM, keyPEM, caPEM, crlBytes)
 	}
 	if err != nil {
-		sum := sha256.Sum256([]byte(err.Error() + "\x00" + string(certPEM) + "\x00" + string(keyPEM) + "\x00" + string(caPEM)))
+		sum := sha256.Sum256([]byte(err.Error() + "\x00" + string(certPEM) + "\x00" + string(keyPEM) + "\x00" + string(caPEM) + "\x00" + string(crlBytes)))
 		if sum != r.lastFailed {
 			r.lastFailed = sum
 			r.cfg.Logger.Warn("TLS files changed but do not load; keeping the previous ones", "err", err)
@@ -170,6 +180,9 @@ func (r *Reloader) reloadLocked() error {
 	r.cur.Store(m)
 	r.lastFailed = [sha256.Size]byte{}
 	attrs := []any{"cert", r.cfg.Cert, "ca", r.cfg.CA}
+	if m.revoked != nil {
+		attrs = append(attrs, "crl", r.cfg.CRL, "revoked", m.revoked.count)
+	}
 	if m.cert != nil {
 		attrs = append(attrs, "subject", m.cert.Leaf.Subject.String(), "serial", m.cert.Leaf.SerialNumber.Text(16),
 			"not_after", m.cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
@@ -179,14 +192,14 @@ func (r *Reloader) reloadLocked() error {
 }
 
 func (r *Reloader) read() (*material, error) {
-	certPEM, keyPEM, caPEM, err := r.readFiles()
+	certPEM, keyPEM, caPEM, crlBytes, err := r.readFiles()
 	if err != nil {
 		return nil, err
 	}
-	return r.parse(certPEM, keyPEM, caPEM)
+	return r.parse(certPEM, keyPEM, caPEM, crlBytes)
 }
 
-func (r *Reloader) readFiles() (certPEM, keyPEM, caPEM []byte, err error) {
+func (r *Reloader) readFiles() (certPEM, keyPEM, caPEM, crlBytes []byte, err error) {
 	read := func(path string) ([]byte, error) {
 		if path == "" {
 			return nil, nil
@@ -203,14 +216,17 @@ func (r *Reloader) readFiles() (certPEM, keyPEM, caPEM []byte, err error) {
 	if keyPEM, err = read(r.cfg.Key); err != nil {
 		return
 	}
-	caPEM, err = read(r.cfg.CA)
+	if caPEM, err = read(r.cfg.CA); err != nil {
+		return
+	}
+	crlBytes, err = read(r.cfg.CRL)
 	return
 }
 
 // parse checks a reading: the key matches the certificate, the
 // certificate has not expired, the CA file holds certificates only.
-func (r *Reloader) parse(certPEM, keyPEM, caPEM []byte) (*material, error) {
-	m := &material{certPEM: certPEM, keyPEM: keyPEM, caPEM: caPEM}
+func (r *Reloader) parse(certPEM, keyPEM, caPEM, crlBytes []byte) (*material, error) {
+	m := &material{certPEM: certPEM, keyPEM: keyPEM, caPEM: caPEM, crlBytes: crlBytes}
 	if certPEM != nil {
 		c, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
@@ -222,19 +238,33 @@ func (r *Reloader) parse(certPEM, keyPEM, caPEM []byte) (*material, error) {
 		m.cert = &c
 	}
 	if caPEM != nil {
-		pool, err := parseCAs(r.cfg.CA, caPEM)
+		cas, err := parseCAs(r.cfg.CA, caPEM)
 		if err != nil {
 			return nil, err
 		}
-		m.pool = pool
+		m.pool = x509.NewCertPool()
+		for _, c := range cas {
+			m.pool.AddCert(c)
+		}
+		if crlBytes != nil {
+			if m.revoked, err = parseCRLs(r.cfg.CRL, crlBytes, cas); err != nil {
+				return nil, err
+			}
+			if next := m.revoked.nextUpdate; !next.IsZero() && next.Before(r.cfg.Clock.Now()) {
+				// Still enforced: what it revokes stays revoked. A newer
+				// one is due from the CA.
+				r.cfg.Logger.Warn("the CRL is past its next update; it is enforced until a newer one replaces it", "crl", r.cfg.CRL,
+					"next_update", m.revoked.nextUpdate.UTC().Format(time.RFC3339))
+			}
+		}
 	}
 	return m, nil
 }
 
 // parseCAs reads every block of a CA bundle strictly: anything but a
 // certificate is an error, so a key pasted into the wrong file is noticed.
-func parseCAs(path string, b []byte) (*x509.CertPool, error) {
-	pool := x509.NewCertPool()
+func parseCAs(path string, b []byte) ([]*x509.Certificate, error) {
+	var out []*x509.Certificate
 	n := 0
 	for {
 		var block *pem.Block
@@ -250,7 +280,7 @@ func parseCAs(path string, b []byte) (*x509.CertPool, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tlsconfig: %s: certificate %d: %w", path, n, err)
 		}
-		pool.AddCert(c)
+		out = append(out, c)
 	}
 	if n == 0 {
 		return nil, fmt.Errorf("tlsconfig: %s: no PEM certificate found", path)
@@ -258,7 +288,7 @@ func parseCAs(path string, b []byte) (*x509.CertPool, error) {
 	if len(bytes.TrimSpace(b)) > 0 {
 		return nil, fmt.Errorf("tlsconfig: %s: text after certificate %d is not PEM", path, n)
 	}
-	return pool, nil
+	return out, nil
 }
 
 // ClientCerts is what a server does with client certificates when
@@ -295,6 +325,18 @@ func (r *Reloader) ServerConfig(cc ClientCerts, protos ...string) *tls.Config {
 				c.ClientAuth = tls.RequireAndVerifyClientCert
 				if cc == VerifyClientCertIfGiven {
 					c.ClientAuth = tls.VerifyClientCertIfGiven
+				}
+			}
+			if rev := m.revoked; rev != nil {
+				// Called after the chain is verified, on resumed sessions
+				// too, so a certificate revoked since it last connected
+				// does not come back through a session ticket.
+				c.VerifyConnection = func(cs tls.ConnectionState) error {
+					if err := rev.check(cs.VerifiedChains); err != nil {
+						r.cfg.Logger.Warn("TLS handshake refused: revoked client certificate", "err", err)
+						return err
+					}
+					return nil
 				}
 			}
 			return c, nil

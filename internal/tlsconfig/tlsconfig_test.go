@@ -352,3 +352,82 @@ func TestRequireVerifiedClient(t *testing.T) {
 		}
 	}
 }
+
+// TestCRL: a client certificate the CRL revokes is refused at the
+// handshake, required or optional, PEM or DER; one it does not list gets
+// in; a CRL rewritten to revoke another certificate is picked up at the
+// next check of the injected clock; a CRL that is not the client CA's is
+// refused at start.
+func TestCRL(t *testing.T) {
+	ca, other := testcert.NewCA(t, "test CA"), testcert.NewCA(t, "other CA")
+	server := ca.Issue(t, "claimd.test")
+	good, revoked, later := ca.Issue(t, "spiffe://example.org/good"), ca.Issue(t, "spiffe://example.org/revoked"), ca.Issue(t, "spiffe://example.org/later")
+	f := newFiles(t, server, ca)
+	f.CRL = filepath.Join(filepath.Dir(f.Cert), "ca.crl")
+	write(t, f.CRL, ca.CRL(t, revoked.Cert))
+	clk := clock.NewFake(time.Now())
+	var log strings.Builder
+	r := newReloader(t, f, clk, &log)
+	required, optional := r.ServerConfig(tlsconfig.RequireClientCert, "h2"), r.ServerConfig(tlsconfig.VerifyClientCertIfGiven, "h2")
+
+	for _, tc := range []struct {
+		desc          string
+		server        *tls.Config
+		client        *testcert.Leaf
+		wantServerErr string
+	}{
+		{"certificate the CRL does not list", required, good, ""},
+		{"revoked certificate", required, revoked, "is revoked by the CRL"},
+		{"revoked certificate where one is optional", optional, revoked, "is revoked by the CRL"},
+		{"no certificate where one is optional", optional, nil, ""},
+	} {
+		serverErr, _, clientErr := handshake(t, tc.server, clientOf(ca, tc.client))
+		switch {
+		case tc.wantServerErr == "" && (serverErr != nil || clientErr != nil):
+			t.Errorf("%s: handshake = server %v, client %v; want both nil", tc.desc, serverErr, clientErr)
+		case tc.wantServerErr != "" && (serverErr == nil || !strings.Contains(serverErr.Error(), tc.wantServerErr)):
+			t.Errorf("%s: server handshake = %v, want an error containing %q", tc.desc, serverErr, tc.wantServerErr)
+		case tc.wantServerErr != "" && clientErr == nil:
+			t.Errorf("%s: client read data over a refused handshake", tc.desc)
+		}
+	}
+	if !strings.Contains(log.String(), "revoked client certificate") {
+		t.Errorf("log does not name the refused handshake:\n%s", log.String())
+	}
+
+	// Re-issued as DER, revoking later instead: seen after the interval.
+	der, err := ca.RevocationList(time.Now().Add(-time.Hour), time.Now().Add(time.Hour), later.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, f.CRL, der)
+	if serverErr, _, _ := handshake(t, required, clientOf(ca, later)); serverErr != nil {
+		t.Errorf("before the check interval: handshake of the newly revoked certificate = %v, want it admitted (old CRL)", serverErr)
+	}
+	clk.Advance(tlsconfig.DefaultCheckInterval)
+	if serverErr, _, _ := handshake(t, required, clientOf(ca, later)); serverErr == nil || !strings.Contains(serverErr.Error(), "revoked") {
+		t.Errorf("after the check interval: handshake of the newly revoked certificate = %v, want it refused", serverErr)
+	}
+	if serverErr, _, _ := handshake(t, required, clientOf(ca, revoked)); serverErr != nil {
+		t.Errorf("after the check interval: handshake of the certificate the new CRL no longer lists = %v, want it admitted", serverErr)
+	}
+
+	for _, tc := range []struct {
+		desc string
+		crl  []byte
+		want string
+	}{
+		{"CRL of another CA", other.CRL(t, revoked.Cert), `ca.crl: CRL 1 of "CN=other CA" is signed by no CA of the client CA file`},
+		{"not a CRL", server.CertPEM, `ca.crl: PEM block 1 is a "CERTIFICATE", want X509 CRL`},
+		{"garbage", []byte("not a crl"), "ca.crl: CRL 1 (PEM X509 CRL or DER)"},
+	} {
+		write(t, f.CRL, tc.crl)
+		_, err := tlsconfig.New(tlsconfig.Config{Files: f.Files, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New() error = %v, want it to contain %q", tc.desc, err, tc.want)
+		}
+	}
+	if _, err := tlsconfig.New(tlsconfig.Config{Files: tlsconfig.Files{Cert: f.Cert, Key: f.Key, CRL: f.CRL}}); err == nil || !strings.Contains(err.Error(), "give the CA file too") {
+		t.Errorf("New() with a CRL and no CA error = %v, want it refused", err)
+	}
+}

@@ -195,3 +195,27 @@ func serial() *big.Int {
 func pemBlock(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 }
+
+// CRL is a certificate revocation list of ca in PEM that revokes each of
+// revoked, valid from an hour ago for a day (RevocationList for other
+// times).
+func (ca *CA) CRL(t testing.TB, revoked ...*x509.Certificate) []byte {
+	t.Helper()
+	now := time.Now()
+	der, err := ca.RevocationList(now.Add(-time.Hour), now.Add(24*time.Hour), revoked...)
+	if err != nil {
+		t.Fatalf("testcert: CRL: %v", err)
+	}
+	return pemBlock("X509 CRL", der)
+}
+
+// RevocationList is a DER certificate revocation list of ca that revokes
+// each of revoked, issued at thisUpdate and due for renewal at nextUpdate.
+func (ca *CA) RevocationList(thisUpdate, nextUpdate time.Time, revoked ...*x509.Certificate) ([]byte, error) {
+	tmpl := &x509.RevocationList{Number: serial(), ThisUpdate: thisUpdate, NextUpdate: nextUpdate}
+	for _, c := range revoked {
+		tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries,
+			x509.RevocationListEntry{SerialNumber: c.SerialNumber, RevocationTime: thisUpdate})
+	}
+	return x509.CreateRevocationList(rand.Reader, tmpl, ca.Cert, ca.key)
+}
