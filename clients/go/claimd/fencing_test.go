@@ -25,11 +25,11 @@ func TestFencingTokenStore(t *testing.T) {
 	for _, d := range effectDialects {
 		for _, tt := range []struct {
 			desc        string
-			aFirst      bool  // A writes before B takes over (else after B wrote)
-			aRows       int64 // rows A's write changed
-			bRows       int64 // rows B's write changed
-			afterA      string
-			afterAToken int64 // the stored row right after A's write
+			aFirst      bool   // A writes before B takes over (else after B wrote)
+			aRows       int64  // rows A's write changed
+			bRows       int64  // rows B's write changed
+			afterA      string // the stored status right after A's write
+			afterAToken int64  // and its token
 		}{
 			{desc: "zombie writes after the takeover", aRows: 0, bRows: 1, afterA: "B", afterAToken: 2},
 			{desc: "taker overwrites the first holder", aFirst: true, aRows: 1, bRows: 1, afterA: "A", afterAToken: 1},
