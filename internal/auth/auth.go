@@ -26,8 +26,12 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Logger receives refusals and reloads. Default slog.Default().
 	Logger *slog.Logger
-	// Clock feeds the rate limiters. Default clock.Real.
+	// Clock feeds the rate limiters and decides when a token has expired.
+	// Default clock.Real.
 	Clock clock.Clock
+	// Identity is the one part of a client certificate that names its
+	// principal (--tls-identity). Default IdentityURI.
+	Identity IdentityKind
 	// Reloaded, when set, is called after every reload attempt with its
 	// outcome (nil: the new file is in force). Tests wait on it.
 	Reloaded func(error)
@@ -64,6 +68,12 @@ func Load(path string, opts Options) (*Authenticator, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
+	if opts.Identity == "" {
+		opts.Identity = IdentityURI
+	}
+	if _, err := ParseIdentityKind(string(opts.Identity)); err != nil {
+		return nil, fmt.Errorf("auth: identity kind: %w", err)
+	}
 	a := &Authenticator{
 		path:      path,
 		opts:      opts,
@@ -86,7 +96,17 @@ func Load(path string, opts Options) (*Authenticator, error) {
 		}
 	}
 	a.met.loaded(st)
+	a.warnUnmatchable(st)
 	return a, nil
+}
+
+// warnUnmatchable says which identities of the file grant nothing under
+// the configured kind: a file written for another --tls-identity.
+func (a *Authenticator) warnUnmatchable(st *state) {
+	if ids := st.unmatchable(); len(ids) > 0 {
+		a.opts.Logger.Warn("auth file lists certificate identities that --tls-identity never reads; they admit nobody",
+			"file", a.path, "tls_identity", string(st.kind), "identities", ids)
+	}
 }
 
 // build parses the file's bytes into a new state; prev supplies the
@@ -96,7 +116,7 @@ func (a *Authenticator) build(data []byte, prev *state) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newState(cfg, sha256.Sum256(data), prev, a.opts.Clock.Now()), nil
+	return newState(cfg, sha256.Sum256(data), prev, a.opts.Identity, a.opts.Clock), nil
 }
 
 // Reload re-reads the auth file. A file that does not load leaves the
@@ -138,6 +158,7 @@ func (a *Authenticator) reload(onlyChanged bool) error {
 		a.cur.Store(st)
 		a.met.loaded(st)
 		a.met.reloadDone()
+		a.warnUnmatchable(st)
 		a.opts.Logger.Info("auth file reloaded", "file", a.path, "principals", len(st.principals))
 	}
 	if a.opts.Reloaded != nil {

@@ -14,6 +14,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
@@ -48,31 +49,53 @@ func TestTokenPrincipal(t *testing.T) {
 	e.noSecrets(t)
 }
 
+// TestMTLSPrincipal: a client certificate names its principal by one kind
+// of identity (--tls-identity): the first URI SAN by default, else the
+// first DNS SAN or the CN; no other part of it is read, so a certificate
+// whose identity of that kind names nobody is refused even when another
+// part would name a principal.
 func TestMTLSPrincipal(t *testing.T) {
-	e := newEnv(t)
+	envs := map[auth.IdentityKind]*env{}
+	for _, k := range auth.IdentityKinds {
+		envs[k] = newEnvWith(t, auth.Options{Identity: k})
+	}
+	e := envs[auth.IdentityURI]
 	tests := []struct {
 		desc  string
+		kind  auth.IdentityKind
 		leaf  leaf
 		token string
 		want  string // principal name; "" when refused
 		via   string
 		code  codes.Code
 		why   string
+		msg   string // in the refusal's message
 	}{
-		{"SPIFFE ID", leaf{cn: "x", uris: []string{spiffeID}}, "", "spiffe-hooks", "mtls", codes.OK, ""},
-		{"DNS SAN", leaf{dns: []string{"Hooks.Billing.svc"}}, "", "dns-hooks", "mtls", codes.OK, ""},
-		{"CN", leaf{cn: "hooks"}, "", "cn-hooks", "mtls", codes.OK, ""},
-		// URI SANs are tried before DNS SANs, DNS SANs before the CN.
-		{"URI before DNS before CN", leaf{cn: "hooks", dns: []string{"hooks.billing.svc"}, uris: []string{"spiffe://example.org/unknown", spiffeID}}, "", "spiffe-hooks", "mtls", codes.OK, ""},
-		{"DNS before CN", leaf{cn: "hooks", dns: []string{"other.svc", "hooks.billing.svc"}}, "", "dns-hooks", "mtls", codes.OK, ""},
-		{"certificate and token of one principal", leaf{uris: []string{spiffeID}}, spiffeToken, "spiffe-hooks", "token+mtls", codes.OK, ""},
-		{"verified certificate of nobody, valid token", leaf{cn: "stranger"}, hooksToken, "billing-hooks", "token", codes.OK, ""},
-		{"unknown identity", leaf{cn: "stranger", uris: []string{"spiffe://example.org/stranger"}}, "", "", "", codes.Unauthenticated, auth.ReasonIdentityUnknown},
-		{"certificate and token of different principals", leaf{cn: "hooks"}, hooksToken, "", "", codes.Unauthenticated, auth.ReasonPrincipalConflict},
-		{"known certificate, unknown token", leaf{cn: "hooks"}, auth.NewToken(), "", "", codes.Unauthenticated, auth.ReasonTokenUnknown},
+		{"uri: SPIFFE ID", auth.IdentityURI, leaf{cn: "x", uris: []string{spiffeID}}, "", "spiffe-hooks", "mtls", codes.OK, "", ""},
+		{"uri: only the first URI SAN is read", auth.IdentityURI, leaf{uris: []string{"spiffe://example.org/unknown", spiffeID}}, "", "", "", codes.Unauthenticated, auth.ReasonIdentityUnknown,
+			`first URI SAN "spiffe://example.org/unknown" (--tls-identity uri`},
+		{"uri: a DNS SAN of a principal is not read", auth.IdentityURI, leaf{dns: []string{"hooks.billing.svc"}}, "", "", "", codes.Unauthenticated, auth.ReasonIdentityUnknown,
+			"has no URI SAN, the one identity --tls-identity uri reads"},
+		{"uri: a CN of a principal is not read (random DNS SAN, CN=hooks)", auth.IdentityURI, leaf{cn: "hooks", dns: []string{"random.example.net"}}, "", "", "", codes.Unauthenticated, auth.ReasonIdentityUnknown,
+			"has no URI SAN"},
+		{"uri: certificate and token of one principal", auth.IdentityURI, leaf{uris: []string{spiffeID}}, spiffeToken, "spiffe-hooks", "token+mtls", codes.OK, "", ""},
+		{"uri: certificate of nobody, valid token", auth.IdentityURI, leaf{cn: "hooks", uris: []string{"spiffe://example.org/stranger"}}, hooksToken, "billing-hooks", "token", codes.OK, "", ""},
+		{"uri: certificate and token of different principals", auth.IdentityURI, leaf{uris: []string{spiffeID}}, hooksToken, "", "", codes.Unauthenticated, auth.ReasonPrincipalConflict, "names spiffe-hooks"},
+		{"uri: known certificate, unknown token", auth.IdentityURI, leaf{uris: []string{spiffeID}}, auth.NewToken(), "", "", codes.Unauthenticated, auth.ReasonTokenUnknown, ""},
+		{"dns: DNS SAN, any case", auth.IdentityDNS, leaf{dns: []string{"Hooks.Billing.svc"}}, "", "dns-hooks", "mtls", codes.OK, "", ""},
+		{"dns: only the first DNS SAN is read", auth.IdentityDNS, leaf{dns: []string{"other.svc", "hooks.billing.svc"}}, "", "", "", codes.Unauthenticated, auth.ReasonIdentityUnknown,
+			`first DNS SAN "dns:other.svc" (--tls-identity dns`},
+		{"dns: a SPIFFE ID or CN of a principal is not read", auth.IdentityDNS, leaf{cn: "hooks", uris: []string{spiffeID}}, "", "", "", codes.Unauthenticated, auth.ReasonIdentityUnknown,
+			"has no DNS SAN"},
+		{"cn: CN", auth.IdentityCN, leaf{cn: "hooks"}, "", "cn-hooks", "mtls", codes.OK, "", ""},
+		{"cn: SANs of principals are not read", auth.IdentityCN, leaf{cn: "stranger", dns: []string{"hooks.billing.svc"}, uris: []string{spiffeID}}, "", "", "", codes.Unauthenticated, auth.ReasonIdentityUnknown,
+			`subject common name "cn:stranger" (--tls-identity cn`},
+		{"cn: no CN", auth.IdentityCN, leaf{uris: []string{spiffeID}}, "", "", "", codes.Unauthenticated, auth.ReasonIdentityUnknown, "has no subject common name"},
+		{"cn: certificate and token of different principals", auth.IdentityCN, leaf{cn: "hooks"}, hooksToken, "", "", codes.Unauthenticated, auth.ReasonPrincipalConflict, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
+			e := envs[tc.kind]
 			c := e.claims(t, e.clientCert(t, tc.leaf))
 			ctx := context.Background()
 			if tc.token != "" {
@@ -83,6 +106,9 @@ func TestMTLSPrincipal(t *testing.T) {
 			_, err := c.Claim(ctx, claimReq("billing", "evt_"+strings.ReplaceAll(tc.desc, " ", "_")))
 			if tc.code != codes.OK {
 				wantRefused(t, "Claim", err, tc.code, tc.why)
+				if msg := status.Convert(err).Message(); !strings.Contains(msg, tc.msg) {
+					t.Errorf("Claim error message = %q, want it to say %q", msg, tc.msg)
+				}
 				if e.store.Writes.Load() != before {
 					t.Errorf("a refused Claim reached the store")
 				}

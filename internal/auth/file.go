@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"go.yaml.in/yaml/v3"
@@ -60,8 +61,8 @@ type Config struct {
 // PrincipalConfig is one principal of the file.
 type PrincipalConfig struct {
 	Name string
-	// TokenHashes are the SHA-256 sums of the principal's bearer tokens.
-	TokenHashes [][sha256.Size]byte
+	// Tokens are the principal's bearer tokens, by hash.
+	Tokens []Token
 	// Identities are client certificate identities in the file's notation:
 	// "spiffe://…" or "uri:…" (a URI SAN), "dns:…" (a DNS SAN, lower case),
 	// "cn:…" (the subject common name).
@@ -71,6 +72,15 @@ type PrincipalConfig struct {
 	Namespaces []string
 	Roles      Roles
 	Rate       Rate
+}
+
+// Token is a bearer token of the file: the SHA-256 of the token, and when
+// it stops being accepted.
+type Token struct {
+	Hash [sha256.Size]byte
+	// Expires is the first instant the token is refused (TOKEN_UNKNOWN,
+	// "expired"); zero when it does not expire.
+	Expires time.Time
 }
 
 // Rate is a token bucket: PerSecond calls a second on average, Burst at
@@ -124,11 +134,13 @@ func LoadFile(path string) (*Config, error) {
 // missing or given twice; version is not SchemaVersion; there is no
 // principal; a principal name does not match [a-z0-9][a-z0-9_.-]{0,62}; a
 // principal has no token and no identity, no namespace or no role; a token
-// is not "sha256:" and 64 lowercase hex digits, or is listed twice
-// (within a principal or across principals); an identity is not one of
+// is not "sha256:" and 64 lowercase hex digits (alone, or as the hash of
+// a mapping {hash, expires} whose expires is an RFC 3339 time), or is listed
+// twice (within a principal or across principals); an identity is not one of
 // spiffe://, uri:, dns:, cn: or is listed twice; a namespace is neither a
-// name nor a prefix ending in "*"; a role is not claim, read or admin; a
-// rate is not "unlimited" or {per_second > 0, burst >= 1}. Anchors and
+// name nor a prefix ending in "*"; a role is not claim, read, admin or
+// metrics; a principal without the namespaces field has a role other than
+// metrics (which reads /metrics, not a namespace); a rate is not "unlimited" or {per_second > 0, burst >= 1}. Anchors and
 // aliases are refused: a reviewer must read every grant where it applies.
 func Parse(name string, data []byte) (*Config, error) {
 	l := &loader{file: name, tokens: map[[sha256.Size]byte]string{}, identities: map[string]string{}}
@@ -319,21 +331,9 @@ func (l *loader) principal(key, n *yaml.Node, defaultRate Rate) *PrincipalConfig
 		vals[f.key.Value] = f.value
 	}
 	p := &PrincipalConfig{Name: name, Rate: defaultRate}
-	for _, v := range l.list(vals["tokens"], subject, "tokens") {
-		h, ok := parseHash(v.Value)
-		switch {
-		case !ok && strings.HasPrefix(v.Value, TokenPrefix):
-			// Never echo it: it is most likely a live token.
-			l.errorf(v, subject, "tokens lists a token itself, not its hash: list %q and the hash that `claimd token new` prints, and treat that token as leaked", hashPrefix+"…")
-		case !ok:
-			l.errorf(v, subject, "a token must be listed as %q and 64 lowercase hex digits (the value `claimd token new` prints)", hashPrefix)
-		case l.tokens[h] == name:
-			l.errorf(v, subject, "this token hash is listed twice")
-		case l.tokens[h] != "":
-			l.errorf(v, subject, "this token hash is also listed by principal %s: a token names exactly one principal", l.tokens[h])
-		default:
-			l.tokens[h] = name
-			p.TokenHashes = append(p.TokenHashes, h)
+	for _, v := range l.tokenList(vals["tokens"], subject) {
+		if tok, ok := l.token(v, subject); ok {
+			p.Tokens = append(p.Tokens, tok)
 		}
 	}
 	for _, v := range l.list(vals["identities"], subject, "identities") {
@@ -363,14 +363,11 @@ func (l *loader) principal(key, n *yaml.Node, defaultRate Rate) *PrincipalConfig
 			p.Namespaces = append(p.Namespaces, v.Value)
 		}
 	}
-	if vals["namespaces"] == nil {
-		l.errorf(key, subject, `namespaces is required: list the namespaces this principal may use ("*" for every one)`)
-	}
 	for _, v := range l.list(vals["roles"], subject, "roles") {
 		r, ok := roleNames[v.Value]
 		switch {
 		case !ok:
-			l.errorf(v, subject, "role %s is not one of claim, read, admin", clip(v.Value))
+			l.errorf(v, subject, "role %s is not one of claim, read, admin, metrics", clip(v.Value))
 		case p.Roles&r != 0:
 			l.errorf(v, subject, "role %s is listed twice", v.Value)
 		default:
@@ -378,7 +375,11 @@ func (l *loader) principal(key, n *yaml.Node, defaultRate Rate) *PrincipalConfig
 		}
 	}
 	if vals["roles"] == nil {
-		l.errorf(key, subject, "roles is required: claim, read and/or admin")
+		l.errorf(key, subject, "roles is required: claim, read, admin and/or metrics")
+	}
+	// A scraper's principal (metrics alone) uses no namespace.
+	if vals["namespaces"] == nil && (vals["roles"] == nil || p.Roles&^RoleMetrics != 0) {
+		l.errorf(key, subject, `namespaces is required: list the namespaces this principal may use ("*" for every one)`)
 	}
 	if v := vals["rate"]; v != nil {
 		p.Rate, _ = l.rate(v, subject, "rate")
@@ -387,6 +388,80 @@ func (l *loader) principal(key, n *yaml.Node, defaultRate Rate) *PrincipalConfig
 		return nil
 	}
 	return p
+}
+
+// tokenList returns the items of the tokens sequence: scalars (a hash) or
+// mappings ({hash, expires}); n may be nil (the field is absent).
+func (l *loader) tokenList(n *yaml.Node, subject string) []*yaml.Node {
+	if n == nil {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		l.errorf(n, subject, "tokens must be a list of at least one token hash, as in [\"sha256:…\"]")
+		return nil
+	}
+	var out []*yaml.Node
+	for _, v := range n.Content {
+		if (v.Kind != yaml.ScalarNode || v.Value == "") && v.Kind != yaml.MappingNode {
+			l.errorf(v, subject, `tokens must list hashes ("sha256:…") or mappings {hash: "sha256:…", expires: <RFC 3339 time>}`)
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// token validates one item of tokens and records its hash as seen.
+func (l *loader) token(v *yaml.Node, subject string) (Token, bool) {
+	var tok Token
+	hashNode := v
+	if v.Kind == yaml.MappingNode {
+		hashNode = nil
+		ok := true
+		for _, f := range l.fields(v, subject, []string{"hash", "expires"}) {
+			switch {
+			case f.key.Value == "hash" && f.value.Kind == yaml.ScalarNode:
+				hashNode = f.value
+			case f.key.Value == "hash":
+				l.errorf(f.value, subject, `a token's hash must be one value "sha256:…"`)
+				ok = false
+			default:
+				t, err := time.Parse(time.RFC3339, f.value.Value)
+				if f.value.Kind != yaml.ScalarNode || err != nil {
+					l.errorf(f.value, subject, "a token's expires %s must be an RFC 3339 time with its zone, as in 2027-01-31T00:00:00Z", clip(f.value.Value))
+					ok = false
+					continue
+				}
+				tok.Expires = t
+			}
+		}
+		if hashNode == nil {
+			if ok {
+				l.errorf(v, subject, `a token given as a mapping needs hash: "sha256:…"`)
+			}
+			return tok, false
+		}
+		if !ok {
+			return tok, false
+		}
+	}
+	h, ok := parseHash(hashNode.Value)
+	switch {
+	case !ok && strings.HasPrefix(hashNode.Value, TokenPrefix):
+		// Never echo it: it is most likely a live token.
+		l.errorf(hashNode, subject, "tokens lists a token itself, not its hash: list %q and the hash that `claimd token new` prints, and treat that token as leaked", hashPrefix+"…")
+	case !ok:
+		l.errorf(hashNode, subject, "a token must be listed as %q and 64 lowercase hex digits (the value `claimd token new` prints)", hashPrefix)
+	case l.tokens[h] == subject:
+		l.errorf(hashNode, subject, "this token hash is listed twice")
+	case l.tokens[h] != "":
+		l.errorf(hashNode, subject, "this token hash is also listed by principal %s: a token names exactly one principal", l.tokens[h])
+	default:
+		l.tokens[h] = subject
+		tok.Hash = h
+		return tok, true
+	}
+	return tok, false
 }
 
 // list returns the items of a non-empty sequence of non-empty scalars; n

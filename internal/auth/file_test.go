@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -49,7 +50,7 @@ principals:
 	}
 	var got []summary
 	for _, p := range cfg.Principals {
-		got = append(got, summary{p.Name, len(p.TokenHashes), p.Identities, p.Namespaces, p.Roles.String(), p.Rate})
+		got = append(got, summary{p.Name, len(p.Tokens), p.Identities, p.Namespaces, p.Roles.String(), p.Rate})
 	}
 	want := []summary{
 		{"billing-webhooks", 1, []string{"spiffe://example.org/ns/billing/sa/hooks", "dns:hooks.billing.svc", "cn:hooks", "uri:urn:example:hooks"},
@@ -60,6 +61,36 @@ principals:
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Parse() principals (-want +got):\n%s", diff)
+	}
+}
+
+// TestParseTokenExpiry: a token is a hash, or a mapping of its hash and
+// the RFC 3339 time it expires; a scraper's principal (metrics alone)
+// needs no namespaces.
+func TestParseTokenExpiry(t *testing.T) {
+	file := `version: 1
+principals:
+  hooks:
+    tokens:
+      - "` + hashA + `"
+      - {hash: "` + hashB + `", expires: 2027-01-31T12:00:00+01:00}
+    namespaces: [billing]
+    roles: [claim]
+  prometheus:
+    identities: ["spiffe://example.org/prometheus"]
+    roles: [metrics]
+`
+	cfg, err := auth.Parse("auth.yaml", []byte(file))
+	if err != nil {
+		t.Fatalf("Parse() error = %v", err)
+	}
+	hooks, scraper := cfg.Principals[0], cfg.Principals[1]
+	want := time.Date(2027, 1, 31, 11, 0, 0, 0, time.UTC)
+	if len(hooks.Tokens) != 2 || !hooks.Tokens[0].Expires.IsZero() || !hooks.Tokens[1].Expires.Equal(want) {
+		t.Errorf("Parse() hooks tokens = %+v, want the first without expiry, the second expiring at %v", hooks.Tokens, want)
+	}
+	if scraper.Roles != auth.RoleMetrics || len(scraper.Namespaces) != 0 {
+		t.Errorf("Parse() prometheus = roles %v, namespaces %v; want metrics and none", scraper.Roles, scraper.Namespaces)
 	}
 }
 
@@ -111,7 +142,7 @@ func TestParseRefuses(t *testing.T) {
 		{"no namespaces", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"namespaces": "-"}), "auth.yaml:3: a: namespaces is required"},
 		{"no roles", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"roles": "-"}), "auth.yaml:3: a: roles is required"},
 		{"empty roles", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"roles": "[]"}), "auth.yaml:6: a: roles must be a list of at least one value"},
-		{"unknown role", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"roles": "[claim, write]"}), `auth.yaml:6: a: role "write" is not one of claim, read, admin`},
+		{"unknown role", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"roles": "[claim, write]"}), `auth.yaml:6: a: role "write" is not one of claim, read, admin, metrics`},
 		{"role twice", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"roles": "[claim, claim]"}), "auth.yaml:6: a: role claim is listed twice"},
 		{"pattern star inside", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"namespaces": `["pay*outs"]`}), `auth.yaml:5: a: namespace "pay*outs" must be a namespace`},
 		{"pattern leading star", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"namespaces": `["*-eu"]`}), `namespace "*-eu" must be`},
@@ -126,6 +157,18 @@ func TestParseRefuses(t *testing.T) {
 		{"identity kind unknown", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"identities": `["email:a@b"]`}), `auth.yaml:5: a: identity "email:a@b": must be spiffe://`},
 		{"identity shared", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"identities": `["dns:x.svc"]`}) +
 			principalEntry("b", map[string]string{"tokens": `["` + hashB + `"]`, "identities": `["dns:X.svc"]`}), `b: identity "dns:X.svc" is also listed by principal a`},
+		{"token expiry not RFC 3339", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"tokens": `[{hash: "` + hashA + `", expires: 2027-01-31}]`}),
+			`auth.yaml:4: a: a token's expires "2027-01-31" must be an RFC 3339 time with its zone`},
+		{"token expiry without zone", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"tokens": `[{hash: "` + hashA + `", expires: "2027-01-31T00:00:00"}]`}),
+			`a token's expires "2027-01-31T00:00:00" must be an RFC 3339 time`},
+		{"token mapping without hash", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"tokens": `[{expires: 2027-01-31T00:00:00Z}]`}),
+			`auth.yaml:4: a: a token given as a mapping needs hash`},
+		{"token mapping unknown field", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"tokens": `[{hash: "` + hashA + `", until: x}]`}),
+			`a: unknown field "until" (want one of hash, expires)`},
+		{"raw token in a mapping", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"tokens": `[{hash: "` + rawToken + `"}]`}),
+			`a: tokens lists a token itself, not its hash`},
+		{"metrics and claim without namespaces", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"namespaces": "-", "roles": "[metrics, claim]"}),
+			"auth.yaml:3: a: namespaces is required"},
 		{"rate zero", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"rate": "{per_second: 0, burst: 1}"}), "auth.yaml:7: a: rate.per_second must be a number > 0"},
 		{"rate burst missing", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"rate": "{per_second: 5}"}), "auth.yaml:7: a: rate.burst is required"},
 		{"rate word", "version: 1\nprincipals:\n" + principalEntry("a", map[string]string{"rate": "fast"}), `auth.yaml:7: a: rate must be "unlimited"`},

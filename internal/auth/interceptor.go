@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"strings"
 	"time"
@@ -42,6 +43,11 @@ func (a *Authenticator) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if err := a.checkNamespace(ctx, c, req); err != nil {
 			return nil, err
 		}
+		// Last: a call refused for its credentials, role or namespace
+		// spends nothing of the principal's budget.
+		if err := a.limit(c); err != nil {
+			return nil, err
+		}
 		return handler(NewContext(ctx, c.principal()), req)
 	}
 }
@@ -57,6 +63,9 @@ func (a *Authenticator) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		}
 		c, err := a.admit(ss.Context(), info.FullMethod)
 		if err != nil {
+			return err
+		}
+		if err := a.limit(c); err != nil {
 			return err
 		}
 		return handler(srv, &admittedStream{ServerStream: ss, ctx: NewContext(ss.Context(), c.principal()), a: a, c: c})
@@ -93,9 +102,10 @@ type call struct {
 
 func (c call) principal() Principal { return c.p.context(c.via) }
 
-// admit authenticates the caller, spends one token of its rate limit and
-// checks that its roles allow the method. Server reflection needs an
-// authenticated caller and no particular role.
+// admit authenticates the caller and checks that its roles allow the
+// method; it spends nothing of the rate limit (the caller does, once every
+// check passed). Server reflection needs an authenticated caller and no
+// particular role.
 func (a *Authenticator) admit(ctx context.Context, method string) (call, error) {
 	st := a.cur.Load()
 	c := call{method: method}
@@ -103,9 +113,6 @@ func (a *Authenticator) admit(ctx context.Context, method string) (call, error) 
 	c.p, c.via, reason, msg = authenticate(ctx, st)
 	if reason != "" {
 		return c, a.unauthenticated(ctx, method, reason, msg)
-	}
-	if err := a.limit(c); err != nil {
-		return c, err
 	}
 	r, ok := a.rules[method]
 	switch {
@@ -124,29 +131,48 @@ func (a *Authenticator) admit(ctx context.Context, method string) (call, error) 
 }
 
 // authenticate finds the principal of the call's credentials: a bearer
-// token, a verified client certificate, or both (they must then name the
-// same principal). A token that is sent must be valid, whatever the
-// certificate says. reason is "" on success.
+// token, a verified client certificate, or both. reason is "" on success.
 func authenticate(ctx context.Context, st *state) (p *principal, via, reason, msg string) {
+	return st.authenticate(metadata.ValueFromIncomingContext(ctx, "authorization"), peerLeaf(ctx))
+}
+
+// authenticate finds the principal of authorization (the values of the
+// authorization metadata or header) and leaf (the verified client
+// certificate, or nil). A token that is sent must be known and unexpired,
+// whatever the certificate says; a token and a certificate that both name
+// a principal must name the same one. The certificate is read under the
+// one kind of identity st.kind: a certificate that does not name a
+// principal that way is refused, unless a valid token names the caller
+// (the certificate then only carried the connection). reason is "" on
+// success.
+func (st *state) authenticate(authorization []string, leaf *x509.Certificate) (p *principal, via, reason, msg string) {
 	var byToken *principal
-	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
 	switch {
-	case len(vals) > 1:
-		return nil, "", ReasonTokenMalformed, "send one authorization metadata value, not several"
-	case len(vals) == 1:
-		tok, ok := bearer(vals[0])
+	case len(authorization) > 1:
+		return nil, "", ReasonTokenMalformed, "send one authorization value, not several"
+	case len(authorization) == 1:
+		tok, ok := bearer(authorization[0])
 		if !ok {
-			return nil, "", ReasonTokenMalformed, `authorization metadata must be "Bearer <token>"`
+			return nil, "", ReasonTokenMalformed, `authorization must be "Bearer <token>"`
 		}
-		if byToken = st.byToken(tok); byToken == nil {
+		e := st.byToken(tok)
+		if e == nil {
 			return nil, "", ReasonTokenUnknown, "the bearer token is not in the auth file (revoked, mistyped, or meant for another server)"
 		}
+		if !e.expires.IsZero() && !st.clk.Now().Before(e.expires) {
+			return nil, "", ReasonTokenUnknown, fmt.Sprintf("the bearer token expired at %s (its expires: in the auth file): use a current token",
+				e.expires.UTC().Format(time.RFC3339))
+		}
+		byToken = e.p
 	}
-	ids := peerIdentities(ctx)
-	var byCert *principal
-	for _, id := range ids {
-		if byCert = st.identities[id]; byCert != nil {
-			break
+	var (
+		byCert *principal
+		id     string
+		hasID  bool
+	)
+	if leaf != nil {
+		if id, hasID = certIdentity(leaf, st.kind); hasID {
+			byCert = st.identities[id]
 		}
 	}
 	switch {
@@ -159,10 +185,14 @@ func authenticate(ctx context.Context, st *state) (p *principal, via, reason, ms
 		return byToken, "token", "", ""
 	case byCert != nil:
 		return byCert, "mtls", "", ""
-	case len(ids) > 0:
-		return nil, "", ReasonIdentityUnknown, fmt.Sprintf("no principal of the auth file lists the client certificate's identities (first: %s)", clip(ids[0]))
+	case leaf != nil && !hasID:
+		return nil, "", ReasonIdentityUnknown, fmt.Sprintf("the client certificate has no %s, the one identity --tls-identity %s reads (other SANs and the CN are not read)",
+			st.kind.noun(), st.kind)
+	case leaf != nil:
+		return nil, "", ReasonIdentityUnknown, fmt.Sprintf("no principal of the auth file lists the client certificate's %s %s (--tls-identity %s; other SANs and the CN are not read)",
+			st.kind.describe(), clip(id), st.kind)
 	}
-	return nil, "", ReasonCredentialsMissing, "authentication required: send metadata authorization: Bearer <token>, or a client certificate signed by the server's client CA"
+	return nil, "", ReasonCredentialsMissing, "authentication required: send authorization: Bearer <token>, or a client certificate signed by the server's client CA"
 }
 
 // bearer returns the token of an authorization value "Bearer <token>"
@@ -181,24 +211,34 @@ func bearer(v string) (string, bool) {
 // is told to come back rather than held, and a refused call costs its
 // principal nothing.
 func (a *Authenticator) limit(c call) error {
-	lim := c.p.limiter
-	if lim == nil {
+	delay, ok := a.spend(c.p, c.method)
+	if ok {
 		return nil
+	}
+	return withDetails(codes.ResourceExhausted,
+		fmt.Sprintf("principal %s is over its rate limit %s: retry after %s", c.p.cfg.Name, c.p.cfg.Rate, delay),
+		&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain, Metadata: map[string]string{"principal": c.p.cfg.Name}},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
+}
+
+// spend takes one token of p's bucket; when it is empty it counts and logs
+// the refusal and returns how long until a token is back.
+func (a *Authenticator) spend(p *principal, what string) (time.Duration, bool) {
+	lim := p.limiter
+	if lim == nil {
+		return 0, true
 	}
 	now := a.opts.Clock.Now()
 	if lim.AllowN(now, 1) {
-		return nil
+		return 0, true
 	}
 	// Read after the refusal, not reserved: a reservation would count the
 	// concurrent refused calls and overstate the wait.
 	delay := time.Duration((1 - lim.TokensAt(now)) / float64(lim.Limit()) * float64(time.Second))
 	delay = max(delay, time.Millisecond)
-	a.met.rateLimited.WithLabelValues(c.p.cfg.Name).Inc()
-	a.opts.Logger.Debug("call refused: rate limit", "principal", c.p.cfg.Name, "method", c.method, "retry_after", delay.String())
-	return withDetails(codes.ResourceExhausted,
-		fmt.Sprintf("principal %s is over its rate limit %s: retry after %s", c.p.cfg.Name, c.p.cfg.Rate, delay),
-		&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain, Metadata: map[string]string{"principal": c.p.cfg.Name}},
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
+	a.met.rateLimited.WithLabelValues(p.cfg.Name).Inc()
+	a.opts.Logger.Debug("call refused: rate limit", "principal", p.cfg.Name, "method", what, "retry_after", delay.String())
+	return delay, false
 }
 
 // checkNamespace refuses a namespaced request whose namespace the principal

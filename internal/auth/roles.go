@@ -20,11 +20,16 @@ const (
 	// RoleRead may Get records, list providers, and read entities and
 	// deferred events.
 	RoleRead
-	// RoleAdmin may call every method, including operator-only ones.
+	// RoleAdmin may call every method, including operator-only ones, and
+	// read /metrics.
 	RoleAdmin
+	// RoleMetrics may read /metrics (every namespace's series, the auth
+	// file's principal names, the refusal counters) and call no RPC: the
+	// role of a Prometheus scraper.
+	RoleMetrics
 )
 
-var roleNames = map[string]Roles{"claim": RoleClaim, "read": RoleRead, "admin": RoleAdmin}
+var roleNames = map[string]Roles{"claim": RoleClaim, "read": RoleRead, "admin": RoleAdmin, "metrics": RoleMetrics}
 
 // Has reports whether rs grants what role needs: admin grants everything.
 func (rs Roles) Has(role Roles) bool { return rs&(role|RoleAdmin) != 0 }
@@ -32,7 +37,7 @@ func (rs Roles) Has(role Roles) bool { return rs&(role|RoleAdmin) != 0 }
 // String lists the roles as the auth file names them: "claim,read".
 func (rs Roles) String() string {
 	var out []string
-	for _, n := range []string{"claim", "read", "admin"} {
+	for _, n := range []string{"claim", "read", "admin", "metrics"} {
 		if rs&roleNames[n] != 0 {
 			out = append(out, n)
 		}

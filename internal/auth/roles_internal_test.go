@@ -59,6 +59,10 @@ func TestRolesHas(t *testing.T) {
 		{"admin has claim", RoleAdmin, RoleClaim, true},
 		{"admin has read", RoleAdmin, RoleRead, true},
 		{"none lacks read", 0, RoleRead, false},
+		{"admin has metrics", RoleAdmin, RoleMetrics, true},
+		{"metrics lacks claim", RoleMetrics, RoleClaim, false},
+		{"metrics lacks read", RoleMetrics, RoleRead, false},
+		{"read lacks metrics", RoleRead | RoleClaim, RoleMetrics, false},
 	}
 	for _, tc := range tests {
 		if got := tc.have.Has(tc.need); got != tc.allow {

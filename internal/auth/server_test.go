@@ -196,6 +196,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, auth.Options{})
+}
+
+// newEnvWith is newEnv with the Options' Identity (the rest is the env's).
+func newEnvWith(t *testing.T, o auth.Options) *env {
+	t.Helper()
 	e := &env{
 		reg: prometheus.NewRegistry(), clk: clock.NewFake(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)),
 		logs: &testenv.LogBuffer{}, serverCA: newCA(t, "server ca"), clientCA: newCA(t, "client ca"),
@@ -204,7 +210,7 @@ func newEnv(t *testing.T) *env {
 	e.write(t, testFile())
 	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var err error
-	e.a, err = auth.Load(e.path, auth.Options{Registerer: e.reg, Logger: log, Clock: e.clk, Reloaded: func(err error) { e.reloaded <- err }})
+	e.a, err = auth.Load(e.path, auth.Options{Registerer: e.reg, Logger: log, Clock: e.clk, Identity: o.Identity, Reloaded: func(err error) { e.reloaded <- err }})
 	if err != nil {
 		t.Fatalf("auth.Load() error = %v", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/claimd/claimd/internal/clock"
 )
 
 // principal is a principal of the loaded file, ready to check calls.
@@ -37,16 +39,23 @@ func (p *principal) allows(ns string) bool {
 }
 
 type tokenEntry struct {
-	hash [sha256.Size]byte
-	p    *principal
+	hash    [sha256.Size]byte
+	expires time.Time // zero: never
+	p       *principal
 }
 
 // state is one loaded auth file. It never changes once built: a reload
 // builds a new one and swaps it in.
 type state struct {
-	sum        [sha256.Size]byte // of the file's bytes, to skip reloads that change nothing
-	tokens     []tokenEntry
+	sum    [sha256.Size]byte // of the file's bytes, to skip reloads that change nothing
+	tokens []tokenEntry
+	// identities maps the certificate identities of the file to their
+	// principals; kind is the one part of a certificate that is looked up
+	// (--tls-identity).
 	identities map[string]*principal
+	kind       IdentityKind
+	// clk decides when a token has expired.
+	clk        clock.Clock
 	principals []*principal
 	// labels maps the namespaces the file names exactly to themselves;
 	// patterns lists the prefix patterns, longest first.
@@ -57,8 +66,9 @@ type state struct {
 // newState compiles cfg. Limiters of principals that prev already had are
 // kept (with their rate updated), so a reload does not refill a bucket that
 // a flood emptied.
-func newState(cfg *Config, sum [sha256.Size]byte, prev *state, now time.Time) *state {
-	s := &state{sum: sum, identities: map[string]*principal{}, labels: map[string]bool{}}
+func newState(cfg *Config, sum [sha256.Size]byte, prev *state, kind IdentityKind, clk clock.Clock) *state {
+	now := clk.Now()
+	s := &state{sum: sum, identities: map[string]*principal{}, kind: kind, clk: clk, labels: map[string]bool{}}
 	old := map[string]*rate.Limiter{}
 	if prev != nil {
 		for _, p := range prev.principals {
@@ -88,8 +98,8 @@ func newState(cfg *Config, sum [sha256.Size]byte, prev *state, now time.Time) *s
 				p.limiter = rate.NewLimiter(lim, pc.Rate.Burst)
 			}
 		}
-		for _, h := range pc.TokenHashes {
-			s.tokens = append(s.tokens, tokenEntry{hash: h, p: p})
+		for _, tok := range pc.Tokens {
+			s.tokens = append(s.tokens, tokenEntry{hash: tok.Hash, expires: tok.Expires, p: p})
 		}
 		for _, id := range pc.Identities {
 			s.identities[id] = p
@@ -100,18 +110,31 @@ func newState(cfg *Config, sum [sha256.Size]byte, prev *state, now time.Time) *s
 	return s
 }
 
-// byToken returns the principal whose token hashes to the same SHA-256 as
+// byToken returns the entry whose token hashes to the same SHA-256 as
 // tok, or nil. Every listed hash is compared, in constant time, whichever
 // matches: how long the lookup takes says nothing about the hashes.
-func (s *state) byToken(tok string) *principal {
+func (s *state) byToken(tok string) *tokenEntry {
 	sum := sha256.Sum256([]byte(tok))
-	var found *principal
-	for _, e := range s.tokens {
-		if subtle.ConstantTimeCompare(e.hash[:], sum[:]) == 1 {
-			found = e.p
+	var found *tokenEntry
+	for i := range s.tokens {
+		if subtle.ConstantTimeCompare(s.tokens[i].hash[:], sum[:]) == 1 {
+			found = &s.tokens[i]
 		}
 	}
 	return found
+}
+
+// unmatchable lists the identities of the file that no certificate can
+// present under kind s.kind, for a warning: they grant nothing.
+func (s *state) unmatchable() []string {
+	var out []string
+	for id := range s.identities {
+		if !s.kind.matches(id) {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // label is the metric label of namespace ns: the namespace itself when the
