@@ -20,6 +20,11 @@ import (
 	"github.com/claimd/claimd/clients/go/claimd"
 )
 
+// defaultListen is the receiver's address unless --listen says otherwise:
+// beside `make run`, whose claimd holds 127.0.0.1:50051 (gRPC) and
+// 127.0.0.1:8080 (HTTP), so neither of those.
+const defaultListen = "127.0.0.1:8000"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -34,7 +39,7 @@ func main() {
 func run(ctx context.Context, args []string, stderr io.Writer, listening func(net.Addr)) error {
 	fs := flag.NewFlagSet("stripe-receiver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:8080", "HTTP listen address")
+	listen := fs.String("listen", defaultListen, "HTTP listen address")
 	target := fs.String("claimd", "127.0.0.1:50051", "claimd gRPC address")
 	ledgerPath := fs.String("ledger", "ledger.db", "SQLite file of the ledger (created if missing)")
 	namespace := fs.String("namespace", "billing", "claimd namespace of this service")

@@ -236,6 +236,26 @@ func TestVerifyStripeSignature(t *testing.T) {
 	}
 }
 
+// TestDefaultListenBesideClaimd: the receiver's default address is free
+// while `make run` serves on claimd's defaults, and the README's commands
+// use the address the code does.
+func TestDefaultListenBesideClaimd(t *testing.T) {
+	for _, claimds := range []string{"127.0.0.1:50051", "127.0.0.1:8080"} {
+		if defaultListen == claimds {
+			t.Errorf("defaultListen = %s, which claimd's make run listens on", defaultListen)
+		}
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"receiver on " + defaultListen, "`--listen` (" + defaultListen + ")", "POST " + defaultListen + "/webhooks/stripe"} {
+		if !strings.Contains(string(readme), want) {
+			t.Errorf("README.md does not say %q", want)
+		}
+	}
+}
+
 // TestRun starts the receiver as main does and delivers one event twice
 // over real HTTP.
 func TestRun(t *testing.T) {

@@ -1,6 +1,6 @@
 // A Stripe webhook receiver that books each event in a ledger exactly once.
 //
-//   CLAIMD_ADDR=127.0.0.1:50051 PORT=8080 LEDGER=ledger.db node server.js
+//   CLAIMD_ADDR=127.0.0.1:50051 PORT=8000 LEDGER=ledger.db node server.js
 //   LEDGER=ledger.db node server.js ledger     # print the ledger, a JSON line a row
 //
 // claimd decides which delivery of an event does the work; the guard turns
@@ -15,6 +15,13 @@ import { createClient, guard } from "@claimd/client";
 import Database from "better-sqlite3";
 
 const MAX_BODY = 1 << 20; // Stripe events are far smaller
+
+/**
+ * DEFAULT_PORT is the receiver's port on 127.0.0.1 unless PORT says
+ * otherwise: beside `make run`, whose claimd holds 50051 (gRPC) and 8080
+ * (HTTP), so neither of those.
+ */
+export const DEFAULT_PORT = 8000;
 
 /**
  * openLedger opens (creating when missing) the SQLite ledger at path. The
@@ -183,7 +190,7 @@ async function main() {
   }
   const client = createClient(process.env.CLAIMD_ADDR ?? "127.0.0.1:50051");
   const server = createReceiver({ client, db });
-  const port = Number(process.env.PORT ?? 8080);
+  const port = Number(process.env.PORT ?? DEFAULT_PORT);
   server.listen(port, "127.0.0.1", () => {
     const { address, port: bound } = server.address();
     console.log(`listening on http://${address}:${bound}/webhooks/stripe, ledger ${ledgerPath}`);

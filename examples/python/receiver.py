@@ -2,7 +2,7 @@
 often Stripe delivers it: the standard library's HTTP server, a SQLite
 ledger, and claimd's guard in between.
 
-    python receiver.py --claimd 127.0.0.1:50051 --listen 127.0.0.1:8080 --db ledger.db
+    python receiver.py --claimd 127.0.0.1:50051 --listen 127.0.0.1:8000 --db ledger.db
 
 POST /webhooks/stripe with a Stripe event ({"id": "evt_...", "type": ...,
 "data": {"object": {"amount": ...}}}). The raw delivery goes to claimd, which
@@ -200,13 +200,22 @@ def make_server(
     return ThreadingHTTPServer(address, Handler)
 
 
-def main() -> None:
+# DEFAULT_LISTEN is beside `make run`, whose claimd holds 127.0.0.1:50051
+# (gRPC) and 127.0.0.1:8080 (HTTP), so neither of those.
+DEFAULT_LISTEN = "127.0.0.1:8000"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--claimd", default="127.0.0.1:50051", help="claimd gRPC address")
-    parser.add_argument("--listen", default="127.0.0.1:8080", help="HTTP address to listen on")
+    parser.add_argument("--listen", default=DEFAULT_LISTEN, help="HTTP address to listen on")
     parser.add_argument("--db", default="ledger.db", help="SQLite ledger file")
     parser.add_argument("--namespace", default="billing", help="claimd namespace of this service")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     host, _, port = args.listen.rpartition(":")

@@ -39,7 +39,7 @@ import java.util.concurrent.Executors;
  * claimd's fence for the delivery.
  *
  * <pre>
- * java -cp ... dev.claimd.examples.Receiver --claimd 127.0.0.1:50051 --listen 127.0.0.1:8080 [--db ledger.db]
+ * java -cp ... dev.claimd.examples.Receiver --claimd 127.0.0.1:50051 --listen 127.0.0.1:8000 [--db ledger.db]
  * </pre>
  *
  * <p>POST /webhooks/stripe with a Stripe event ({"id": "evt_...", "type": ...,
@@ -51,6 +51,12 @@ public final class Receiver {
   private static final System.Logger LOG = System.getLogger("receiver");
   /** MAX_BODY refuses anything larger: Stripe events are far smaller. */
   static final int MAX_BODY = 1 << 20;
+  /**
+   * DEFAULT_LISTEN is the receiver's address unless --listen says otherwise:
+   * beside `make run`, whose claimd holds 127.0.0.1:50051 (gRPC) and
+   * 127.0.0.1:8080 (HTTP), so neither of those.
+   */
+  static final String DEFAULT_LISTEN = "127.0.0.1:8000";
 
   private Receiver() {}
 
@@ -281,7 +287,7 @@ public final class Receiver {
    */
   public static void main(String[] args) throws Exception {
     String target = "127.0.0.1:50051";
-    String listen = "127.0.0.1:8080";
+    String listen = DEFAULT_LISTEN;
     String namespace = "billing";
     String db = "ledger.db";
     for (int i = 0; i + 1 < args.length; i += 2) {
