@@ -22,16 +22,30 @@ import (
 // -ldflags "-X main.version=$(git describe --always --dirty)".
 var version = "dev"
 
+// versionString is what claimd version and claimd --version print.
 func versionString() string {
-	rev := ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	bi, _ := debug.ReadBuildInfo()
+	return describeBuild(version, bi)
+}
+
+// describeBuild names a build: the version stamped with -ldflags when one
+// was (make build: git describe), else the main module's version as the
+// Go toolchain recorded it (a go install at a tag, or the pseudo-version
+// go build derives from the checkout), else "dev"; then the commit when
+// the build recorded it, and the Go version.
+func describeBuild(stamped string, bi *debug.BuildInfo) string {
+	v, rev := stamped, ""
+	if bi != nil {
+		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
 				rev = " (" + s.Value[:12] + ")"
 			}
 		}
 	}
-	return "claimd " + version + rev + " " + runtime.Version()
+	return "claimd " + v + rev + " " + runtime.Version()
 }
 
 // runVersion prints the version: main.version, set at build time (make

@@ -66,7 +66,7 @@ func commands() []command {
 			func(fs *flag.FlagSet) { bindToken(fs, new(string)) }, runTokenNew},
 		{"effects-schema", "print the DDL of claimd_effects, the guards' effect fence in the handler's database (--dialect postgres, sqlite or mysql)",
 			func(fs *flag.FlagSet) { bindEffectsSchema(fs, new(string)) }, runEffectsSchema},
-		{"version", "print the version", nil, runVersion},
+		{"version", "print the version (as does claimd --version)", nil, runVersion},
 	}
 }
 
@@ -106,6 +106,8 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case "-h", "-help", "--help":
 			fmt.Fprint(stdout, usage())
 			return nil
+		case "-version", "--version":
+			return runVersion(ctx, args[1:], stdout, stderr)
 		case "help":
 			if len(args) == 1 {
 				fmt.Fprint(stdout, usage())
