@@ -39,6 +39,9 @@ type stores struct {
 	target                janitor.Target  // retention
 	sweeper               janitor.Sweeper // the in-process fast tier, or nil
 	redis                 *redis.Store    // the Redis fast tier, or nil
+	// lock is the embedded tiers' hold on --data-dir, released by Close
+	// after the tiers; nil for the server tiers.
+	lock *dataDirLock
 }
 
 // openStores builds the tiers of DESIGN §6: embedded by default; PostgreSQL
@@ -81,13 +84,18 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--data-dir: %w", err)
 	}
-	path := filepath.Join(c.DataDir, "claimd.db")
 	durability, err := sqlite.ParseDurability(c.SQLiteDurability) // validate accepted it
 	if err != nil {
 		return nil, err
 	}
+	lock, err := lockDataDir(c.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(c.DataDir, "claimd.db")
 	lite, err := sqlite.New(ctx, sqlite.Config{Path: path, Durability: durability})
 	if err != nil {
+		lock.unlock()
 		return nil, fmt.Errorf("sqlite %s: %w", path, err)
 	}
 	fast := memory.New(memory.Config{})
@@ -105,6 +113,7 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 		},
 		target:  sqliteTarget(lite),
 		sweeper: fast,
+		lock:    lock,
 	}, nil
 }
 
@@ -142,5 +151,6 @@ func (s *stores) Close() error {
 	if s == nil {
 		return nil
 	}
-	return s.store.Close()
+	err := s.store.Close()
+	return errors.Join(err, s.lock.unlock())
 }
