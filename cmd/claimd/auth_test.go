@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -63,8 +66,10 @@ func TestTokenCommand(t *testing.T) {
 // an edit of the file reload it.
 func TestServeWithAuthFile(t *testing.T) {
 	token, snippet := newToken(t, "billing-hooks")
+	scraper := auth.NewToken()
 	path := filepath.Join(t.TempDir(), "auth.yaml")
-	file := "version: 1\n" + snippet + "    namespaces: [billing]\n    roles: [claim, read]\n"
+	file := "version: 1\n" + snippet + "    namespaces: [billing]\n    roles: [claim, read]\n" +
+		"  prometheus:\n    tokens: [\"" + auth.HashToken(scraper) + "\"]\n    roles: [metrics]\n"
 	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -92,16 +97,30 @@ func TestServeWithAuthFile(t *testing.T) {
 	p.logs.wait(t, "for the refusal", func(r map[string]any) bool {
 		return r["msg"] == "call refused" && r["principal"] == "billing-hooks" && r["reason"] == auth.ReasonNamespaceDenied
 	})
-	_, body := get(t, "http://"+p.http+"/metrics")
+	code, body := getAs(t, "http://"+p.http+"/metrics", scraper)
 	for _, want := range []string{
 		`claimd_auth_denied_total{reason="CREDENTIALS_MISSING"} 1`,
 		`claimd_auth_denied_total{reason="NAMESPACE_DENIED"} 1`,
 		`claimd_claims_total{key_source="EVENT_ID",namespace="billing",outcome="ACQUIRED",provider="stripe",reason="NEW",served_by="DURABLE"} 1`,
 		`grpc_server_handled_total{grpc_code="PermissionDenied",grpc_method="Claim",grpc_service="idempotency.v1.ClaimService",grpc_type="unary"} 1`,
-		`claimd_auth_principals 1`,
+		`claimd_auth_principals 2`,
 	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q", want)
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("/metrics as prometheus (role metrics) = %d, lacks %q", code, want)
+		}
+	}
+	// /metrics needs role metrics (or admin) once there is an auth file.
+	for _, tc := range []struct {
+		desc, token string
+		code        int
+		want        string
+	}{
+		{"without a token", "", 401, auth.ReasonCredentialsMissing},
+		{"with an unknown token", auth.NewToken(), 401, auth.ReasonTokenUnknown},
+		{"as billing-hooks (claim, read)", token, 403, "principal billing-hooks (roles claim,read) may not read /metrics: it needs role metrics"},
+	} {
+		if code, body := getAs(t, "http://"+p.http+"/metrics", tc.token); code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("/metrics %s = %d %q, want %d saying %q", tc.desc, code, body, tc.code, tc.want)
 		}
 	}
 
@@ -139,6 +158,28 @@ func TestServeWithAuthFile(t *testing.T) {
 		}
 	}
 	p.stop(t)
+}
+
+// getAs GETs url with token as its bearer token ("" for none).
+func getAs(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, string(b)
 }
 
 func TestServeRefusesBrokenAuthFile(t *testing.T) {

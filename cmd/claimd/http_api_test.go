@@ -61,7 +61,7 @@ func post(t *testing.T, url, token, body string) (int, string) {
 func TestHTTPAPI(t *testing.T) {
 	token := auth.NewToken()
 	path := filepath.Join(t.TempDir(), "auth.yaml")
-	file := "version: 1\nprincipals:\n  hooks:\n    tokens: [\"" + auth.HashToken(token) + "\"]\n    namespaces: [billing]\n    roles: [claim, read]\n"
+	file := "version: 1\nprincipals:\n  hooks:\n    tokens: [\"" + auth.HashToken(token) + "\"]\n    namespaces: [billing]\n    roles: [claim, read, metrics]\n"
 	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestHTTPAPI(t *testing.T) {
 	if status != 401 || !strings.Contains(body, `"reason":"CREDENTIALS_MISSING"`) {
 		t.Errorf("POST /v1/claims without a token = %d %s, want 401 with reason CREDENTIALS_MISSING", status, body)
 	}
-	status, body = get(t, base+"/metrics")
+	status, body = getAs(t, base+"/metrics", token) // role metrics: an auth file guards /metrics
 	for _, want := range []string{
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="Claim",grpc_service="idempotency.v1.ClaimService",grpc_type="unary"} 1`,
 		`grpc_server_handled_total{grpc_code="Unauthenticated",grpc_method="Claim",grpc_service="idempotency.v1.ClaimService",grpc_type="unary"} 1`,

@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"os"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/claimd/claimd/internal/auth"
 	"github.com/claimd/claimd/internal/tlsconfig"
 )
 
@@ -19,6 +23,12 @@ type securityConfig struct {
 	// TLSClientCA requires and verifies client certificates on gRPC (mTLS),
 	// on the HTTP listener's API calls and on /metrics.
 	TLSClientCA string
+	// TLSIdentity is the one part of a client certificate that names its
+	// principal in the auth file: uri, dns or cn (auth.IdentityKind).
+	TLSIdentity string
+	// TLSCRL is a CRL of the client CA: certificates it lists are refused
+	// at the handshake.
+	TLSCRL string
 	// AuthFile is the auth file (--auth-file) that internal/auth loads:
 	// principals by token hash or client certificate identity, their
 	// namespaces and roles.
@@ -33,8 +43,10 @@ func bindSecurity(fs *flag.FlagSet, s *securityConfig) {
 	fs.StringVar(&s.TLSCert, "tls-cert", "", "PEM certificate chain of both listeners (TLS 1.2+); re-read when it changes")
 	fs.StringVar(&s.TLSKey, "tls-key", "", "PEM private key of --tls-cert; re-read when it changes")
 	fs.StringVar(&s.TLSClientCA, "tls-client-ca", "", "PEM CA bundle: gRPC callers, HTTP API callers and /metrics scrapers must present a certificate it signed (mTLS); re-read when it changes")
-	fs.StringVar(&s.AuthFile, "auth-file", "", "auth file (YAML): principals, their token hashes or client certificate identities, namespaces and roles; re-read on SIGHUP and on change. Empty: no authentication")
-	fs.BoolVar(&s.Insecure, "insecure", false, "allow a non-loopback listener without TLS and authentication (logs a warning at every start)")
+	fs.StringVar(&s.TLSIdentity, "tls-identity", string(auth.IdentityURI), "the one part of a client certificate that names its principal in the auth file: uri (its first URI SAN, as a SPIFFE ID), dns (its first DNS SAN) or cn (its subject common name); no other part is read, and a certificate whose identity names no principal is refused")
+	fs.StringVar(&s.TLSCRL, "tls-crl", "", "certificate revocation list of the --tls-client-ca CA (PEM or DER): a client certificate it lists is refused at the TLS handshake; re-read when it changes")
+	fs.StringVar(&s.AuthFile, "auth-file", "", "auth file (YAML): principals, their token hashes (optionally with expires:) or client certificate identities, namespaces and roles; re-read on SIGHUP and on change; with it, /metrics needs a principal with role metrics or admin. Empty: no authentication")
+	fs.BoolVar(&s.Insecure, "insecure", false, "waive the start-up checks (a non-loopback listener without TLS and authentication, --tls-client-ca without --auth-file, an auth file or TLS key that other users may read); logs a warning at every start")
 	fs.BoolVar(&s.Reflection, "reflection", true, "serve gRPC server reflection (grpcurl list/describe)")
 }
 
@@ -45,8 +57,74 @@ func (s *securityConfig) check() error {
 		return fmt.Errorf("%w: --tls-cert and --tls-key go together", errUsage)
 	case s.TLSClientCA != "" && s.TLSCert == "":
 		return fmt.Errorf("%w: --tls-client-ca needs --tls-cert and --tls-key: client certificates are only asked for over TLS", errUsage)
+	case s.TLSCRL != "" && s.TLSClientCA == "":
+		return fmt.Errorf("%w: --tls-crl revokes client certificates: it needs --tls-client-ca, the CA that issued them", errUsage)
+	}
+	if _, err := auth.ParseIdentityKind(s.TLSIdentity); err != nil {
+		return fmt.Errorf("%w: --tls-identity: %v", errUsage, err)
 	}
 	return nil
+}
+
+// identityKind is --tls-identity, checked by check.
+func (s *securityConfig) identityKind() auth.IdentityKind { return auth.IdentityKind(s.TLSIdentity) }
+
+// unboundCA is the refusal of --tls-client-ca without --auth-file, which
+// would let every certificate the CA signs call every RPC in every
+// namespace; "" when it does not apply.
+func (s *securityConfig) unboundCA() string {
+	if s.TLSClientCA == "" || s.AuthFile != "" {
+		return ""
+	}
+	return fmt.Sprintf("--tls-client-ca %s without --auth-file would give every certificate that CA signs every right in every namespace: add --auth-file naming the principals and their certificate identities (--tls-identity %s)",
+		s.TLSClientCA, s.TLSIdentity)
+}
+
+// looseFiles lists the secret files (--auth-file, --tls-key) that other
+// users of the host may read or write, or that their group may write, each
+// with the chmod that fixes it. Group read is allowed: it is how a
+// Kubernetes secret volume (root:fsGroup 0440) or a host's ssl-cert group
+// (0640) lets a service read its key. A file that cannot be read is left
+// to the loader, which names it.
+func (s *securityConfig) looseFiles() []string {
+	var out []string
+	for _, f := range []struct{ flag, path string }{{"--auth-file", s.AuthFile}, {"--tls-key", s.TLSKey}} {
+		if f.path == "" {
+			continue
+		}
+		fi, err := os.Stat(f.path)
+		if err != nil {
+			continue
+		}
+		mode := fi.Mode().Perm()
+		var what []string
+		if mode&0o007 != 0 {
+			what = append(what, "other users of the host may "+access(mode&0o007))
+		}
+		if mode&0o020 != 0 {
+			what = append(what, "its group may write it")
+		}
+		if len(what) > 0 {
+			out = append(out, fmt.Sprintf("%s %s has mode %04o: %s; chmod go-w,o-rwx %s (0600, or 0640 for a group that must read it)",
+				f.flag, f.path, mode, strings.Join(what, " and "), f.path))
+		}
+	}
+	return out
+}
+
+// access names the rights of the low three permission bits.
+func access(bits os.FileMode) string {
+	var r []string
+	if bits&4 != 0 {
+		r = append(r, "read")
+	}
+	if bits&2 != 0 {
+		r = append(r, "write")
+	}
+	if bits&1 != 0 {
+		r = append(r, "execute")
+	}
+	return strings.Join(r, ", ") + " it"
 }
 
 // exposure lists the listeners that are reachable from other machines
@@ -96,14 +174,21 @@ func (s *securityConfig) exposure(listen string, grpcAddr net.Addr, httpListen s
 	return problems
 }
 
-// admit applies the exposure check to the bound listeners: refused
-// without --insecure; with it, a warning at every start naming what it
-// waived.
+// admit applies the start-up checks: the exposure of the bound
+// listeners, --tls-client-ca without --auth-file, and the permissions of
+// the secret files. Each is refused without --insecure; with it, a warning
+// at every start names what it waived.
 func (s *securityConfig) admit(listen string, grpcAddr net.Addr, httpListen string, httpAddr net.Addr, api bool, log *slog.Logger) error {
-	problems := s.exposure(listen, grpcAddr, httpListen, httpAddr, api)
+	exposed := s.exposure(listen, grpcAddr, httpListen, httpAddr, api)
+	problems := slices.Concat(exposed, s.looseFiles())
+	if u := s.unboundCA(); u != "" {
+		problems = append(problems, u)
+	}
 	switch {
-	case !s.Insecure && len(problems) > 0:
+	case !s.Insecure && len(exposed) > 0:
 		return fmt.Errorf("%w: %s; or listen on 127.0.0.1, or pass --insecure to accept the risk", errUsage, strings.Join(problems, "; "))
+	case !s.Insecure && len(problems) > 0:
+		return fmt.Errorf("%w: %s; or pass --insecure to accept the risk", errUsage, strings.Join(problems, "; "))
 	case s.Insecure && len(problems) == 0:
 		log.Warn("--insecure given, though every listener is on loopback or protected; remove it")
 	case s.Insecure:
@@ -124,13 +209,28 @@ func (s *securityConfig) reloader(log *slog.Logger) (*tlsconfig.Reloader, error)
 		return nil, nil
 	}
 	r, err := tlsconfig.New(tlsconfig.Config{
-		Files:  tlsconfig.Files{Cert: s.TLSCert, Key: s.TLSKey, CA: s.TLSClientCA},
+		Files:  tlsconfig.Files{Cert: s.TLSCert, Key: s.TLSKey, CA: s.TLSClientCA, CRL: s.TLSCRL},
 		Logger: log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca: %w", err)
+		return nil, fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca, --tls-crl: %w", err)
 	}
 	return r, nil
+}
+
+// guardMetrics is who may read /metrics (principal names, refusal
+// counters, every namespace's series): with --tls-client-ca, a client
+// certificate of the CA; with --auth-file besides, a principal with role
+// metrics or admin (by token, or by that certificate). Without either it is
+// open: on loopback, or waived by --insecure.
+func (s *securityConfig) guardMetrics(h http.Handler, authn *auth.Authenticator) http.Handler {
+	if authn != nil {
+		h = authn.RequireRole(auth.RoleMetrics, h)
+	}
+	if s.TLSClientCA != "" {
+		h = tlsconfig.RequireVerifiedClient(h)
+	}
+	return h
 }
 
 // grpcCreds is the gRPC listener's TLS: client certificates required when

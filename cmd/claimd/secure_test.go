@@ -121,6 +121,37 @@ func TestExposureRefused(t *testing.T) {
 			args: []string{"--tls-client-ca", f.ca.File()},
 			want: []string{"--tls-client-ca needs --tls-cert"},
 		},
+		{
+			desc:    "client CA without an auth file, on loopback",
+			args:    append([]string{"--tls-client-ca", f.ca.File()}, tlsFlags...),
+			want:    []string{"--tls-client-ca " + f.ca.File() + " without --auth-file would give every certificate that CA signs every right in every namespace: add --auth-file", "or pass --insecure"},
+			notWant: []string{"listen on 127.0.0.1"},
+		},
+		{
+			desc: "auth file readable by other users",
+			args: []string{"--auth-file", withMode(t, f.authFile, 0o644)},
+			want: []string{"--auth-file ", "has mode 0644: other users of the host may read it; chmod go-w,o-rwx", "or pass --insecure"},
+		},
+		{
+			desc: "auth file writable by its group",
+			args: []string{"--auth-file", withMode(t, f.authFile, 0o660)},
+			want: []string{"has mode 0660: its group may write it"},
+		},
+		{
+			desc: "TLS key writable by other users",
+			args: []string{"--tls-cert", f.cert.CertFile, "--tls-key", withMode(t, f.cert.KeyFile, 0o602)},
+			want: []string{"--tls-key ", "has mode 0602: other users of the host may write it"},
+		},
+		{
+			desc: "unknown identity kind",
+			args: append([]string{"--tls-client-ca", f.ca.File(), "--auth-file", f.authFile, "--tls-identity", "email"}, tlsFlags...),
+			want: []string{`--tls-identity: "email" is not an identity kind: want uri (the first URI SAN), dns (the first DNS SAN) or cn (the subject common name)`},
+		},
+		{
+			desc: "CRL without client CA",
+			args: append([]string{"--tls-crl", f.authFile}, tlsFlags...),
+			want: []string{"--tls-crl revokes client certificates: it needs --tls-client-ca"},
+		},
 	}
 	for _, tc := range tests {
 		args := append([]string{"serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, tc.args...)
@@ -143,14 +174,16 @@ func TestExposureRefused(t *testing.T) {
 }
 
 // TestInsecureServesWithWarning: --insecure lets a public listener serve
-// without TLS, and says so every time it starts.
+// without TLS, and an auth file that other users may read, and says so
+// every time it starts.
 func TestInsecureServesWithWarning(t *testing.T) {
-	p := start(t, "--listen", "0.0.0.0:0", "--http-listen", "0.0.0.0:0", "--insecure", "--data-dir", t.TempDir())
+	loose := withMode(t, newServerFiles(t).authFile, 0o644)
+	p := start(t, "--listen", "0.0.0.0:0", "--http-listen", "0.0.0.0:0", "--insecure", "--auth-file", loose, "--data-dir", t.TempDir())
 	w := p.logs.wait(t, "warning about --insecure", func(r map[string]any) bool {
 		return r["level"] == "WARN" && strings.HasPrefix(fmt.Sprint(r["msg"]), "--insecure")
 	})
-	if waived := fmt.Sprint(w["waived"]); !strings.Contains(waived, "--listen") || !strings.Contains(waived, "--http-listen") {
-		t.Errorf("--insecure warning waived = %s, want both listeners named", waived)
+	if waived := fmt.Sprint(w["waived"]); !strings.Contains(waived, "--listen") || !strings.Contains(waived, "--http-listen") || !strings.Contains(waived, "--auth-file "+loose+" has mode 0644") {
+		t.Errorf("--insecure warning waived = %s, want both listeners and the auth file's mode named", waived)
 	}
 	conn, err := grpc.NewClient(loopback(t, p.grpc), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -172,14 +205,105 @@ func loopback(t *testing.T, addr string) string {
 	return net.JoinHostPort("127.0.0.1", port)
 }
 
+// withMode is a copy of the file at path with permissions mode.
+func withMode(t *testing.T, path string, mode os.FileMode) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(out, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(out, mode); err != nil { // past the umask
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestLooseFiles: the secret files may be read by their owner and their
+// group (a Kubernetes secret volume is root:fsGroup 0440); any access by
+// other users, or write access by the group, is named with its fix.
+func TestLooseFiles(t *testing.T) {
+	key := newServerFiles(t).cert.KeyFile
+	for _, tc := range []struct {
+		mode os.FileMode
+		want string // "" for no complaint
+	}{
+		{0o600, ""}, {0o400, ""}, {0o640, ""}, {0o440, ""}, {0o700, ""},
+		{0o644, "has mode 0644: other users of the host may read it; chmod go-w,o-rwx"},
+		{0o604, "other users of the host may read it"},
+		{0o601, "other users of the host may execute it"},
+		{0o660, "has mode 0660: its group may write it"},
+		{0o666, "other users of the host may read, write it and its group may write it"},
+	} {
+		path := withMode(t, key, tc.mode)
+		got := strings.Join((&securityConfig{TLSKey: path, AuthFile: path}).looseFiles(), "\n")
+		switch {
+		case tc.want == "" && got != "":
+			t.Errorf("looseFiles() of mode %04o = %q, want none", tc.mode, got)
+		case tc.want != "" && (!strings.Contains(got, tc.want) || !strings.Contains(got, "--auth-file "+path) || !strings.Contains(got, "--tls-key "+path)):
+			t.Errorf("looseFiles() of mode %04o = %q, want --auth-file and --tls-key named, saying %q", tc.mode, got, tc.want)
+		}
+	}
+}
+
+// TestBrokenCRLRefused: a --tls-crl that does not load, or is not the
+// client CA's, stops claimd at start naming the flag and the file.
+func TestBrokenCRLRefused(t *testing.T) {
+	f := newServerFiles(t)
+	for _, tc := range []struct {
+		desc string
+		crl  []byte
+		want string
+	}{
+		{"not a CRL", f.cert.CertPEM, `PEM block 1 is a "CERTIFICATE", want X509 CRL`},
+		{"CRL of another CA", testcert.NewCA(t, "other CA").CRL(t), "is signed by no CA of the client CA file"},
+	} {
+		path := filepath.Join(t.TempDir(), "ca.crl")
+		if err := os.WriteFile(path, tc.crl, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, code := runBounded(t, "serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--data-dir", t.TempDir(),
+			"--tls-cert", f.cert.CertFile, "--tls-key", f.cert.KeyFile, "--tls-client-ca", f.ca.File(), "--auth-file", f.authFile, "--tls-crl", path)
+		if code == 0 || !strings.Contains(out, "--tls-crl") || !strings.Contains(out, path) || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: serve = exit %d, %q; want refused naming --tls-crl, %s and %q", tc.desc, code, out, path, tc.want)
+		}
+	}
+}
+
 // TestTLSListeners runs claimd with mTLS on a public gRPC address (allowed
-// without --insecure: TLS and client certificates) and checks who gets in.
+// without --insecure: TLS and client certificates, an auth file naming
+// their identities) and checks who gets in: a certificate is read by its
+// first URI SAN alone, a revoked one is refused at the handshake, /metrics
+// needs a principal with role metrics.
 func TestTLSListeners(t *testing.T) {
 	f := newServerFiles(t)
 	other := testcert.NewCA(t, "other CA")
 	client, stranger := f.ca.Issue(t, "spiffe://claimd.test/billing"), other.Issue(t, "spiffe://claimd.test/billing")
+	scraper := f.ca.Issue(t, "spiffe://claimd.test/prometheus")
+	// The same identity as client's, revoked by the CRL: only the CRL
+	// tells them apart.
+	revoked := f.ca.Issue(t, "spiffe://claimd.test/billing")
+	// A principal's CN and a random DNS SAN, no URI SAN (issue 32's
+	// certificate admitted as admin).
+	byCN := f.ca.Issue(t, "ops-admin", "random.example.net")
+	authFile := filepath.Join(t.TempDir(), "auth.yaml")
+	crl := filepath.Join(t.TempDir(), "ca.crl")
+	for path, body := range map[string][]byte{
+		authFile: []byte("version: 1\nprincipals:\n" +
+			"  hooks:\n    identities: [\"spiffe://claimd.test/billing\"]\n    namespaces: [billing]\n    roles: [claim]\n" +
+			"  prometheus:\n    identities: [\"spiffe://claimd.test/prometheus\"]\n    roles: [metrics]\n" +
+			"  ops-admin:\n    identities: [\"cn:ops-admin\", \"dns:random.example.net\"]\n    namespaces: [\"*\"]\n    roles: [admin]\n"),
+		crl: f.ca.CRL(t, revoked.Cert),
+	} {
+		if err := os.WriteFile(path, body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p := start(t, "--listen", "0.0.0.0:0", "--tls-cert", f.cert.CertFile, "--tls-key", f.cert.KeyFile,
-		"--tls-client-ca", f.ca.File(), "--reflection=false", "--data-dir", t.TempDir())
+		"--tls-client-ca", f.ca.File(), "--tls-crl", crl, "--auth-file", authFile, "--reflection=false", "--data-dir", t.TempDir())
 	grpcAddr := loopback(t, p.grpc)
 
 	dial := func(creds credentials.TransportCredentials) *grpc.ClientConn {
@@ -216,12 +340,18 @@ func TestTLSListeners(t *testing.T) {
 		t.Errorf("reflection with --reflection=false = %v, want Unimplemented", err)
 	}
 
+	_, err = pb.NewClaimServiceClient(dial(credentials.NewTLS(clientTLS(byCN)))).Claim(ctx, &pb.ClaimRequest{Namespace: "billing", Provider: "stripe", Key: &pb.ClaimRequest_EventId{EventId: "evt_cn"}})
+	if st := status.Convert(err); st.Code() != codes.Unauthenticated || !strings.Contains(st.Message(), "has no URI SAN") {
+		t.Errorf("Claim with a certificate whose CN and DNS SAN name ops-admin, without a URI SAN = %v, want Unauthenticated: no URI SAN", err)
+	}
+
 	for _, tc := range []struct {
 		desc  string
 		creds credentials.TransportCredentials
 	}{
 		{"no client certificate", credentials.NewTLS(clientTLS(nil))},
 		{"client certificate of another CA", credentials.NewTLS(clientTLS(stranger))},
+		{"revoked client certificate", credentials.NewTLS(clientTLS(revoked))},
 		{"plaintext", insecure.NewCredentials()},
 	} {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -245,7 +375,8 @@ func TestTLSListeners(t *testing.T) {
 		{"probe without a certificate", httpsClient(nil), base + "/healthz", http.StatusOK},
 		{"readiness without a certificate", httpsClient(nil), base + "/readyz", http.StatusOK},
 		{"metrics without a certificate", httpsClient(nil), base + "/metrics", http.StatusForbidden},
-		{"metrics with a certificate of the CA", httpsClient(client), base + "/metrics", http.StatusOK},
+		{"metrics with a certificate of a principal without role metrics", httpsClient(client), base + "/metrics", http.StatusForbidden},
+		{"metrics with the scraper's certificate (role metrics)", httpsClient(scraper), base + "/metrics", http.StatusOK},
 		{"plaintext", &http.Client{Timeout: 10 * time.Second}, "http://" + p.http + "/healthz", http.StatusBadRequest},
 	} {
 		res, err := tc.client.Get(tc.url)
@@ -258,13 +389,14 @@ func TestTLSListeners(t *testing.T) {
 			t.Errorf("%s: GET %s = %d, want %d", tc.desc, tc.url, res.StatusCode, tc.want)
 		}
 	}
-	_, err = httpsClient(stranger).Get(base + "/metrics")
-	if err == nil {
-		t.Errorf("metrics with a certificate of another CA: GET succeeded, want the handshake refused")
+	for desc, cert := range map[string]*testcert.Leaf{"of another CA": stranger, "revoked": revoked} {
+		if _, err = httpsClient(cert).Get(base + "/metrics"); err == nil {
+			t.Errorf("metrics with a certificate %s: GET succeeded, want the handshake refused", desc)
+		}
 	}
 
 	// The API on the HTTP listener asks what gRPC asks: a certificate of
-	// the client CA (without an auth file, it is the authentication).
+	// the client CA, whose identity the auth file names.
 	for _, tc := range []struct {
 		desc   string
 		client *http.Client

@@ -166,7 +166,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	mcfg := metrics.Config{Providers: reg, ReviewAge: c.ReviewAge, Clock: clk, MaxNamespaces: c.MaxNamespaces}
 	var authn *auth.Authenticator
 	if c.AuthFile != "" {
-		if authn, err = auth.Load(c.AuthFile, auth.Options{Registerer: promReg, Logger: log, Clock: clk}); err != nil {
+		if authn, err = auth.Load(c.AuthFile, auth.Options{Registerer: promReg, Logger: log, Clock: clk, Identity: c.identityKind()}); err != nil {
 			return err
 		}
 		mcfg.NamespaceLabel = authn.NamespaceLabel
@@ -269,10 +269,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		EnableOpenMetrics: true,    // exemplars (trace ids) for scrapers that ask
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	})
-	if c.TLSClientCA != "" {
-		metricsHandler = tlsconfig.RequireVerifiedClient(metricsHandler)
-	}
-	mux.Handle("/metrics", metricsHandler)
+	mux.Handle("/metrics", c.guardMetrics(metricsHandler, authn))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
