@@ -55,8 +55,9 @@ func post(t *testing.T, url, token, body string) (int, string) {
 
 // TestHTTPAPI runs `claimd serve --auth-file` and claims over REST on the
 // HTTP listener: the bearer token admits the caller, a stranger is refused
-// 401 CREDENTIALS_MISSING, and the gRPC metrics on /metrics of the same
-// listener count both calls. With --http-api=false only /metrics and the
+// 401 CREDENTIALS_MISSING before its body is read (so the gRPC server
+// never sees it, and claimd_auth_denied_total counts it), and the metrics
+// on /metrics of the same listener count both calls. With --http-api=false only /metrics and the
 // probes are served there.
 func TestHTTPAPI(t *testing.T) {
 	token := auth.NewToken()
@@ -98,7 +99,7 @@ func TestHTTPAPI(t *testing.T) {
 	status, body = getAs(t, base+"/metrics", token) // role metrics: an auth file guards /metrics
 	for _, want := range []string{
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="Claim",grpc_service="idempotency.v1.ClaimService",grpc_type="unary"} 1`,
-		`grpc_server_handled_total{grpc_code="Unauthenticated",grpc_method="Claim",grpc_service="idempotency.v1.ClaimService",grpc_type="unary"} 1`,
+		`claimd_auth_denied_total{reason="CREDENTIALS_MISSING"} 1`,
 		`claimd_effects_recovered_total{provider="stripe"} 1`,
 	} {
 		if status != 200 || !strings.Contains(body, want) {

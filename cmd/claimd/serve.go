@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,14 +48,17 @@ type serveConfig struct {
 	HTTPListen string
 	// HTTPAPI serves the gRPC services over HTTP/JSON, Connect and
 	// gRPC-Web on the HTTP listener beside /metrics and the probes.
-	HTTPAPI         bool
-	MaxRequestBytes int
-	HTTPIdleTimeout time.Duration
-	ShutdownTimeout time.Duration
-	ReadyInterval   time.Duration
-	SampleInterval  time.Duration
-	JanitorInterval time.Duration
-	MaxNamespaces   int
+	HTTPAPI bool
+	// HTTPAllowedHosts is --http-allowed-hosts as given: comma-separated
+	// host names; "" is loopback's names and --http-listen's own host.
+	HTTPAllowedHosts string
+	MaxRequestBytes  int
+	HTTPIdleTimeout  time.Duration
+	ShutdownTimeout  time.Duration
+	ReadyInterval    time.Duration
+	SampleInterval   time.Duration
+	JanitorInterval  time.Duration
+	MaxNamespaces    int
 	// RequireNoEviction refuses to start unless the Redis fast tier's
 	// maxmemory-policy is verified noeviction.
 	RequireNoEviction bool
@@ -79,6 +83,7 @@ func bindServe(fs *flag.FlagSet, c *serveConfig) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:50051", "gRPC listen address (loopback by default)")
 	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:8080", "HTTP listen address for the API over HTTP/JSON, Connect and gRPC-Web (--http-api), /metrics, /healthz, /readyz")
 	fs.BoolVar(&c.HTTPAPI, "http-api", true, "serve the API on --http-listen too: REST routes (POST /v1/claims, …), Connect and gRPC-Web, through the same interceptors as gRPC; false leaves only /metrics, /healthz, /readyz there")
+	fs.StringVar(&c.HTTPAllowedHosts, "http-allowed-hosts", "", "comma-separated host names (or addresses) the API on --http-listen answers to, in Host and Origin headers; others are refused 421 (Host) or 403 (Origin), so a web page that rebinds its name to claimd's address cannot call it. Default: localhost, 127.0.0.1, ::1 and the host of --http-listen when it names one; * allows any (behind a proxy that checks Host itself). /metrics and the probes answer any Host")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to drain in-flight calls on SIGTERM")
 	fs.DurationVar(&c.ReadyInterval, "ready-interval", time.Second, "how often readiness pings the durable tier")
 	fs.DurationVar(&c.SampleInterval, "metrics-sample-interval", metrics.DefaultSampleInterval, "how often the fast-tier, durable-tier and provider gauges are sampled (never per request or scrape)")
@@ -217,6 +222,8 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if certs != nil {
 		opts = append(opts, grpcCreds(certs))
 	}
+	// Outside the auth interceptors, so that it sees their refusals.
+	opts = append(opts, gateway.RetryAfter()...)
 	if c.TLSClientCA != "" && c.HTTPAPI {
 		// The gRPC listener requires a client certificate in its TLS
 		// handshake; the HTTP listener cannot (probes come without one), so
@@ -226,6 +233,9 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if authn != nil {
 		// After metrics and tracing, so refused calls are counted and traced.
 		opts = append(opts, authn.ServerOptions()...)
+		// A call without valid credentials is refused when its headers
+		// arrive, before its message is read (the interceptors run after).
+		opts = append(opts, authn.TapOption())
 	}
 	srv := grpc.NewServer(opts...)
 	service.New(service.Config{Store: st.store, Registry: reg, Clock: clk, ReviewAge: c.ReviewAge, Logger: log, Recorder: met}).Register(srv)
@@ -282,7 +292,15 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if c.HTTPAPI {
 		// After every service is registered: the gateway serves what the
 		// gRPC server has.
-		if api, err = gateway.New(srv, gateway.Config{MaxRequestBytes: c.MaxRequestBytes}); err != nil {
+		gcfg := gateway.Config{
+			MaxRequestBytes:   c.MaxRequestBytes,
+			AllowedHosts:      allowedHosts(c.HTTPAllowedHosts, c.HTTPListen),
+			RequireClientCert: c.TLSClientCA != "",
+		}
+		if authn != nil {
+			gcfg.Authenticate = authn.Authenticate
+		}
+		if api, err = gateway.New(srv, gcfg); err != nil {
 			return err
 		}
 	}
@@ -359,6 +377,28 @@ func httpRoutes(ops, api http.Handler) http.Handler {
 			http.NotFound(w, r)
 		}
 	})
+}
+
+// allowedHosts is --http-allowed-hosts: the hosts given, or by default
+// loopback's names and the host of --http-listen when it names one (not
+// the unspecified 0.0.0.0 or ::, which are no name a caller can use).
+func allowedHosts(flagValue, listen string) []string {
+	var hosts []string
+	for h := range strings.SplitSeq(flagValue, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	if len(hosts) > 0 {
+		return hosts
+	}
+	hosts = []string{"localhost", "127.0.0.1", "::1"}
+	if h, _, err := net.SplitHostPort(listen); err == nil && h != "" {
+		if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
 }
 
 // requireNoEviction is --require-noeviction: Redis must answer that its

@@ -45,6 +45,12 @@ func verifiedPeer(ctx context.Context) error {
 			return nil
 		}
 	}
+	return errClientCertRequired()
+}
+
+// errClientCertRequired is the refusal of a call without a verified
+// client certificate.
+func errClientCertRequired() error {
 	st := status.New(codes.Unauthenticated, "a client certificate signed by the server's client CA is required")
 	if with, err := st.WithDetails(&errdetails.ErrorInfo{Reason: pb.ErrorReason_CREDENTIALS_MISSING.String(), Domain: auth.ErrorDomain}); err == nil {
 		st = with

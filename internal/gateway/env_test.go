@@ -114,7 +114,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	clk := clock.Real{}
 	path := filepath.Join(t.TempDir(), "auth.yaml")
 	writeFile(t, path, authFile())
-	authn, err := auth.Load(path, auth.Options{Registerer: e.promReg, Logger: log, Clock: clk})
+	authn, err := auth.Load(path, auth.Options{Registerer: e.promReg, Logger: log, Clock: clk, Identity: auth.IdentityCN})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,10 +143,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	opts := append(met.ServerOptions(), grpc.StatsHandler(telemetry.ServerHandler(tp)), grpc.MaxRecvMsgSize(maxRequestBytes),
 		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{serverCert}, ClientCAs: e.clientCA.Pool(), ClientAuth: clientAuth, MinVersion: tls.VersionTLS12})))
+	opts = append(opts, gateway.RetryAfter()...)
 	if o.requireCert {
 		opts = append(opts, gateway.RequireClientCert()...)
 	}
 	opts = append(opts, authn.ServerOptions()...)
+	opts = append(opts, authn.TapOption())
 	srv := grpc.NewServer(opts...)
 	service.New(service.Config{Store: e.store, Registry: reg, Clock: clk, Logger: log, Recorder: met}).Register(srv)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
@@ -160,7 +162,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 
-	h, err := gateway.New(srv, gateway.Config{MaxRequestBytes: maxRequestBytes})
+	h, err := gateway.New(srv, gateway.Config{MaxRequestBytes: maxRequestBytes, AllowedHosts: []string{"127.0.0.1", "localhost"},
+		Authenticate: authn.Authenticate, RequireClientCert: o.requireCert})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,11 @@
 package gateway
 
 import (
+	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"unicode/utf8"
@@ -28,37 +31,71 @@ import (
 	"connectrpc.com/vanguard/vanguardgrpc"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/auth"
 )
 
-// Config bounds what one HTTP request may bring.
+// Config bounds what one HTTP request may bring and says whom the
+// gateway answers.
 type Config struct {
 	// MaxRequestBytes is the gRPC server's largest request message
-	// (--max-request-bytes). A request body as sent may be up to twice as
-	// long, since JSON spells bytes fields in base64, a third longer than
-	// the bytes (a Claim's delivery body); the message it decodes to is
-	// then held to MaxRequestBytes by the gRPC server itself, so a call is
-	// refused RESOURCE_EXHAUSTED past the same size whatever its protocol.
+	// (--max-request-bytes). A request body as sent, and as decoded from
+	// its Content-Encoding (gzip), may be up to twice as long, since JSON
+	// spells bytes fields in base64, a third longer than the bytes (a
+	// Claim's delivery body); the message it decodes to is then held to
+	// MaxRequestBytes (by the JSON codec, or by the gRPC server itself),
+	// so a call is refused RESOURCE_EXHAUSTED (413 over REST and Connect)
+	// past the same size whatever its protocol.
 	MaxRequestBytes int
+	// AllowedHosts are the host names (and addresses) the API answers to
+	// in Host and Origin headers (--http-allowed-hosts); "*" is any. At
+	// least one is required.
+	AllowedHosts []string
+	// Authenticate, when set, checks a call's credentials from its
+	// metadata and peer alone (auth.Authenticator.Authenticate), before its
+	// body is read; its error is the gRPC status to answer.
+	Authenticate func(ctx context.Context, method string) error
+	// RequireClientCert refuses an API call without a client certificate
+	// that the TLS layer verified (--tls-client-ca), before its body is
+	// read; RequireClientCert's interceptors hold the calls to the same
+	// rule inside the server.
+	RequireClientCert bool
 }
 
-// New returns the handler that serves every service registered on srv.
-// Call it after the last service is registered: the services are read
-// once, here.
+// New returns the handler that serves every service registered on srv,
+// behind the front door (front.go). Call it after the last service is
+// registered: the services are read once, here.
 func New(srv *grpc.Server, cfg Config) (http.Handler, error) {
 	if cfg.MaxRequestBytes <= 0 {
 		return nil, errors.New("gateway: MaxRequestBytes must be positive")
 	}
-	// The body as sent and the response as written are buffered whole
-	// while transcoded; this bounds both.
-	buffer := uint32(min(2*int64(cfg.MaxRequestBytes), math.MaxUint32))
+	if len(cfg.AllowedHosts) == 0 {
+		return nil, errors.New("gateway: AllowedHosts must name at least one host")
+	}
+	routes, err := newRouteTable(srv)
+	if err != nil {
+		return nil, err
+	}
+	// The body as sent, as decoded, and the response as written are
+	// buffered whole while transcoded; maxBody bounds them. vanguard's own
+	// limit is one byte higher, so that the front door's limits, which
+	// give the reason, trip first.
+	maxBody := min(2*int64(cfg.MaxRequestBytes), math.MaxUint32-1)
+	buffer := uint32(maxBody + 1)
 	t, err := vanguardgrpc.NewTranscoder(srv,
-		vanguard.WithCodec(newJSONCodec),
+		vanguard.WithCodec(func(res vanguard.TypeResolver) vanguard.Codec { return newJSONCodec(res, cfg.MaxRequestBytes) }),
+		// gzip decoded a buffer at a time and held to maxBody: vanguard's
+		// default decompresses a body whole, whatever it expands to.
+		vanguard.WithCompression(vanguard.CompressionGzip, func() connect.Compressor { return gzip.NewWriter(io.Discard) }, newBoundedGzip(maxBody)),
 		vanguard.WithDefaultServiceOptions(
 			vanguard.WithMaxMessageBufferBytes(buffer),
+			// The server is in-process: compressing for it buys nothing,
+			// and a body the transcoder decompresses passes through
+			// boundedGzip, which names the limit it hit.
+			vanguard.WithNoTargetCompression(),
 			// vanguard answers a query parameter that names no field
 			// UNKNOWN (500), blaming the server for a caller's typo. Query
 			// parameters only ever fill GET requests, which read, so they
@@ -69,7 +106,14 @@ func New(srv *grpc.Server, cfg Config) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	return escapedPath(t), nil
+	return &front{
+		next:        escapedPath(t),
+		routes:      routes,
+		hosts:       newHostSet(cfg.AllowedHosts),
+		auth:        cfg.Authenticate,
+		requireCert: cfg.RequireClientCert,
+		maxBody:     maxBody,
+	}, nil
 }
 
 // escapedPath routes on the path as the caller escaped it. vanguard
@@ -93,9 +137,11 @@ func escapedPath(next http.Handler) http.Handler {
 	})
 }
 
-// jsonCodec is vanguard's JSON codec made strict, with short errors.
+// jsonCodec is vanguard's JSON codec made strict, with short errors, and
+// held to the server's message size.
 type jsonCodec struct {
 	*vanguard.JSONCodec
+	maxMessage int
 }
 
 // newJSONCodec refuses unknown fields instead of dropping them (vanguard's
@@ -104,11 +150,11 @@ type jsonCodec struct {
 // a field at its zero value is left out (no "changed" is false), where
 // vanguard's default would write every one, empty secrets and
 // REASON_UNSPECIFIED included.
-func newJSONCodec(res vanguard.TypeResolver) vanguard.Codec {
+func newJSONCodec(res vanguard.TypeResolver, maxMessage int) vanguard.Codec {
 	c := vanguard.NewJSONCodec(res)
 	c.UnmarshalOptions.DiscardUnknown = false
 	c.MarshalOptions.EmitUnpopulated = false
-	return jsonCodec{c}
+	return jsonCodec{JSONCodec: c, maxMessage: maxMessage}
 }
 
 // maxErrorBytes bounds the text of a decoding error: protojson quotes the
@@ -119,9 +165,15 @@ const maxErrorBytes = 200
 // input: INVALID_ARGUMENT (400) with ErrorInfo reason INVALID_ARGUMENT,
 // and the text clipped. (vanguard would answer a plain error UNKNOWN, 500.)
 // The call never reaches the gRPC server, so it writes nothing.
+// A message larger than the server takes is refused here with its reason
+// (REQUEST_TOO_LARGE), as the gRPC server would refuse it without one.
 func (c jsonCodec) Unmarshal(data []byte, msg proto.Message) error {
 	if err := c.JSONCodec.Unmarshal(data, msg); err != nil {
 		return invalidJSON(err)
+	}
+	if n := proto.Size(msg); n > c.maxMessage {
+		return asConnect(refuse(http.StatusRequestEntityTooLarge, codes.ResourceExhausted, ReasonRequestTooLarge, "",
+			"%s is %d bytes decoded, more than --max-request-bytes %d", msg.ProtoReflect().Descriptor().Name(), n, c.maxMessage))
 	}
 	return nil
 }

@@ -446,7 +446,8 @@ func TestInterceptorsSeeHTTPCalls(t *testing.T) {
 }
 
 // TestBounds: a request larger than --max-request-bytes is refused
-// RESOURCE_EXHAUSTED over REST as over gRPC, whether its JSON or the
+// RESOURCE_EXHAUSTED over REST as over gRPC (413 REQUEST_TOO_LARGE over
+// REST, not 429, which says to come back later), whether its JSON or the
 // message it decodes to is too large, and a JSON body with a field the
 // message does not have is refused INVALID_ARGUMENT, with an error that
 // does not quote the caller's input at length; none of them writes.
@@ -463,13 +464,13 @@ func TestBounds(t *testing.T) {
 	if o.code != codes.ResourceExhausted {
 		t.Errorf("gRPC Claim of %d bytes = %+v, want RESOURCE_EXHAUSTED", proto.Size(big), o)
 	}
-	if _, o, raw := e.restCall(t, hc, hooks, "/idempotency.v1.ClaimService/Claim", big); o.code != codes.ResourceExhausted || o.httpStatus != 429 {
-		t.Errorf("REST Claim of %d bytes = %+v %.200s, want 429 RESOURCE_EXHAUSTED", proto.Size(big), o, raw)
+	if _, o, raw := e.restCall(t, hc, hooks, "/idempotency.v1.ClaimService/Claim", big); o.code != codes.ResourceExhausted || o.httpStatus != 413 || o.reason != "REQUEST_TOO_LARGE" {
+		t.Errorf("REST Claim of %d bytes = %+v %.200s, want 413 RESOURCE_EXHAUSTED REQUEST_TOO_LARGE", proto.Size(big), o, raw)
 	}
 	// JSON past twice the limit is refused before it is read whole.
 	huge := `{"namespace":"billing","provider":"stripe","eventId":"evt_huge","holder":"` + strings.Repeat("x", 2*maxRequestBytes) + `"}`
-	if status, raw := e.do(t, hc, hooks, http.MethodPost, "/v1/claims", "application/json", nil, strings.NewReader(huge)); status != 429 {
-		t.Errorf("REST Claim of %d bytes of JSON = %d %.200s, want 429", len(huge), status, raw)
+	if status, raw := e.do(t, hc, hooks, http.MethodPost, "/v1/claims", "application/json", nil, strings.NewReader(huge)); status != 413 {
+		t.Errorf("REST Claim of %d bytes of JSON = %d %.200s, want 413", len(huge), status, raw)
 	}
 
 	long := strings.Repeat("scope", 1000)
