@@ -105,6 +105,7 @@ principals:
     rate: {{per_second: 0.1, burst: 1}}
 """
     )
+    auth_file.chmod(0o600)  # claimd refuses an auth file other users may read
     health = grpc.ssl_channel_credentials(
         root_certificates=ca.ca_file.read_bytes(),
         private_key=receiver.key_file.read_bytes(),
@@ -334,6 +335,7 @@ def test_plaintext_loopback_with_token(claimd_binary: Path, tmp_path: Path) -> N
     auth_file.write_text(
         f"version: 1\nprincipals:\n  local:\n    {line}\n    namespaces: [pylocal]\n    roles: [claim]\n"
     )
+    auth_file.chmod(0o600)  # claimd refuses an auth file other users may read
     with ClaimdServer.start(claimd_binary, tmp_path / "data", extra_args=("--auth-file", str(auth_file))) as server:
         with Client(server.grpc_address, token=token) as client:
             with client.guard("pylocal", "stripe", event_id=evt()) as g:

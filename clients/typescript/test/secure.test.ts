@@ -83,6 +83,7 @@ principals:
     roles: [claim]
     rate: {per_second: 0.1, burst: 1}
 `,
+    { mode: 0o600 }, // claimd refuses an auth file other users may read
   );
   const srv = certs.leaves["server"]!;
   const receiver = certs.leaves["receiver"]!;
@@ -337,7 +338,7 @@ describe("plaintext", () => {
     const { token, line } = newToken(bin);
     const d = mkdtempSync(join(tmpdir(), "claimd-ts-local-"));
     const authFile = join(d, "auth.yaml");
-    writeFileSync(authFile, `version: 1\nprincipals:\n  local:\n    ${line}\n    namespaces: [tslocal]\n    roles: [claim]\n`);
+    writeFileSync(authFile, `version: 1\nprincipals:\n  local:\n    ${line}\n    namespaces: [tslocal]\n    roles: [claim]\n`, { mode: 0o600 });
     const local = await startClaimd({ bin, args: ["--auth-file", authFile] });
     const c = createClient(local.target, { token });
     const anonymous = createClient(local.target);

@@ -15,6 +15,7 @@ import io.grpc.TlsChannelCredentials;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.security.SecureRandom;
 import java.util.HexFormat;
 import java.util.List;
@@ -63,6 +64,8 @@ class SecureTest {
         + "  hooks:\n    " + tokensLine + "\n    namespaces: [" + NS + "]\n    roles: [claim, read]\n"
         + "  mesh:\n    identities: [\"spiffe://claimd.test/mesh\"]\n    namespaces: [" + NS + "]\n    roles: [claim]\n",
         StandardCharsets.UTF_8);
+    // claimd refuses an auth file other users may read.
+    Files.setPosixFilePermissions(auth, PosixFilePermissions.fromString("rw-------"));
     server = TestClaimd.start(
         TlsChannelCredentials.newBuilder().trustManager(ca.toFile()).keyManager(receiverCert.toFile(), receiverKey.toFile()).build(),
         "--tls-cert", leaf(certs, "server", "cert").toString(), "--tls-key", leaf(certs, "server", "key").toString(),
