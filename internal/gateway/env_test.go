@@ -98,6 +98,7 @@ type env struct {
 	clientCA *testcert.CA
 	grpcAddr string
 	httpURL  string
+	srv      *grpc.Server
 }
 
 type envOptions struct {
@@ -150,6 +151,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	opts = append(opts, authn.ServerOptions()...)
 	opts = append(opts, authn.TapOption())
 	srv := grpc.NewServer(opts...)
+	e.srv = srv
 	service.New(service.Config{Store: e.store, Registry: reg, Clock: clk, Logger: log, Recorder: met}).Register(srv)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	met.InitializeGRPC(srv)
