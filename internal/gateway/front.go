@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net"
@@ -61,8 +62,17 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &limitedBody{ReadCloser: r.Body, limit: f.maxBody}
 	}
-	if rt != nil && rt.body != "" {
-		if ref := requireBody(r, rt); ref != nil {
+	var what string
+	switch {
+	case rt != nil && rt.body != "":
+		what = fmt.Sprintf("%s %s takes the request as JSON (%s)", rt.verb, rt.pattern(), rt.method)
+	case rpc && r.Method == http.MethodPost && mediaType(r) == "application/json":
+		// Connect's JSON is an object; only protobuf spells the empty
+		// message as no bytes.
+		what = "a Connect JSON request is a JSON object ({} for an empty message)"
+	}
+	if what != "" {
+		if ref := requireBody(r, what); ref != nil {
 			ref.write(w, r, rpc)
 			return
 		}
@@ -191,10 +201,10 @@ func snakeToCamel(s string) string {
 	return b.String()
 }
 
-// requireBody refuses a REST request without the body its route reads;
-// vanguard would hand the server no message at all, which it answers
-// INTERNAL. It reads at most one byte (after authentication).
-func requireBody(r *http.Request, rt *route) *refusal {
+// requireBody refuses a request without the body it needs (what says
+// why); vanguard would hand the server no message at all, which it
+// answers INTERNAL. It reads at most one byte (after authentication).
+func requireBody(r *http.Request, what string) *refusal {
 	empty := r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody
 	if !empty && r.ContentLength < 0 {
 		br := bufio.NewReaderSize(r.Body, 512)
@@ -209,7 +219,7 @@ func requireBody(r *http.Request, rt *route) *refusal {
 		return nil
 	}
 	return refuse(http.StatusBadRequest, codes.InvalidArgument, reasonInvalid, "body",
-		"the request body is empty: %s %s takes the request as JSON (%s)", rt.verb, rt.pattern(), rt.method)
+		"the request body is empty: %s", what)
 }
 
 // apiContentType reports whether ct is a type the API reads: JSON or
@@ -220,7 +230,7 @@ func apiContentType(ct string) bool {
 	if err != nil {
 		return false
 	}
-	switch mt {
+	switch strings.ToLower(mt) {
 	case "application/json", "application/proto", "application/protobuf", "application/x-protobuf",
 		"application/grpc", "application/grpc+proto", "application/grpc+json",
 		"application/grpc-web", "application/grpc-web+proto", "application/grpc-web+json",
@@ -228,6 +238,12 @@ func apiContentType(ct string) bool {
 		return true
 	}
 	return false
+}
+
+// mediaType is the request's content type without parameters.
+func mediaType(r *http.Request) string {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return mt
 }
 
 // hostSet is --http-allowed-hosts: host names and IP addresses, without
