@@ -360,3 +360,59 @@ func TestBombs(t *testing.T) {
 	}
 	t.Logf("largest peak RSS growth of a bomb: %d MiB", worst>>20)
 }
+
+// TestFrontDoor runs claimd with its defaults and an auth file: the
+// issue's DNS-rebinding claim (Host rebind.evil.example, a valid token)
+// is refused 421, a foreign Origin 403 and a typeless body 415, while
+// curl's requests (Host 127.0.0.1 or localhost) and gRPC calls are served.
+// With --http-allowed-hosts the API answers those names instead, and
+// /healthz answers any Host (probes address pods by IP).
+func TestFrontDoor(t *testing.T) {
+	h := startHostile(t)
+	claim := []byte(`{"namespace":"billing","provider":"stripe","eventId":"evt_front","holder":"curl"}`)
+	auth := func(kv ...string) http.Header {
+		hdr := http.Header{"Authorization": {"Bearer " + h.token}, "Content-Type": {"application/json"}}
+		for i := 0; i+1 < len(kv); i += 2 {
+			hdr.Set(kv[i], kv[i+1])
+		}
+		return hdr
+	}
+	_, port, _ := strings.Cut(h.p.http, ":")
+	for _, c := range []struct {
+		desc       string
+		header     http.Header
+		wantStatus int
+		wantReason string
+	}{
+		{"DNS rebinding", auth("Host", "rebind.evil.example:"+port), http.StatusMisdirectedRequest, "HOST_NOT_ALLOWED"},
+		{"a foreign Origin", auth("Origin", "https://evil.example"), http.StatusForbidden, "ORIGIN_NOT_ALLOWED"},
+		{"a typeless body", auth("Content-Type", ""), http.StatusUnsupportedMediaType, "CONTENT_TYPE_UNSUPPORTED"},
+		{"curl", auth(), http.StatusOK, ""},
+		{"curl to localhost", auth("Host", "localhost:"+port), http.StatusOK, ""},
+	} {
+		a := send(t, http.MethodPost, h.base+"/v1/claims", c.header, claim)
+		if a.status != c.wantStatus || a.reason != c.wantReason {
+			t.Errorf("%s: POST /v1/claims = %s, want %d %s", c.desc, a, c.wantStatus, c.wantReason)
+		}
+	}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+h.token)
+	if _, err := pb.NewClaimServiceClient(h.p.conn(t)).Get(ctx, &pb.GetRequest{Namespace: "billing", Provider: "stripe", Key: "evt_front"}); err != nil {
+		t.Errorf("gRPC Get of the claim curl made = %v, want OK", err)
+	}
+
+	h = startHostile(t, "--http-allowed-hosts", "claimd.internal, claimd.internal.example")
+	_, port, _ = strings.Cut(h.p.http, ":")
+	for _, c := range []struct {
+		host       string
+		path       string
+		wantStatus int
+	}{
+		{"claimd.internal:" + port, "/v1/providers/stripe", http.StatusOK},
+		{"localhost:" + port, "/v1/providers/stripe", http.StatusMisdirectedRequest},
+		{"10.1.2.3:" + port, "/healthz", http.StatusOK},
+	} {
+		if a := send(t, http.MethodGet, h.base+c.path, auth("Host", c.host), nil); a.status != c.wantStatus {
+			t.Errorf("--http-allowed-hosts claimd.internal: GET %s with Host %s = %s, want %d", c.path, c.host, a, c.wantStatus)
+		}
+	}
+}

@@ -118,3 +118,27 @@ func TestHTTPAPI(t *testing.T) {
 	}
 	p.stop(t)
 }
+
+// TestAllowedHosts: --http-allowed-hosts defaults to loopback's names and
+// the host that --http-listen names, never an unspecified address.
+func TestAllowedHosts(t *testing.T) {
+	loop := []string{"localhost", "127.0.0.1", "::1"}
+	for _, c := range []struct {
+		desc, flag, listen string
+		want               []string
+	}{
+		{"default", "", "127.0.0.1:8080", loop},
+		{"a named listener", "", "claimd.internal:8080", append(loop[:3:3], "claimd.internal")},
+		{"an address", "", "10.0.0.5:8080", append(loop[:3:3], "10.0.0.5")},
+		{"all interfaces", "", "0.0.0.0:8080", loop},
+		{"all interfaces, IPv6", "", "[::]:8080", loop},
+		{"no host", "", ":8080", loop},
+		{"given", " a.example ,b.example,", "0.0.0.0:8080", []string{"a.example", "b.example"}},
+		{"any", "*", "127.0.0.1:8080", []string{"*"}},
+	} {
+		got := allowedHosts(c.flag, c.listen)
+		if strings.Join(got, ",") != strings.Join(c.want, ",") {
+			t.Errorf("%s: allowedHosts(%q, %q) = %q, want %q", c.desc, c.flag, c.listen, got, c.want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -394,7 +395,7 @@ func allowedHosts(flagValue, listen string) []string {
 	}
 	hosts = []string{"localhost", "127.0.0.1", "::1"}
 	if h, _, err := net.SplitHostPort(listen); err == nil && h != "" {
-		if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
+		if ip := net.ParseIP(h); (ip == nil || !ip.IsUnspecified()) && !slices.Contains(hosts, h) {
 			hosts = append(hosts, h)
 		}
 	}
