@@ -1,7 +1,13 @@
 # claimd's image: a static binary on scratch, run as an unprivileged user.
 #
 #   make image                      # docker build, or buildah where docker is absent
-#   docker run -p 50051:50051 -p 8080:8080 claimd:dev
+#   docker run --rm -p 127.0.0.1:50051:50051 -p 127.0.0.1:8080:8080 claimd:dev
+#
+# The default command is a development mode: it serves without TLS or
+# authentication (--insecure, a warning at every start), for a container
+# published on the host's loopback as above. Production passes serve's own
+# flags after the image name (TLS, an auth file, the tiers), as the Helm
+# chart does; the default command is then unused.
 #
 # The filesystem of the last stage is laid out by scripts/rootfs.sh, which
 # cmd/claimd's image test also runs: the test starts that exact tree in a
@@ -39,6 +45,9 @@ USER 65532:65532
 # /healthz, /readyz).
 EXPOSE 50051 8080
 ENTRYPOINT ["/claimd"]
-# Listen on every interface: inside a container, loopback is unreachable.
-# With no --postgres-url the embedded tiers live in /data (mount a volume).
-CMD ["serve", "--listen", "0.0.0.0:50051", "--http-listen", "0.0.0.0:8080", "--data-dir", "/data"]
+# Development mode (see the top): every interface, because inside a
+# container loopback is unreachable from the host; --insecure, because
+# claimd refuses a non-loopback listener without TLS and authentication
+# otherwise. With no --postgres-url the embedded tiers live in /data (mount
+# a volume). cmd/claimd's image test runs this command as written.
+CMD ["serve", "--listen", "0.0.0.0:50051", "--http-listen", "0.0.0.0:8080", "--data-dir", "/data", "--insecure"]

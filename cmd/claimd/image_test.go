@@ -43,25 +43,7 @@ func TestImageRootfsServes(t *testing.T) {
 		t.Fatal("Dockerfile does not build its filesystem with scripts/rootfs.sh, which this test runs")
 	}
 
-	root := t.TempDir()
-	if err := os.Chmod(root, 0o755); err != nil { // the unprivileged user must reach it
-		t.Fatal(err)
-	}
-	script := exec.Command("../../scripts/rootfs.sh", root)
-	if out, err := script.CombinedOutput(); err != nil {
-		t.Fatalf("rootfs.sh: %v\n%s", err, out)
-	}
-
-	// /data as the Dockerfile makes it: the image's user owns it.
-	data := filepath.Join(root, "data")
-	if err := os.Mkdir(data, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if os.Getuid() == 0 {
-		if err := os.Chown(data, imageUID, imageUID); err != nil {
-			t.Fatal(err)
-		}
-	}
+	root := imageRootfs(t)
 
 	// Nothing but claimd's own files.
 	var files []string
@@ -129,6 +111,33 @@ func TestImageRootfsServes(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "data", "claimd.db")); err != nil {
 		t.Fatalf("the embedded tier's database is not in /data: %v", err)
 	}
+}
+
+// imageRootfs lays out the image's filesystem with the script the
+// Dockerfile runs, and /data as the Dockerfile makes it.
+func imageRootfs(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o755); err != nil { // the unprivileged user must reach it
+		t.Fatal(err)
+	}
+	script := exec.Command("../../scripts/rootfs.sh", root)
+	if out, err := script.CombinedOutput(); err != nil {
+		t.Fatalf("rootfs.sh: %v\n%s", err, out)
+	}
+
+	// /data as the Dockerfile makes it: the image's user owns it.
+	data := filepath.Join(root, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getuid() == 0 {
+		if err := os.Chown(data, imageUID, imageUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	return root
 }
 
 // chrootAs runs a command chrooted into root as imageUID: directly when the
