@@ -27,6 +27,10 @@ ARGS ?=
 # CLIENT_MODULE is the Go client, a module of its own: ./... at the root does
 # not descend into it, so the Go targets name it.
 CLIENT_MODULE := clients/go
+# DEPLOY_MODULE holds the chart's test, a module of its own so that helm's
+# packages (it runs helm lint and helm template in process) and the
+# Kubernetes libraries they need stay out of the server's go.mod.
+DEPLOY_MODULE := deploy
 # RELEASE_REF is the last release, whose API buf breaking guards: the tag
 # v0.1.0 once the repository has it, until then the commit 0.1.0 was cut
 # from (the last of 2026-11-30's first session, before the lease secret).
@@ -49,7 +53,8 @@ $(eval $(call tool,protoc-gen-go-grpc,google.golang.org/grpc/cmd/protoc-gen-go-g
 $(eval $(call tool,grpcurl,github.com/fullstorydev/grpcurl/cmd/grpcurl,$(GRPCURL_VERSION)))
 $(eval $(call tool,ghz,github.com/bojand/ghz/cmd/ghz,$(GHZ_VERSION)))
 # helm builds from source with most of Kubernetes' client libraries: several
-# minutes on two cores, once per machine.
+# minutes on two cores, once per machine. No target needs it (the chart's
+# test links helm's packages instead); make helm-tool installs it for you.
 $(eval $(call tool,helm,helm.sh/helm/v3/cmd/helm,$(HELM_VERSION)))
 $(eval $(call tool,staticcheck,honnef.co/go/tools/cmd/staticcheck,$(STATICCHECK_VERSION)))
 
@@ -74,10 +79,12 @@ build: ## build bin/claimd, its version from git describe (VERSION=... to set it
 run: build ## start claimd with embedded tiers on 127.0.0.1:50051 (ARGS="--flag ..." to add flags)
 	./bin/claimd serve $(ARGS)
 
-test: $(HELM) ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and PostgreSQL, installed when missing; helm lint/template of the chart), each benchmark once, the Go, Python, TypeScript and Java clients
+test: ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and PostgreSQL, installed when missing), the chart (helm lint/template in process), each benchmark once, the Go, Python, TypeScript and Java clients
 	./scripts/test-deps.sh
 	go test $(GO_TEST_FLAGS) ./...
 	cd $(CLIENT_MODULE) && go test $(GO_TEST_FLAGS) ./...
+	@echo "== the Helm chart"
+	$(MAKE) --no-print-directory helm
 	@echo "== each Go benchmark once, so none can rot"
 	go test -run '^$$' -bench . -benchtime 1x -timeout 15m ./...
 	@echo "== Python client and example"
@@ -101,15 +108,17 @@ checkgenerate: generate ## fail if any generated code differs from what make gen
 	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run make generate and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "generated code has untracked files"; exit 1; }
 
-lint: $(BUF) $(STATICCHECK) ## buf lint, buf format, buf breaking against the last release; go vet, staticcheck and gofmt of both Go modules; shellcheck
+lint: $(BUF) $(STATICCHECK) ## buf lint, buf format, buf breaking against the last release; go vet, staticcheck and gofmt of every Go module; shellcheck
 	./scripts/lint-deps.sh
 	buf lint
 	buf format --diff --exit-code
 	buf breaking proto --against '.git#ref=$(RELEASE_REF),subdir=proto'
 	go vet ./...
 	cd $(CLIENT_MODULE) && go vet ./...
+	cd $(DEPLOY_MODULE) && go vet ./...
 	staticcheck ./...
 	cd $(CLIENT_MODULE) && staticcheck ./...
+	cd $(DEPLOY_MODULE) && staticcheck ./...
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	shellcheck $$(git ls-files '*.sh') .ci/run
 
@@ -119,7 +128,7 @@ bench: $(GHZ) ## load scenarios (ghz and cmd/claimload) against claimd and its b
 chaos: ## fault injection (Redis flush/kill, PostgreSQL immediate stop, replica kill -9, lost replies, crash points) with history checks -> RELIABILITY.md; exits 1 on a violation; CHAOS_DURATION=5s for the short form
 	./scripts/chaos.sh
 
-tools: $(GEN_TOOLS) $(GRPCURL) $(GHZ) $(HELM) $(STATICCHECK) ## install every pinned tool (buf, protoc plugins, grpcurl, ghz, helm, staticcheck); or one: make grpcurl
+tools: $(GEN_TOOLS) $(GRPCURL) $(GHZ) $(STATICCHECK) ## install every pinned tool the targets use (buf, protoc plugins, grpcurl, ghz, staticcheck); or one: make grpcurl
 	@$(path_hint)
 
 buf: $(BUF) ## install the pinned buf only
@@ -137,7 +146,7 @@ grpcurl: $(GRPCURL) ## install the pinned grpcurl only
 ghz: $(GHZ) ## install the pinned ghz only
 	@$(path_hint)
 
-helm-tool: $(HELM) ## install the pinned helm only (a few minutes: it builds from source)
+helm-tool: $(HELM) ## install the pinned helm CLI, which no target needs (several minutes: it builds from source)
 	@$(path_hint)
 
 staticcheck: $(STATICCHECK) ## install the pinned staticcheck only
@@ -152,8 +161,8 @@ image: ## build the container image $(IMAGE) (docker when its daemon answers, el
 		echo "make image: needs docker (with a running daemon) or buildah (apt-get install buildah)" >&2; exit 1; \
 	fi
 
-helm: $(HELM) ## helm lint and helm template of deploy/helm/claimd with each value set, and the checks of the rendered manifests
-	go test -count=1 ./deploy/
+helm: ## helm lint --strict and helm template of deploy/helm/claimd (helm's Go packages, no helm binary) with each value set, and the checks of the rendered manifests
+	cd $(DEPLOY_MODULE) && go test -count=1 -timeout 15m ./...
 
 clean: ## remove build outputs
 	rm -rf bin

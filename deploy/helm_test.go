@@ -1,12 +1,13 @@
 // Package deploy_test checks the Helm chart under deploy/helm/claimd: helm
-// lint and helm template with each value set in deploy/helm/values, then
-// assertions on the rendered manifests that a reviewer would otherwise
-// check by eye (probes, a non-root read-only container, secrets only from
-// Secrets, flags claimd really has).
+// lint --strict and helm template with each value set in deploy/helm/values,
+// with helm's default capabilities (no --kube-version), then assertions on
+// the rendered manifests that a reviewer would otherwise check by eye
+// (probes, a non-root read-only container, secrets only from Secrets, flags
+// and values claimd really takes, the helm test hook). helm runs in process
+// (helmcli_test.go); claimd is built from the checkout to read its flags.
 package deploy_test
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"os"
@@ -15,53 +16,18 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
-
-	"github.com/claimd/claimd/internal/horizon"
+	"helm.sh/helm/v3/pkg/chartutil"
 )
 
-const (
-	chart = "helm/claimd"
-	// kubeVersion is passed to helm template: helm built with go install
-	// defaults to Kubernetes 1.20, older than the chart's floor (gRPC
-	// probes are GA from 1.27).
-	kubeVersion = "1.30.0"
-)
-
-// helmBinary finds helm on PATH (make test puts the tools cache there) or
-// in the tools cache itself.
-func helmBinary(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("helm"); err == nil {
-		return p
-	}
-	cache := os.Getenv("XDG_CACHE_HOME")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache")
-	}
-	p := filepath.Join(cache, "claimd-tools", "bin", "helm")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("helm not found on PATH or at %s: run `make tools` (it installs the pinned helm)", p)
-	}
-	return p
-}
-
-func helm(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	cmd := exec.Command(helmBinary(t), args...)
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	if err != nil {
-		return out.String(), errors.New(strings.TrimSpace(errOut.String() + "\n" + out.String()))
-	}
-	return out.String(), nil
-}
+const chart = "helm/claimd"
 
 // manifest is one rendered object.
 type manifest = map[string]any
@@ -89,15 +55,27 @@ func get(v any, path ...any) any {
 	return v
 }
 
-func render(t *testing.T, valueFiles ...string) []manifest {
+// strs returns v, a list of strings, as []string.
+func strs(t *testing.T, v any) []string {
 	t.Helper()
-	args := []string{"template", "claimd", chart, "--kube-version", kubeVersion}
-	for _, f := range valueFiles {
-		args = append(args, "-f", f)
+	l, ok := v.([]any)
+	if !ok {
+		t.Fatalf("%v is not a list", v)
 	}
-	out, err := helm(t, args...)
+	out := make([]string, len(l))
+	for i, e := range l {
+		if out[i], ok = e.(string); !ok {
+			t.Fatalf("%v: %v is not a string", v, e)
+		}
+	}
+	return out
+}
+
+func render(t *testing.T, a helmArgs) []manifest {
+	t.Helper()
+	out, err := helmTemplate(chart, a)
 	if err != nil {
-		t.Fatalf("helm %s: %v", strings.Join(args, " "), err)
+		t.Fatalf("helm template %+v: %v", a, err)
 	}
 	var ms []manifest
 	dec := yaml.NewDecoder(strings.NewReader(out))
@@ -117,6 +95,21 @@ func render(t *testing.T, valueFiles ...string) []manifest {
 	return ms
 }
 
+// find returns the one rendered object of kind k whose name ends in suffix.
+func find(t *testing.T, ms []manifest, k, suffix string) manifest {
+	t.Helper()
+	var found []manifest
+	for _, m := range ms {
+		if name, _ := get(m, "metadata", "name").(string); kind(m) == k && strings.HasSuffix(name, suffix) {
+			found = append(found, m)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d %s objects named *%s rendered, want 1", len(found), k, suffix)
+	}
+	return found[0]
+}
+
 // valueSet is one way to install the chart, and what it must render.
 type valueSet struct {
 	desc  string
@@ -127,28 +120,31 @@ type valueSet struct {
 
 var valueSets = []valueSet{
 	{"defaults: TLS, mTLS, auth file, Redis+PostgreSQL", nil, true,
-		[]string{"Deployment", "HorizontalPodAutoscaler", "Job", "PodDisruptionBudget", "Service", "Service", "ServiceAccount"}},
+		[]string{"Deployment", "HorizontalPodAutoscaler", "Job", "Pod", "PodDisruptionBudget", "Service", "Service", "ServiceAccount"}},
 	{"dev: insecure, Redis Cluster, providers file, monitoring", []string{"helm/values/dev.yaml"}, false,
-		[]string{"ConfigMap", "Deployment", "Job", "PodDisruptionBudget", "PrometheusRule", "Service", "Service", "ServiceAccount", "ServiceMonitor"}},
+		[]string{"ConfigMap", "Deployment", "Job", "Pod", "PodDisruptionBudget", "PrometheusRule", "Service", "Service", "ServiceAccount", "ServiceMonitor"}},
 	{"PostgreSQL only, fixed replicas", []string{"helm/values/postgres-only.yaml"}, true,
-		[]string{"Deployment", "Service", "ServiceAccount"}},
+		[]string{"Deployment", "Pod", "Service", "ServiceAccount"}},
 	{"mTLS scraping and alerts", []string{"helm/values/mtls-monitoring.yaml"}, true,
-		[]string{"Deployment", "HorizontalPodAutoscaler", "Job", "PodDisruptionBudget", "PrometheusRule", "Service", "Service", "ServiceAccount", "ServiceMonitor"}},
+		[]string{"Deployment", "HorizontalPodAutoscaler", "Job", "Pod", "PodDisruptionBudget", "PrometheusRule", "Service", "Service", "ServiceAccount", "ServiceMonitor"}},
 }
 
-// TestHelmChart lints the chart and renders it with each value set.
+// TestHelmChart lints the chart and renders it with each value set, as
+// `helm lint --strict` and `helm template` do with helm's defaults: no
+// --kube-version, so the chart must not demand a Kubernetes newer than the
+// 1.20 helm assumes when it is not told.
 func TestHelmChart(t *testing.T) {
-	flags := serveFlags(t)
 	for _, vs := range valueSets {
 		t.Run(vs.desc, func(t *testing.T) {
-			lint := []string{"lint", "--strict", chart, "--kube-version", kubeVersion}
-			for _, f := range vs.files {
-				lint = append(lint, "-f", f)
+			a := helmArgs{valueFiles: vs.files}
+			failed, err := helmLint(chart, a)
+			if err != nil {
+				t.Fatalf("helm lint: %v", err)
 			}
-			if out, err := helm(t, lint...); err != nil {
-				t.Fatalf("helm lint: %v\n%s", err, out)
+			for _, m := range failed {
+				t.Errorf("helm lint --strict: %v", m)
 			}
-			ms := render(t, vs.files...)
+			ms := render(t, a)
 			var kinds []string
 			for _, m := range ms {
 				kinds = append(kinds, kind(m))
@@ -160,9 +156,11 @@ func TestHelmChart(t *testing.T) {
 			for _, m := range ms {
 				switch kind(m) {
 				case "Deployment":
-					checkDeployment(t, m, vs, flags)
+					checkDeployment(t, m, vs)
 				case "Job":
 					checkMigrateJob(t, m)
+				case "Pod":
+					checkTestPod(t, m, vs)
 				case "ConfigMap":
 					checkConfigMap(t, m)
 				case "PrometheusRule":
@@ -175,33 +173,25 @@ func TestHelmChart(t *testing.T) {
 	}
 }
 
-// checkDeployment: probes on grpc.health.v1 (or /readyz over TLS), a
-// non-root, read-only container, tier URLs only from Secrets, requests set,
-// and every flag one claimd serve defines.
-func checkDeployment(t *testing.T, m manifest, vs valueSet, flags map[string]bool) {
+// checkDeployment: probes on /readyz or grpc.health.v1, a non-root,
+// read-only container, tier URLs only from Secrets, requests set, and
+// arguments claimd serve takes.
+func checkDeployment(t *testing.T, m manifest, vs valueSet) {
 	t.Helper()
 	pod := get(m, "spec", "template", "spec")
 	c := get(pod, "containers", 0)
 	if get(pod, "securityContext", "runAsNonRoot") != true {
 		t.Error("pod securityContext.runAsNonRoot is not true")
 	}
-	sc := get(c, "securityContext")
-	for key, want := range map[string]any{"runAsNonRoot": true, "readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false, "runAsUser": 65532} {
-		if got := get(sc, key); got != want {
-			t.Errorf("container securityContext.%s = %v, want %v", key, got, want)
-		}
-	}
-	if drop := get(sc, "capabilities", "drop", 0); drop != "ALL" {
-		t.Errorf("container capabilities.drop = %v, want [ALL]", drop)
-	}
+	checkContainerSecurity(t, "claimd", c)
 
+	// helm's default Kubernetes (1.20) predates the gRPC probe (GA in
+	// 1.27): readiness reads /readyz there; TestHelmReadinessProbe covers
+	// newer versions.
 	ready := get(c, "readinessProbe")
-	if vs.tls {
-		if get(ready, "httpGet", "path") != "/readyz" || get(ready, "httpGet", "scheme") != "HTTPS" {
-			t.Errorf("readinessProbe over TLS = %v, want HTTPS GET /readyz (kubelet's gRPC probe has no TLS)", ready)
-		}
-	} else if get(ready, "grpc", "service") != "idempotency.v1.ClaimService" || get(ready, "grpc", "port") != 50051 {
-		t.Errorf("readinessProbe = %v, want Kubernetes' gRPC probe of idempotency.v1.ClaimService on 50051", ready)
+	scheme := map[bool]string{true: "HTTPS", false: "HTTP"}[vs.tls]
+	if get(ready, "httpGet", "path") != "/readyz" || get(ready, "httpGet", "scheme") != scheme || get(ready, "grpc") != nil {
+		t.Errorf("readinessProbe at Kubernetes 1.20 = %v, want %s GET /readyz", ready, scheme)
 	}
 	if live := get(c, "livenessProbe"); get(live, "httpGet", "path") != "/healthz" {
 		t.Errorf("livenessProbe = %v, want GET /healthz, which does not follow the durable tier", live)
@@ -220,22 +210,27 @@ func checkDeployment(t *testing.T, m manifest, vs valueSet, flags map[string]boo
 		t.Error("container has no CPU or memory request")
 	}
 
-	args := get(c, "args").([]any)
-	if args[0] != "serve" {
-		t.Errorf("args[0] = %v, want serve", args[0])
-	}
-	for _, a := range args[1:] {
-		name, _, _ := strings.Cut(strings.TrimLeft(a.(string), "-"), "=")
-		if !flags[name] {
-			t.Errorf("arg %q: claimd serve has no flag --%s", a, name)
-		}
-	}
+	args := strs(t, get(c, "args"))
+	checkArgs(t, "serve", args)
 	if vs.tls {
 		for _, want := range []string{"--tls-cert=", "--tls-key=", "--tls-client-ca=", "--auth-file="} {
-			if !slices.ContainsFunc(args, func(a any) bool { return strings.HasPrefix(a.(string), want) }) {
+			if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, want) }) {
 				t.Errorf("args %v lack %s…", args, want)
 			}
 		}
+	}
+}
+
+func checkContainerSecurity(t *testing.T, name string, c any) {
+	t.Helper()
+	sc := get(c, "securityContext")
+	for key, want := range map[string]any{"runAsNonRoot": true, "readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false, "runAsUser": 65532} {
+		if got := get(sc, key); got != want {
+			t.Errorf("%s container securityContext.%s = %v, want %v", name, key, got, want)
+		}
+	}
+	if drop := get(sc, "capabilities", "drop", 0); drop != "ALL" {
+		t.Errorf("%s container capabilities.drop = %v, want [ALL]", name, drop)
 	}
 }
 
@@ -246,11 +241,39 @@ func checkMigrateJob(t *testing.T, m manifest) {
 		t.Errorf("migrate Job hook = %q, want pre-install and pre-upgrade", hook)
 	}
 	c := get(m, "spec", "template", "spec", "containers", 0)
-	if diff := cmp.Diff([]any{"migrate"}, get(c, "args")); diff != "" {
-		t.Errorf("migrate Job args (-want +got):\n%s", diff)
+	checkArgs(t, "migrate", strs(t, get(c, "args")))
+	checkContainerSecurity(t, "migrate", c)
+}
+
+// checkTestPod: `helm test` runs a Pod that GETs /readyz through the
+// release's Service, verifying the server with the TLS Secret's CA.
+func checkTestPod(t *testing.T, m manifest, vs valueSet) {
+	t.Helper()
+	if hook := get(m, "metadata", "annotations", "helm.sh/hook"); hook != "test" {
+		t.Errorf("Pod %v hook = %v, want test (only helm test creates it)", get(m, "metadata", "name"), hook)
 	}
-	if get(c, "securityContext", "readOnlyRootFilesystem") != true || get(c, "securityContext", "runAsNonRoot") != true {
-		t.Error("migrate Job container is not non-root with a read-only root filesystem")
+	pod := get(m, "spec")
+	if get(pod, "restartPolicy") != "Never" {
+		t.Errorf("test Pod restartPolicy = %v, want Never (a failure must fail helm test)", get(pod, "restartPolicy"))
+	}
+	c := get(pod, "containers", 0)
+	checkContainerSecurity(t, "test", c)
+	args := strs(t, get(c, "args"))
+	url := "http://claimd.default.svc:8080/readyz"
+	if vs.tls {
+		url = "https://claimd.default.svc:8080/readyz"
+		i := slices.Index(args, "--cacert")
+		if i < 0 || i+1 >= len(args) || args[i+1] != "/etc/claimd/tls/ca.crt" {
+			t.Errorf("test Pod args %v lack --cacert /etc/claimd/tls/ca.crt", args)
+		}
+		if get(c, "volumeMounts", 0, "mountPath") != "/etc/claimd/tls" || get(pod, "volumes", 0, "secret", "secretName") != "claimd-tls" {
+			t.Errorf("test Pod does not mount the TLS Secret's CA at /etc/claimd/tls: %v", get(pod, "volumes"))
+		}
+	} else if slices.Contains(args, "--cacert") || slices.Contains(args, "--insecure") || slices.Contains(args, "-k") {
+		t.Errorf("test Pod args %v: a plaintext release needs no CA and no --insecure", args)
+	}
+	if len(args) == 0 || args[len(args)-1] != url || !slices.Contains(args, "--fail") {
+		t.Errorf("test Pod args = %v, want curl --fail … %s", args, url)
 	}
 }
 
@@ -258,7 +281,8 @@ func checkMigrateJob(t *testing.T, m manifest) {
 var passwordURL = regexp.MustCompile(`[a-z]+://[^/\s:@]*:[^/\s@]+@`)
 
 // checkConfigMap: the only ConfigMap holds providers.yaml, a registry
-// claimd loads, and nothing that looks like a credential.
+// claimd loads (claimd providers --check), and nothing that looks like a
+// credential.
 func checkConfigMap(t *testing.T, m manifest) {
 	t.Helper()
 	data, _ := get(m, "data").(map[string]any)
@@ -270,8 +294,12 @@ func checkConfigMap(t *testing.T, m manifest) {
 		t.Fatalf("ConfigMap %v keys = %v, want only providers.yaml", get(m, "metadata", "name"), keys)
 	}
 	text := data["providers.yaml"].(string)
-	if _, err := horizon.Load("providers.yaml", []byte(text)); err != nil {
-		t.Errorf("ConfigMap providers.yaml does not load: %v", err)
+	file := filepath.Join(t.TempDir(), "providers.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(claimd(t), "providers", "--check", file).CombinedOutput(); err != nil {
+		t.Errorf("ConfigMap providers.yaml does not load: claimd providers --check: %v\n%s", err, out)
 	}
 	lower := strings.ToLower(text)
 	for _, bad := range []string{"password", "secret", "token", "-----begin"} {
@@ -311,51 +339,240 @@ func TestHelmAlertsCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(want, got) {
+	if string(want) != string(got) {
 		t.Fatalf("%s/files/alerts.yaml differs from prometheus/alerts.yaml: cp deploy/prometheus/alerts.yaml deploy/helm/claimd/files/", chart)
 	}
 }
 
-// TestHelmRefusesWhatClaimdRefuses: value sets claimd would refuse at start
-// fail at helm template, naming the value to set.
-func TestHelmRefusesWhatClaimdRefuses(t *testing.T) {
+// TestHelmReadinessProbe: the native gRPC probe where kubelet has it
+// (1.27 and later) and the listeners are plaintext; /readyz otherwise.
+func TestHelmReadinessProbe(t *testing.T) {
 	tests := []struct {
-		desc string
-		set  []string
-		want string
+		desc        string
+		files       []string
+		kubeVersion string
+		want        map[string]any
 	}{
-		{"no PostgreSQL", []string{"postgres.existingSecret="}, "postgres.existingSecret is required"},
-		{"no TLS, not insecure", []string{"tls.existingSecret="}, "tls.existingSecret is required"},
-		{"TLS without client certificates", []string{"tls.clientCA=false"}, "tls.clientCA is required"},
+		{"plaintext, helm's default 1.20", []string{"helm/values/dev.yaml"}, "",
+			map[string]any{"httpGet": map[string]any{"path": "/readyz", "port": "http", "scheme": "HTTP"}}},
+		{"plaintext, 1.26", []string{"helm/values/dev.yaml"}, "1.26.3",
+			map[string]any{"httpGet": map[string]any{"path": "/readyz", "port": "http", "scheme": "HTTP"}}},
+		{"plaintext, 1.27", []string{"helm/values/dev.yaml"}, "1.27.0",
+			map[string]any{"grpc": map[string]any{"port": 50051, "service": "idempotency.v1.ClaimService"}}},
+		{"TLS, 1.30", nil, "1.30.0",
+			map[string]any{"httpGet": map[string]any{"path": "/readyz", "port": "http", "scheme": "HTTPS"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
-			args := []string{"template", "claimd", chart, "--kube-version", kubeVersion}
-			for _, s := range tc.set {
-				args = append(args, "--set", s)
-			}
-			_, err := helm(t, args...)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("helm template --set %v error = %v, want one containing %q", tc.set, err, tc.want)
+			dep := find(t, render(t, helmArgs{valueFiles: tc.files, kubeVersion: tc.kubeVersion}), "Deployment", "claimd")
+			got, _ := get(dep, "spec", "template", "spec", "containers", 0, "readinessProbe").(map[string]any)
+			delete(got, "periodSeconds")
+			delete(got, "failureThreshold")
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("readinessProbe (-want +got):\n%s", diff)
 			}
 		})
 	}
 }
 
-// serveFlags returns the flag names claimd serve defines, from its usage.
-func serveFlags(t *testing.T) map[string]bool {
+// TestHelmValuesToFlags: each value for a claimd flag reaches the command
+// that takes it, and only that one: serve (the Deployment) or migrate (the
+// Job), or both where they must agree (the schema) or should (the log).
+// Every rendered argument must be a flag of its command with a value of the
+// flag's type.
+func TestHelmValuesToFlags(t *testing.T) {
+	tests := []struct {
+		desc        string
+		set         []string
+		values      string   // a values file, for numbers as YAML parses them
+		serve, migr []string // arguments that must be present
+		notServe    []string // argument prefixes that must be absent
+		notMigr     []string
+	}{
+		{desc: "defaults leave claimd's own",
+			notServe: []string{"--postgres-schema", "--log-", "--require-noeviction", "--http-api", "--reflection", "--max-request-bytes", "--janitor-interval", "--grace", "--retention", "--batch"},
+			notMigr:  []string{"--postgres-schema", "--log-"}},
+		{desc: "postgres.schema: serve and migrate",
+			set:   []string{"postgres.schema=tenant_a"},
+			serve: []string{"--postgres-schema=tenant_a"}, migr: []string{"--postgres-schema=tenant_a"}},
+		{desc: "log: serve and migrate",
+			set:   []string{"log.level=debug", "log.format=text"},
+			serve: []string{"--log-level=debug", "--log-format=text"}, migr: []string{"--log-level=debug", "--log-format=text"}},
+		{desc: "redis.requireNoEviction",
+			set:   []string{"redis.requireNoEviction=true"},
+			serve: []string{"--require-noeviction"}, notMigr: []string{"--require-noeviction"}},
+		{desc: "httpAPI and reflection off",
+			set:   []string{"httpAPI=false", "reflection=false"},
+			serve: []string{"--http-api=false", "--reflection=false"}},
+		{desc: "maxRequestBytes and janitor.batch from a values file",
+			values: "maxRequestBytes: 8388608\njanitor:\n  batch: 5000\n",
+			serve:  []string{"--max-request-bytes=8388608", "--batch=5000"}},
+		{desc: "maxRequestBytes from --set",
+			set:   []string{"maxRequestBytes=16777216"},
+			serve: []string{"--max-request-bytes=16777216"}},
+		{desc: "janitor",
+			set:   []string{"janitor.interval=0s", "janitor.grace=2h", "janitor.retention=2160h"},
+			serve: []string{"--janitor-interval=0s", "--grace=2h", "--retention=2160h"}, notMigr: []string{"--grace", "--retention"}},
+		{desc: "extraArgs: serve only; migrate.extraArgs: migrate only",
+			set:   []string{"extraArgs={--horizon-review-age=2160h}", "migrate.extraArgs={--partition-claims=16}"},
+			serve: []string{"--horizon-review-age=2160h"}, migr: []string{"--partition-claims=16"},
+			notServe: []string{"--partition-claims"}, notMigr: []string{"--horizon-review-age"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			a := helmArgs{set: tc.set}
+			if tc.values != "" {
+				f := filepath.Join(t.TempDir(), "values.yaml")
+				if err := os.WriteFile(f, []byte(tc.values), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				a.valueFiles = []string{f}
+			}
+			failed, err := helmLint(chart, a)
+			if err != nil || len(failed) > 0 {
+				t.Errorf("helm lint --strict: %v %v", err, failed)
+			}
+			ms := render(t, a)
+			serve := strs(t, get(find(t, ms, "Deployment", "claimd"), "spec", "template", "spec", "containers", 0, "args"))
+			migr := strs(t, get(find(t, ms, "Job", "-migrate"), "spec", "template", "spec", "containers", 0, "args"))
+			checkArgs(t, "serve", serve)
+			checkArgs(t, "migrate", migr)
+			for _, c := range []struct {
+				cmd       string
+				args      []string
+				want, not []string
+			}{{"serve", serve, tc.serve, tc.notServe}, {"migrate", migr, tc.migr, tc.notMigr}} {
+				for _, w := range c.want {
+					if !slices.Contains(c.args, w) {
+						t.Errorf("%s args = %v, want %s", c.cmd, c.args, w)
+					}
+				}
+				for _, n := range c.not {
+					if slices.ContainsFunc(c.args, func(a string) bool { return strings.HasPrefix(a, n) }) {
+						t.Errorf("%s args = %v, want none starting %s", c.cmd, c.args, n)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestHelmRefuses: value sets claimd would refuse at start, and clusters
+// that lack an API the chart renders, fail at helm template (or install),
+// naming the value to set.
+func TestHelmRefuses(t *testing.T) {
+	tests := []struct {
+		desc string
+		a    helmArgs
+		want string
+	}{
+		{"no PostgreSQL", helmArgs{set: []string{"postgres.existingSecret="}}, "postgres.existingSecret is required"},
+		{"no TLS, not insecure", helmArgs{set: []string{"tls.existingSecret="}}, "tls.existingSecret is required"},
+		{"TLS without client certificates", helmArgs{set: []string{"tls.clientCA=false"}}, "tls.clientCA is required"},
+		{"schema in extraArgs", helmArgs{set: []string{"extraArgs={--postgres-schema=x}"}}, "set postgres.schema instead"},
+		{"schema in migrate.extraArgs", helmArgs{set: []string{"migrate.extraArgs={-postgres-schema=x}"}}, "set postgres.schema instead"},
+		// A cluster's discovery, as helm install sees it, without the API.
+		{"no autoscaling/v2", helmArgs{apiVersions: chartutil.VersionSet{"v1", "apps/v1", "batch/v1", "policy/v1"}}, "autoscaling.enabled needs autoscaling/v2"},
+		{"no policy/v1", helmArgs{apiVersions: chartutil.VersionSet{"v1", "apps/v1", "batch/v1", "autoscaling/v2"}}, "podDisruptionBudget.enabled needs policy/v1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			_, err := helmTemplate(chart, tc.a)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("helm template %+v error = %v, want one containing %q", tc.a, err, tc.want)
+			}
+		})
+	}
+	// The same cluster without those APIs takes the chart with them off.
+	ok := helmArgs{
+		set:         []string{"autoscaling.enabled=false", "podDisruptionBudget.enabled=false"},
+		apiVersions: chartutil.VersionSet{"v1", "apps/v1", "batch/v1"},
+	}
+	if _, err := helmTemplate(chart, ok); err != nil {
+		t.Errorf("helm template %+v: %v", ok, err)
+	}
+}
+
+// claimd builds claimd from the checkout once per test binary.
+var claimd = func() func(t *testing.T) string {
+	var (
+		once sync.Once
+		bin  string
+		err  error
+	)
+	return func(t *testing.T) string {
+		t.Helper()
+		once.Do(func() {
+			dir, e := os.MkdirTemp("", "claimd-deploy-test")
+			if e != nil {
+				err = e
+				return
+			}
+			bin = filepath.Join(dir, "claimd")
+			cmd := exec.Command("go", "build", "-o", bin, "./cmd/claimd")
+			cmd.Dir = ".." // the server module
+			if out, e := cmd.CombinedOutput(); e != nil {
+				err = errors.New(e.Error() + "\n" + string(out))
+			}
+		})
+		if err != nil {
+			t.Fatalf("go build ./cmd/claimd: %v", err)
+		}
+		return bin
+	}
+}()
+
+// flagKinds caches flagsOf per command.
+var flagKinds sync.Map
+
+// flagsOf returns the flags claimd CMD takes, from its --help, each with
+// its value type (string, int, duration, …; "" for a bool).
+func flagsOf(t *testing.T, cmd string) map[string]string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "claimd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/claimd").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if f, ok := flagKinds.Load(cmd); ok {
+		return f.(map[string]string)
 	}
-	out, _ := exec.Command(bin, "serve", "-h").CombinedOutput() // -h exits 2
-	flags := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+--?([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
-		flags[m[1]] = true
+	out, _ := exec.Command(claimd(t), cmd, "-h").CombinedOutput()
+	flags := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+--([a-z0-9-]+)(?: ([a-zA-Z]+))?\s+CLAIMD_`).FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = m[2]
 	}
-	if !flags["listen"] {
-		t.Fatalf("claimd serve -h lists no --listen flag:\n%s", out)
+	if _, ok := flags["postgres-schema"]; !ok {
+		t.Fatalf("claimd %s -h lists no --postgres-schema flag:\n%s", cmd, out)
 	}
+	flagKinds.Store(cmd, flags)
 	return flags
+}
+
+// checkArgs: args are claimd CMD and flags it takes, each with a value of
+// its type.
+func checkArgs(t *testing.T, cmd string, args []string) {
+	t.Helper()
+	if len(args) == 0 || args[0] != cmd {
+		t.Fatalf("args = %v, want %s first", args, cmd)
+	}
+	flags := flagsOf(t, cmd)
+	for _, a := range args[1:] {
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		typ, ok := flags[name]
+		if !ok || !strings.HasPrefix(a, "-") {
+			t.Errorf("arg %q: claimd %s has no flag --%s", a, cmd, name)
+			continue
+		}
+		var err error
+		switch {
+		case typ == "" && hasVal:
+			_, err = strconv.ParseBool(val)
+		case typ == "":
+		case !hasVal:
+			err = errors.New("no value (the chart writes --flag=value)")
+		case typ == "int":
+			_, err = strconv.Atoi(val)
+		case typ == "duration":
+			_, err = time.ParseDuration(val)
+		}
+		if err != nil {
+			t.Errorf("arg %q: not a value of claimd %s --%s (%s): %v", a, cmd, name, typ, err)
+		}
+	}
 }

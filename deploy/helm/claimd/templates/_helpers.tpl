@@ -53,6 +53,34 @@ the mistake shows at helm install rather than as a crash loop.
 {{- if and (not .Values.insecure) (not .Values.tls.clientCA) -}}
 {{- fail "tls.clientCA is required unless insecure=true: claimd serves /metrics on a non-loopback address only to scrapers with a client certificate" -}}
 {{- end -}}
+{{- range concat .Values.extraArgs .Values.migrate.extraArgs -}}
+{{- if regexMatch "^--?postgres-schema([= ]|$)" (toString .) -}}
+{{- fail "extraArgs or migrate.extraArgs sets --postgres-schema: set postgres.schema instead, which serve and the migrate Job both need" -}}
+{{- end -}}
+{{- end -}}
+{{- /* APIs, not a kubeVersion: see Chart.yaml. */ -}}
+{{- if and .Values.autoscaling.enabled (not (.Capabilities.APIVersions.Has "autoscaling/v2")) -}}
+{{- fail "autoscaling.enabled needs autoscaling/v2, which this cluster does not serve (Kubernetes 1.23 and later do): upgrade it or set autoscaling.enabled=false" -}}
+{{- end -}}
+{{- if and .Values.podDisruptionBudget.enabled (not (.Capabilities.APIVersions.Has "policy/v1")) -}}
+{{- fail "podDisruptionBudget.enabled needs policy/v1, which this cluster does not serve (Kubernetes 1.21 and later do): upgrade it or set podDisruptionBudget.enabled=false" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+claimd.durableArgs are the flags serve and migrate share: they must agree
+on the schema, and they log alike. Empty values leave claimd's defaults.
+*/}}
+{{- define "claimd.durableArgs" -}}
+{{- with .Values.postgres.schema }}
+- {{ printf "--postgres-schema=%s" . | quote }}
+{{- end }}
+{{- with .Values.log.level }}
+- {{ printf "--log-level=%s" . | quote }}
+{{- end }}
+{{- with .Values.log.format }}
+- {{ printf "--log-format=%s" . | quote }}
+{{- end }}
 {{- end -}}
 
 {{/* Environment of every claimd container: the tier URLs, from Secrets only. */}}
