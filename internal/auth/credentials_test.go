@@ -21,6 +21,7 @@ import (
 var (
 	tempToken    = auth.NewToken() // temp: claim in billing until 10:00 on the env's clock
 	scraperToken = auth.NewToken() // scraper: metrics, until 10:00
+	slowToken    = auth.NewToken() // slow-scraper: metrics, one scrape a second
 )
 
 const scraperID = "spiffe://example.org/prometheus"
@@ -38,6 +39,10 @@ func withCredentials() string {
     tokens: [{hash: "` + auth.HashToken(scraperToken) + `", expires: "2026-12-01T10:00:00Z"}]
     identities: ["` + scraperID + `"]
     roles: [metrics]
+  slow-scraper:
+    tokens: ["` + auth.HashToken(slowToken) + `"]
+    roles: [metrics]
+    rate: {per_second: 1, burst: 1}
 `
 }
 
@@ -109,8 +114,8 @@ func TestRefusalsSpendNoBudget(t *testing.T) {
 
 // TestRequireRoleHTTP: /metrics behind RequireRole(RoleMetrics) admits a
 // principal with role metrics or admin, by token or by certificate, and
-// refuses a stranger (401), each wrong credential (401) and a principal
-// without the role (403).
+// refuses a stranger (401), each wrong credential (401), a principal
+// without the role (403) and one over its rate (429, Retry-After).
 func TestRequireRoleHTTP(t *testing.T) {
 	e := newEnv(t)
 	e.write(t, withCredentials())
@@ -178,6 +183,26 @@ func TestRequireRoleHTTP(t *testing.T) {
 			t.Errorf("%s: GET /metrics body = %q (handler saw %q), want it to say %q and the handler not run", tc.desc, body, seen, tc.want)
 		}
 	}
+	// Over its rate: 429 with Retry-After, and the handler does not run.
+	if code, body := get(slowToken, nil); code != http.StatusOK {
+		t.Errorf("slow-scraper's first scrape = %d %q, want 200", code, body)
+	}
+	seen = ""
+	res := func() *http.Response {
+		req, _ := http.NewRequest("GET", hs.URL+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+slowToken)
+		res, err := (&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: e.serverCA.pool}}}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}()
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "1" || seen != "" {
+		t.Errorf("slow-scraper's second scrape in the same instant = %d, Retry-After %q (handler saw %q); want 429, 1 and the handler not run",
+			res.StatusCode, res.Header.Get("Retry-After"), seen)
+	}
+
 	e.clk.Advance(time.Hour)
 	if code, body := get(scraperToken, nil); code != http.StatusUnauthorized || !strings.Contains(body, "expired") {
 		t.Errorf("expired scraper token: GET /metrics = %d %q, want 401 saying it expired", code, body)
