@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,6 +20,7 @@ from claimd import (
     Client,
     Delivery,
     EventState,
+    GuardResult,
     InvalidArgument,
     InvalidTransition,
     KeySource,
@@ -33,6 +35,20 @@ from claimd import (
 )
 from claimd._gen.idempotency.v1 import claim_pb2
 from claimd.types import PROTO_ENUMS
+
+
+def test_enums_print_their_names() -> None:
+    # Logs and messages show the proto's names, not numbers; comparisons
+    # with ints still hold.
+    for py_enum in PROTO_ENUMS:
+        for member in py_enum:
+            logged = logging.LogRecord("claimd", logging.INFO, __file__, 0, "%s", (member,), None).getMessage()
+            assert (str(member), f"{member}", logged) == (member.name,) * 3, f"{py_enum.__name__}.{member.name}"
+            assert f"{py_enum.__name__}.{member.name}" in repr(member)
+            assert member == member.value and int(member) == member.value
+    assert f"{Outcome.DUPLICATE:>12}|" == "   DUPLICATE|"
+    r = GuardResult(200, b"", outcome=Outcome.DUPLICATE)
+    assert "Outcome.DUPLICATE" in repr(r), repr(r)
 
 
 def test_enums_mirror_the_proto() -> None:

@@ -22,7 +22,19 @@ MAX_RESULT_BYTES = 64 << 10
 """MAX_RESULT_BYTES is the most a settled or failed record stores as result."""
 
 
-class Outcome(enum.IntEnum):
+class _Named(enum.IntEnum):
+    """_Named is an IntEnum that prints as its name: str() and f-strings give
+    ACQUIRED, not 1 (IntEnum's own since Python 3.11), so logs and messages
+    read as the proto's names. It still compares and converts as an int."""
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __format__(self, spec: str) -> str:
+        return format(self.name, spec)
+
+
+class Outcome(_Named):
     """Outcome is the answer of a Claim (idempotency.v1.Outcome)."""
 
     UNSPECIFIED = 0
@@ -34,7 +46,7 @@ class Outcome(enum.IntEnum):
     SUPERSEDED = 6
 
 
-class Reason(enum.IntEnum):
+class Reason(_Named):
     """Reason says why a Claim was ACQUIRED (idempotency.v1.Reason)."""
 
     UNSPECIFIED = 0
@@ -44,7 +56,7 @@ class Reason(enum.IntEnum):
     WINDOW_EXPIRED = 4
 
 
-class EventState(enum.IntEnum):
+class EventState(_Named):
     """EventState is the per-event state (idempotency.v1.EventState)."""
 
     UNSPECIFIED = 0
@@ -60,7 +72,7 @@ class EventState(enum.IntEnum):
         return self in (EventState.SETTLED, EventState.FAILED)
 
 
-class KeySource(enum.IntEnum):
+class KeySource(_Named):
     """KeySource tells where the canonical key came from."""
 
     UNSPECIFIED = 0
@@ -70,7 +82,7 @@ class KeySource(enum.IntEnum):
     BODY_HASH = 4
 
 
-class Tier(enum.IntEnum):
+class Tier(_Named):
     """Tier names the store that decided an answer."""
 
     UNSPECIFIED = 0
