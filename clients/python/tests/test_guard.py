@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import subprocess
 import sys
 import textwrap
@@ -134,6 +135,32 @@ def test_a_handler_that_raises_releases_and_the_next_delivery_runs(client: Clien
     assert (retried.status, retried.body, retried.ran) == (200, b"ok", True)
     assert calls == [(Reason.NEW, 1), (Reason.RELEASED, 2)], f"handler calls (reason, token) = {calls}"
     assert client.get(ns, "stripe", evt).state == EventState.SETTLED
+
+
+@pytest.mark.parametrize("form", ["decorator", "with-block"])
+def test_a_handler_exception_is_logged_once_at_error_with_the_key(
+    client: Client, ns: str, evt: str, form: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The guard swallows the exception (the provider gets a 500), so it is
+    # the guard's to log: once, at ERROR, naming the key, with the traceback.
+    boom = ConnectionError("bank timed out")
+    with caplog.at_level(logging.DEBUG, logger="claimd"):
+        if form == "decorator":
+
+            @client.guarded(ns, "stripe")
+            def handle(g: Guard) -> bytes:
+                raise boom
+
+            result = handle(evt)
+        else:
+            with client.guard(ns, "stripe", event_id=evt) as g:
+                raise boom
+            result = g.result
+    assert (result.status, result.error) == (500, boom)
+    errors = [r for r in caplog.records if r.name == "claimd" and r.levelno >= logging.ERROR]
+    assert len(errors) == 1, f"ERROR records = {[r.getMessage() for r in errors]}, want one"
+    assert f"{ns}/stripe/{evt}" in errors[0].getMessage()
+    assert errors[0].exc_info is not None and errors[0].exc_info[1] is boom
 
 
 def test_a_permanent_error_fails_the_event_and_stops_retries(client: Client, ns: str, evt: str) -> None:

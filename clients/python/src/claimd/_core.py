@@ -689,11 +689,17 @@ class GuardCore:
             log.warning("claimd: %s interrupted (%r); the key frees at its lease end", where, exc)
             self.answer = failed
         elif taken_over_from_processing(claim):
-            log.warning(
-                "claimd: handler failed on %s taken over from PROCESSING; leaving the key to its lease: %s", where, exc
+            # Logged here, once, with its traceback: the guard swallows it
+            # (the provider sees a 500), so nothing else would.
+            log.error(
+                "claimd: handler failed on %s, taken over from PROCESSING; leaving the key to its lease: %r",
+                where,
+                exc,
+                exc_info=exc,
             )
             self.answer = failed
         else:
+            log.error("claimd: handler failed on %s; releasing the key for a retry: %r", where, exc, exc_info=exc)
             self._pending, self._raised = failed, exc
             return _RELEASE, True
         return None, isinstance(exc, Exception)
