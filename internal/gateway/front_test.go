@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -182,6 +183,19 @@ func TestPathFieldsWin(t *testing.T) {
 	cases = append(cases, frontCase{desc: "Get without a query", verb: "GET", path: "/v1/namespaces/billing/providers/stripe/claims/zzz",
 		wantStatus: 404, wantCode: codes.NotFound, wantReason: "RECORD_NOT_FOUND"})
 	e.runFront(t, cases)
+
+	// A body never overrides the path: a Release whose body names another
+	// key releases the path's key.
+	hc := e.httpClient(t, cred{})
+	a := e.send(t, hc, "POST", "/v1/claims", jsonHeader(), claimJSON("evt_pathwins"))
+	var acq struct{ Key, FencingToken, LeaseSecret string }
+	if err := json.Unmarshal(a.raw, &acq); a.status != 200 || err != nil {
+		t.Fatalf("Claim = %d %s", a.status, a.raw)
+	}
+	body := fmt.Sprintf(`{"namespace":"billing","provider":"stripe","key":"evt_elsewhere","fencingToken":%q,"leaseSecret":%q}`, acq.FencingToken, acq.LeaseSecret)
+	if a := e.send(t, hc, "POST", "/v1/claims/"+acq.Key+":release", jsonHeader(), []byte(body)); a.status != 200 {
+		t.Errorf("Release of %s with key evt_elsewhere in the body = %d %s, want 200: the path's key", acq.Key, a.status, a.raw)
+	}
 }
 
 func camel(s string) string {
