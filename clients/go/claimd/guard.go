@@ -292,13 +292,16 @@ func (c *Client) run(ctx context.Context, req ClaimRequest, cl Claim, fn GuardFu
 			outcome: Outcome{Status: http.StatusOK, Body: text, Disposition: Failed, Err: fnErr},
 		})
 	case mayHaveHappened(cl):
-		c.opts.logger.Warn("claimd: handler failed after a takeover from PROCESSING; leaving the key to its lease",
+		// Logged here, once: the guard turns fn's error into a 500 for the
+		// provider, so no caller up the stack sees it unless they read Err.
+		c.opts.logger.Error("claimd: handler failed after a takeover from PROCESSING; leaving the key to its lease",
 			"key", lease.Key, "err", fnErr)
 		o = Outcome{
 			Status: http.StatusInternalServerError, Body: []byte("processing failed; retry later\n"),
 			Disposition: Unreleased, Claim: cl, Ran: true, Err: fnErr,
 		}
 	default:
+		c.opts.logger.Error("claimd: handler failed; releasing the key for a retry", "key", lease.Key, "err", fnErr)
 		o = c.release(detached, cl, fnErr)
 	}
 	o.Effect = effect

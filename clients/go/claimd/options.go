@@ -175,8 +175,9 @@ func WithHolder(holder string) Option {
 }
 
 // WithLogger sets where Guard reports what needs a human: payload
-// mismatches, settles that failed after the side effect happened.
-// Default slog.Default().
+// mismatches, settles that failed after the side effect happened, and a
+// handler's error (once, at Error, with the key), which Guard answers with
+// a 500 and does not return. Default slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
