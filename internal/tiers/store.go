@@ -32,6 +32,23 @@ type ClaimParams struct {
 	// Start: an acquisition records the claim in PROCESSING instead of
 	// RECEIVED (one RPC for a handler that starts its side effect at once).
 	Start bool
+	// Actor is who asked, for the audit row (see Actor).
+	Actor Actor
+}
+
+// Actor is who asked for a write, as its audit row names it. It decides
+// nothing: a durable tier copies it into the audit row of every claim it
+// answers and of every transition, renew and release that changed a record
+// (a repeat writes no row); a fast tier ignores it.
+type Actor struct {
+	// Principal is the authenticated caller's name (auth.Principal.Name),
+	// "" for the anonymous caller of a server without authentication.
+	Principal string
+	// Transport is how the call arrived (auth.Transport: "grpc",
+	// "http-rest", "connect", "grpc-web"), "" when no service call made the
+	// write (a tool or a test calling the tier directly). Audit rows
+	// written before the tier recorded actors read "" too.
+	Transport string
 }
 
 // Sizes of the ownership fields of ClaimParams and Record.
@@ -69,6 +86,8 @@ type TransitionParams struct {
 	// audit row of a transition that changed the record (a repeat writes no
 	// row), and a fast tier ignores it.
 	EffectRecovered bool
+	// Actor is who asked, for the audit row (see Actor).
+	Actor Actor
 }
 
 // RenewParams extends the lease of the holder of Token to Now + Lease.
@@ -78,6 +97,7 @@ type RenewParams struct {
 	Token      uint64
 	SecretHash []byte // SHA-256 of the lease secret presented
 	Lease      time.Duration
+	Actor      Actor // who asked, for the audit row (see Actor)
 }
 
 // ReleaseParams gives the key back on behalf of the holder of Token.
@@ -86,6 +106,7 @@ type ReleaseParams struct {
 	Now        time.Time
 	Token      uint64
 	SecretHash []byte // SHA-256 of the lease secret presented
+	Actor      Actor  // who asked, for the audit row (see Actor)
 }
 
 // Store is what the service calls: one atomic, durable decision per method.

@@ -170,6 +170,7 @@ func (b *batcher) flush(batch []*queuedClaim) {
 // batchArgs are the columns of claim_batch.sql's arrays.
 type batchArgs struct {
 	namespaces, providers, keys, holders, attemptIDs []string
+	principals, transports                           []string // tiers.Actor, for the audit rows
 	nows, leases, windows                            []time.Time
 	payloads, salts, secretHashes                    [][]byte
 	starts                                           []bool
@@ -181,6 +182,7 @@ func newBatchArgs(n int) *batchArgs {
 	return &batchArgs{
 		namespaces: make([]string, 0, n), providers: make([]string, 0, n), keys: make([]string, 0, n),
 		holders: make([]string, 0, n), attemptIDs: make([]string, 0, n),
+		principals: make([]string, 0, n), transports: make([]string, 0, n),
 		nows: make([]time.Time, 0, n), leases: make([]time.Time, 0, n), windows: make([]time.Time, 0, n),
 		payloads: make([][]byte, 0, n), salts: make([][]byte, 0, n), secretHashes: make([][]byte, 0, n),
 		starts: make([]bool, 0, n),
@@ -200,6 +202,8 @@ func (a *batchArgs) add(p tiers.ClaimParams) {
 	a.salts = append(a.salts, p.Salt)
 	a.secretHashes = append(a.secretHashes, p.SecretHash)
 	a.starts = append(a.starts, p.Start)
+	a.principals = append(a.principals, p.Actor.Principal)
+	a.transports = append(a.transports, p.Actor.Transport)
 }
 
 // claimBatch runs claim_batch.sql and, for the keys it did not insert,
@@ -210,7 +214,7 @@ func (a *batchArgs) add(p tiers.ClaimParams) {
 func (s *Store) claimBatch(ctx context.Context, a *batchArgs) (map[tiers.Key]batchAnswer, error) {
 	rows, err := s.pool.Query(ctx, claimBatchSQL,
 		a.namespaces, a.providers, a.keys, a.nows, a.leases, a.windows, a.payloads, a.holders, a.attemptIDs,
-		a.salts, a.secretHashes, a.starts)
+		a.salts, a.secretHashes, a.starts, a.principals, a.transports)
 	if err != nil {
 		return nil, err
 	}

@@ -66,7 +66,7 @@ func claimOn(ctx context.Context, q querier, p tiers.ClaimParams) (res tiers.Cla
 	row := q.QueryRow(ctx, claimSQL,
 		p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now,
 		p.Now.Add(p.Lease), p.Now.Add(p.TTL), p.PayloadHash, p.Holder, p.AttemptID, p.Salt, p.SecretHash,
-		lifecycle, entityID, eventType, to, p.Start)
+		lifecycle, entityID, eventType, to, p.Start, p.Actor.Principal, p.Actor.Transport)
 	rec, err := scanRecord(row, p.Key, &acquired)
 	switch {
 	case err == nil && acquired:
@@ -107,7 +107,7 @@ func decideExisting(ctx context.Context, q querier, p tiers.ClaimParams, cur tie
 	r := res.Record
 	if _, err := q.Exec(ctx, auditClaimSQL, p.Now, p.Key.Namespace, p.Key.Provider, p.Key.Key,
 		int16(res.Outcome), int16(res.Reason), int16(r.State), int64(r.Token), int64(r.Version),
-		p.Holder, p.AttemptID, p.PayloadHash); err != nil {
+		p.Holder, p.AttemptID, p.PayloadHash, p.Actor.Principal, p.Actor.Transport); err != nil {
 		return tiers.ClaimResult{}, false, err
 	}
 	return res, true, nil

@@ -158,7 +158,8 @@ func claimEntityTx(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) (tiers.C
 	}
 	// The audit row names no record: none was written or changed.
 	if _, err := tx.Exec(ctx, auditClaimSQL, p.Now, p.Key.Namespace, p.Key.Provider, p.Key.Key,
-		int16(outcome), int16(0), int16(0), int64(0), int64(0), p.Holder, p.AttemptID, p.PayloadHash); err != nil {
+		int16(outcome), int16(0), int16(0), int64(0), int64(0), p.Holder, p.AttemptID, p.PayloadHash,
+		p.Actor.Principal, p.Actor.Transport); err != nil {
 		return tiers.ClaimResult{}, false, err
 	}
 	pos := &tiers.EntityPosition{State: state, BusyWith: busyWith}

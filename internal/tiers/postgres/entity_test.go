@@ -520,7 +520,7 @@ func TestUpgradeKeepsRecordsWithoutEntities(t *testing.T) {
 func backToSchema3(t *testing.T, url string) {
 	t.Helper()
 	for _, q := range []string{
-		`ALTER TABLE audit_log DROP COLUMN effect_recovered`,
+		`ALTER TABLE audit_log DROP COLUMN principal, DROP COLUMN transport, DROP COLUMN effect_recovered`,
 		`ALTER TABLE claims DROP COLUMN lifecycle, DROP COLUMN entity_id, DROP COLUMN event_type, DROP COLUMN entity_to`,
 		`DROP TABLE entity_events, entities, deferrals`,
 		`DELETE FROM claimd_schema_migrations WHERE version > 3`,

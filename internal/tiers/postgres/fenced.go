@@ -99,7 +99,7 @@ func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers
 		lease = &l
 	}
 	row := transitionRow{key: p.Key, now: p.Now, to: p.To, result: p.Result, lease: lease,
-		token: int64(p.Token), from: tiers.AllowedFrom(p.To), secretHash: p.SecretHash, effectRecovered: p.EffectRecovered}
+		token: int64(p.Token), from: tiers.AllowedFrom(p.To), secretHash: p.SecretHash, effectRecovered: p.EffectRecovered, actor: p.Actor}
 	var entityRec *tiers.Record // the record as read, when the write must lock its entity first
 	return s.fenced(ctx, "transition", p.Key, p.Now,
 		func() (tiers.Record, bool, error) {
@@ -131,7 +131,8 @@ func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, e
 				return tiers.Record{}, false, nil
 			}
 			return s.updateRow(ctx, p.Key, renewSQL,
-				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, p.Now.Add(p.Lease), int64(p.Token), p.SecretHash)
+				p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, p.Now.Add(p.Lease), int64(p.Token), p.SecretHash,
+				p.Actor.Principal, p.Actor.Transport)
 		},
 		func(cur tiers.Record) (tiers.Record, bool, error) {
 			next, err := tiers.ApplyRenew(cur, p)
@@ -149,7 +150,8 @@ func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Recor
 				return tiers.Record{}, false, nil
 			}
 			args := func(entityLocked bool) []any {
-				return []any{p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, int64(p.Token), p.SecretHash, entityLocked}
+				return []any{p.Key.Namespace, p.Key.Provider, p.Key.Key, p.Now, int64(p.Token), p.SecretHash, entityLocked,
+					p.Actor.Principal, p.Actor.Transport}
 			}
 			if entityRec != nil {
 				return s.entityWrite(ctx, p.Key, *entityRec, p.Now, false,

@@ -73,8 +73,10 @@ type transitionRow struct {
 	token      int64
 	from       []tiers.State // tiers.AllowedFrom(to)
 	secretHash []byte
-	// effectRecovered goes to the audit row only (tiers.TransitionParams).
+	// effectRecovered and actor go to the audit row only
+	// (tiers.TransitionParams).
 	effectRecovered bool
+	actor           tiers.Actor
 }
 
 // statementArgs are q.sql's arguments. A transition's are made the first
@@ -95,7 +97,8 @@ func (r *transitionRow) args(entityLocked bool) []any {
 		from[i] = int16(f)
 	}
 	return []any{r.key.Namespace, r.key.Provider, r.key.Key, r.now, int16(r.to),
-		r.to.Terminal(), r.result, r.lease, r.token, from, r.secretHash, entityLocked, r.effectRecovered}
+		r.to.Terminal(), r.result, r.lease, r.token, from, r.secretHash, entityLocked, r.effectRecovered,
+		r.actor.Principal, r.actor.Transport}
 }
 
 // fromMask is r.from as transition_batch.sql's bit mask.
@@ -243,16 +246,18 @@ func (s *Store) transitionBatch(ctx context.Context, batch []*queuedWrite) (answ
 		tokens                      = make([]int64, n)
 		froms                       = make([]int32, n)
 		recovered                   = make([]bool, n)
+		principals, transports      = make([]string, n), make([]string, n)
 	)
 	for i, q := range batch {
 		r := q.transition
 		namespaces[i], providers[i], keys[i] = r.key.Namespace, r.key.Provider, r.key.Key
 		nows[i], tos[i], terminal[i], results[i], leases[i] = r.now, int16(r.to), r.to.Terminal(), r.result, r.lease
 		tokens[i], froms[i], secretHashes[i], recovered[i] = r.token, r.fromMask(), r.secretHash, r.effectRecovered
+		principals[i], transports[i] = r.actor.Principal, r.actor.Transport
 	}
 	var b pgx.Batch
 	b.Queue(transitionBatchPlan)
-	b.Queue(transitionBatchSQL, namespaces, providers, keys, nows, tos, terminal, results, leases, tokens, froms, secretHashes, recovered)
+	b.Queue(transitionBatchSQL, namespaces, providers, keys, nows, tos, terminal, results, leases, tokens, froms, secretHashes, recovered, principals, transports)
 	br := s.pool.SendBatch(ctx, &b)
 	answers = make([]writeAnswer, n) // a row not answered matched nothing
 	if _, err := br.Exec(); err != nil {

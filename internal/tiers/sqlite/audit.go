@@ -25,7 +25,8 @@ const outcomeChanged = "CHANGED"
 // otherwise) and holder is the claimant; for the other operations, which are
 // audited only when they changed the record, token is the holder's and
 // holder its name. to is the state after the call. effectRecovered marks a
-// transition whose result an earlier holder's effect fence supplied.
+// transition whose result an earlier holder's effect fence supplied; actor
+// is who asked for the call (tiers.Actor).
 type auditRow struct {
 	at       time.Time
 	key      tiers.Key
@@ -37,13 +38,16 @@ type auditRow struct {
 	holder   string
 
 	effectRecovered bool
+	actor           tiers.Actor
 }
 
 const insertAudit = `INSERT INTO audit_log
-	(at, namespace, provider, key, op, outcome, reason, from_state, to_state, token, holder, effect_recovered)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	(at, namespace, provider, key, op, outcome, reason, from_state, to_state, token, holder, effect_recovered,
+	 principal, transport)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 func (a *auditRow) args() []any {
 	return []any{a.at.UnixMicro(), a.key.Namespace, a.key.Provider, a.key.Key, a.op, a.outcome, a.reason,
-		a.from, a.to, int64(a.token), a.holder, a.effectRecovered}
+		a.from, a.to, int64(a.token), a.holder, a.effectRecovered,
+		a.actor.Principal, a.actor.Transport}
 }

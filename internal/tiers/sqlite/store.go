@@ -51,6 +51,7 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 			to:      res.Record.State.String(),
 			token:   res.Record.Token,
 			holder:  p.Holder,
+			actor:   p.Actor,
 		}
 		if res.Outcome == tiers.OutcomeAcquired {
 			a.reason = res.Reason.String()
@@ -71,14 +72,14 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 
 // Transition applies p with tiers.ApplyTransition.
 func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers.Record, bool, error) {
-	return s.fenced(ctx, opTransition, p.Key, p.Now, p.Token, p.EffectRecovered, func(cur tiers.Record) (tiers.Record, bool, error) {
+	return s.fenced(ctx, opTransition, p.Key, p.Now, p.Token, p.EffectRecovered, p.Actor, func(cur tiers.Record) (tiers.Record, bool, error) {
 		return tiers.ApplyTransition(cur, p)
 	})
 }
 
 // Renew extends the holder's lease with tiers.ApplyRenew.
 func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, error) {
-	rec, _, err := s.fenced(ctx, opRenew, p.Key, p.Now, p.Token, false, func(cur tiers.Record) (tiers.Record, bool, error) {
+	rec, _, err := s.fenced(ctx, opRenew, p.Key, p.Now, p.Token, false, p.Actor, func(cur tiers.Record) (tiers.Record, bool, error) {
 		next, err := tiers.ApplyRenew(cur, p)
 		return next, err == nil, err
 	})
@@ -87,7 +88,7 @@ func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, e
 
 // Release marks the record released with tiers.ApplyRelease.
 func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Record, error) {
-	rec, _, err := s.fenced(ctx, opRelease, p.Key, p.Now, p.Token, false, func(cur tiers.Record) (tiers.Record, bool, error) {
+	rec, _, err := s.fenced(ctx, opRelease, p.Key, p.Now, p.Token, false, p.Actor, func(cur tiers.Record) (tiers.Record, bool, error) {
 		return tiers.ApplyRelease(cur, p)
 	})
 	return rec, err
@@ -99,8 +100,9 @@ func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Recor
 // refusal and a repeat write nothing at all, no audit row either: a flood of
 // them must not grow a log that is kept for months (the service's log line
 // names each of them). effectRecovered goes to the audit row
-// (tiers.TransitionParams.EffectRecovered; false for Renew and Release).
-func (s *Store) fenced(ctx context.Context, op string, k tiers.Key, now time.Time, token uint64, effectRecovered bool,
+// (tiers.TransitionParams.EffectRecovered; false for Renew and Release), and
+// so does actor, who asked.
+func (s *Store) fenced(ctx context.Context, op string, k tiers.Key, now time.Time, token uint64, effectRecovered bool, actor tiers.Actor,
 	apply func(cur tiers.Record) (tiers.Record, bool, error),
 ) (tiers.Record, bool, error) {
 	// The closure's results are its own variables: it runs on the
@@ -138,7 +140,7 @@ func (s *Store) fenced(ctx context.Context, op string, k tiers.Key, now time.Tim
 		return t.audit(auditRow{
 			at: now, key: k, op: op, outcome: outcomeChanged,
 			from: cur.State.String(), to: rec.State.String(),
-			token: token, holder: cur.Holder, effectRecovered: effectRecovered,
+			token: token, holder: cur.Holder, effectRecovered: effectRecovered, actor: actor,
 		})
 	})
 	if err != nil {

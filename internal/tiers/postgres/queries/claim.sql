@@ -8,7 +8,8 @@
 -- $14 event type, $15 the state the event leads to: the claim's entity event
 -- (entity.go), all '' for a claim without one, stored by an acquisition too;
 -- $16 start: an acquisition records PROCESSING instead of RECEIVED (or
--- VALIDATED).
+-- VALIDATED); $17 principal, $18 transport: who asked (tiers.Actor), for
+-- the audit row only.
 --
 -- c inserts the record (ACQUIRED/NEW) or, when the key exists, takes it over
 -- exactly when tiers.Decide would: the window is over, or the payloads do not
@@ -76,9 +77,9 @@ WITH c AS (
 ),
 a AS (
     INSERT INTO audit_log (at, namespace, provider, key, op, outcome, reason,
-                           state, token, version, holder, attempt_id, payload_sha256)
+                           state, token, version, holder, attempt_id, payload_sha256, principal, transport)
     SELECT $4, $1, $2, $3, 'claim', {ACQUIRED}, c.reason,
-           c.state, c.token, c.version, $8, $9, $7::bytea
+           c.state, c.token, c.version, $8, $9, $7::bytea, $17::text, $18::text
     FROM c
 ),
 s AS (

@@ -3,7 +3,8 @@
 --
 -- $1 namespace, $2 provider, $3 key, $4 now, $5 token, $6 the hash of the
 -- lease secret presented, $7 whether the caller holds the lock of the
--- record's entity. The WHERE clause is tiers.ApplyRelease's success
+-- record's entity, $8 principal, $9 transport: who asked (tiers.Actor),
+-- for the audit row only. The WHERE clause is tiers.ApplyRelease's success
 -- condition; a repeated release matches nothing and the caller answers it
 -- from the row as a no-op (for the owner's secret only). A record that
 -- carries an entity event is released only under its entity's lock
@@ -20,8 +21,8 @@ WITH u AS (
     RETURNING {RECORD}
 ),
 a AS (
-    INSERT INTO audit_log (at, namespace, provider, key, op, state, token, version, holder, attempt_id)
-    SELECT $4, $1, $2, $3, 'release', u.state, u.token, u.version, u.holder, u.attempt_id
+    INSERT INTO audit_log (at, namespace, provider, key, op, state, token, version, holder, attempt_id, principal, transport)
+    SELECT $4, $1, $2, $3, 'release', u.state, u.token, u.version, u.holder, u.attempt_id, $8::text, $9::text
     FROM u
 )
 SELECT {RECORD} FROM u

@@ -7,7 +7,8 @@
 -- $11 the hash of the lease secret presented (always 32 bytes: fenced.go
 -- sends none other), $12 whether the caller holds the lock of the record's
 -- entity, $13 whether the result came from an earlier holder's effect fence
--- (tiers.TransitionParams.EffectRecovered; audited only).
+-- (tiers.TransitionParams.EffectRecovered; audited only), $14 principal,
+-- $15 transport: who asked (tiers.Actor; audited only).
 --
 -- A terminal transition of a record that carries an entity event settles or
 -- frees its entity in the same transaction (entity.go), which locks the
@@ -35,8 +36,9 @@ WITH u AS (
     RETURNING {RECORD}
 ),
 a AS (
-    INSERT INTO audit_log (at, namespace, provider, key, op, state, token, version, holder, attempt_id, effect_recovered)
-    SELECT $4, $1, $2, $3, 'transition', u.state, u.token, u.version, u.holder, u.attempt_id, $13::boolean
+    INSERT INTO audit_log (at, namespace, provider, key, op, state, token, version, holder, attempt_id, effect_recovered, principal, transport)
+    SELECT $4, $1, $2, $3, 'transition', u.state, u.token, u.version, u.holder, u.attempt_id, $13::boolean,
+           $14::text, $15::text
     FROM u
 )
 SELECT {RECORD} FROM u
