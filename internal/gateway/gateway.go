@@ -14,6 +14,14 @@
 // the call's metadata (authorization: Bearer <token> reaches the auth
 // interceptor), and on a TLS connection the client certificate the
 // listener verified is the call's peer certificate.
+//
+// Before the transcoder reads a byte of a body, a front door (front.go)
+// answers what headers alone decide: the Host and Origin, the content type
+// of a write, the path-first rule of REST parameters, and who the caller
+// is (Config.Authenticate, the auth interceptors' own check). A body is
+// then read and gzip-decoded a buffer at a time, held to its bound
+// (limit.go). So a stranger's body is never read, and nobody's body
+// expands past twice --max-request-bytes.
 package gateway
 
 import (
