@@ -164,7 +164,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 
-	h, err := gateway.New(srv, gateway.Config{MaxRequestBytes: maxRequestBytes, AllowedHosts: []string{"127.0.0.1", "localhost"},
+	h, err := gateway.New(srv, gateway.Config{MaxRequestBytes: maxRequestBytes, AllowedHosts: []string{"127.0.0.1", "localhost", "[::1]"},
 		Authenticate: authn.Authenticate, RequireClientCert: o.requireCert})
 	if err != nil {
 		t.Fatal(err)

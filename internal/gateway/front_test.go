@@ -118,6 +118,7 @@ func TestHostOriginAndContentType(t *testing.T) {
 	e.runFront(t, []frontCase{
 		{desc: "the URL's own host", verb: "GET", path: provider, wantStatus: 200},
 		{desc: "localhost with a port", verb: "GET", path: provider, header: http.Header{"Host": {"LOCALHOST:8080"}}, wantStatus: 200},
+		{desc: "IPv6 loopback", verb: "GET", path: provider, header: http.Header{"Host": {"[::1]:8080"}}, wantStatus: 200},
 		{desc: "a claim as curl --json sends it", verb: "POST", path: "/v1/claims", header: jsonHeader("Host", "127.0.0.1:8080"), body: claimJSON("evt_curl"), wantStatus: 200},
 		{desc: "DNS rebinding: a claim with a foreign Host", verb: "POST", path: "/v1/claims", header: jsonHeader("Host", "rebind.evil.example"), body: claimJSON("evt_rebind"),
 			wantStatus: 421, wantCode: codes.PermissionDenied, wantReason: gateway.ReasonHostNotAllowed, wantText: "rebind.evil.example"},
