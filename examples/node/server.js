@@ -11,7 +11,7 @@
 import * as http from "node:http";
 import { pathToFileURL } from "node:url";
 
-import { createClient, guard } from "@claimd/client";
+import { createClient, describeGuardResult, guard } from "@claimd/client";
 import Database from "better-sqlite3";
 
 const MAX_BODY = 1 << 20; // Stripe events are far smaller
@@ -118,8 +118,10 @@ export function createReceiver({ client, db, namespace = "billing", logger }) {
     if (result.retryAfter !== undefined) {
       headers["retry-after"] = String(result.retryAfter);
     }
-    if (result.error && result.status >= 500) {
-      console.error(`stripe ${event.id}: ${result.status}: ${result.error}`);
+    // The guard itself logs a handler's failure (and what needs an
+    // operator); this line is for claimd not answering, before anything ran.
+    if (result.status >= 500 && !result.ran) {
+      console.error(`stripe ${event.id}: ${describeGuardResult(result)}`);
     }
     res.writeHead(result.status, headers).end(result.body);
   });

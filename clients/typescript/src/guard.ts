@@ -185,9 +185,15 @@ export interface GuardResult {
   effect?: EffectOutcome;
 }
 
-/** GuardLogger receives what an operator must see (mismatches, lost leases). */
+/** GuardLogger receives what an operator must see (mismatches, lost leases, a handler's failure). */
 export interface GuardLogger {
   warn(message: string, fields: { [name: string]: unknown }): void;
+  /**
+   * error receives a handler's failure, once per delivery, with its key:
+   * the guard turns it into a 500 for the provider, so nothing else would
+   * report it. Without error, warn receives it.
+   */
+  error?(message: string, fields: { [name: string]: unknown }): void;
 }
 
 /** GuardOptions tunes guard; every field is optional. */
@@ -200,7 +206,50 @@ export interface GuardOptions {
 
 const consoleLogger: GuardLogger = {
   warn: (message, fields) => console.warn(JSON.stringify({ level: "warn", msg: message, ...fields }, jsonSafe)),
+  error: (message, fields) => console.error(JSON.stringify({ level: "error", msg: message, ...fields }, jsonSafe)),
 };
+
+/** handlerFailed logs what the handler threw, at error level where the logger has one. */
+function handlerFailed(log: GuardLogger, message: string, claim: ClaimResponse, err: unknown): void {
+  const fields = {
+    key: claim.key,
+    error: err instanceof Error ? err.message : String(err),
+    ...(err instanceof Error && err.stack ? { stack: err.stack } : {}),
+  };
+  if (log.error) {
+    log.error(message, fields);
+  } else {
+    log.warn(message, fields);
+  }
+}
+
+/**
+ * enumName is the name of a value of a generated enum (ACQUIRED, not 1), or
+ * the number for a value this client does not know.
+ */
+function enumName(e: { [value: number]: string }, v: number): string {
+  return e[v] ?? String(v);
+}
+
+/**
+ * describeGuardResult is a one-line account of a guard's answer for logs,
+ * with the enums by name: "status 200, outcome ACQUIRED, reason RELEASED,
+ * state SETTLED, ran true", then the error when there is one.
+ */
+export function describeGuardResult(r: GuardResult): string {
+  const parts = [`status ${r.status}`, `outcome ${r.outcome === undefined ? "none" : enumName(Outcome, r.outcome)}`];
+  if (r.claim) {
+    if (r.claim.reason !== Reason.UNSPECIFIED) {
+      parts.push(`reason ${enumName(Reason, r.claim.reason)}`); // an ACQUIRED's why
+    }
+    parts.push(`state ${enumName(EventState, r.claim.state)}`);
+  }
+  parts.push(`ran ${r.ran}`);
+  if (r.error !== undefined) {
+    parts.push(`error ${r.error instanceof Error ? r.error.message : String(r.error)}`);
+  }
+  return parts.join(", ");
+}
 
 /**
  * guard runs handler at most once per delivery, as far as claimd can tell.
@@ -278,7 +327,7 @@ export async function guard(
     case Outcome.ACQUIRED:
       return runAcquired(client, request, claim, handler, opts, log);
   }
-  return { ...base, status: 500, body: text(answers.unexpected), error: new Error(`claimd: unexpected outcome ${claim.outcome}`) };
+  return { ...base, status: 500, body: text(answers.unexpected), error: new Error(`claimd: unexpected outcome ${enumName(Outcome, claim.outcome)}`) };
 }
 
 /**
@@ -389,12 +438,10 @@ async function runAcquired(
   }
   const failedAnswer = { outcome: claim.outcome, claim, ran: true, status: 500, body: text(answers.handlerFailed), error: handlerErr };
   if (takenOverFromProcessing(claim)) {
-    log.warn("claimd: handler failed on a key taken over from PROCESSING; leaving it to its lease", {
-      key: claim.key,
-      error: handlerErr instanceof Error ? handlerErr.message : String(handlerErr),
-    });
+    handlerFailed(log, "claimd: handler failed on a key taken over from PROCESSING; leaving it to its lease", claim, handlerErr);
     return withEffect(failedAnswer);
   }
+  handlerFailed(log, "claimd: handler failed; releasing the key for a retry", claim, handlerErr);
   const notReleased = await releaseQuietly(client, ref, log);
   return withEffect(notReleased ? { ...lost(notReleased, claim, log, request), error: handlerErr } : failedAnswer);
 }

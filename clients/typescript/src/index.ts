@@ -54,6 +54,7 @@ export {
 } from "./effect.js";
 export { isLoopbackHost, type TlsOptions, type TokenProvider } from "./security.js";
 export {
+  describeGuardResult,
   guard,
   MAX_FAILURE_BYTES,
   MAX_RESULT_BYTES,

@@ -7,6 +7,7 @@ import { after, before, describe, test } from "node:test";
 import {
   ClaimdError,
   createClient,
+  describeGuardResult,
   EventState,
   guard,
   leaseOf,
@@ -260,6 +261,47 @@ describe("guard", () => {
     assert.equal(second.status, 200, `second: ${describeResult(second)}`);
     assert.equal(seen?.reason, Reason.RELEASED, `second claim reason = ${seen && Reason[seen.reason]}, want RELEASED`);
     assert.equal(seen?.fencingToken, 2n);
+  });
+
+  test("a handler's error is logged once, at error level, with the key; a PermanentError is not", async () => {
+    const cases = [
+      { desc: "an Error", thrown: new Error("ledger database down"), want: 1 },
+      { desc: "a PermanentError", thrown: new PermanentError("card_declined"), want: 0 },
+    ];
+    for (const tc of cases) {
+      const id = eventId();
+      const errors: { message: string; fields: { [name: string]: unknown } }[] = [];
+      const log: GuardLogger = { warn: () => {}, error: (message, fields) => void errors.push({ message, fields }) };
+      const r = await guard(client, req(id), () => Promise.reject(tc.thrown), { logger: log });
+      assert.equal(r.error, tc.thrown, `${tc.desc}: ${describeGuardResult(r)}`);
+      assert.equal(errors.length, tc.want, `${tc.desc}: error lines ${JSON.stringify(errors)}, want ${tc.want}`);
+      for (const e of errors) {
+        assert.equal(e.fields.key, id, `${tc.desc}: logged key`);
+        assert.equal(e.fields.error, tc.thrown.message, `${tc.desc}: logged error`);
+        assert.match(String(e.fields.stack), /ledger database down/, `${tc.desc}: logged stack`);
+      }
+    }
+  });
+
+  test("a logger without error gets a handler's error as a warning", async () => {
+    const log = quiet();
+    await guard(client, req(eventId()), () => Promise.reject(new Error("ledger database down")), { logger: log });
+    assert.deepEqual(log.lines, ["claimd: handler failed; releasing the key for a retry"]);
+  });
+
+  test("describeGuardResult names the enums", async () => {
+    const id = eventId();
+    await guard(client, req(id), () => "charged");
+    const dup = await guard(client, req(id), () => assert.fail("ran a duplicate"));
+    assert.equal(describeGuardResult(dup), "status 200, outcome DUPLICATE, state SETTLED, ran false");
+    const failed = await guard(client, req(eventId()), () => Promise.reject(new Error("bank down")), { logger: quiet() });
+    assert.equal(describeGuardResult(failed), "status 500, outcome ACQUIRED, reason NEW, state PROCESSING, ran true, error bank down");
+    assert.equal(
+      describeGuardResult({ status: 500, body: new Uint8Array(), outcome: 99 as Outcome, ran: false, error: new Error("boom") }),
+      "status 500, outcome 99, ran false, error boom",
+    );
+    const unknown = await guard(rewriting((c) => void (c.outcome = 99 as Outcome)), req(eventId()), () => assert.fail("ran"), { logger: quiet() });
+    assert.equal(String(unknown.error), "Error: claimd: unexpected outcome 99");
   });
 
   test("a PermanentError fails the event: 200, and duplicates get the failure", async () => {
