@@ -69,6 +69,11 @@ type Request struct {
 	// admits it) whose result the caller took from an effect fence an
 	// earlier holder committed before it vanished. See RecoveredEffect.
 	EffectRecovered bool
+
+	// Actor is who made the call (principal, "" when anonymous) and the
+	// transport it came by: what the audit row of its write names. The log
+	// line carries both; metrics of this package do not.
+	Actor tiers.Actor
 }
 
 // Recorder receives every finished Request; internal/metrics implements it
@@ -185,6 +190,7 @@ func (r *Request) KeySourceLabel() string {
 // status (toStatus, the one error boundary).
 func (s *Service) finish(ctx context.Context, r *Request, start time.Time, err error) error {
 	r.Latency = time.Since(start)
+	r.Actor = actorOf(ctx)
 	if err != nil {
 		var (
 			te *tiers.TransitionError
@@ -248,6 +254,8 @@ func (s *Service) log(ctx context.Context, r *Request) {
 		slog.String("namespace", logField(r.Namespace)),
 		slog.String("provider", logField(r.Provider)),
 		slog.String("key", logField(r.Key)),
+		slog.String("principal", r.Actor.Principal),
+		slog.String("transport", r.Actor.Transport),
 	)
 	if r.Method == "Claim" {
 		attrs = append(attrs,
@@ -348,6 +356,8 @@ func (s *Service) logEffectRecovered(ctx context.Context, r *Request) {
 		slog.String("namespace", logField(r.Namespace)),
 		slog.String("provider", logField(r.Provider)),
 		slog.String("key", logField(r.Key)),
+		slog.String("principal", r.Actor.Principal),
+		slog.String("transport", r.Actor.Transport),
 		slog.Uint64("fencing_token", r.Token),
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
-	"github.com/claimd/claimd/internal/auth"
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/tiers"
@@ -227,7 +226,7 @@ func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 	var secret []byte
 	res, local := s.answerLocally(cl.params)
 	if !local {
-		res, secret, err = s.claimTiers(ctx, req, auth.FromContext(ctx).Name, cl)
+		res, secret, err = s.claimTiers(ctx, req, actorOf(ctx), cl)
 		if err != nil {
 			return nil, s.finish(ctx, r, start, err)
 		}
@@ -263,13 +262,13 @@ func (s *Service) answerLocally(p tiers.ClaimParams) (tiers.ClaimResult, bool) {
 	return tiers.ClaimResult{}, false
 }
 
-// claimTiers asks the store to decide cl, sent by principal, with the
+// claimTiers asks the store to decide cl, sent by actor, with the
 // ownership an acquisition stores, and returns the owner's lease secret
 // when the claim acquired the key.
-func (s *Service) claimTiers(ctx context.Context, req *pb.ClaimRequest, principal string, cl claim) (tiers.ClaimResult, []byte, error) {
-	own := newOwnership(principal, req.GetHolder(), req.GetAttemptId())
+func (s *Service) claimTiers(ctx context.Context, req *pb.ClaimRequest, actor tiers.Actor, cl claim) (tiers.ClaimResult, []byte, error) {
+	own := newOwnership(actor.Principal, req.GetHolder(), req.GetAttemptId())
 	p := cl.params
-	p.AttemptID, p.Salt, p.SecretHash = own.attemptID, own.salt, own.hash
+	p.AttemptID, p.Salt, p.SecretHash, p.Actor = own.attemptID, own.salt, own.hash, actor
 	sctx, cancel := s.bounded(ctx, cl.wait)
 	defer cancel()
 	res, err := tiers.ClaimWait(sctx, s.cfg.Store, p, cl.wait, s.cfg.Clock.Now)
@@ -310,6 +309,7 @@ func (s *Service) Transition(ctx context.Context, req *pb.TransitionRequest) (*p
 	if err != nil {
 		return nil, s.finish(ctx, r, start, err)
 	}
+	p.Actor = actorOf(ctx)
 	r.Provider, r.Known, r.To, r.EffectRecovered = p.Key.Provider, true, p.To, p.EffectRecovered
 	sctx, cancel := s.bounded(ctx, 0)
 	defer cancel()
@@ -382,7 +382,7 @@ func (s *Service) Renew(ctx context.Context, req *pb.RenewRequest) (*pb.RenewRes
 	sctx, cancel := s.bounded(ctx, 0)
 	defer cancel()
 	rec, err := s.cfg.Store.Renew(sctx, tiers.RenewParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(),
-		SecretHash: secretHash(req.GetLeaseSecret()), Lease: lease})
+		SecretHash: secretHash(req.GetLeaseSecret()), Lease: lease, Actor: actorOf(ctx)})
 	if err != nil {
 		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
 	}
@@ -409,7 +409,7 @@ func (s *Service) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.Rele
 	sctx, cancel := s.bounded(ctx, 0)
 	defer cancel()
 	rec, err := s.cfg.Store.Release(sctx, tiers.ReleaseParams{Key: k, Now: s.cfg.Clock.Now(), Token: req.GetFencingToken(),
-		SecretHash: secretHash(req.GetLeaseSecret())})
+		SecretHash: secretHash(req.GetLeaseSecret()), Actor: actorOf(ctx)})
 	if err != nil {
 		return nil, s.finish(ctx, r, start, storeErr(ctx, err))
 	}
