@@ -121,7 +121,7 @@ func (c *commonConfig) logger(w io.Writer) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return nil, fmt.Errorf("%w: --log-level %q: %v", errUsage, c.LogLevel, err)
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: escapeLogAttr}
 	var log *slog.Logger
 	switch strings.ToLower(c.LogFormat) {
 	case "json":
