@@ -513,7 +513,11 @@ public final class ClaimdClient implements AutoCloseable {
       return this;
     }
 
-    /** logger is where the guard reports what needs a human (mismatches, unsettled events). */
+    /**
+     * logger is where the guard reports what needs a human: mismatches, unsettled events, and a
+     * handler's exception (once, at ERROR, with the lease's key and the stack trace), which the
+     * guard answers with a 500 and does not throw.
+     */
     public Builder logger(System.Logger logger) {
       this.logger = Objects.requireNonNull(logger, "logger");
       return this;

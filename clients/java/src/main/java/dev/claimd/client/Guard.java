@@ -352,11 +352,14 @@ public final class Guard {
     if (permanent != null) {
       return record(cl, lease, failed(permanent, failure));
     }
+    // Logged here, once, with its stack trace: the guard turns the failure
+    // into a 500 for the provider and returns it only in the result.
     if (keep) {
-      client.logger().log(Level.WARNING,
+      client.logger().log(Level.ERROR,
           "claimd: handler failed after a takeover from PROCESSING; leaving the key to its lease: " + lease, failure);
       return answer(500, bytes(PROCESSING_FAILED_BODY), null, Disposition.UNRELEASED, cl, true, failure);
     }
+    client.logger().log(Level.ERROR, "claimd: handler failed; releasing the key for a retry: " + lease, failure);
     try {
       detached(() -> client.release(lease));
     } catch (ClaimdException e) {

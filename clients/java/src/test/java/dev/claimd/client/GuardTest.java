@@ -141,6 +141,61 @@ class GuardTest {
     assertFalse(rec.getReleased());
   }
 
+  /** Recording keeps what is logged at ERROR: the message and the throwable. */
+  static final class Recording implements System.Logger {
+    final List<String> messages = new ArrayList<>();
+    final List<Throwable> thrown = new ArrayList<>();
+
+    @Override
+    public String getName() {
+      return "recording";
+    }
+
+    @Override
+    public boolean isLoggable(Level level) {
+      return level.getSeverity() >= Level.ERROR.getSeverity();
+    }
+
+    @Override
+    public synchronized void log(Level level, java.util.ResourceBundle bundle, String msg, Throwable t) {
+      if (isLoggable(level)) {
+        messages.add(msg);
+        thrown.add(t);
+      }
+    }
+
+    @Override
+    public synchronized void log(Level level, java.util.ResourceBundle bundle, String format, Object... params) {
+      if (isLoggable(level)) {
+        messages.add(java.text.MessageFormat.format(format, params));
+        thrown.add(null);
+      }
+    }
+  }
+
+  @Test
+  void aHandlersExceptionIsLoggedOnceAtErrorWithTheKey() {
+    record Case(String desc, Exception thrown, int want) {}
+    for (Case tc : List.of(
+        new Case("an exception", new IllegalStateException("ledger database down"), 1),
+        new Case("a permanent failure", new PermanentException("account closed"), 0))) {
+      ClaimRequest req = request(null);
+      Recording log = new Recording();
+      try (ClaimdClient c = ClaimdClient.builder(server.target()).logger(log).build()) {
+        GuardResult r = c.guard(req, ctx -> {
+          throw tc.thrown();
+        });
+        assertEquals(tc.thrown(), r.error(), tc.desc());
+      }
+      assertEquals(tc.want(), log.messages.size(), () -> tc.desc() + ": ERROR lines " + log.messages);
+      for (int i = 0; i < log.messages.size(); i++) {
+        String msg = log.messages.get(i);
+        assertTrue(msg.contains(req.getEventId()), () -> tc.desc() + ": logged " + msg + ", want the key");
+        assertEquals(tc.thrown(), log.thrown.get(i), tc.desc());
+      }
+    }
+  }
+
   @Test
   void aPermanentFailureWrappedInAnotherExceptionStillFailsTheEvent() {
     ClaimRequest req = request(null);
