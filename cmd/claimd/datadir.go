@@ -44,7 +44,8 @@ func lockDataDir(dir string) (*dataDirLock, error) {
 	// The holder writes its PID only once it holds the lock, so a PID in
 	// the file of a held lock is the holder's (or, for the instant between
 	// the two, the previous holder's).
-	if err := f.Truncate(0); err == nil {
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	if err != nil {
