@@ -401,9 +401,11 @@ func TestTLSListeners(t *testing.T) {
 		desc   string
 		client *http.Client
 		want   int
+		reason string // in the body; "" for any
 	}{
-		{"API with a certificate of the CA", httpsClient(client), http.StatusOK},
-		{"API without a certificate", httpsClient(nil), http.StatusUnauthorized},
+		{"API with a certificate of the CA", httpsClient(client), http.StatusOK, ""},
+		{"API without a certificate", httpsClient(nil), http.StatusUnauthorized, "CREDENTIALS_MISSING"},
+		{"API with a certificate whose CN and DNS SAN name a principal, no URI SAN", httpsClient(byCN), http.StatusUnauthorized, "IDENTITY_UNKNOWN"},
 	} {
 		res, err := tc.client.Post(base+"/v1/claims", "application/json",
 			strings.NewReader(`{"namespace":"billing","provider":"stripe","eventId":"evt_https"}`))
@@ -413,8 +415,8 @@ func TestTLSListeners(t *testing.T) {
 		}
 		body, _ := io.ReadAll(res.Body)
 		res.Body.Close()
-		if res.StatusCode != tc.want {
-			t.Errorf("%s: POST /v1/claims = %d %s, want %d", tc.desc, res.StatusCode, body, tc.want)
+		if res.StatusCode != tc.want || !strings.Contains(string(body), tc.reason) {
+			t.Errorf("%s: POST /v1/claims = %d %s, want %d %s", tc.desc, res.StatusCode, body, tc.want, tc.reason)
 		}
 	}
 	p.stop(t)
