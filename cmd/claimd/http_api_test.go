@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -120,7 +121,8 @@ func TestHTTPAPI(t *testing.T) {
 }
 
 // TestAllowedHosts: --http-allowed-hosts defaults to loopback's names and
-// the host that --http-listen names, never an unspecified address.
+// the host that --http-listen names, never an unspecified address; a
+// value that could never match a Host (a URL) is refused.
 func TestAllowedHosts(t *testing.T) {
 	loop := []string{"localhost", "127.0.0.1", "::1"}
 	for _, c := range []struct {
@@ -136,9 +138,14 @@ func TestAllowedHosts(t *testing.T) {
 		{"given", " a.example ,b.example,", "0.0.0.0:8080", []string{"a.example", "b.example"}},
 		{"any", "*", "127.0.0.1:8080", []string{"*"}},
 	} {
-		got := allowedHosts(c.flag, c.listen)
-		if strings.Join(got, ",") != strings.Join(c.want, ",") {
-			t.Errorf("%s: allowedHosts(%q, %q) = %q, want %q", c.desc, c.flag, c.listen, got, c.want)
+		got, err := allowedHosts(c.flag, c.listen)
+		if err != nil || strings.Join(got, ",") != strings.Join(c.want, ",") {
+			t.Errorf("%s: allowedHosts(%q, %q) = %q, %v, want %q", c.desc, c.flag, c.listen, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"http://claimd.example", "claimd.example/v1", "user@claimd.example", "a b"} {
+		if got, err := allowedHosts(bad, "127.0.0.1:8080"); !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--http-allowed-hosts") {
+			t.Errorf("allowedHosts(%q) = %q, %v; want a usage error naming --http-allowed-hosts", bad, got, err)
 		}
 	}
 }

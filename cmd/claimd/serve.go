@@ -112,6 +112,10 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if err := c.retentionConfig.check(); err != nil {
 		return err
 	}
+	hosts, err := allowedHosts(c.HTTPAllowedHosts, c.HTTPListen)
+	if err != nil {
+		return err
+	}
 	if c.SampleInterval <= 0 || c.JanitorInterval < 0 {
 		return fmt.Errorf("%w: --metrics-sample-interval must be positive and --janitor-interval not negative", errUsage)
 	}
@@ -295,7 +299,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		// gRPC server has.
 		gcfg := gateway.Config{
 			MaxRequestBytes:   c.MaxRequestBytes,
-			AllowedHosts:      allowedHosts(c.HTTPAllowedHosts, c.HTTPListen),
+			AllowedHosts:      hosts,
 			RequireClientCert: c.TLSClientCA != "",
 		}
 		if authn != nil {
@@ -382,16 +386,22 @@ func httpRoutes(ops, api http.Handler) http.Handler {
 
 // allowedHosts is --http-allowed-hosts: the hosts given, or by default
 // loopback's names and the host of --http-listen when it names one (not
-// the unspecified 0.0.0.0 or ::, which are no name a caller can use).
-func allowedHosts(flagValue, listen string) []string {
+// the unspecified 0.0.0.0 or ::, which are no name a caller can use). A
+// host is a name or an address, with no scheme, path or user: one that
+// could never match a Host header is refused rather than ignored.
+func allowedHosts(flagValue, listen string) ([]string, error) {
 	var hosts []string
 	for h := range strings.SplitSeq(flagValue, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			hosts = append(hosts, h)
+		if h = strings.TrimSpace(h); h == "" {
+			continue
 		}
+		if strings.ContainsAny(h, "/@ \t") {
+			return nil, fmt.Errorf("%w: --http-allowed-hosts: %q is not a host name or address (no scheme, path or user: claimd.example.com, 10.0.0.5, [::1])", errUsage, h)
+		}
+		hosts = append(hosts, h)
 	}
 	if len(hosts) > 0 {
-		return hosts
+		return hosts, nil
 	}
 	hosts = []string{"localhost", "127.0.0.1", "::1"}
 	if h, _, err := net.SplitHostPort(listen); err == nil && h != "" {
@@ -399,7 +409,7 @@ func allowedHosts(flagValue, listen string) []string {
 			hosts = append(hosts, h)
 		}
 	}
-	return hosts
+	return hosts, nil
 }
 
 // requireNoEviction is --require-noeviction: Redis must answer that its
