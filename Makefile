@@ -17,7 +17,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.0
 GRPCURL_VERSION            := v1.9.4
 GHZ_VERSION                := v0.120.0
-HELM_VERSION               := v3.22.0
+HELM_VERSION               := v3.21.4
 STATICCHECK_VERSION        := v0.8.2
 
 IMAGE ?= claimd:dev
@@ -54,7 +54,8 @@ $(eval $(call tool,grpcurl,github.com/fullstorydev/grpcurl/cmd/grpcurl,$(GRPCURL
 $(eval $(call tool,ghz,github.com/bojand/ghz/cmd/ghz,$(GHZ_VERSION)))
 # helm builds from source with most of Kubernetes' client libraries: several
 # minutes on two cores, once per machine. No target needs it (the chart's
-# test links helm's packages instead); make helm-tool installs it for you.
+# test links helm's packages instead, at the version of deploy/go.mod, which
+# HELM_VERSION follows); make helm-tool installs it for you.
 $(eval $(call tool,helm,helm.sh/helm/v3/cmd/helm,$(HELM_VERSION)))
 $(eval $(call tool,staticcheck,honnef.co/go/tools/cmd/staticcheck,$(STATICCHECK_VERSION)))
 
@@ -83,10 +84,10 @@ test: ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and Post
 	./scripts/test-deps.sh
 	go test $(GO_TEST_FLAGS) ./...
 	cd $(CLIENT_MODULE) && go test $(GO_TEST_FLAGS) ./...
-	@echo "== the Helm chart"
-	$(MAKE) --no-print-directory helm
 	@echo "== each Go benchmark once, so none can rot"
 	go test -run '^$$' -bench . -benchtime 1x -timeout 15m ./...
+	@echo "== the Helm chart (after the benchmarks: the claimd it builds for its flags reuses their non-race packages)"
+	$(MAKE) --no-print-directory helm
 	@echo "== Python client and example"
 	./clients/python/test.sh
 	@echo "== TypeScript client and Node example"

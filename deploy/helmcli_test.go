@@ -3,8 +3,9 @@ package deploy_test
 // helm lint and helm template, in process: the same packages the helm CLI
 // calls (pkg/lint, pkg/chartutil, pkg/engine, pkg/releaseutil), in the same
 // order, so that no helm binary has to be built for make test. Each function
-// names the CLI code it follows (helm v3.22.0); what the CLI does and these
-// do not is said where it matters.
+// names the CLI code it follows (helm v3.21.4, the version of deploy/go.mod
+// and of the Makefile's HELM_VERSION); what the CLI does and these do not is
+// said where it matters.
 
 import (
 	"fmt"
