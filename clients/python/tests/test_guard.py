@@ -138,12 +138,26 @@ def test_a_handler_that_raises_releases_and_the_next_delivery_runs(client: Clien
 
 
 @pytest.mark.parametrize("form", ["decorator", "with-block"])
+@pytest.mark.parametrize(
+    ("boom", "status", "logged"),
+    [
+        pytest.param(ConnectionError("bank timed out"), 500, 1, id="retryable"),
+        # A PermanentError is the handler's answer, recorded as FAILED.
+        pytest.param(PermanentError("account closed"), 200, 0, id="permanent"),
+    ],
+)
 def test_a_handler_exception_is_logged_once_at_error_with_the_key(
-    client: Client, ns: str, evt: str, form: str, caplog: pytest.LogCaptureFixture
+    client: Client,
+    ns: str,
+    evt: str,
+    form: str,
+    boom: Exception,
+    status: int,
+    logged: int,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # The guard swallows the exception (the provider gets a 500), so it is
     # the guard's to log: once, at ERROR, naming the key, with the traceback.
-    boom = ConnectionError("bank timed out")
     with caplog.at_level(logging.DEBUG, logger="claimd"):
         if form == "decorator":
 
@@ -156,11 +170,12 @@ def test_a_handler_exception_is_logged_once_at_error_with_the_key(
             with client.guard(ns, "stripe", event_id=evt) as g:
                 raise boom
             result = g.result
-    assert (result.status, result.error) == (500, boom)
+    assert (result.status, result.error) == (status, boom)
     errors = [r for r in caplog.records if r.name == "claimd" and r.levelno >= logging.ERROR]
-    assert len(errors) == 1, f"ERROR records = {[r.getMessage() for r in errors]}, want one"
-    assert f"{ns}/stripe/{evt}" in errors[0].getMessage()
-    assert errors[0].exc_info is not None and errors[0].exc_info[1] is boom
+    assert len(errors) == logged, f"ERROR records = {[r.getMessage() for r in errors]}, want {logged}"
+    for record in errors:
+        assert f"{ns}/stripe/{evt}" in record.getMessage()
+        assert record.exc_info is not None and record.exc_info[1] is boom
 
 
 def test_a_permanent_error_fails_the_event_and_stops_retries(client: Client, ns: str, evt: str) -> None:
