@@ -212,6 +212,7 @@ func checkDeployment(t *testing.T, m manifest, vs valueSet) {
 
 	args := strs(t, get(c, "args"))
 	checkArgs(t, "serve", args)
+	checkFilesMounted(t, m)
 	if vs.tls {
 		for _, want := range []string{"--tls-cert=", "--tls-key=", "--tls-client-ca=", "--auth-file="} {
 			if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, want) }) {
@@ -413,6 +414,14 @@ func TestHelmValuesToFlags(t *testing.T) {
 		{desc: "janitor",
 			set:   []string{"janitor.interval=0s", "janitor.grace=2h", "janitor.retention=2160h"},
 			serve: []string{"--janitor-interval=0s", "--grace=2h", "--retention=2160h"}, notMigr: []string{"--grace", "--retention"}},
+		{desc: "redis.tls: a CA and a client certificate",
+			set:     []string{"redis.tls.existingSecret=claimd-redis-tls", "redis.tls.clientCert=true"},
+			serve:   []string{"--redis-ca=/etc/claimd/redis-tls/ca.crt", "--redis-cert=/etc/claimd/redis-tls/tls.crt", "--redis-key=/etc/claimd/redis-tls/tls.key"},
+			notMigr: []string{"--redis"}},
+		{desc: "redis.tls: a client certificate, the system roots",
+			set:      []string{"redis.tls.existingSecret=claimd-redis-tls", "redis.tls.ca=false", "redis.tls.clientCert=true"},
+			serve:    []string{"--redis-cert=/etc/claimd/redis-tls/tls.crt", "--redis-key=/etc/claimd/redis-tls/tls.key"},
+			notServe: []string{"--redis-ca"}},
 		{desc: "extraArgs: serve only; migrate.extraArgs: migrate only",
 			set:   []string{"extraArgs={--horizon-review-age=2160h}", "migrate.extraArgs={--partition-claims=16}"},
 			serve: []string{"--horizon-review-age=2160h"}, migr: []string{"--partition-claims=16"},
@@ -433,7 +442,9 @@ func TestHelmValuesToFlags(t *testing.T) {
 				t.Errorf("helm lint --strict: %v %v", err, failed)
 			}
 			ms := render(t, a)
-			serve := strs(t, get(find(t, ms, "Deployment", "claimd"), "spec", "template", "spec", "containers", 0, "args"))
+			dep := find(t, ms, "Deployment", "claimd")
+			checkFilesMounted(t, dep)
+			serve := strs(t, get(dep, "spec", "template", "spec", "containers", 0, "args"))
 			migr := strs(t, get(find(t, ms, "Job", "-migrate"), "spec", "template", "spec", "containers", 0, "args"))
 			checkArgs(t, "serve", serve)
 			checkArgs(t, "migrate", migr)
@@ -469,6 +480,7 @@ func TestHelmRefuses(t *testing.T) {
 		{"no PostgreSQL", helmArgs{set: []string{"postgres.existingSecret="}}, "postgres.existingSecret is required"},
 		{"no TLS, not insecure", helmArgs{set: []string{"tls.existingSecret="}}, "tls.existingSecret is required"},
 		{"TLS without client certificates", helmArgs{set: []string{"tls.clientCA=false"}}, "tls.clientCA is required"},
+		{"Redis TLS without Redis", helmArgs{set: []string{"redis.existingSecret=", "redis.tls.existingSecret=claimd-redis-tls"}}, "redis.tls.existingSecret needs redis.existingSecret"},
 		{"schema in extraArgs", helmArgs{set: []string{"extraArgs={--postgres-schema=x}"}}, "set postgres.schema instead"},
 		{"schema in migrate.extraArgs", helmArgs{set: []string{"migrate.extraArgs={-postgres-schema=x}"}}, "set postgres.schema instead"},
 		// A cluster's discovery, as helm install sees it, without the API.
@@ -490,6 +502,37 @@ func TestHelmRefuses(t *testing.T) {
 	}
 	if _, err := helmTemplate(chart, ok); err != nil {
 		t.Errorf("helm template %+v: %v", ok, err)
+	}
+}
+
+// checkFilesMounted: every file a flag of the Deployment's container names
+// is in a volume mounted there; a Secret's is readable by its owner and
+// group alone (claimd refuses a secret file other users may read).
+func checkFilesMounted(t *testing.T, dep manifest) {
+	t.Helper()
+	pod := get(dep, "spec", "template", "spec")
+	c := get(pod, "containers", 0)
+	volumes := map[string]any{}
+	for _, v := range get(pod, "volumes").([]any) {
+		volumes[get(v, "name").(string)] = v
+	}
+	for _, a := range strs(t, get(c, "args")) {
+		_, file, _ := strings.Cut(a, "=")
+		if !strings.HasPrefix(file, "/etc/claimd/") {
+			continue
+		}
+		var vol any
+		for _, m := range get(c, "volumeMounts").([]any) {
+			if strings.HasPrefix(file, get(m, "mountPath").(string)+"/") {
+				vol = volumes[get(m, "name").(string)]
+			}
+		}
+		switch {
+		case vol == nil:
+			t.Errorf("arg %s: no volume is mounted at its directory", a)
+		case get(vol, "secret") != nil && get(vol, "secret", "defaultMode") != 0o440:
+			t.Errorf("arg %s: Secret volume %v has defaultMode %v, want 0440", a, get(vol, "name"), get(vol, "secret", "defaultMode"))
+		}
 	}
 }
 
