@@ -9,6 +9,7 @@ package deploy_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -536,34 +537,42 @@ func checkFilesMounted(t *testing.T, dep manifest) {
 	}
 }
 
-// claimd builds claimd from the checkout once per test binary.
-var claimd = func() func(t *testing.T) string {
-	var (
-		once sync.Once
-		bin  string
-		err  error
-	)
-	return func(t *testing.T) string {
-		t.Helper()
-		once.Do(func() {
-			dir, e := os.MkdirTemp("", "claimd-deploy-test")
-			if e != nil {
-				err = e
-				return
-			}
-			bin = filepath.Join(dir, "claimd")
-			cmd := exec.Command("go", "build", "-o", bin, "./cmd/claimd")
-			cmd.Dir = ".." // the server module
-			if out, e := cmd.CombinedOutput(); e != nil {
-				err = errors.New(e.Error() + "\n" + string(out))
-			}
-		})
-		if err != nil {
-			t.Fatalf("go build ./cmd/claimd: %v", err)
-		}
-		return bin
+// The claimd binary the tests read flags from: built from the checkout
+// once per test binary, into a directory TestMain removes.
+var (
+	buildOnce sync.Once
+	claimdDir string
+	claimdBin string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if claimdDir != "" {
+		os.RemoveAll(claimdDir)
 	}
-}()
+	os.Exit(code)
+}
+
+// claimd returns the path of the claimd binary, building it the first time.
+func claimd(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if claimdDir, buildErr = os.MkdirTemp("", "claimd-deploy-test"); buildErr != nil {
+			return
+		}
+		claimdBin = filepath.Join(claimdDir, "claimd")
+		cmd := exec.Command("go", "build", "-o", claimdBin, "./cmd/claimd")
+		cmd.Dir = ".." // the server module
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("%w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("go build ./cmd/claimd: %v", buildErr)
+	}
+	return claimdBin
+}
 
 // flagKinds caches flagsOf per command.
 var flagKinds sync.Map
