@@ -423,6 +423,8 @@ func TestHelmValuesToFlags(t *testing.T) {
 			set:      []string{"redis.tls.existingSecret=claimd-redis-tls", "redis.tls.ca=false", "redis.tls.clientCert=true"},
 			serve:    []string{"--redis-cert=/etc/claimd/redis-tls/tls.crt", "--redis-key=/etc/claimd/redis-tls/tls.key"},
 			notServe: []string{"--redis-ca"}},
+		{desc: "extraArgs and migrate.extraArgs removed (null)",
+			set: []string{"extraArgs=null", "migrate.extraArgs=null"}},
 		{desc: "extraArgs: serve only; migrate.extraArgs: migrate only",
 			set:   []string{"extraArgs={--horizon-review-age=2160h}", "migrate.extraArgs={--partition-claims=16}"},
 			serve: []string{"--horizon-review-age=2160h"}, migr: []string{"--partition-claims=16"},

@@ -56,7 +56,7 @@ the mistake shows at helm install rather than as a crash loop.
 {{- if and .Values.redis.tls.existingSecret (not .Values.redis.existingSecret) -}}
 {{- fail "redis.tls.existingSecret needs redis.existingSecret: it is the TLS material of the Redis fast tier" -}}
 {{- end -}}
-{{- range concat .Values.extraArgs .Values.migrate.extraArgs -}}
+{{- range concat (.Values.extraArgs | default list) (.Values.migrate.extraArgs | default list) -}}
 {{- if regexMatch "^--?postgres-schema([= ]|$)" (toString .) -}}
 {{- fail "extraArgs or migrate.extraArgs sets --postgres-schema: set postgres.schema instead, which serve and the migrate Job both need" -}}
 {{- end -}}
