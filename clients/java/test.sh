@@ -63,10 +63,16 @@ rc=0
 # install also writes the test classpath the receiver runs with.
 mvn_run "$here" install dependency:build-classpath -Dmdep.outputFile="$here/.build/test-classpath.txt" || rc=$?
 
+# test_classpath: the test classes, the classes and the test dependencies.
+test_classpath() {
+	echo "$here/target/test-classes:$here/target/classes:$(cat "$here/.build/test-classpath.txt")"
+}
+
 # effectspec_run DB: one effectspec run on DB; prints its counts lines.
 effectspec_passed=0 effectspec_failed=0
 effectspec_run() {
-	local cp="$here/target/test-classes:$here/target/classes:$(cat "$here/.build/test-classpath.txt")"
+	local cp
+	cp="$(test_classpath)"
 	if "$here/.build/effectspec" -claimd-bin "$CLAIMD_BIN" -db "$1" -events 50 -- \
 		java -cp "$cp" dev.claimd.client.testing.EffectReceiver 2>&1 | sed -E 's/, receiver java -cp .*//'; then
 		effectspec_passed=$((effectspec_passed + 1))
@@ -78,7 +84,8 @@ effectspec_run() {
 # effect (--unfenced) must fail effectspec; a raise inside the effect then
 # leaves the row behind and the retry writes it again.
 effectspec_control() {
-	local cp="$here/target/test-classes:$here/target/classes:$(cat "$here/.build/test-classpath.txt")"
+	local cp
+	cp="$(test_classpath)"
 	local out
 	if out="$("$here/.build/effectspec" -claimd-bin "$CLAIMD_BIN" -db "$CLAIMD_TEST_POSTGRES_URL" -events 5 -scenarios raise -- \
 		java -cp "$cp" dev.claimd.client.testing.EffectReceiver --unfenced 2>&1)"; then
