@@ -45,7 +45,8 @@ type Actor struct {
 	// "" for the anonymous caller of a server without authentication.
 	Principal string
 	// Transport is how the call arrived (auth.Transport: "grpc",
-	// "http-rest", "connect", "grpc-web"), "" when no service call made the
+	// "http-rest", "connect", "grpc-web", or "http" for an HTTP call whose
+	// protocol was not named), "" when no service call made the
 	// write (a tool or a test calling the tier directly). Audit rows
 	// written before the tier recorded actors read "" too.
 	Transport string
