@@ -65,9 +65,8 @@ func TestServeAttributesWrites(t *testing.T) {
 		t.Fatalf("POST /v1/claims = %d, want 200", res.StatusCode)
 	}
 
-	// The HTTP listener's transport is http-rest once its handler is wrapped
-	// in auth.MarkTransport, http (the listener, protocol unnamed) before.
-	httpTransport := func(tr string) bool { return tr == auth.TransportREST || tr == auth.TransportHTTP }
+	// The gateway names the protocol of an HTTP call: REST here.
+	httpTransport := func(tr string) bool { return tr == auth.TransportREST }
 	escaped := `evt_\u202egnp.exe`
 	for _, m := range []string{"Claim", "Transition", "Renew", "Release"} {
 		p.logs.wait(t, m+" of "+escaped+" by billing-hooks over grpc", func(r map[string]any) bool {

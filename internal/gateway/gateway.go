@@ -115,7 +115,8 @@ func New(srv *grpc.Server, cfg Config) (http.Handler, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	return &front{
-		next:        escapedPath(t),
+		// The service's log lines and audit rows name the protocol.
+		next:        auth.MarkTransport(escapedPath(t)),
 		routes:      routes,
 		hosts:       newHostSet(cfg.AllowedHosts),
 		auth:        cfg.Authenticate,
