@@ -25,10 +25,11 @@ ARG GO_VERSION=1.26.8
 FROM docker.io/library/golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 # Modules first, so a source change does not download them again. The Go
-# client's go.mod comes too: claimd's go.mod replaces that module with the
-# directory, so the module graph reads it.
+# client's and the generated API's go.mod come too: claimd's go.mod replaces
+# those modules with their directories, so the module graph reads them.
 COPY go.mod go.sum ./
 COPY clients/go/go.mod clients/go/go.sum ./clients/go/
+COPY gen/go.mod gen/go.sum ./gen/
 RUN go mod download
 COPY . .
 ARG VERSION=dev

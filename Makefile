@@ -31,6 +31,10 @@ CLIENT_MODULE := clients/go
 # packages (it runs helm lint and helm template in process) and the
 # Kubernetes libraries they need stay out of the server's go.mod.
 DEPLOY_MODULE := deploy
+# API_MODULE is the generated Go API of proto/ (gen/), a module of its own as
+# etcd's api/v3: the server and the client each require it and neither
+# requires the other. make generate writes its code and keeps its go.mod.
+API_MODULE := gen
 # RELEASE_REF is the last release, whose API buf breaking guards: the tag
 # v0.1.0 once the repository has it, until then the commit 0.1.0 was cut
 # from (the last of 2026-11-30's first session, before the lease secret).
@@ -99,7 +103,7 @@ test: ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and Post
 GENERATED := gen clients/python/src/claimd/_gen clients/typescript/src/gen clients/java/src/generated/java
 
 generate: $(GEN_TOOLS) ## regenerate the code of proto/ in every language with local, pinned plugins: Go (gen/), Python (grpcio-tools, in the client's venv), TypeScript (protoc-gen-es, from npm) and Java (protoc's own generator, from Maven)
-	rm -rf gen
+	find $(API_MODULE) -mindepth 1 -maxdepth 1 ! -name go.mod ! -name go.sum -exec rm -rf {} +
 	buf generate
 	./clients/python/generate.sh
 	./clients/typescript/generate.sh
@@ -117,9 +121,11 @@ lint: $(BUF) $(STATICCHECK) ## buf lint, buf format, buf breaking against the la
 	go vet ./...
 	cd $(CLIENT_MODULE) && go vet ./...
 	cd $(DEPLOY_MODULE) && go vet ./...
+	cd $(API_MODULE) && go vet ./...
 	staticcheck ./...
 	cd $(CLIENT_MODULE) && staticcheck ./...
 	cd $(DEPLOY_MODULE) && staticcheck ./...
+	cd $(API_MODULE) && staticcheck ./...
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	shellcheck $$(git ls-files '*.sh') .ci/run
 

@@ -8,6 +8,7 @@ require (
 	github.com/KimMachineGun/automemlimit v1.0.0
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/claimd/claimd/clients/go v0.0.0-00010101000000-000000000000
+	github.com/claimd/claimd/gen v0.0.0-00010101000000-000000000000
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/google/go-cmp v0.7.0
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.1
@@ -84,7 +85,11 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 )
 
-// The Go client is a module of its own, so that importing it does not pull
-// in the server's dependencies; the examples and their tests here use the
-// client beside them.
-replace github.com/claimd/claimd/clients/go => ./clients/go
+// The generated API (gen/) and the Go client are modules of their own, so
+// that importing the client pulls in neither the server nor its databases.
+// The server requires the API; the examples and their tests here use the
+// client beside them. Neither of those modules requires this one.
+replace (
+	github.com/claimd/claimd/clients/go => ./clients/go
+	github.com/claimd/claimd/gen => ./gen
+)

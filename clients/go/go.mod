@@ -3,7 +3,7 @@ module github.com/claimd/claimd/clients/go
 go 1.26.8
 
 require (
-	github.com/claimd/claimd v0.0.0-00010101000000-000000000000
+	github.com/claimd/claimd/gen v0.0.0-00010101000000-000000000000
 	github.com/google/go-cmp v0.7.0
 	github.com/jackc/pgx/v5 v5.12.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
@@ -13,7 +13,6 @@ require (
 )
 
 require (
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -21,9 +20,8 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	go.uber.org/atomic v1.12.0 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -34,7 +32,9 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 )
 
-// The client imports the generated API (gen/), which lives in the server's
-// module. A release requires the server's module at its version; in this
-// repository, the client builds against the code beside it.
-replace github.com/claimd/claimd => ../..
+// The client requires only the generated API (gen/, a module of its own),
+// never the server's module: its tests build claimd and their tools from
+// the server's source as processes (claimdtest.Source). Until the modules
+// are tagged, the client builds against the API beside it, and so does a
+// module outside the repository with the same replace (README, Install).
+replace github.com/claimd/claimd/gen => ../../gen

@@ -17,7 +17,6 @@ import (
 
 	"github.com/claimd/claimd/clients/go/claimd"
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
-	"github.com/claimd/claimd/internal/testenv"
 )
 
 // What the guard scenarios cannot show about Effect: misuse, pruning, and
@@ -360,7 +359,7 @@ func waitLockWaiter(ctx context.Context, db *sql.DB) error {
 func TestEffectsSchemaRacePostgres(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	url := testenv.Postgres(t, nil)
+	url := postgres(t)
 	const n = 6
 	dbs := make([]*sql.DB, n)
 	for i := range dbs {

@@ -12,7 +12,6 @@ import (
 	_ "modernc.org/sqlite"             // registers "sqlite"
 
 	"github.com/claimd/claimd/clients/go/claimd"
-	"github.com/claimd/claimd/internal/testenv"
 )
 
 // The databases of the effect tests: a SQLite file of the test's own, and a
@@ -35,7 +34,7 @@ func openEffectDB(t *testing.T, d claimd.Dialect) *sql.DB {
 		dsn = "file:" + filepath.Join(t.TempDir(), "effects.db") + "?" +
 			url.Values{"_pragma": {"busy_timeout(10000)", "journal_mode(WAL)"}}.Encode()
 	case claimd.DialectPostgres:
-		driver, dsn = "pgx", testenv.Postgres(t, nil)
+		driver, dsn = "pgx", postgres(t)
 	default:
 		t.Fatalf("no test database for dialect %q", d)
 	}

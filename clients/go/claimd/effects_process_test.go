@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/claimd/claimd/internal/testenv"
 )
 
 // fxEvents is effectspec's -events for the Go receiver.
@@ -29,7 +27,7 @@ const fxRunTimeout = 4 * time.Minute
 // exactly one ledger row per event.
 func TestEffectProcesses(t *testing.T) {
 	dir := t.TempDir()
-	effectspec := buildFx(t, serverModuleDir(t), "github.com/claimd/claimd/internal/testenv/cmd/effectspec", filepath.Join(dir, "effectspec"))
+	effectspec := tool(t, effectspecPkg)
 	receiver := buildFx(t, ".", "github.com/claimd/claimd/clients/go/fxreceiver", filepath.Join(dir, "fxreceiver"))
 
 	for _, tc := range []struct {
@@ -37,7 +35,7 @@ func TestEffectProcesses(t *testing.T) {
 		db   func(t *testing.T) string
 	}{
 		{desc: "sqlite", db: func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "fx.db") }},
-		{desc: "postgres", db: func(t *testing.T) string { return testenv.Postgres(t, nil) }},
+		{desc: "postgres", db: func(t *testing.T) string { return postgres(t) }},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), fxRunTimeout)
@@ -61,7 +59,7 @@ func TestEffectProcesses(t *testing.T) {
 	t.Run("unfenced receiver fails", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), fxRunTimeout)
 		defer cancel()
-		args := []string{"-claimd-bin", binary, "-db", testenv.Postgres(t, nil), "-events", "5", "-scenarios", "raise", "--", receiver, "--unfenced"}
+		args := []string{"-claimd-bin", binary, "-db", postgres(t), "-events", "5", "-scenarios", "raise", "--", receiver, "--unfenced"}
 		out, err := exec.CommandContext(ctx, effectspec, args...).CombinedOutput()
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
@@ -95,17 +93,6 @@ func checkFxCounts(t *testing.T, out string) {
 			t.Errorf("effectspec printed no clean counts line for %s", s)
 		}
 	}
-}
-
-// serverModuleDir is the directory of claimd's module as this module
-// resolves it (its replace of the server module).
-func serverModuleDir(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/claimd/claimd").Output()
-	if err != nil {
-		t.Fatalf("go list -m github.com/claimd/claimd: %v", err)
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // buildFx builds pkg in the module at dir (which lists pkg's requirements)

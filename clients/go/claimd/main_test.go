@@ -14,7 +14,6 @@ import (
 
 	"github.com/claimd/claimd/clients/go/claimd"
 	"github.com/claimd/claimd/clients/go/claimdtest"
-	"github.com/claimd/claimd/internal/testenv"
 )
 
 // binary is claimd built once for this test binary; shared is one server
@@ -35,6 +34,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	toolsDir = dir
 	if binary, err = claimdtest.Build(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -43,8 +43,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	// testenv.Main also stops the PostgreSQL the effect tests started.
-	code := testenv.Main(m)
+	code := m.Run()
+	if err := stopPostgres(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
 	if err := shared.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		code = 1

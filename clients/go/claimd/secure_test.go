@@ -22,7 +22,6 @@ import (
 
 	"github.com/claimd/claimd/clients/go/claimd"
 	"github.com/claimd/claimd/clients/go/claimdtest"
-	"github.com/claimd/claimd/internal/testenv/testcert"
 )
 
 // Namespaces of the secured server's auth file.
@@ -38,10 +37,10 @@ const (
 // token, or by the certificate's SPIFFE ID for principal mesh.
 type securedServer struct {
 	*claimdtest.Server
-	ca *testcert.CA
+	ca *testCA
 	// receiver's certificate names no principal: a call needs a token too.
 	// mesh's names principal mesh; stranger's CA is not claimd's.
-	receiver, mesh, stranger *testcert.Leaf
+	receiver, mesh, stranger *certLeaf
 	// Tokens of principals hooks (two: one to rotate to), paced and slow,
 	// and one that no principal lists.
 	hooks, hooksNext, paced, slow, revoked string
@@ -67,11 +66,13 @@ func newToken(t *testing.T) (token, line string) {
 
 func startSecured(t *testing.T) *securedServer {
 	t.Helper()
-	s := &securedServer{ca: testcert.NewCA(t, "claimd client test CA")}
-	server := s.ca.Issue(t, "claimd", "127.0.0.1", "localhost", "claimd.test")
-	s.receiver = s.ca.Issue(t, "spiffe://claimd.test/receiver")
-	s.mesh = s.ca.Issue(t, "spiffe://claimd.test/mesh")
-	s.stranger = testcert.NewCA(t, "another CA").Issue(t, "spiffe://claimd.test/receiver")
+	s := &securedServer{ca: newTestCA(t, "claimd client test CA",
+		"server=claimd,127.0.0.1,localhost,claimd.test",
+		"receiver=spiffe://claimd.test/receiver",
+		"mesh=spiffe://claimd.test/mesh")}
+	server := s.ca.leaf(t, "server")
+	s.receiver, s.mesh = s.ca.leaf(t, "receiver"), s.ca.leaf(t, "mesh")
+	s.stranger = newTestCA(t, "another CA", "receiver=spiffe://claimd.test/receiver").leaf(t, "receiver")
 
 	var hooksLine, nextLine, pacedLine, slowLine string
 	s.hooks, hooksLine = newToken(t)

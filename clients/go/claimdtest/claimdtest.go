@@ -37,22 +37,77 @@ const (
 // serverModule is the module of Package.
 const serverModule = "github.com/claimd/claimd"
 
-// Build compiles claimd into dir and returns the binary's path. It runs
-// `go build` in the directory of claimd's module as the calling module
-// resolves it (the repository itself, or the client module's replace of
-// it), so it must run inside a module that requires claimd's (a TestMain
-// does). The build runs there because only claimd's module lists what its
-// server needs: the client's module never requires the server's databases.
-func Build(dir string) (string, error) {
-	src, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", serverModule).Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m %s: %w", serverModule, err)
+// SourceEnv names the directory of claimd's source (its module root) that
+// Source and Build use when it is set.
+const SourceEnv = "CLAIMD_SRC"
+
+// Source returns the directory of claimd's module, whose go.mod lists what
+// the server needs: $CLAIMD_SRC when set; else the directory the calling
+// module resolves claimd's module to, when it requires it; else the nearest
+// directory above the working directory whose go.mod is claimd's (a test in
+// a checkout of the repository, such as the client module's own). The
+// client's module does not require the server's, so that importing the
+// client never pulls in the server's databases.
+func Source() (string, error) {
+	if dir := os.Getenv(SourceEnv); dir != "" {
+		if !isServerModule(dir) {
+			return "", fmt.Errorf("$%s=%s: no go.mod of module %s there", SourceEnv, dir, serverModule)
+		}
+		return dir, nil
 	}
-	bin := filepath.Join(dir, "claimd")
-	build := exec.Command("go", "build", "-o", bin, Package)
-	build.Dir = strings.TrimSpace(string(src))
+	if out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", serverModule).Output(); err == nil {
+		if dir := strings.TrimSpace(string(out)); dir != "" {
+			return dir, nil
+		}
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if isServerModule(dir) {
+			return dir, nil
+		}
+		if filepath.Dir(dir) == dir {
+			return "", fmt.Errorf("claimd's source (module %s) not found: the calling module does not require it and no directory above %s holds it; set $%s", serverModule, wd, SourceEnv)
+		}
+	}
+}
+
+// isServerModule reports whether dir/go.mod declares claimd's module.
+func isServerModule(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`) == serverModule
+		}
+	}
+	return false
+}
+
+// Build compiles claimd into dir and returns the binary's path. It runs
+// `go build` in claimd's module as Source finds it, because only that
+// module lists what the server needs.
+func Build(dir string) (string, error) {
+	return BuildTool(dir, Package)
+}
+
+// BuildTool compiles the main package pkg of claimd's module (Package, or a
+// test tool under it) into dir, named as pkg's last element, and returns
+// the binary's path.
+func BuildTool(dir, pkg string) (string, error) {
+	src, err := Source()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	build := exec.Command("go", "build", "-o", bin, pkg)
+	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s in %s: %v\n%s", Package, build.Dir, err, out)
+		return "", fmt.Errorf("go build %s in %s: %v\n%s", pkg, build.Dir, err, out)
 	}
 	return bin, nil
 }
