@@ -41,16 +41,16 @@ func TestCapacityCommand(t *testing.T) {
 	}
 }
 
-// TestReadmeSizingTable: the README's sizing table is what claimd capacity
-// prints today, so a re-measured sizes.json cannot leave it behind.
-func TestReadmeSizingTable(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestDocsSizingTable: the sizing table of docs/operating.md is what claimd
+// capacity prints today, so a re-measured sizes.json cannot leave it behind.
+func TestDocsSizingTable(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/operating.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, table, ok := strings.Cut(string(readme), "\n### Sizing\n")
 	if !ok {
-		t.Fatal("README.md has no Sizing section")
+		t.Fatal("docs/operating.md has no Sizing section")
 	}
 	rows := 0
 	for _, line := range strings.Split(table, "\n") {
@@ -66,11 +66,11 @@ func TestReadmeSizingTable(t *testing.T) {
 		}
 		for _, cell := range cells[1:] {
 			if !strings.Contains(out, cell) {
-				t.Errorf("README sizing row %s/s has %q; claimd capacity prints:\n%s", rate, cell, out)
+				t.Errorf("docs/operating.md sizing row %s/s has %q; claimd capacity prints:\n%s", rate, cell, out)
 			}
 		}
 	}
 	if rows != 3 {
-		t.Fatalf("README sizing table rows = %d, want 3 (100, 1,000, 10,000 events/s)", rows)
+		t.Fatalf("docs/operating.md sizing table rows = %d, want 3 (100, 1,000, 10,000 events/s)", rows)
 	}
 }

@@ -40,7 +40,7 @@ func envName(name string) string {
 // configFlag names the config file; it is every command's flag but version's.
 const configFlag = "config"
 
-// precedence is the rule, as help and README state it.
+// precedence is the rule, as help and docs/operating.md state it.
 const precedence = "the command line wins over the environment, which wins over the config file, which wins over the default"
 
 // newFlagSet returns the flag set of a command ("serve", "token new"),

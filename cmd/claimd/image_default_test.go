@@ -46,9 +46,9 @@ func TestImageDefaultCommand(t *testing.T) {
 	entrypoint := instruction(t, lastStage, "ENTRYPOINT")
 	defaultArgs := instruction(t, lastStage, "CMD")
 
-	runs := documentedRuns(t, "../../Dockerfile", "../../README.md", "../../docs/scaling.md")
+	runs := documentedRuns(t, "../../Dockerfile", "../../docs/operating.md", "../../docs/scaling.md")
 	if len(runs) == 0 {
-		t.Fatalf("no `docker run ... %s` in the Dockerfile, README.md or docs/scaling.md: the docs must say how to start the image", imageName)
+		t.Fatalf("no `docker run ... %s` in the Dockerfile, docs/operating.md or docs/scaling.md: the docs must say how to start the image", imageName)
 	}
 	root := imageRootfs(t)
 	for _, run := range runs {
