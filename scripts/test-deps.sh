@@ -2,7 +2,8 @@
 # test-deps.sh makes sure the servers claimd's tests start themselves are
 # installed: redis-server and PostgreSQL (initdb, postgres). internal/testenv
 # runs them in temp dirs on random loopback ports, so the packaged services are
-# never needed and are kept stopped. Idempotent: quiet exit 0 when all is there.
+# never needed and are kept stopped. The doc test also needs jq and grpcurl.
+# Idempotent: quiet exit 0 when all is there.
 set -euo pipefail
 
 # have_postgres mirrors internal/testenv: PATH first, then Debian's versioned
@@ -18,15 +19,19 @@ have_postgres() {
 	return 1
 }
 
+# The doc test (docs/doc_test.go) runs the documented grpcurl commands with
+# the pinned grpcurl, where `make grpcurl` installs it (quiet when it is there).
+"${MAKE:-make}" --no-print-directory -C "$(dirname "$0")/.." grpcurl >/dev/null
+
 # redis-cli (Debian: redis-tools, a dependency of redis-server) creates the
-# test Redis Cluster.
-have_all() { command -v redis-server >/dev/null && command -v redis-cli >/dev/null && have_postgres; }
+# test Redis Cluster; jq is in the documented commands the doc test runs.
+have_all() { command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v jq >/dev/null && have_postgres; }
 
 have_all && exit 0
 
-packages=(redis-server redis-tools postgresql)
+packages=(redis-server redis-tools postgresql jq)
 if [[ $EUID -ne 0 ]] || ! command -v apt-get >/dev/null; then
-	echo "test-deps: redis-server and PostgreSQL (initdb, postgres) are required by the tests." >&2
+	echo "test-deps: redis-server, PostgreSQL (initdb, postgres) and jq are required by the tests." >&2
 	echo "test-deps: install them, e.g.: sudo apt-get install ${packages[*]}" >&2
 	exit 1
 fi
@@ -58,6 +63,6 @@ for svc in redis-server postgresql; do
 done
 
 if ! have_all; then
-	echo "test-deps: installed ${packages[*]} but redis-server, initdb or postgres is still missing" >&2
+	echo "test-deps: installed ${packages[*]} but redis-server, jq, initdb or postgres is still missing" >&2
 	exit 1
 fi
