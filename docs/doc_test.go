@@ -1,13 +1,15 @@
 // Package docs holds claimd's manual. Its test runs the manual's commands, so
 // that every command a newcomer pastes works as written.
 //
-// TestConsoleBlocks reads the ```console blocks of README.md (its quick start)
-// and docs/getting-started.md (the grpcurl and curl walkthroughs), in that
-// order, and runs them in one bash shell against a fresh claimd, started as
-// `make run` starts it (`claimd serve`, its default addresses 127.0.0.1:50051
-// and 127.0.0.1:8080) on a temporary --data-dir. The documented ports are
-// used as written: when one is busy the test fails and says so; it never moves
-// to another port.
+// TestConsoleBlocks reads the ```console blocks of README.md (its quick start),
+// docs/getting-started.md (the grpcurl and curl walkthroughs) and
+// docs/providers.md (claimd providers, key rules, out-of-order deliveries), in
+// that order, and runs them in one bash shell against a fresh claimd, started
+// as `make run` starts it (`claimd serve`, its default addresses
+// 127.0.0.1:50051 and 127.0.0.1:8080) on a temporary --data-dir, in a
+// directory that has the binary at bin/claimd as a checkout has after make
+// run. The documented ports are used as written: when one stays busy the test
+// fails and says so; it never moves to another port.
 //
 // The convention, for writers of console blocks:
 //   - A line that starts with "$ " is a command; a command line that ends in
@@ -51,7 +53,7 @@ const (
 )
 
 // documented lists the files whose console blocks run, in reading order.
-var documented = []string{"../README.md", "getting-started.md"}
+var documented = []string{"../README.md", "getting-started.md", "providers.md"}
 
 // command is one documented command with what the docs say it prints.
 type command struct {
@@ -74,9 +76,12 @@ func TestConsoleBlocks(t *testing.T) {
 	for _, addr := range []string{grpcAddr, httpAddr} {
 		requireFree(t, addr)
 	}
-	startClaimd(t)
+	// The shell works in a directory of its own that has bin/claimd, as a
+	// reader's checkout has after make run.
+	dir := t.TempDir()
+	startClaimd(t, dir)
 
-	sh := newShell(t, path)
+	sh := newShell(t, dir, path)
 	for _, c := range cmds {
 		out, err := sh.run(c.text, commandTimeout)
 		if err != nil {
@@ -178,12 +183,12 @@ func requireFree(t *testing.T, addr string) {
 	}
 }
 
-// startClaimd builds claimd once and starts it as `make run` does, on a
-// temporary data directory; it returns when /readyz answers.
-func startClaimd(t *testing.T) {
+// startClaimd builds claimd once into dir/bin/claimd, where `make build` puts
+// it for commands that run ./bin/claimd, and starts it as `make run` does, on
+// a temporary data directory; it returns when /readyz answers.
+func startClaimd(t *testing.T, dir string) {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "claimd")
+	bin := filepath.Join(dir, "bin", "claimd")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/claimd")
@@ -238,10 +243,10 @@ type shell struct {
 	n     int
 }
 
-func newShell(t *testing.T, path string) *shell {
+func newShell(t *testing.T, dir, path string) *shell {
 	t.Helper()
 	cmd := exec.Command("bash", "--noprofile", "--norc")
-	cmd.Dir = t.TempDir()
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "PATH="+path, "LC_ALL=C.UTF-8")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
