@@ -17,24 +17,8 @@ type auditActor struct {
 }
 
 func readAuditActors(t *testing.T, db *sql.DB, k string) []auditActor {
-	t.Helper()
-	rows, err := db.Query(`SELECT op, principal, transport FROM audit_log WHERE key = ? ORDER BY id`, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []auditActor
-	for rows.Next() {
-		var a auditActor
-		if err := rows.Scan(&a.Op, &a.Principal, &a.Transport); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return queryAll(t, db, func(a *auditActor) []any { return []any{&a.Op, &a.Principal, &a.Transport} },
+		`SELECT op, principal, transport FROM audit_log WHERE key = ? ORDER BY id`, k)
 }
 
 // TestAuditRowsActor: every audit row names the tiers.Actor of the call

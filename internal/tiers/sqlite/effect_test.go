@@ -19,20 +19,26 @@ type transitionAudit struct {
 }
 
 func readTransitionAudit(t *testing.T, db *sql.DB, k string) []transitionAudit {
+	return queryAll(t, db, func(a *transitionAudit) []any { return []any{&a.ToState, &a.EffectRecovered} },
+		`SELECT to_state, effect_recovered FROM audit_log WHERE key = ? AND op = 'transition' ORDER BY id`, k)
+}
+
+// queryAll runs query and scans each row into a T through the pointers
+// fields gives for it.
+func queryAll[T any](t *testing.T, db *sql.DB, fields func(*T) []any, query string, args ...any) []T {
 	t.Helper()
-	rows, err := db.Query(`SELECT to_state, effect_recovered FROM audit_log
-		WHERE key = ? AND op = 'transition' ORDER BY id`, k)
+	rows, err := db.Query(query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var out []transitionAudit
+	var out []T
 	for rows.Next() {
-		var a transitionAudit
-		if err := rows.Scan(&a.ToState, &a.EffectRecovered); err != nil {
+		var v T
+		if err := rows.Scan(fields(&v)...); err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, a)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
