@@ -38,11 +38,17 @@ func post(t *testing.T, url, token, body string) (int, string) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return sendAs(t, req, token)
+}
+
+// sendAs sends req with token as its bearer token ("" for none) and returns
+// the status and body of the answer.
+func sendAs(t *testing.T, req *http.Request, token string) (int, string) {
+	t.Helper()
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	c := &http.Client{Timeout: 30 * time.Second}
-	res, err := c.Do(req)
+	res, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
