@@ -36,7 +36,6 @@ import (
 	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/memory"
 	"github.com/claimd/claimd/internal/tiers/postgres"
-	"github.com/claimd/claimd/internal/tiers/redis"
 	"github.com/claimd/claimd/internal/tiers/sqlite"
 	"github.com/claimd/claimd/internal/tiers/twotier"
 )
@@ -60,17 +59,7 @@ func auditedProduction(t *testing.T) auditedTier {
 	t.Helper()
 	ctx := context.Background()
 	url := testenv.Postgres(t, postgres.Migrate)
-	pg, err := postgres.New(ctx, postgres.Config{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := redis.New(ctx, redis.Config{URL: testenv.Redis(t)})
-	if err != nil {
-		pg.Close()
-		t.Fatal(err)
-	}
-	s := twotier.New(rd, pg, twotier.Config{})
-	t.Cleanup(func() { s.Close() })
+	s := productionOn(t, url)
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)

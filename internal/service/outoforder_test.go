@@ -36,8 +36,14 @@ func TestStripeOutOfOrderOverGRPC(t *testing.T) {
 // real servers started by testenv.
 func production(t *testing.T) tiers.Store {
 	t.Helper()
+	return productionOn(t, testenv.Postgres(t, postgres.Migrate))
+}
+
+// productionOn is production on the PostgreSQL database at url.
+func productionOn(t *testing.T, url string) tiers.Store {
+	t.Helper()
 	ctx := context.Background()
-	pg, err := postgres.New(ctx, postgres.Config{URL: testenv.Postgres(t, postgres.Migrate)})
+	pg, err := postgres.New(ctx, postgres.Config{URL: url})
 	if err != nil {
 		t.Fatal(err)
 	}
