@@ -17,23 +17,23 @@ import (
 	"github.com/claimd/claimd/internal/auth"
 )
 
-// ErrorInfo reasons of the front door's own refusals. They are not (yet)
-// values of the proto's ErrorReason, whose other reasons the front door
-// also sends (INVALID_ARGUMENT, CREDENTIALS_MISSING, …).
-const (
+// ErrorInfo reasons of the front door's own refusals, values of the proto's
+// ErrorReason like the service's reasons that the front door also sends
+// (INVALID_ARGUMENT, CREDENTIALS_MISSING, …).
+var (
 	// ReasonRequestTooLarge: the body as sent, as decoded from its
 	// Content-Encoding, or the message it decodes to is past its bound
 	// (RESOURCE_EXHAUSTED; HTTP 413).
-	ReasonRequestTooLarge = "REQUEST_TOO_LARGE"
+	ReasonRequestTooLarge = pb.ErrorReason_REQUEST_TOO_LARGE.String()
 	// ReasonHostNotAllowed: the request's Host is not one of
 	// --http-allowed-hosts (PERMISSION_DENIED; HTTP 421).
-	ReasonHostNotAllowed = "HOST_NOT_ALLOWED"
+	ReasonHostNotAllowed = pb.ErrorReason_HOST_NOT_ALLOWED.String()
 	// ReasonOriginNotAllowed: the request carries an Origin whose host is
 	// not one of --http-allowed-hosts (PERMISSION_DENIED; HTTP 403).
-	ReasonOriginNotAllowed = "ORIGIN_NOT_ALLOWED"
+	ReasonOriginNotAllowed = pb.ErrorReason_ORIGIN_NOT_ALLOWED.String()
 	// ReasonContentTypeUnsupported: a write without a JSON or protobuf
 	// content type (INVALID_ARGUMENT; HTTP 415).
-	ReasonContentTypeUnsupported = "CONTENT_TYPE_UNSUPPORTED"
+	ReasonContentTypeUnsupported = pb.ErrorReason_CONTENT_TYPE_UNSUPPORTED.String()
 )
 
 // reasonInvalid is the service's own reason for malformed input.

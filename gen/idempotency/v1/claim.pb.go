@@ -360,6 +360,19 @@ const (
 	ErrorReason_LIFECYCLE_NOT_FOUND ErrorReason = 19
 	// INTERNAL: a bug in claimd (INTERNAL); the message says nothing more.
 	ErrorReason_INTERNAL ErrorReason = 20
+	// REQUEST_TOO_LARGE: the body as sent, as decoded from its
+	// Content-Encoding, or the message it decodes to is past its bound
+	// (RESOURCE_EXHAUSTED; HTTP 413). Nothing was decoded further.
+	ErrorReason_REQUEST_TOO_LARGE ErrorReason = 21
+	// HOST_NOT_ALLOWED: the HTTP request's Host is not one of
+	// --http-allowed-hosts (PERMISSION_DENIED; HTTP 421).
+	ErrorReason_HOST_NOT_ALLOWED ErrorReason = 22
+	// ORIGIN_NOT_ALLOWED: the HTTP request carries an Origin whose host is not
+	// one of --http-allowed-hosts (PERMISSION_DENIED; HTTP 403).
+	ErrorReason_ORIGIN_NOT_ALLOWED ErrorReason = 23
+	// CONTENT_TYPE_UNSUPPORTED: an HTTP write without a JSON or protobuf
+	// content type (INVALID_ARGUMENT; HTTP 415).
+	ErrorReason_CONTENT_TYPE_UNSUPPORTED ErrorReason = 24
 )
 
 // Enum value maps for ErrorReason.
@@ -386,6 +399,10 @@ var (
 		18: "ENTITY_NOT_FOUND",
 		19: "LIFECYCLE_NOT_FOUND",
 		20: "INTERNAL",
+		21: "REQUEST_TOO_LARGE",
+		22: "HOST_NOT_ALLOWED",
+		23: "ORIGIN_NOT_ALLOWED",
+		24: "CONTENT_TYPE_UNSUPPORTED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -409,6 +426,10 @@ var (
 		"ENTITY_NOT_FOUND":         18,
 		"LIFECYCLE_NOT_FOUND":      19,
 		"INTERNAL":                 20,
+		"REQUEST_TOO_LARGE":        21,
+		"HOST_NOT_ALLOWED":         22,
+		"ORIGIN_NOT_ALLOWED":       23,
+		"CONTENT_TYPE_UNSUPPORTED": 24,
 	}
 )
 
@@ -494,6 +515,67 @@ func (x Tier) Number() protoreflect.EnumNumber {
 // Deprecated: Use Tier.Descriptor instead.
 func (Tier) EnumDescriptor() ([]byte, []int) {
 	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{5}
+}
+
+// AuditOp is the kind of write an audit entry records.
+type AuditOp int32
+
+const (
+	// AUDIT_OP_UNSPECIFIED is never sent.
+	AuditOp_AUDIT_OP_UNSPECIFIED AuditOp = 0
+	// AUDIT_OP_CLAIM: a Claim, whatever its outcome.
+	AuditOp_AUDIT_OP_CLAIM AuditOp = 1
+	// AUDIT_OP_TRANSITION: a Transition.
+	AuditOp_AUDIT_OP_TRANSITION AuditOp = 2
+	// AUDIT_OP_RENEW: a Renew.
+	AuditOp_AUDIT_OP_RENEW AuditOp = 3
+	// AUDIT_OP_RELEASE: a Release.
+	AuditOp_AUDIT_OP_RELEASE AuditOp = 4
+)
+
+// Enum value maps for AuditOp.
+var (
+	AuditOp_name = map[int32]string{
+		0: "AUDIT_OP_UNSPECIFIED",
+		1: "AUDIT_OP_CLAIM",
+		2: "AUDIT_OP_TRANSITION",
+		3: "AUDIT_OP_RENEW",
+		4: "AUDIT_OP_RELEASE",
+	}
+	AuditOp_value = map[string]int32{
+		"AUDIT_OP_UNSPECIFIED": 0,
+		"AUDIT_OP_CLAIM":       1,
+		"AUDIT_OP_TRANSITION":  2,
+		"AUDIT_OP_RENEW":       3,
+		"AUDIT_OP_RELEASE":     4,
+	}
+)
+
+func (x AuditOp) Enum() *AuditOp {
+	p := new(AuditOp)
+	*p = x
+	return p
+}
+
+func (x AuditOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AuditOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_idempotency_v1_claim_proto_enumTypes[6].Descriptor()
+}
+
+func (AuditOp) Type() protoreflect.EnumType {
+	return &file_idempotency_v1_claim_proto_enumTypes[6]
+}
+
+func (x AuditOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AuditOp.Descriptor instead.
+func (AuditOp) EnumDescriptor() ([]byte, []int) {
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{6}
 }
 
 // Delivery is a raw webhook delivery; the server derives the key from it by
@@ -620,7 +702,16 @@ type ClaimRequest struct {
 	// right away). A LEASE_EXPIRED takeover keeps the state the vanished holder
 	// reached even then (that state is the only trace of how far it got): move
 	// it to PROCESSING yourself. Optional.
-	Start         bool `protobuf:"varint,13,opt,name=start,proto3" json:"start,omitempty"`
+	Start bool `protobuf:"varint,13,opt,name=start,proto3" json:"start,omitempty"`
+	// window optionally asks for a dedup window longer than the provider's
+	// (its retry horizon plus margin), for callers whose own retries outlive
+	// the provider's (a queue that redelivers for a week). Never shorter: a
+	// window below the provider's would let its retry through as a new
+	// delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+	// one over 400 days. Zero means the provider's window. It applies when the
+	// claim opens a window (a new key or one whose window ended); a duplicate
+	// is answered within the window its first claim opened.
+	Window        *durationpb.Duration `protobuf:"bytes,14,opt,name=window,proto3" json:"window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -755,6 +846,13 @@ func (x *ClaimRequest) GetStart() bool {
 		return x.Start
 	}
 	return false
+}
+
+func (x *ClaimRequest) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
 }
 
 type isClaimRequest_Key interface {
@@ -1808,7 +1906,10 @@ func (x *GetRequest) GetKey() string {
 type GetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// record as stored in the durable tier.
-	Record        *Record `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	Record *Record `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// next is what a Claim of this key would be answered now, decided by the
+	// same rule as Claim (without its entity: GetEntity shows that).
+	Next          *NextAnswer `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1850,6 +1951,549 @@ func (x *GetResponse) GetRecord() *Record {
 	return nil
 }
 
+func (x *GetResponse) GetNext() *NextAnswer {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+// NextAnswer is what the next delivery of a key would be answered, and why,
+// as of a moment: for people reading a record (claimd inspect, the on-call
+// page), never a promise (another delivery may come first).
+type NextAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// outcome the next Claim would get (ACQUIRED, DUPLICATE or IN_PROGRESS;
+	// PAYLOAD_MISMATCH depends on the delivery and is not predicted).
+	Outcome Outcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=idempotency.v1.Outcome" json:"outcome,omitempty"`
+	// reason, for ACQUIRED: why the key would be acquired again (RELEASED,
+	// LEASE_EXPIRED, WINDOW_EXPIRED).
+	Reason Reason `protobuf:"varint,2,opt,name=reason,proto3,enum=idempotency.v1.Reason" json:"reason,omitempty"`
+	// until is when this answer stops holding by itself: the lease's end for
+	// IN_PROGRESS, the window's end for DUPLICATE; unset for ACQUIRED.
+	Until *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=until,proto3" json:"until,omitempty"`
+	// explanation says it in a sentence (e.g. "settled; duplicates are
+	// suppressed until the window ends").
+	Explanation   string `protobuf:"bytes,4,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextAnswer) Reset() {
+	*x = NextAnswer{}
+	mi := &file_idempotency_v1_claim_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextAnswer) ProtoMessage() {}
+
+func (x *NextAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_idempotency_v1_claim_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextAnswer.ProtoReflect.Descriptor instead.
+func (*NextAnswer) Descriptor() ([]byte, []int) {
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *NextAnswer) GetOutcome() Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return Outcome_OUTCOME_UNSPECIFIED
+}
+
+func (x *NextAnswer) GetReason() Reason {
+	if x != nil {
+		return x.Reason
+	}
+	return Reason_REASON_UNSPECIFIED
+}
+
+func (x *NextAnswer) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *NextAnswer) GetExplanation() string {
+	if x != nil {
+		return x.Explanation
+	}
+	return ""
+}
+
+// ListClaimsRequest selects records of one namespace. Filters combine with
+// AND; an empty filter selects everything.
+type ListClaimsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace; required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// provider optionally narrows to one provider or group.
+	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	// keys optionally narrows to these canonical keys (at most 1000; needs
+	// provider): how claimd reconcile asks about a page of a provider's events.
+	Keys []string `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
+	// states optionally narrows to records in one of these states.
+	States []EventState `protobuf:"varint,4,rep,packed,name=states,proto3,enum=idempotency.v1.EventState" json:"states,omitempty"`
+	// entity_id optionally narrows to the events of one entity.
+	EntityId string `protobuf:"bytes,5,opt,name=entity_id,json=entityId,proto3" json:"entity_id,omitempty"`
+	// first_seen_after and first_seen_before optionally bound first_seen_at
+	// (after inclusive, before exclusive).
+	FirstSeenAfter *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=first_seen_after,json=firstSeenAfter,proto3" json:"first_seen_after,omitempty"`
+	// first_seen_before: see first_seen_after.
+	FirstSeenBefore *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=first_seen_before,json=firstSeenBefore,proto3" json:"first_seen_before,omitempty"`
+	// page_size is at most 1000; zero means 100.
+	PageSize uint32 `protobuf:"varint,8,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is the next_page_token of the previous page, with the same
+	// filters; empty for the first.
+	PageToken     string `protobuf:"bytes,9,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClaimsRequest) Reset() {
+	*x = ListClaimsRequest{}
+	mi := &file_idempotency_v1_claim_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClaimsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClaimsRequest) ProtoMessage() {}
+
+func (x *ListClaimsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idempotency_v1_claim_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClaimsRequest.ProtoReflect.Descriptor instead.
+func (*ListClaimsRequest) Descriptor() ([]byte, []int) {
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListClaimsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListClaimsRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ListClaimsRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ListClaimsRequest) GetStates() []EventState {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *ListClaimsRequest) GetEntityId() string {
+	if x != nil {
+		return x.EntityId
+	}
+	return ""
+}
+
+func (x *ListClaimsRequest) GetFirstSeenAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstSeenAfter
+	}
+	return nil
+}
+
+func (x *ListClaimsRequest) GetFirstSeenBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstSeenBefore
+	}
+	return nil
+}
+
+func (x *ListClaimsRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListClaimsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListClaimsResponse is one page of records.
+type ListClaimsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// records, newest first_seen_at first.
+	Records []*Record `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// next_page_token fetches the next page; empty on the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClaimsResponse) Reset() {
+	*x = ListClaimsResponse{}
+	mi := &file_idempotency_v1_claim_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClaimsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClaimsResponse) ProtoMessage() {}
+
+func (x *ListClaimsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idempotency_v1_claim_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClaimsResponse.ProtoReflect.Descriptor instead.
+func (*ListClaimsResponse) Descriptor() ([]byte, []int) {
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListClaimsResponse) GetRecords() []*Record {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ListClaimsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ListAuditRequest names one key.
+type ListAuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace; required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// provider; required.
+	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	// key is the canonical key; required, 1–255 bytes.
+	Key string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// page_size is at most 1000; zero means 100.
+	PageSize uint32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is the next_page_token of the previous page; empty for the
+	// first.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRequest) Reset() {
+	*x = ListAuditRequest{}
+	mi := &file_idempotency_v1_claim_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRequest) ProtoMessage() {}
+
+func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idempotency_v1_claim_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRequest) Descriptor() ([]byte, []int) {
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListAuditRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ListAuditRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAuditRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// AuditEntry is one audited decision on a key.
+type AuditEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// at is the service clock's time of the decision.
+	At *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	// op is what was asked.
+	Op AuditOp `protobuf:"varint,2,opt,name=op,proto3,enum=idempotency.v1.AuditOp" json:"op,omitempty"`
+	// outcome, for claims: the answer.
+	Outcome Outcome `protobuf:"varint,3,opt,name=outcome,proto3,enum=idempotency.v1.Outcome" json:"outcome,omitempty"`
+	// reason, for ACQUIRED claims: why the key was acquired (NEW, RELEASED,
+	// LEASE_EXPIRED: a takeover, WINDOW_EXPIRED).
+	Reason Reason `protobuf:"varint,4,opt,name=reason,proto3,enum=idempotency.v1.Reason" json:"reason,omitempty"`
+	// state is the record's state after the decision.
+	State EventState `protobuf:"varint,5,opt,name=state,proto3,enum=idempotency.v1.EventState" json:"state,omitempty"`
+	// fencing_token is the record's token after the decision.
+	FencingToken uint64 `protobuf:"varint,6,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// holder is the holder text: for claims the claimant's, for the other
+	// operations the record's.
+	Holder string `protobuf:"bytes,7,opt,name=holder,proto3" json:"holder,omitempty"`
+	// principal is the authenticated caller's name (” for the anonymous
+	// caller of a server without authentication, or a row written before
+	// claimd recorded it).
+	Principal string `protobuf:"bytes,8,opt,name=principal,proto3" json:"principal,omitempty"`
+	// transport is how the call arrived: grpc, http-rest, connect or grpc-web
+	// (” when not recorded).
+	Transport string `protobuf:"bytes,9,opt,name=transport,proto3" json:"transport,omitempty"`
+	// effect_recovered is true for a settle whose result an earlier holder's
+	// effect fence supplied (TransitionRequest.effect_recovered).
+	EffectRecovered bool `protobuf:"varint,10,opt,name=effect_recovered,json=effectRecovered,proto3" json:"effect_recovered,omitempty"`
+	// payload_sha256 is the claimant's payload hash, for claims that sent one.
+	PayloadSha256 []byte `protobuf:"bytes,11,opt,name=payload_sha256,json=payloadSha256,proto3" json:"payload_sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEntry) Reset() {
+	*x = AuditEntry{}
+	mi := &file_idempotency_v1_claim_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEntry) ProtoMessage() {}
+
+func (x *AuditEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_idempotency_v1_claim_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
+func (*AuditEntry) Descriptor() ([]byte, []int) {
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *AuditEntry) GetOp() AuditOp {
+	if x != nil {
+		return x.Op
+	}
+	return AuditOp_AUDIT_OP_UNSPECIFIED
+}
+
+func (x *AuditEntry) GetOutcome() Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return Outcome_OUTCOME_UNSPECIFIED
+}
+
+func (x *AuditEntry) GetReason() Reason {
+	if x != nil {
+		return x.Reason
+	}
+	return Reason_REASON_UNSPECIFIED
+}
+
+func (x *AuditEntry) GetState() EventState {
+	if x != nil {
+		return x.State
+	}
+	return EventState_EVENT_STATE_UNSPECIFIED
+}
+
+func (x *AuditEntry) GetFencingToken() uint64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *AuditEntry) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetTransport() string {
+	if x != nil {
+		return x.Transport
+	}
+	return ""
+}
+
+func (x *AuditEntry) GetEffectRecovered() bool {
+	if x != nil {
+		return x.EffectRecovered
+	}
+	return false
+}
+
+func (x *AuditEntry) GetPayloadSha256() []byte {
+	if x != nil {
+		return x.PayloadSha256
+	}
+	return nil
+}
+
+// ListAuditResponse is one page of a key's audit log.
+type ListAuditResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries, oldest first.
+	Entries []*AuditEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// next_page_token fetches the next page; empty on the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditResponse) Reset() {
+	*x = ListAuditResponse{}
+	mi := &file_idempotency_v1_claim_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditResponse) ProtoMessage() {}
+
+func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idempotency_v1_claim_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditResponse) Descriptor() ([]byte, []int) {
+	return file_idempotency_v1_claim_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListAuditResponse) GetEntries() []*AuditEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ListAuditResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_idempotency_v1_claim_proto protoreflect.FileDescriptor
 
 const file_idempotency_v1_claim_proto_rawDesc = "" +
@@ -1860,7 +2504,7 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\x04body\x18\x02 \x01(\fR\x04body\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xca\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfd\x03\n" +
 	"\fClaimRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x1b\n" +
@@ -1877,7 +2521,8 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\tentity_id\x18\v \x01(\tR\bentityId\x12\x1d\n" +
 	"\n" +
 	"event_type\x18\f \x01(\tR\teventType\x12\x14\n" +
-	"\x05start\x18\r \x01(\bR\x05startB\x05\n" +
+	"\x05start\x18\r \x01(\bR\x05start\x121\n" +
+	"\x06window\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x06windowB\x05\n" +
 	"\x03key\"\xa4\x06\n" +
 	"\rClaimResponse\x121\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x17.idempotency.v1.OutcomeR\aoutcome\x12.\n" +
@@ -1965,9 +2610,54 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"GetRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x10\n" +
-	"\x03key\x18\x03 \x01(\tR\x03key\"=\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\"m\n" +
 	"\vGetResponse\x12.\n" +
-	"\x06record\x18\x01 \x01(\v2\x16.idempotency.v1.RecordR\x06record*\xb4\x01\n" +
+	"\x06record\x18\x01 \x01(\v2\x16.idempotency.v1.RecordR\x06record\x12.\n" +
+	"\x04next\x18\x02 \x01(\v2\x1a.idempotency.v1.NextAnswerR\x04next\"\xc3\x01\n" +
+	"\n" +
+	"NextAnswer\x121\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\x17.idempotency.v1.OutcomeR\aoutcome\x12.\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x16.idempotency.v1.ReasonR\x06reason\x120\n" +
+	"\x05until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12 \n" +
+	"\vexplanation\x18\x04 \x01(\tR\vexplanation\"\xfc\x02\n" +
+	"\x11ListClaimsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x12\n" +
+	"\x04keys\x18\x03 \x03(\tR\x04keys\x122\n" +
+	"\x06states\x18\x04 \x03(\x0e2\x1a.idempotency.v1.EventStateR\x06states\x12\x1b\n" +
+	"\tentity_id\x18\x05 \x01(\tR\bentityId\x12D\n" +
+	"\x10first_seen_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0efirstSeenAfter\x12F\n" +
+	"\x11first_seen_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0ffirstSeenBefore\x12\x1b\n" +
+	"\tpage_size\x18\b \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\t \x01(\tR\tpageToken\"n\n" +
+	"\x12ListClaimsResponse\x120\n" +
+	"\arecords\x18\x01 \x03(\v2\x16.idempotency.v1.RecordR\arecords\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9a\x01\n" +
+	"\x10ListAuditRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"\xc1\x03\n" +
+	"\n" +
+	"AuditEntry\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12'\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x17.idempotency.v1.AuditOpR\x02op\x121\n" +
+	"\aoutcome\x18\x03 \x01(\x0e2\x17.idempotency.v1.OutcomeR\aoutcome\x12.\n" +
+	"\x06reason\x18\x04 \x01(\x0e2\x16.idempotency.v1.ReasonR\x06reason\x120\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x1a.idempotency.v1.EventStateR\x05state\x12#\n" +
+	"\rfencing_token\x18\x06 \x01(\x04R\ffencingToken\x12\x16\n" +
+	"\x06holder\x18\a \x01(\tR\x06holder\x12\x1c\n" +
+	"\tprincipal\x18\b \x01(\tR\tprincipal\x12\x1c\n" +
+	"\ttransport\x18\t \x01(\tR\ttransport\x12)\n" +
+	"\x10effect_recovered\x18\n" +
+	" \x01(\bR\x0feffectRecovered\x12%\n" +
+	"\x0epayload_sha256\x18\v \x01(\fR\rpayloadSha256\"q\n" +
+	"\x11ListAuditResponse\x124\n" +
+	"\aentries\x18\x01 \x03(\v2\x1a.idempotency.v1.AuditEntryR\aentries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\xb4\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10OUTCOME_ACQUIRED\x10\x01\x12\x15\n" +
@@ -1996,7 +2686,7 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\x13KEY_SOURCE_EVENT_ID\x10\x01\x12\x15\n" +
 	"\x11KEY_SOURCE_HEADER\x10\x02\x12\x19\n" +
 	"\x15KEY_SOURCE_BODY_FIELD\x10\x03\x12\x18\n" +
-	"\x14KEY_SOURCE_BODY_HASH\x10\x04*\xd2\x03\n" +
+	"\x14KEY_SOURCE_BODY_HASH\x10\x04*\xb5\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10INVALID_ARGUMENT\x10\x01\x12\x16\n" +
@@ -2019,13 +2709,23 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"\fRATE_LIMITED\x10\x11\x12\x14\n" +
 	"\x10ENTITY_NOT_FOUND\x10\x12\x12\x17\n" +
 	"\x13LIFECYCLE_NOT_FOUND\x10\x13\x12\f\n" +
-	"\bINTERNAL\x10\x14*M\n" +
+	"\bINTERNAL\x10\x14\x12\x15\n" +
+	"\x11REQUEST_TOO_LARGE\x10\x15\x12\x14\n" +
+	"\x10HOST_NOT_ALLOWED\x10\x16\x12\x16\n" +
+	"\x12ORIGIN_NOT_ALLOWED\x10\x17\x12\x1c\n" +
+	"\x18CONTENT_TYPE_UNSUPPORTED\x10\x18*M\n" +
 	"\x04Tier\x12\x14\n" +
 	"\x10TIER_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"TIER_LOCAL\x10\x01\x12\r\n" +
 	"\tTIER_FAST\x10\x02\x12\x10\n" +
-	"\fTIER_DURABLE\x10\x032\xc9\x04\n" +
+	"\fTIER_DURABLE\x10\x03*z\n" +
+	"\aAuditOp\x12\x18\n" +
+	"\x14AUDIT_OP_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eAUDIT_OP_CLAIM\x10\x01\x12\x17\n" +
+	"\x13AUDIT_OP_TRANSITION\x10\x02\x12\x12\n" +
+	"\x0eAUDIT_OP_RENEW\x10\x03\x12\x14\n" +
+	"\x10AUDIT_OP_RELEASE\x10\x042\xc9\x04\n" +
 	"\fClaimService\x12[\n" +
 	"\x05Claim\x12\x1c.idempotency.v1.ClaimRequest\x1a\x1d.idempotency.v1.ClaimResponse\"\x15\x82\xd3\xe4\x93\x02\x0f:\x01*\"\n" +
 	"/v1/claims\x12{\n" +
@@ -2033,7 +2733,11 @@ const file_idempotency_v1_claim_proto_rawDesc = "" +
 	"Transition\x12!.idempotency.v1.TransitionRequest\x1a\".idempotency.v1.TransitionResponse\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/claims/{key}:transition\x12g\n" +
 	"\x05Renew\x12\x1c.idempotency.v1.RenewRequest\x1a\x1d.idempotency.v1.RenewResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/v1/claims/{key}:renew\x12o\n" +
 	"\aRelease\x12\x1e.idempotency.v1.ReleaseRequest\x1a\x1f.idempotency.v1.ReleaseResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/claims/{key}:release\x12\x84\x01\n" +
-	"\x03Get\x12\x1a.idempotency.v1.GetRequest\x1a\x1b.idempotency.v1.GetResponse\"D\x82\xd3\xe4\x93\x02>\x12</v1/namespaces/{namespace}/providers/{provider}/claims/{key}B\x96\x01\n" +
+	"\x03Get\x12\x1a.idempotency.v1.GetRequest\x1a\x1b.idempotency.v1.GetResponse\"D\x82\xd3\xe4\x93\x02>\x12</v1/namespaces/{namespace}/providers/{provider}/claims/{key}2\xaf\x02\n" +
+	"\x0eInspectService\x12~\n" +
+	"\n" +
+	"ListClaims\x12!.idempotency.v1.ListClaimsRequest\x1a\".idempotency.v1.ListClaimsResponse\")\x82\xd3\xe4\x93\x02#\x12!/v1/namespaces/{namespace}/claims\x12\x9c\x01\n" +
+	"\tListAudit\x12 .idempotency.v1.ListAuditRequest\x1a!.idempotency.v1.ListAuditResponse\"J\x82\xd3\xe4\x93\x02D\x12B/v1/namespaces/{namespace}/providers/{provider}/claims/{key}/auditB\x96\x01\n" +
 	"\x19dev.claimd.idempotency.v1B\n" +
 	"ClaimProtoP\x01Z9github.com/claimd/claimd/gen/idempotency/v1;idempotencyv1\xaa\x02\x15Claimd.Idempotency.V1\xea\x02\x17Claimd::Idempotency::V1b\x06proto3"
 
@@ -2049,8 +2753,8 @@ func file_idempotency_v1_claim_proto_rawDescGZIP() []byte {
 	return file_idempotency_v1_claim_proto_rawDescData
 }
 
-var file_idempotency_v1_claim_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_idempotency_v1_claim_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_idempotency_v1_claim_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_idempotency_v1_claim_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_idempotency_v1_claim_proto_goTypes = []any{
 	(Outcome)(0),                  // 0: idempotency.v1.Outcome
 	(Reason)(0),                   // 1: idempotency.v1.Reason
@@ -2058,66 +2762,92 @@ var file_idempotency_v1_claim_proto_goTypes = []any{
 	(KeySource)(0),                // 3: idempotency.v1.KeySource
 	(ErrorReason)(0),              // 4: idempotency.v1.ErrorReason
 	(Tier)(0),                     // 5: idempotency.v1.Tier
-	(*Delivery)(nil),              // 6: idempotency.v1.Delivery
-	(*ClaimRequest)(nil),          // 7: idempotency.v1.ClaimRequest
-	(*ClaimResponse)(nil),         // 8: idempotency.v1.ClaimResponse
-	(*EntityPosition)(nil),        // 9: idempotency.v1.EntityPosition
-	(*Record)(nil),                // 10: idempotency.v1.Record
-	(*TransitionRequest)(nil),     // 11: idempotency.v1.TransitionRequest
-	(*TransitionResponse)(nil),    // 12: idempotency.v1.TransitionResponse
-	(*RenewRequest)(nil),          // 13: idempotency.v1.RenewRequest
-	(*RenewResponse)(nil),         // 14: idempotency.v1.RenewResponse
-	(*ReleaseRequest)(nil),        // 15: idempotency.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 16: idempotency.v1.ReleaseResponse
-	(*GetRequest)(nil),            // 17: idempotency.v1.GetRequest
-	(*GetResponse)(nil),           // 18: idempotency.v1.GetResponse
-	nil,                           // 19: idempotency.v1.Delivery.HeadersEntry
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(AuditOp)(0),                  // 6: idempotency.v1.AuditOp
+	(*Delivery)(nil),              // 7: idempotency.v1.Delivery
+	(*ClaimRequest)(nil),          // 8: idempotency.v1.ClaimRequest
+	(*ClaimResponse)(nil),         // 9: idempotency.v1.ClaimResponse
+	(*EntityPosition)(nil),        // 10: idempotency.v1.EntityPosition
+	(*Record)(nil),                // 11: idempotency.v1.Record
+	(*TransitionRequest)(nil),     // 12: idempotency.v1.TransitionRequest
+	(*TransitionResponse)(nil),    // 13: idempotency.v1.TransitionResponse
+	(*RenewRequest)(nil),          // 14: idempotency.v1.RenewRequest
+	(*RenewResponse)(nil),         // 15: idempotency.v1.RenewResponse
+	(*ReleaseRequest)(nil),        // 16: idempotency.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 17: idempotency.v1.ReleaseResponse
+	(*GetRequest)(nil),            // 18: idempotency.v1.GetRequest
+	(*GetResponse)(nil),           // 19: idempotency.v1.GetResponse
+	(*NextAnswer)(nil),            // 20: idempotency.v1.NextAnswer
+	(*ListClaimsRequest)(nil),     // 21: idempotency.v1.ListClaimsRequest
+	(*ListClaimsResponse)(nil),    // 22: idempotency.v1.ListClaimsResponse
+	(*ListAuditRequest)(nil),      // 23: idempotency.v1.ListAuditRequest
+	(*AuditEntry)(nil),            // 24: idempotency.v1.AuditEntry
+	(*ListAuditResponse)(nil),     // 25: idempotency.v1.ListAuditResponse
+	nil,                           // 26: idempotency.v1.Delivery.HeadersEntry
+	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
 }
 var file_idempotency_v1_claim_proto_depIdxs = []int32{
-	19, // 0: idempotency.v1.Delivery.headers:type_name -> idempotency.v1.Delivery.HeadersEntry
-	6,  // 1: idempotency.v1.ClaimRequest.delivery:type_name -> idempotency.v1.Delivery
-	20, // 2: idempotency.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
-	20, // 3: idempotency.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
-	0,  // 4: idempotency.v1.ClaimResponse.outcome:type_name -> idempotency.v1.Outcome
-	1,  // 5: idempotency.v1.ClaimResponse.reason:type_name -> idempotency.v1.Reason
-	3,  // 6: idempotency.v1.ClaimResponse.key_source:type_name -> idempotency.v1.KeySource
-	2,  // 7: idempotency.v1.ClaimResponse.state:type_name -> idempotency.v1.EventState
-	21, // 8: idempotency.v1.ClaimResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	21, // 9: idempotency.v1.ClaimResponse.window_expires_at:type_name -> google.protobuf.Timestamp
-	20, // 10: idempotency.v1.ClaimResponse.ttl:type_name -> google.protobuf.Duration
-	21, // 11: idempotency.v1.ClaimResponse.first_seen_at:type_name -> google.protobuf.Timestamp
-	5,  // 12: idempotency.v1.ClaimResponse.served_by:type_name -> idempotency.v1.Tier
-	20, // 13: idempotency.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
-	9,  // 14: idempotency.v1.ClaimResponse.entity:type_name -> idempotency.v1.EntityPosition
-	2,  // 15: idempotency.v1.Record.state:type_name -> idempotency.v1.EventState
-	21, // 16: idempotency.v1.Record.first_seen_at:type_name -> google.protobuf.Timestamp
-	21, // 17: idempotency.v1.Record.lease_expires_at:type_name -> google.protobuf.Timestamp
-	21, // 18: idempotency.v1.Record.window_expires_at:type_name -> google.protobuf.Timestamp
-	21, // 19: idempotency.v1.Record.updated_at:type_name -> google.protobuf.Timestamp
-	2,  // 20: idempotency.v1.TransitionRequest.to:type_name -> idempotency.v1.EventState
-	20, // 21: idempotency.v1.TransitionRequest.extend_lease:type_name -> google.protobuf.Duration
-	10, // 22: idempotency.v1.TransitionResponse.record:type_name -> idempotency.v1.Record
-	20, // 23: idempotency.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
-	10, // 24: idempotency.v1.RenewResponse.record:type_name -> idempotency.v1.Record
-	10, // 25: idempotency.v1.ReleaseResponse.record:type_name -> idempotency.v1.Record
-	10, // 26: idempotency.v1.GetResponse.record:type_name -> idempotency.v1.Record
-	7,  // 27: idempotency.v1.ClaimService.Claim:input_type -> idempotency.v1.ClaimRequest
-	11, // 28: idempotency.v1.ClaimService.Transition:input_type -> idempotency.v1.TransitionRequest
-	13, // 29: idempotency.v1.ClaimService.Renew:input_type -> idempotency.v1.RenewRequest
-	15, // 30: idempotency.v1.ClaimService.Release:input_type -> idempotency.v1.ReleaseRequest
-	17, // 31: idempotency.v1.ClaimService.Get:input_type -> idempotency.v1.GetRequest
-	8,  // 32: idempotency.v1.ClaimService.Claim:output_type -> idempotency.v1.ClaimResponse
-	12, // 33: idempotency.v1.ClaimService.Transition:output_type -> idempotency.v1.TransitionResponse
-	14, // 34: idempotency.v1.ClaimService.Renew:output_type -> idempotency.v1.RenewResponse
-	16, // 35: idempotency.v1.ClaimService.Release:output_type -> idempotency.v1.ReleaseResponse
-	18, // 36: idempotency.v1.ClaimService.Get:output_type -> idempotency.v1.GetResponse
-	32, // [32:37] is the sub-list for method output_type
-	27, // [27:32] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	26, // 0: idempotency.v1.Delivery.headers:type_name -> idempotency.v1.Delivery.HeadersEntry
+	7,  // 1: idempotency.v1.ClaimRequest.delivery:type_name -> idempotency.v1.Delivery
+	27, // 2: idempotency.v1.ClaimRequest.lease:type_name -> google.protobuf.Duration
+	27, // 3: idempotency.v1.ClaimRequest.wait:type_name -> google.protobuf.Duration
+	27, // 4: idempotency.v1.ClaimRequest.window:type_name -> google.protobuf.Duration
+	0,  // 5: idempotency.v1.ClaimResponse.outcome:type_name -> idempotency.v1.Outcome
+	1,  // 6: idempotency.v1.ClaimResponse.reason:type_name -> idempotency.v1.Reason
+	3,  // 7: idempotency.v1.ClaimResponse.key_source:type_name -> idempotency.v1.KeySource
+	2,  // 8: idempotency.v1.ClaimResponse.state:type_name -> idempotency.v1.EventState
+	28, // 9: idempotency.v1.ClaimResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	28, // 10: idempotency.v1.ClaimResponse.window_expires_at:type_name -> google.protobuf.Timestamp
+	27, // 11: idempotency.v1.ClaimResponse.ttl:type_name -> google.protobuf.Duration
+	28, // 12: idempotency.v1.ClaimResponse.first_seen_at:type_name -> google.protobuf.Timestamp
+	5,  // 13: idempotency.v1.ClaimResponse.served_by:type_name -> idempotency.v1.Tier
+	27, // 14: idempotency.v1.ClaimResponse.retry_after:type_name -> google.protobuf.Duration
+	10, // 15: idempotency.v1.ClaimResponse.entity:type_name -> idempotency.v1.EntityPosition
+	2,  // 16: idempotency.v1.Record.state:type_name -> idempotency.v1.EventState
+	28, // 17: idempotency.v1.Record.first_seen_at:type_name -> google.protobuf.Timestamp
+	28, // 18: idempotency.v1.Record.lease_expires_at:type_name -> google.protobuf.Timestamp
+	28, // 19: idempotency.v1.Record.window_expires_at:type_name -> google.protobuf.Timestamp
+	28, // 20: idempotency.v1.Record.updated_at:type_name -> google.protobuf.Timestamp
+	2,  // 21: idempotency.v1.TransitionRequest.to:type_name -> idempotency.v1.EventState
+	27, // 22: idempotency.v1.TransitionRequest.extend_lease:type_name -> google.protobuf.Duration
+	11, // 23: idempotency.v1.TransitionResponse.record:type_name -> idempotency.v1.Record
+	27, // 24: idempotency.v1.RenewRequest.lease:type_name -> google.protobuf.Duration
+	11, // 25: idempotency.v1.RenewResponse.record:type_name -> idempotency.v1.Record
+	11, // 26: idempotency.v1.ReleaseResponse.record:type_name -> idempotency.v1.Record
+	11, // 27: idempotency.v1.GetResponse.record:type_name -> idempotency.v1.Record
+	20, // 28: idempotency.v1.GetResponse.next:type_name -> idempotency.v1.NextAnswer
+	0,  // 29: idempotency.v1.NextAnswer.outcome:type_name -> idempotency.v1.Outcome
+	1,  // 30: idempotency.v1.NextAnswer.reason:type_name -> idempotency.v1.Reason
+	28, // 31: idempotency.v1.NextAnswer.until:type_name -> google.protobuf.Timestamp
+	2,  // 32: idempotency.v1.ListClaimsRequest.states:type_name -> idempotency.v1.EventState
+	28, // 33: idempotency.v1.ListClaimsRequest.first_seen_after:type_name -> google.protobuf.Timestamp
+	28, // 34: idempotency.v1.ListClaimsRequest.first_seen_before:type_name -> google.protobuf.Timestamp
+	11, // 35: idempotency.v1.ListClaimsResponse.records:type_name -> idempotency.v1.Record
+	28, // 36: idempotency.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	6,  // 37: idempotency.v1.AuditEntry.op:type_name -> idempotency.v1.AuditOp
+	0,  // 38: idempotency.v1.AuditEntry.outcome:type_name -> idempotency.v1.Outcome
+	1,  // 39: idempotency.v1.AuditEntry.reason:type_name -> idempotency.v1.Reason
+	2,  // 40: idempotency.v1.AuditEntry.state:type_name -> idempotency.v1.EventState
+	24, // 41: idempotency.v1.ListAuditResponse.entries:type_name -> idempotency.v1.AuditEntry
+	8,  // 42: idempotency.v1.ClaimService.Claim:input_type -> idempotency.v1.ClaimRequest
+	12, // 43: idempotency.v1.ClaimService.Transition:input_type -> idempotency.v1.TransitionRequest
+	14, // 44: idempotency.v1.ClaimService.Renew:input_type -> idempotency.v1.RenewRequest
+	16, // 45: idempotency.v1.ClaimService.Release:input_type -> idempotency.v1.ReleaseRequest
+	18, // 46: idempotency.v1.ClaimService.Get:input_type -> idempotency.v1.GetRequest
+	21, // 47: idempotency.v1.InspectService.ListClaims:input_type -> idempotency.v1.ListClaimsRequest
+	23, // 48: idempotency.v1.InspectService.ListAudit:input_type -> idempotency.v1.ListAuditRequest
+	9,  // 49: idempotency.v1.ClaimService.Claim:output_type -> idempotency.v1.ClaimResponse
+	13, // 50: idempotency.v1.ClaimService.Transition:output_type -> idempotency.v1.TransitionResponse
+	15, // 51: idempotency.v1.ClaimService.Renew:output_type -> idempotency.v1.RenewResponse
+	17, // 52: idempotency.v1.ClaimService.Release:output_type -> idempotency.v1.ReleaseResponse
+	19, // 53: idempotency.v1.ClaimService.Get:output_type -> idempotency.v1.GetResponse
+	22, // 54: idempotency.v1.InspectService.ListClaims:output_type -> idempotency.v1.ListClaimsResponse
+	25, // 55: idempotency.v1.InspectService.ListAudit:output_type -> idempotency.v1.ListAuditResponse
+	49, // [49:56] is the sub-list for method output_type
+	42, // [42:49] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_idempotency_v1_claim_proto_init() }
@@ -2134,10 +2864,10 @@ func file_idempotency_v1_claim_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_idempotency_v1_claim_proto_rawDesc), len(file_idempotency_v1_claim_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   14,
+			NumEnums:      7,
+			NumMessages:   20,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_idempotency_v1_claim_proto_goTypes,
 		DependencyIndexes: file_idempotency_v1_claim_proto_depIdxs,

@@ -401,3 +401,167 @@ var ClaimService_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "idempotency/v1/claim.proto",
 }
+
+const (
+	InspectService_ListClaims_FullMethodName = "/idempotency.v1.InspectService/ListClaims"
+	InspectService_ListAudit_FullMethodName  = "/idempotency.v1.InspectService/ListAudit"
+)
+
+// InspectServiceClient is the client API for InspectService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// InspectService reads what claimd decided, for the people and tools that
+// investigate a delivery: claimd inspect, the on-call page at /ui/, claimd
+// reconcile and users' own scripts. Both methods read the durable tier,
+// write nothing, and need the read role in the namespace, like Get.
+type InspectServiceClient interface {
+	// ListClaims lists the records of a namespace, newest first_seen_at
+	// first, filtered and paged. Errors: INVALID_ARGUMENT (a bad filter or page
+	// token, with the field named), NOT_FOUND (unknown provider).
+	ListClaims(ctx context.Context, in *ListClaimsRequest, opts ...grpc.CallOption) (*ListClaimsResponse, error)
+	// ListAudit lists the audit log of one key, oldest first: every claim
+	// (acquisitions, takeovers, duplicates, deferrals), transition, renew and
+	// release, with who asked. Errors: INVALID_ARGUMENT, NOT_FOUND (unknown
+	// provider).
+	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
+}
+
+type inspectServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewInspectServiceClient(cc grpc.ClientConnInterface) InspectServiceClient {
+	return &inspectServiceClient{cc}
+}
+
+func (c *inspectServiceClient) ListClaims(ctx context.Context, in *ListClaimsRequest, opts ...grpc.CallOption) (*ListClaimsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListClaimsResponse)
+	err := c.cc.Invoke(ctx, InspectService_ListClaims_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inspectServiceClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditResponse)
+	err := c.cc.Invoke(ctx, InspectService_ListAudit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// InspectServiceServer is the server API for InspectService service.
+// All implementations must embed UnimplementedInspectServiceServer
+// for forward compatibility.
+//
+// InspectService reads what claimd decided, for the people and tools that
+// investigate a delivery: claimd inspect, the on-call page at /ui/, claimd
+// reconcile and users' own scripts. Both methods read the durable tier,
+// write nothing, and need the read role in the namespace, like Get.
+type InspectServiceServer interface {
+	// ListClaims lists the records of a namespace, newest first_seen_at
+	// first, filtered and paged. Errors: INVALID_ARGUMENT (a bad filter or page
+	// token, with the field named), NOT_FOUND (unknown provider).
+	ListClaims(context.Context, *ListClaimsRequest) (*ListClaimsResponse, error)
+	// ListAudit lists the audit log of one key, oldest first: every claim
+	// (acquisitions, takeovers, duplicates, deferrals), transition, renew and
+	// release, with who asked. Errors: INVALID_ARGUMENT, NOT_FOUND (unknown
+	// provider).
+	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
+	mustEmbedUnimplementedInspectServiceServer()
+}
+
+// UnimplementedInspectServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedInspectServiceServer struct{}
+
+func (UnimplementedInspectServiceServer) ListClaims(context.Context, *ListClaimsRequest) (*ListClaimsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListClaims not implemented")
+}
+func (UnimplementedInspectServiceServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
+}
+func (UnimplementedInspectServiceServer) mustEmbedUnimplementedInspectServiceServer() {}
+func (UnimplementedInspectServiceServer) testEmbeddedByValue()                        {}
+
+// UnsafeInspectServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to InspectServiceServer will
+// result in compilation errors.
+type UnsafeInspectServiceServer interface {
+	mustEmbedUnimplementedInspectServiceServer()
+}
+
+func RegisterInspectServiceServer(s grpc.ServiceRegistrar, srv InspectServiceServer) {
+	// If the following call panics, it indicates UnimplementedInspectServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&InspectService_ServiceDesc, srv)
+}
+
+func _InspectService_ListClaims_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListClaimsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InspectServiceServer).ListClaims(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InspectService_ListClaims_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InspectServiceServer).ListClaims(ctx, req.(*ListClaimsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _InspectService_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InspectServiceServer).ListAudit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InspectService_ListAudit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InspectServiceServer).ListAudit(ctx, req.(*ListAuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// InspectService_ServiceDesc is the grpc.ServiceDesc for InspectService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var InspectService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "idempotency.v1.InspectService",
+	HandlerType: (*InspectServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "ListClaims",
+			Handler:    _InspectService_ListClaims_Handler,
+		},
+		{
+			MethodName: "ListAudit",
+			Handler:    _InspectService_ListAudit_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "idempotency/v1/claim.proto",
+}

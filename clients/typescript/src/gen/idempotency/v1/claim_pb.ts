@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file idempotency/v1/claim.proto.
  */
 export const file_idempotency_v1_claim: GenFile = /*@__PURE__*/
-  fileDesc("ChppZGVtcG90ZW5jeS92MS9jbGFpbS5wcm90bxIOaWRlbXBvdGVuY3kudjEigAEKCERlbGl2ZXJ5EjYKB2hlYWRlcnMYASADKAsyJS5pZGVtcG90ZW5jeS52MS5EZWxpdmVyeS5IZWFkZXJzRW50cnkSDAoEYm9keRgCIAEoDBouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLQAgoMQ2xhaW1SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRISCghldmVudF9pZBgDIAEoCUgAEiwKCGRlbGl2ZXJ5GAQgASgLMhguaWRlbXBvdGVuY3kudjEuRGVsaXZlcnlIABINCgVzY29wZRgFIAEoCRIWCg5wYXlsb2FkX3NoYTI1NhgGIAEoDBIoCgVsZWFzZRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZob2xkZXIYCCABKAkSEgoKYXR0ZW1wdF9pZBgJIAEoCRInCgR3YWl0GAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCWVudGl0eV9pZBgLIAEoCRISCgpldmVudF90eXBlGAwgASgJEg0KBXN0YXJ0GA0gASgIQgUKA2tleSL3BAoNQ2xhaW1SZXNwb25zZRIoCgdvdXRjb21lGAEgASgOMhcuaWRlbXBvdGVuY3kudjEuT3V0Y29tZRImCgZyZWFzb24YAiABKA4yFi5pZGVtcG90ZW5jeS52MS5SZWFzb24SCwoDa2V5GAMgASgJEi0KCmtleV9zb3VyY2UYBCABKA4yGS5pZGVtcG90ZW5jeS52MS5LZXlTb3VyY2USFQoNZmVuY2luZ190b2tlbhgFIAEoBBIpCgVzdGF0ZRgGIAEoDjIaLmlkZW1wb3RlbmN5LnYxLkV2ZW50U3RhdGUSNAoQbGVhc2VfZXhwaXJlc19hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoRd2luZG93X2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiYKA3R0bBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdhdHRlbXB0GAogASgNEjEKDWZpcnN0X3NlZW5fYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlc3VsdBgMIAEoDBInCglzZXJ2ZWRfYnkYDSABKA4yFC5pZGVtcG90ZW5jeS52MS5UaWVyEg4KBmhvbGRlchgOIAEoCRIUCgxsZWFzZV9zZWNyZXQYDyABKAwSLgoLcmV0cnlfYWZ0ZXIYECABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoGZW50aXR5GBEgASgLMh4uaWRlbXBvdGVuY3kudjEuRW50aXR5UG9zaXRpb24iowEKDkVudGl0eVBvc2l0aW9uEhEKCWxpZmVjeWNsZRgBIAEoCRIRCgllbnRpdHlfaWQYAiABKAkSEgoKZXZlbnRfdHlwZRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIQCghhd2FpdGluZxgFIAMoCRIQCghsZWFkc190bxgGIAEoCRIRCglidXN5X3dpdGgYByABKAkSEQoJZGVmZXJyYWxzGAggASgNIuEDCgZSZWNvcmQSEQoJbmFtZXNwYWNlGAEgASgJEhAKCHByb3ZpZGVyGAIgASgJEgsKA2tleRgDIAEoCRIpCgVzdGF0ZRgEIAEoDjIaLmlkZW1wb3RlbmN5LnYxLkV2ZW50U3RhdGUSFQoNZmVuY2luZ190b2tlbhgFIAEoBBIOCgZob2xkZXIYBiABKAkSDwoHYXR0ZW1wdBgHIAEoDRIQCghyZWxlYXNlZBgIIAEoCBIxCg1maXJzdF9zZWVuX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI0ChBsZWFzZV9leHBpcmVzX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1ChF3aW5kb3dfZXhwaXJlc19hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOcGF5bG9hZF9zaGEyNTYYDSABKAwSDgoGcmVzdWx0GA4gASgMEhEKCWxpZmVjeWNsZRgPIAEoCRIRCgllbnRpdHlfaWQYECABKAkSEgoKZXZlbnRfdHlwZRgRIAEoCSL1AQoRVHJhbnNpdGlvblJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhAKCHByb3ZpZGVyGAIgASgJEgsKA2tleRgDIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAQgASgEEiYKAnRvGAUgASgOMhouaWRlbXBvdGVuY3kudjEuRXZlbnRTdGF0ZRIOCgZyZXN1bHQYBiABKAwSLwoMZXh0ZW5kX2xlYXNlGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhQKDGxlYXNlX3NlY3JldBgIIAEoDBIYChBlZmZlY3RfcmVjb3ZlcmVkGAkgASgIIk0KElRyYW5zaXRpb25SZXNwb25zZRImCgZyZWNvcmQYASABKAsyFi5pZGVtcG90ZW5jeS52MS5SZWNvcmQSDwoHY2hhbmdlZBgCIAEoCCKXAQoMUmVuZXdSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRILCgNrZXkYAyABKAkSFQoNZmVuY2luZ190b2tlbhgEIAEoBBIoCgVsZWFzZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxsZWFzZV9zZWNyZXQYBiABKAwiNwoNUmVuZXdSZXNwb25zZRImCgZyZWNvcmQYASABKAsyFi5pZGVtcG90ZW5jeS52MS5SZWNvcmQibwoOUmVsZWFzZVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhAKCHByb3ZpZGVyGAIgASgJEgsKA2tleRgDIAEoCRIVCg1mZW5jaW5nX3Rva2VuGAQgASgEEhQKDGxlYXNlX3NlY3JldBgFIAEoDCI5Cg9SZWxlYXNlUmVzcG9uc2USJgoGcmVjb3JkGAEgASgLMhYuaWRlbXBvdGVuY3kudjEuUmVjb3JkIj4KCkdldFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhAKCHByb3ZpZGVyGAIgASgJEgsKA2tleRgDIAEoCSI1CgtHZXRSZXNwb25zZRImCgZyZWNvcmQYASABKAsyFi5pZGVtcG90ZW5jeS52MS5SZWNvcmQqtAEKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhQKEE9VVENPTUVfQUNRVUlSRUQQARIVChFPVVRDT01FX0RVUExJQ0FURRACEhcKE09VVENPTUVfSU5fUFJPR1JFU1MQAxIcChhPVVRDT01FX1BBWUxPQURfTUlTTUFUQ0gQBBIUChBPVVRDT01FX0RFRkVSUkVEEAUSFgoST1VUQ09NRV9TVVBFUlNFREVEEAYqegoGUmVhc29uEhYKElJFQVNPTl9VTlNQRUNJRklFRBAAEg4KClJFQVNPTl9ORVcQARITCg9SRUFTT05fUkVMRUFTRUQQAhIYChRSRUFTT05fTEVBU0VfRVhQSVJFRBADEhkKFVJFQVNPTl9XSU5ET1dfRVhQSVJFRBAEKqsBCgpFdmVudFN0YXRlEhsKF0VWRU5UX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoURVZFTlRfU1RBVEVfUkVDRUlWRUQQARIZChVFVkVOVF9TVEFURV9WQUxJREFURUQQAhIaChZFVkVOVF9TVEFURV9QUk9DRVNTSU5HEAMSFwoTRVZFTlRfU1RBVEVfU0VUVExFRBAEEhYKEkVWRU5UX1NUQVRFX0ZBSUxFRBAFKowBCglLZXlTb3VyY2USGgoWS0VZX1NPVVJDRV9VTlNQRUNJRklFRBAAEhcKE0tFWV9TT1VSQ0VfRVZFTlRfSUQQARIVChFLRVlfU09VUkNFX0hFQURFUhACEhkKFUtFWV9TT1VSQ0VfQk9EWV9GSUVMRBADEhgKFEtFWV9TT1VSQ0VfQk9EWV9IQVNIEAQq0gMKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEhQKEElOVkFMSURfQVJHVU1FTlQQARIWChJQUk9WSURFUl9OT1RfRk9VTkQQAhIUChBSRUNPUkRfTk9UX0ZPVU5EEAMSFgoSSU5WQUxJRF9UUkFOU0lUSU9OEAQSDwoLU1RBTEVfVE9LRU4QBRITCg9SRVNVTFRfTUlTTUFUQ0gQBhINCglOT1RfT1dORVIQBxIcChhEVVJBQkxFX1RJRVJfVU5BVkFJTEFCTEUQCBIXChNDUkVERU5USUFMU19NSVNTSU5HEAkSEwoPVE9LRU5fTUFMRk9STUVEEAoSEQoNVE9LRU5fVU5LTk9XThALEhQKEElERU5USVRZX1VOS05PV04QDBIWChJQUklOQ0lQQUxfQ09ORkxJQ1QQDRIUChBOQU1FU1BBQ0VfREVOSUVEEA4SDwoLUk9MRV9ERU5JRUQQDxIRCg1NRVRIT0RfREVOSUVEEBASEAoMUkFURV9MSU1JVEVEEBESFAoQRU5USVRZX05PVF9GT1VORBASEhcKE0xJRkVDWUNMRV9OT1RfRk9VTkQQExIMCghJTlRFUk5BTBAUKk0KBFRpZXISFAoQVElFUl9VTlNQRUNJRklFRBAAEg4KClRJRVJfTE9DQUwQARINCglUSUVSX0ZBU1QQAhIQCgxUSUVSX0RVUkFCTEUQAzLJBAoMQ2xhaW1TZXJ2aWNlElsKBUNsYWltEhwuaWRlbXBvdGVuY3kudjEuQ2xhaW1SZXF1ZXN0Gh0uaWRlbXBvdGVuY3kudjEuQ2xhaW1SZXNwb25zZSIVgtPkkwIPOgEqIgovdjEvY2xhaW1zEnsKClRyYW5zaXRpb24SIS5pZGVtcG90ZW5jeS52MS5UcmFuc2l0aW9uUmVxdWVzdBoiLmlkZW1wb3RlbmN5LnYxLlRyYW5zaXRpb25SZXNwb25zZSImgtPkkwIgOgEqIhsvdjEvY2xhaW1zL3trZXl9OnRyYW5zaXRpb24SZwoFUmVuZXcSHC5pZGVtcG90ZW5jeS52MS5SZW5ld1JlcXVlc3QaHS5pZGVtcG90ZW5jeS52MS5SZW5ld1Jlc3BvbnNlIiGC0+STAhs6ASoiFi92MS9jbGFpbXMve2tleX06cmVuZXcSbwoHUmVsZWFzZRIeLmlkZW1wb3RlbmN5LnYxLlJlbGVhc2VSZXF1ZXN0Gh8uaWRlbXBvdGVuY3kudjEuUmVsZWFzZVJlc3BvbnNlIiOC0+STAh06ASoiGC92MS9jbGFpbXMve2tleX06cmVsZWFzZRKEAQoDR2V0EhouaWRlbXBvdGVuY3kudjEuR2V0UmVxdWVzdBobLmlkZW1wb3RlbmN5LnYxLkdldFJlc3BvbnNlIkSC0+STAj4SPC92MS9uYW1lc3BhY2VzL3tuYW1lc3BhY2V9L3Byb3ZpZGVycy97cHJvdmlkZXJ9L2NsYWltcy97a2V5fUKWAQoZZGV2LmNsYWltZC5pZGVtcG90ZW5jeS52MUIKQ2xhaW1Qcm90b1ABWjlnaXRodWIuY29tL2NsYWltZC9jbGFpbWQvZ2VuL2lkZW1wb3RlbmN5L3YxO2lkZW1wb3RlbmN5djGqAhVDbGFpbWQuSWRlbXBvdGVuY3kuVjHqAhdDbGFpbWQ6OklkZW1wb3RlbmN5OjpWMWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChppZGVtcG90ZW5jeS92MS9jbGFpbS5wcm90bxIOaWRlbXBvdGVuY3kudjEigAEKCERlbGl2ZXJ5EjYKB2hlYWRlcnMYASADKAsyJS5pZGVtcG90ZW5jeS52MS5EZWxpdmVyeS5IZWFkZXJzRW50cnkSDAoEYm9keRgCIAEoDBouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASL7AgoMQ2xhaW1SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRISCghldmVudF9pZBgDIAEoCUgAEiwKCGRlbGl2ZXJ5GAQgASgLMhguaWRlbXBvdGVuY3kudjEuRGVsaXZlcnlIABINCgVzY29wZRgFIAEoCRIWCg5wYXlsb2FkX3NoYTI1NhgGIAEoDBIoCgVsZWFzZRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZob2xkZXIYCCABKAkSEgoKYXR0ZW1wdF9pZBgJIAEoCRInCgR3YWl0GAogASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhEKCWVudGl0eV9pZBgLIAEoCRISCgpldmVudF90eXBlGAwgASgJEg0KBXN0YXJ0GA0gASgIEikKBndpbmRvdxgOIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIFCgNrZXki9wQKDUNsYWltUmVzcG9uc2USKAoHb3V0Y29tZRgBIAEoDjIXLmlkZW1wb3RlbmN5LnYxLk91dGNvbWUSJgoGcmVhc29uGAIgASgOMhYuaWRlbXBvdGVuY3kudjEuUmVhc29uEgsKA2tleRgDIAEoCRItCgprZXlfc291cmNlGAQgASgOMhkuaWRlbXBvdGVuY3kudjEuS2V5U291cmNlEhUKDWZlbmNpbmdfdG9rZW4YBSABKAQSKQoFc3RhdGUYBiABKA4yGi5pZGVtcG90ZW5jeS52MS5FdmVudFN0YXRlEjQKEGxlYXNlX2V4cGlyZXNfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEXdpbmRvd19leHBpcmVzX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgN0dGwYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHYXR0ZW1wdBgKIAEoDRIxCg1maXJzdF9zZWVuX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZXN1bHQYDCABKAwSJwoJc2VydmVkX2J5GA0gASgOMhQuaWRlbXBvdGVuY3kudjEuVGllchIOCgZob2xkZXIYDiABKAkSFAoMbGVhc2Vfc2VjcmV0GA8gASgMEi4KC3JldHJ5X2FmdGVyGBAgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KBmVudGl0eRgRIAEoCzIeLmlkZW1wb3RlbmN5LnYxLkVudGl0eVBvc2l0aW9uIqMBCg5FbnRpdHlQb3NpdGlvbhIRCglsaWZlY3ljbGUYASABKAkSEQoJZW50aXR5X2lkGAIgASgJEhIKCmV2ZW50X3R5cGUYAyABKAkSDQoFc3RhdGUYBCABKAkSEAoIYXdhaXRpbmcYBSADKAkSEAoIbGVhZHNfdG8YBiABKAkSEQoJYnVzeV93aXRoGAcgASgJEhEKCWRlZmVycmFscxgIIAEoDSLhAwoGUmVjb3JkEhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRILCgNrZXkYAyABKAkSKQoFc3RhdGUYBCABKA4yGi5pZGVtcG90ZW5jeS52MS5FdmVudFN0YXRlEhUKDWZlbmNpbmdfdG9rZW4YBSABKAQSDgoGaG9sZGVyGAYgASgJEg8KB2F0dGVtcHQYByABKA0SEAoIcmVsZWFzZWQYCCABKAgSMQoNZmlyc3Rfc2Vlbl9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNAoQbGVhc2VfZXhwaXJlc19hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoRd2luZG93X2V4cGlyZXNfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDnBheWxvYWRfc2hhMjU2GA0gASgMEg4KBnJlc3VsdBgOIAEoDBIRCglsaWZlY3ljbGUYDyABKAkSEQoJZW50aXR5X2lkGBAgASgJEhIKCmV2ZW50X3R5cGUYESABKAki9QEKEVRyYW5zaXRpb25SZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRILCgNrZXkYAyABKAkSFQoNZmVuY2luZ190b2tlbhgEIAEoBBImCgJ0bxgFIAEoDjIaLmlkZW1wb3RlbmN5LnYxLkV2ZW50U3RhdGUSDgoGcmVzdWx0GAYgASgMEi8KDGV4dGVuZF9sZWFzZRgHIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxsZWFzZV9zZWNyZXQYCCABKAwSGAoQZWZmZWN0X3JlY292ZXJlZBgJIAEoCCJNChJUcmFuc2l0aW9uUmVzcG9uc2USJgoGcmVjb3JkGAEgASgLMhYuaWRlbXBvdGVuY3kudjEuUmVjb3JkEg8KB2NoYW5nZWQYAiABKAgilwEKDFJlbmV3UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDa2V5GAMgASgJEhUKDWZlbmNpbmdfdG9rZW4YBCABKAQSKAoFbGVhc2UYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFAoMbGVhc2Vfc2VjcmV0GAYgASgMIjcKDVJlbmV3UmVzcG9uc2USJgoGcmVjb3JkGAEgASgLMhYuaWRlbXBvdGVuY3kudjEuUmVjb3JkIm8KDlJlbGVhc2VSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRILCgNrZXkYAyABKAkSFQoNZmVuY2luZ190b2tlbhgEIAEoBBIUCgxsZWFzZV9zZWNyZXQYBSABKAwiOQoPUmVsZWFzZVJlc3BvbnNlEiYKBnJlY29yZBgBIAEoCzIWLmlkZW1wb3RlbmN5LnYxLlJlY29yZCI+CgpHZXRSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRILCgNrZXkYAyABKAkiXwoLR2V0UmVzcG9uc2USJgoGcmVjb3JkGAEgASgLMhYuaWRlbXBvdGVuY3kudjEuUmVjb3JkEigKBG5leHQYAiABKAsyGi5pZGVtcG90ZW5jeS52MS5OZXh0QW5zd2VyIp4BCgpOZXh0QW5zd2VyEigKB291dGNvbWUYASABKA4yFy5pZGVtcG90ZW5jeS52MS5PdXRjb21lEiYKBnJlYXNvbhgCIAEoDjIWLmlkZW1wb3RlbmN5LnYxLlJlYXNvbhIpCgV1bnRpbBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLZXhwbGFuYXRpb24YBCABKAkimQIKEUxpc3RDbGFpbXNSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCghwcm92aWRlchgCIAEoCRIMCgRrZXlzGAMgAygJEioKBnN0YXRlcxgEIAMoDjIaLmlkZW1wb3RlbmN5LnYxLkV2ZW50U3RhdGUSEQoJZW50aXR5X2lkGAUgASgJEjQKEGZpcnN0X3NlZW5fYWZ0ZXIYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKEWZpcnN0X3NlZW5fYmVmb3JlGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglwYWdlX3NpemUYCCABKA0SEgoKcGFnZV90b2tlbhgJIAEoCSJWChJMaXN0Q2xhaW1zUmVzcG9uc2USJwoHcmVjb3JkcxgBIAMoCzIWLmlkZW1wb3RlbmN5LnYxLlJlY29yZBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiawoQTGlzdEF1ZGl0UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEAoIcHJvdmlkZXIYAiABKAkSCwoDa2V5GAMgASgJEhEKCXBhZ2Vfc2l6ZRgEIAEoDRISCgpwYWdlX3Rva2VuGAUgASgJItUCCgpBdWRpdEVudHJ5EiYKAmF0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIjCgJvcBgCIAEoDjIXLmlkZW1wb3RlbmN5LnYxLkF1ZGl0T3ASKAoHb3V0Y29tZRgDIAEoDjIXLmlkZW1wb3RlbmN5LnYxLk91dGNvbWUSJgoGcmVhc29uGAQgASgOMhYuaWRlbXBvdGVuY3kudjEuUmVhc29uEikKBXN0YXRlGAUgASgOMhouaWRlbXBvdGVuY3kudjEuRXZlbnRTdGF0ZRIVCg1mZW5jaW5nX3Rva2VuGAYgASgEEg4KBmhvbGRlchgHIAEoCRIRCglwcmluY2lwYWwYCCABKAkSEQoJdHJhbnNwb3J0GAkgASgJEhgKEGVmZmVjdF9yZWNvdmVyZWQYCiABKAgSFgoOcGF5bG9hZF9zaGEyNTYYCyABKAwiWQoRTGlzdEF1ZGl0UmVzcG9uc2USKwoHZW50cmllcxgBIAMoCzIaLmlkZW1wb3RlbmN5LnYxLkF1ZGl0RW50cnkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJKrQBCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIUChBPVVRDT01FX0FDUVVJUkVEEAESFQoRT1VUQ09NRV9EVVBMSUNBVEUQAhIXChNPVVRDT01FX0lOX1BST0dSRVNTEAMSHAoYT1VUQ09NRV9QQVlMT0FEX01JU01BVENIEAQSFAoQT1VUQ09NRV9ERUZFUlJFRBAFEhYKEk9VVENPTUVfU1VQRVJTRURFRBAGKnoKBlJlYXNvbhIWChJSRUFTT05fVU5TUEVDSUZJRUQQABIOCgpSRUFTT05fTkVXEAESEwoPUkVBU09OX1JFTEVBU0VEEAISGAoUUkVBU09OX0xFQVNFX0VYUElSRUQQAxIZChVSRUFTT05fV0lORE9XX0VYUElSRUQQBCqrAQoKRXZlbnRTdGF0ZRIbChdFVkVOVF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFEVWRU5UX1NUQVRFX1JFQ0VJVkVEEAESGQoVRVZFTlRfU1RBVEVfVkFMSURBVEVEEAISGgoWRVZFTlRfU1RBVEVfUFJPQ0VTU0lORxADEhcKE0VWRU5UX1NUQVRFX1NFVFRMRUQQBBIWChJFVkVOVF9TVEFURV9GQUlMRUQQBSqMAQoJS2V5U291cmNlEhoKFktFWV9TT1VSQ0VfVU5TUEVDSUZJRUQQABIXChNLRVlfU09VUkNFX0VWRU5UX0lEEAESFQoRS0VZX1NPVVJDRV9IRUFERVIQAhIZChVLRVlfU09VUkNFX0JPRFlfRklFTEQQAxIYChRLRVlfU09VUkNFX0JPRFlfSEFTSBAEKrUECgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIUChBJTlZBTElEX0FSR1VNRU5UEAESFgoSUFJPVklERVJfTk9UX0ZPVU5EEAISFAoQUkVDT1JEX05PVF9GT1VORBADEhYKEklOVkFMSURfVFJBTlNJVElPThAEEg8KC1NUQUxFX1RPS0VOEAUSEwoPUkVTVUxUX01JU01BVENIEAYSDQoJTk9UX09XTkVSEAcSHAoYRFVSQUJMRV9USUVSX1VOQVZBSUxBQkxFEAgSFwoTQ1JFREVOVElBTFNfTUlTU0lORxAJEhMKD1RPS0VOX01BTEZPUk1FRBAKEhEKDVRPS0VOX1VOS05PV04QCxIUChBJREVOVElUWV9VTktOT1dOEAwSFgoSUFJJTkNJUEFMX0NPTkZMSUNUEA0SFAoQTkFNRVNQQUNFX0RFTklFRBAOEg8KC1JPTEVfREVOSUVEEA8SEQoNTUVUSE9EX0RFTklFRBAQEhAKDFJBVEVfTElNSVRFRBAREhQKEEVOVElUWV9OT1RfRk9VTkQQEhIXChNMSUZFQ1lDTEVfTk9UX0ZPVU5EEBMSDAoISU5URVJOQUwQFBIVChFSRVFVRVNUX1RPT19MQVJHRRAVEhQKEEhPU1RfTk9UX0FMTE9XRUQQFhIWChJPUklHSU5fTk9UX0FMTE9XRUQQFxIcChhDT05URU5UX1RZUEVfVU5TVVBQT1JURUQQGCpNCgRUaWVyEhQKEFRJRVJfVU5TUEVDSUZJRUQQABIOCgpUSUVSX0xPQ0FMEAESDQoJVElFUl9GQVNUEAISEAoMVElFUl9EVVJBQkxFEAMqegoHQXVkaXRPcBIYChRBVURJVF9PUF9VTlNQRUNJRklFRBAAEhIKDkFVRElUX09QX0NMQUlNEAESFwoTQVVESVRfT1BfVFJBTlNJVElPThACEhIKDkFVRElUX09QX1JFTkVXEAMSFAoQQVVESVRfT1BfUkVMRUFTRRAEMskECgxDbGFpbVNlcnZpY2USWwoFQ2xhaW0SHC5pZGVtcG90ZW5jeS52MS5DbGFpbVJlcXVlc3QaHS5pZGVtcG90ZW5jeS52MS5DbGFpbVJlc3BvbnNlIhWC0+STAg86ASoiCi92MS9jbGFpbXMSewoKVHJhbnNpdGlvbhIhLmlkZW1wb3RlbmN5LnYxLlRyYW5zaXRpb25SZXF1ZXN0GiIuaWRlbXBvdGVuY3kudjEuVHJhbnNpdGlvblJlc3BvbnNlIiaC0+STAiA6ASoiGy92MS9jbGFpbXMve2tleX06dHJhbnNpdGlvbhJnCgVSZW5ldxIcLmlkZW1wb3RlbmN5LnYxLlJlbmV3UmVxdWVzdBodLmlkZW1wb3RlbmN5LnYxLlJlbmV3UmVzcG9uc2UiIYLT5JMCGzoBKiIWL3YxL2NsYWltcy97a2V5fTpyZW5ldxJvCgdSZWxlYXNlEh4uaWRlbXBvdGVuY3kudjEuUmVsZWFzZVJlcXVlc3QaHy5pZGVtcG90ZW5jeS52MS5SZWxlYXNlUmVzcG9uc2UiI4LT5JMCHToBKiIYL3YxL2NsYWltcy97a2V5fTpyZWxlYXNlEoQBCgNHZXQSGi5pZGVtcG90ZW5jeS52MS5HZXRSZXF1ZXN0GhsuaWRlbXBvdGVuY3kudjEuR2V0UmVzcG9uc2UiRILT5JMCPhI8L3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcHJvdmlkZXJzL3twcm92aWRlcn0vY2xhaW1zL3trZXl9Mq8CCg5JbnNwZWN0U2VydmljZRJ+CgpMaXN0Q2xhaW1zEiEuaWRlbXBvdGVuY3kudjEuTGlzdENsYWltc1JlcXVlc3QaIi5pZGVtcG90ZW5jeS52MS5MaXN0Q2xhaW1zUmVzcG9uc2UiKYLT5JMCIxIhL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vY2xhaW1zEpwBCglMaXN0QXVkaXQSIC5pZGVtcG90ZW5jeS52MS5MaXN0QXVkaXRSZXF1ZXN0GiEuaWRlbXBvdGVuY3kudjEuTGlzdEF1ZGl0UmVzcG9uc2UiSoLT5JMCRBJCL3YxL25hbWVzcGFjZXMve25hbWVzcGFjZX0vcHJvdmlkZXJzL3twcm92aWRlcn0vY2xhaW1zL3trZXl9L2F1ZGl0QpYBChlkZXYuY2xhaW1kLmlkZW1wb3RlbmN5LnYxQgpDbGFpbVByb3RvUAFaOWdpdGh1Yi5jb20vY2xhaW1kL2NsYWltZC9nZW4vaWRlbXBvdGVuY3kvdjE7aWRlbXBvdGVuY3l2MaoCFUNsYWltZC5JZGVtcG90ZW5jeS5WMeoCF0NsYWltZDo6SWRlbXBvdGVuY3k6OlYxYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Delivery is a raw webhook delivery; the server derives the key from it by
@@ -187,6 +187,20 @@ export type ClaimRequest = Message<"idempotency.v1.ClaimRequest"> & {
    * @generated from field: bool start = 13;
    */
   start: boolean;
+
+  /**
+   * window optionally asks for a dedup window longer than the provider's
+   * (its retry horizon plus margin), for callers whose own retries outlive
+   * the provider's (a queue that redelivers for a week). Never shorter: a
+   * window below the provider's would let its retry through as a new
+   * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+   * one over 400 days. Zero means the provider's window. It applies when the
+   * claim opens a window (a new key or one whose window ended); a duplicate
+   * is answered within the window its first claim opened.
+   *
+   * @generated from field: google.protobuf.Duration window = 14;
+   */
+  window?: Duration | undefined;
 };
 
 /**
@@ -868,6 +882,14 @@ export type GetResponse = Message<"idempotency.v1.GetResponse"> & {
    * @generated from field: idempotency.v1.Record record = 1;
    */
   record?: Record | undefined;
+
+  /**
+   * next is what a Claim of this key would be answered now, decided by the
+   * same rule as Claim (without its entity: GetEntity shows that).
+   *
+   * @generated from field: idempotency.v1.NextAnswer next = 2;
+   */
+  next?: NextAnswer | undefined;
 };
 
 /**
@@ -876,6 +898,338 @@ export type GetResponse = Message<"idempotency.v1.GetResponse"> & {
  */
 export const GetResponseSchema: GenMessage<GetResponse> = /*@__PURE__*/
   messageDesc(file_idempotency_v1_claim, 12);
+
+/**
+ * NextAnswer is what the next delivery of a key would be answered, and why,
+ * as of a moment: for people reading a record (claimd inspect, the on-call
+ * page), never a promise (another delivery may come first).
+ *
+ * @generated from message idempotency.v1.NextAnswer
+ */
+export type NextAnswer = Message<"idempotency.v1.NextAnswer"> & {
+  /**
+   * outcome the next Claim would get (ACQUIRED, DUPLICATE or IN_PROGRESS;
+   * PAYLOAD_MISMATCH depends on the delivery and is not predicted).
+   *
+   * @generated from field: idempotency.v1.Outcome outcome = 1;
+   */
+  outcome: Outcome;
+
+  /**
+   * reason, for ACQUIRED: why the key would be acquired again (RELEASED,
+   * LEASE_EXPIRED, WINDOW_EXPIRED).
+   *
+   * @generated from field: idempotency.v1.Reason reason = 2;
+   */
+  reason: Reason;
+
+  /**
+   * until is when this answer stops holding by itself: the lease's end for
+   * IN_PROGRESS, the window's end for DUPLICATE; unset for ACQUIRED.
+   *
+   * @generated from field: google.protobuf.Timestamp until = 3;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * explanation says it in a sentence (e.g. "settled; duplicates are
+   * suppressed until the window ends").
+   *
+   * @generated from field: string explanation = 4;
+   */
+  explanation: string;
+};
+
+/**
+ * Describes the message idempotency.v1.NextAnswer.
+ * Use `create(NextAnswerSchema)` to create a new message.
+ */
+export const NextAnswerSchema: GenMessage<NextAnswer> = /*@__PURE__*/
+  messageDesc(file_idempotency_v1_claim, 13);
+
+/**
+ * ListClaimsRequest selects records of one namespace. Filters combine with
+ * AND; an empty filter selects everything.
+ *
+ * @generated from message idempotency.v1.ListClaimsRequest
+ */
+export type ListClaimsRequest = Message<"idempotency.v1.ListClaimsRequest"> & {
+  /**
+   * namespace; required.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * provider optionally narrows to one provider or group.
+   *
+   * @generated from field: string provider = 2;
+   */
+  provider: string;
+
+  /**
+   * keys optionally narrows to these canonical keys (at most 1000; needs
+   * provider): how claimd reconcile asks about a page of a provider's events.
+   *
+   * @generated from field: repeated string keys = 3;
+   */
+  keys: string[];
+
+  /**
+   * states optionally narrows to records in one of these states.
+   *
+   * @generated from field: repeated idempotency.v1.EventState states = 4;
+   */
+  states: EventState[];
+
+  /**
+   * entity_id optionally narrows to the events of one entity.
+   *
+   * @generated from field: string entity_id = 5;
+   */
+  entityId: string;
+
+  /**
+   * first_seen_after and first_seen_before optionally bound first_seen_at
+   * (after inclusive, before exclusive).
+   *
+   * @generated from field: google.protobuf.Timestamp first_seen_after = 6;
+   */
+  firstSeenAfter?: Timestamp | undefined;
+
+  /**
+   * first_seen_before: see first_seen_after.
+   *
+   * @generated from field: google.protobuf.Timestamp first_seen_before = 7;
+   */
+  firstSeenBefore?: Timestamp | undefined;
+
+  /**
+   * page_size is at most 1000; zero means 100.
+   *
+   * @generated from field: uint32 page_size = 8;
+   */
+  pageSize: number;
+
+  /**
+   * page_token is the next_page_token of the previous page, with the same
+   * filters; empty for the first.
+   *
+   * @generated from field: string page_token = 9;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message idempotency.v1.ListClaimsRequest.
+ * Use `create(ListClaimsRequestSchema)` to create a new message.
+ */
+export const ListClaimsRequestSchema: GenMessage<ListClaimsRequest> = /*@__PURE__*/
+  messageDesc(file_idempotency_v1_claim, 14);
+
+/**
+ * ListClaimsResponse is one page of records.
+ *
+ * @generated from message idempotency.v1.ListClaimsResponse
+ */
+export type ListClaimsResponse = Message<"idempotency.v1.ListClaimsResponse"> & {
+  /**
+   * records, newest first_seen_at first.
+   *
+   * @generated from field: repeated idempotency.v1.Record records = 1;
+   */
+  records: Record[];
+
+  /**
+   * next_page_token fetches the next page; empty on the last.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message idempotency.v1.ListClaimsResponse.
+ * Use `create(ListClaimsResponseSchema)` to create a new message.
+ */
+export const ListClaimsResponseSchema: GenMessage<ListClaimsResponse> = /*@__PURE__*/
+  messageDesc(file_idempotency_v1_claim, 15);
+
+/**
+ * ListAuditRequest names one key.
+ *
+ * @generated from message idempotency.v1.ListAuditRequest
+ */
+export type ListAuditRequest = Message<"idempotency.v1.ListAuditRequest"> & {
+  /**
+   * namespace; required.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * provider; required.
+   *
+   * @generated from field: string provider = 2;
+   */
+  provider: string;
+
+  /**
+   * key is the canonical key; required, 1–255 bytes.
+   *
+   * @generated from field: string key = 3;
+   */
+  key: string;
+
+  /**
+   * page_size is at most 1000; zero means 100.
+   *
+   * @generated from field: uint32 page_size = 4;
+   */
+  pageSize: number;
+
+  /**
+   * page_token is the next_page_token of the previous page; empty for the
+   * first.
+   *
+   * @generated from field: string page_token = 5;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message idempotency.v1.ListAuditRequest.
+ * Use `create(ListAuditRequestSchema)` to create a new message.
+ */
+export const ListAuditRequestSchema: GenMessage<ListAuditRequest> = /*@__PURE__*/
+  messageDesc(file_idempotency_v1_claim, 16);
+
+/**
+ * AuditEntry is one audited decision on a key.
+ *
+ * @generated from message idempotency.v1.AuditEntry
+ */
+export type AuditEntry = Message<"idempotency.v1.AuditEntry"> & {
+  /**
+   * at is the service clock's time of the decision.
+   *
+   * @generated from field: google.protobuf.Timestamp at = 1;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * op is what was asked.
+   *
+   * @generated from field: idempotency.v1.AuditOp op = 2;
+   */
+  op: AuditOp;
+
+  /**
+   * outcome, for claims: the answer.
+   *
+   * @generated from field: idempotency.v1.Outcome outcome = 3;
+   */
+  outcome: Outcome;
+
+  /**
+   * reason, for ACQUIRED claims: why the key was acquired (NEW, RELEASED,
+   * LEASE_EXPIRED: a takeover, WINDOW_EXPIRED).
+   *
+   * @generated from field: idempotency.v1.Reason reason = 4;
+   */
+  reason: Reason;
+
+  /**
+   * state is the record's state after the decision.
+   *
+   * @generated from field: idempotency.v1.EventState state = 5;
+   */
+  state: EventState;
+
+  /**
+   * fencing_token is the record's token after the decision.
+   *
+   * @generated from field: uint64 fencing_token = 6;
+   */
+  fencingToken: bigint;
+
+  /**
+   * holder is the holder text: for claims the claimant's, for the other
+   * operations the record's.
+   *
+   * @generated from field: string holder = 7;
+   */
+  holder: string;
+
+  /**
+   * principal is the authenticated caller's name ('' for the anonymous
+   * caller of a server without authentication, or a row written before
+   * claimd recorded it).
+   *
+   * @generated from field: string principal = 8;
+   */
+  principal: string;
+
+  /**
+   * transport is how the call arrived: grpc, http-rest, connect or grpc-web
+   * ('' when not recorded).
+   *
+   * @generated from field: string transport = 9;
+   */
+  transport: string;
+
+  /**
+   * effect_recovered is true for a settle whose result an earlier holder's
+   * effect fence supplied (TransitionRequest.effect_recovered).
+   *
+   * @generated from field: bool effect_recovered = 10;
+   */
+  effectRecovered: boolean;
+
+  /**
+   * payload_sha256 is the claimant's payload hash, for claims that sent one.
+   *
+   * @generated from field: bytes payload_sha256 = 11;
+   */
+  payloadSha256: Uint8Array;
+};
+
+/**
+ * Describes the message idempotency.v1.AuditEntry.
+ * Use `create(AuditEntrySchema)` to create a new message.
+ */
+export const AuditEntrySchema: GenMessage<AuditEntry> = /*@__PURE__*/
+  messageDesc(file_idempotency_v1_claim, 17);
+
+/**
+ * ListAuditResponse is one page of a key's audit log.
+ *
+ * @generated from message idempotency.v1.ListAuditResponse
+ */
+export type ListAuditResponse = Message<"idempotency.v1.ListAuditResponse"> & {
+  /**
+   * entries, oldest first.
+   *
+   * @generated from field: repeated idempotency.v1.AuditEntry entries = 1;
+   */
+  entries: AuditEntry[];
+
+  /**
+   * next_page_token fetches the next page; empty on the last.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message idempotency.v1.ListAuditResponse.
+ * Use `create(ListAuditResponseSchema)` to create a new message.
+ */
+export const ListAuditResponseSchema: GenMessage<ListAuditResponse> = /*@__PURE__*/
+  messageDesc(file_idempotency_v1_claim, 18);
 
 /**
  * Outcome is the answer of a Claim.
@@ -1276,6 +1630,39 @@ export enum ErrorReason {
    * @generated from enum value: INTERNAL = 20;
    */
   INTERNAL = 20,
+
+  /**
+   * REQUEST_TOO_LARGE: the body as sent, as decoded from its
+   * Content-Encoding, or the message it decodes to is past its bound
+   * (RESOURCE_EXHAUSTED; HTTP 413). Nothing was decoded further.
+   *
+   * @generated from enum value: REQUEST_TOO_LARGE = 21;
+   */
+  REQUEST_TOO_LARGE = 21,
+
+  /**
+   * HOST_NOT_ALLOWED: the HTTP request's Host is not one of
+   * --http-allowed-hosts (PERMISSION_DENIED; HTTP 421).
+   *
+   * @generated from enum value: HOST_NOT_ALLOWED = 22;
+   */
+  HOST_NOT_ALLOWED = 22,
+
+  /**
+   * ORIGIN_NOT_ALLOWED: the HTTP request carries an Origin whose host is not
+   * one of --http-allowed-hosts (PERMISSION_DENIED; HTTP 403).
+   *
+   * @generated from enum value: ORIGIN_NOT_ALLOWED = 23;
+   */
+  ORIGIN_NOT_ALLOWED = 23,
+
+  /**
+   * CONTENT_TYPE_UNSUPPORTED: an HTTP write without a JSON or protobuf
+   * content type (INVALID_ARGUMENT; HTTP 415).
+   *
+   * @generated from enum value: CONTENT_TYPE_UNSUPPORTED = 24;
+   */
+  CONTENT_TYPE_UNSUPPORTED = 24,
 }
 
 /**
@@ -1324,6 +1711,54 @@ export enum Tier {
  */
 export const TierSchema: GenEnum<Tier> = /*@__PURE__*/
   enumDesc(file_idempotency_v1_claim, 5);
+
+/**
+ * AuditOp is the kind of write an audit entry records.
+ *
+ * @generated from enum idempotency.v1.AuditOp
+ */
+export enum AuditOp {
+  /**
+   * AUDIT_OP_UNSPECIFIED is never sent.
+   *
+   * @generated from enum value: AUDIT_OP_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * AUDIT_OP_CLAIM: a Claim, whatever its outcome.
+   *
+   * @generated from enum value: AUDIT_OP_CLAIM = 1;
+   */
+  CLAIM = 1,
+
+  /**
+   * AUDIT_OP_TRANSITION: a Transition.
+   *
+   * @generated from enum value: AUDIT_OP_TRANSITION = 2;
+   */
+  TRANSITION = 2,
+
+  /**
+   * AUDIT_OP_RENEW: a Renew.
+   *
+   * @generated from enum value: AUDIT_OP_RENEW = 3;
+   */
+  RENEW = 3,
+
+  /**
+   * AUDIT_OP_RELEASE: a Release.
+   *
+   * @generated from enum value: AUDIT_OP_RELEASE = 4;
+   */
+  RELEASE = 4,
+}
+
+/**
+ * Describes the enum idempotency.v1.AuditOp.
+ */
+export const AuditOpSchema: GenEnum<AuditOp> = /*@__PURE__*/
+  enumDesc(file_idempotency_v1_claim, 6);
 
 /**
  * ClaimService answers, atomically and durably, whether a webhook delivery is
@@ -1440,4 +1875,41 @@ export const ClaimService: GenService<{
   },
 }> = /*@__PURE__*/
   serviceDesc(file_idempotency_v1_claim, 0);
+
+/**
+ * InspectService reads what claimd decided, for the people and tools that
+ * investigate a delivery: claimd inspect, the on-call page at /ui/, claimd
+ * reconcile and users' own scripts. Both methods read the durable tier,
+ * write nothing, and need the read role in the namespace, like Get.
+ *
+ * @generated from service idempotency.v1.InspectService
+ */
+export const InspectService: GenService<{
+  /**
+   * ListClaims lists the records of a namespace, newest first_seen_at
+   * first, filtered and paged. Errors: INVALID_ARGUMENT (a bad filter or page
+   * token, with the field named), NOT_FOUND (unknown provider).
+   *
+   * @generated from rpc idempotency.v1.InspectService.ListClaims
+   */
+  listClaims: {
+    methodKind: "unary";
+    input: typeof ListClaimsRequestSchema;
+    output: typeof ListClaimsResponseSchema;
+  },
+  /**
+   * ListAudit lists the audit log of one key, oldest first: every claim
+   * (acquisitions, takeovers, duplicates, deferrals), transition, renew and
+   * release, with who asked. Errors: INVALID_ARGUMENT, NOT_FOUND (unknown
+   * provider).
+   *
+   * @generated from rpc idempotency.v1.InspectService.ListAudit
+   */
+  listAudit: {
+    methodKind: "unary";
+    input: typeof ListAuditRequestSchema;
+    output: typeof ListAuditResponseSchema;
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_idempotency_v1_claim, 1);
 

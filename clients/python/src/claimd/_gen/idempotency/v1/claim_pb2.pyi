@@ -70,6 +70,10 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ENTITY_NOT_FOUND: _ClassVar[ErrorReason]
     LIFECYCLE_NOT_FOUND: _ClassVar[ErrorReason]
     INTERNAL: _ClassVar[ErrorReason]
+    REQUEST_TOO_LARGE: _ClassVar[ErrorReason]
+    HOST_NOT_ALLOWED: _ClassVar[ErrorReason]
+    ORIGIN_NOT_ALLOWED: _ClassVar[ErrorReason]
+    CONTENT_TYPE_UNSUPPORTED: _ClassVar[ErrorReason]
 
 class Tier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -77,6 +81,14 @@ class Tier(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TIER_LOCAL: _ClassVar[Tier]
     TIER_FAST: _ClassVar[Tier]
     TIER_DURABLE: _ClassVar[Tier]
+
+class AuditOp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    AUDIT_OP_UNSPECIFIED: _ClassVar[AuditOp]
+    AUDIT_OP_CLAIM: _ClassVar[AuditOp]
+    AUDIT_OP_TRANSITION: _ClassVar[AuditOp]
+    AUDIT_OP_RENEW: _ClassVar[AuditOp]
+    AUDIT_OP_RELEASE: _ClassVar[AuditOp]
 OUTCOME_UNSPECIFIED: Outcome
 OUTCOME_ACQUIRED: Outcome
 OUTCOME_DUPLICATE: Outcome
@@ -121,10 +133,19 @@ RATE_LIMITED: ErrorReason
 ENTITY_NOT_FOUND: ErrorReason
 LIFECYCLE_NOT_FOUND: ErrorReason
 INTERNAL: ErrorReason
+REQUEST_TOO_LARGE: ErrorReason
+HOST_NOT_ALLOWED: ErrorReason
+ORIGIN_NOT_ALLOWED: ErrorReason
+CONTENT_TYPE_UNSUPPORTED: ErrorReason
 TIER_UNSPECIFIED: Tier
 TIER_LOCAL: Tier
 TIER_FAST: Tier
 TIER_DURABLE: Tier
+AUDIT_OP_UNSPECIFIED: AuditOp
+AUDIT_OP_CLAIM: AuditOp
+AUDIT_OP_TRANSITION: AuditOp
+AUDIT_OP_RENEW: AuditOp
+AUDIT_OP_RELEASE: AuditOp
 
 class Delivery(_message.Message):
     __slots__ = ("headers", "body")
@@ -142,7 +163,7 @@ class Delivery(_message.Message):
     def __init__(self, headers: _Optional[_Mapping[str, str]] = ..., body: _Optional[bytes] = ...) -> None: ...
 
 class ClaimRequest(_message.Message):
-    __slots__ = ("namespace", "provider", "event_id", "delivery", "scope", "payload_sha256", "lease", "holder", "attempt_id", "wait", "entity_id", "event_type", "start")
+    __slots__ = ("namespace", "provider", "event_id", "delivery", "scope", "payload_sha256", "lease", "holder", "attempt_id", "wait", "entity_id", "event_type", "start", "window")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -156,6 +177,7 @@ class ClaimRequest(_message.Message):
     ENTITY_ID_FIELD_NUMBER: _ClassVar[int]
     EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     provider: str
     event_id: str
@@ -169,7 +191,8 @@ class ClaimRequest(_message.Message):
     entity_id: str
     event_type: str
     start: bool
-    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., event_id: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ..., scope: _Optional[str] = ..., payload_sha256: _Optional[bytes] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., holder: _Optional[str] = ..., attempt_id: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., entity_id: _Optional[str] = ..., event_type: _Optional[str] = ..., start: _Optional[bool] = ...) -> None: ...
+    window: _duration_pb2.Duration
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., event_id: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ..., scope: _Optional[str] = ..., payload_sha256: _Optional[bytes] = ..., lease: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., holder: _Optional[str] = ..., attempt_id: _Optional[str] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., entity_id: _Optional[str] = ..., event_type: _Optional[str] = ..., start: _Optional[bool] = ..., window: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ClaimResponse(_message.Message):
     __slots__ = ("outcome", "reason", "key", "key_source", "fencing_token", "state", "lease_expires_at", "window_expires_at", "ttl", "attempt", "first_seen_at", "result", "served_by", "holder", "lease_secret", "retry_after", "entity")
@@ -350,7 +373,99 @@ class GetRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
 
 class GetResponse(_message.Message):
-    __slots__ = ("record",)
+    __slots__ = ("record", "next")
     RECORD_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
     record: Record
-    def __init__(self, record: _Optional[_Union[Record, _Mapping]] = ...) -> None: ...
+    next: NextAnswer
+    def __init__(self, record: _Optional[_Union[Record, _Mapping]] = ..., next: _Optional[_Union[NextAnswer, _Mapping]] = ...) -> None: ...
+
+class NextAnswer(_message.Message):
+    __slots__ = ("outcome", "reason", "until", "explanation")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    outcome: Outcome
+    reason: Reason
+    until: _timestamp_pb2.Timestamp
+    explanation: str
+    def __init__(self, outcome: _Optional[_Union[Outcome, str]] = ..., reason: _Optional[_Union[Reason, str]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., explanation: _Optional[str] = ...) -> None: ...
+
+class ListClaimsRequest(_message.Message):
+    __slots__ = ("namespace", "provider", "keys", "states", "entity_id", "first_seen_after", "first_seen_before", "page_size", "page_token")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_AFTER_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    provider: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    states: _containers.RepeatedScalarFieldContainer[EventState]
+    entity_id: str
+    first_seen_after: _timestamp_pb2.Timestamp
+    first_seen_before: _timestamp_pb2.Timestamp
+    page_size: int
+    page_token: str
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., states: _Optional[_Iterable[_Union[EventState, str]]] = ..., entity_id: _Optional[str] = ..., first_seen_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., first_seen_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListClaimsResponse(_message.Message):
+    __slots__ = ("records", "next_page_token")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[Record]
+    next_page_token: str
+    def __init__(self, records: _Optional[_Iterable[_Union[Record, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListAuditRequest(_message.Message):
+    __slots__ = ("namespace", "provider", "key", "page_size", "page_token")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    provider: str
+    key: str
+    page_size: int
+    page_token: str
+    def __init__(self, namespace: _Optional[str] = ..., provider: _Optional[str] = ..., key: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class AuditEntry(_message.Message):
+    __slots__ = ("at", "op", "outcome", "reason", "state", "fencing_token", "holder", "principal", "transport", "effect_recovered", "payload_sha256")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_RECOVERED_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_SHA256_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    op: AuditOp
+    outcome: Outcome
+    reason: Reason
+    state: EventState
+    fencing_token: int
+    holder: str
+    principal: str
+    transport: str
+    effect_recovered: bool
+    payload_sha256: bytes
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., op: _Optional[_Union[AuditOp, str]] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., reason: _Optional[_Union[Reason, str]] = ..., state: _Optional[_Union[EventState, str]] = ..., fencing_token: _Optional[int] = ..., holder: _Optional[str] = ..., principal: _Optional[str] = ..., transport: _Optional[str] = ..., effect_recovered: _Optional[bool] = ..., payload_sha256: _Optional[bytes] = ...) -> None: ...
+
+class ListAuditResponse(_message.Message):
+    __slots__ = ("entries", "next_page_token")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[AuditEntry]
+    next_page_token: str
+    def __init__(self, entries: _Optional[_Iterable[_Union[AuditEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

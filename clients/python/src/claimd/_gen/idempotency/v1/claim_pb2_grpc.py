@@ -412,3 +412,137 @@ class ClaimService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class InspectServiceStub:
+    """InspectService reads what claimd decided, for the people and tools that
+    investigate a delivery: claimd inspect, the on-call page at /ui/, claimd
+    reconcile and users' own scripts. Both methods read the durable tier,
+    write nothing, and need the read role in the namespace, like Get.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ListClaims = channel.unary_unary(
+                '/idempotency.v1.InspectService/ListClaims',
+                request_serializer=claimd_dot___gen_dot_idempotency_dot_v1_dot_claim__pb2.ListClaimsRequest.SerializeToString,
+                response_deserializer=claimd_dot___gen_dot_idempotency_dot_v1_dot_claim__pb2.ListClaimsResponse.FromString,
+                _registered_method=True)
+        self.ListAudit = channel.unary_unary(
+                '/idempotency.v1.InspectService/ListAudit',
+                request_serializer=claimd_dot___gen_dot_idempotency_dot_v1_dot_claim__pb2.ListAuditRequest.SerializeToString,
+                response_deserializer=claimd_dot___gen_dot_idempotency_dot_v1_dot_claim__pb2.ListAuditResponse.FromString,
+                _registered_method=True)
+
+
+class InspectServiceServicer:
+    """InspectService reads what claimd decided, for the people and tools that
+    investigate a delivery: claimd inspect, the on-call page at /ui/, claimd
+    reconcile and users' own scripts. Both methods read the durable tier,
+    write nothing, and need the read role in the namespace, like Get.
+    """
+
+    def ListClaims(self, request, context):
+        """ListClaims lists the records of a namespace, newest first_seen_at
+        first, filtered and paged. Errors: INVALID_ARGUMENT (a bad filter or page
+        token, with the field named), NOT_FOUND (unknown provider).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAudit(self, request, context):
+        """ListAudit lists the audit log of one key, oldest first: every claim
+        (acquisitions, takeovers, duplicates, deferrals), transition, renew and
+        release, with who asked. Errors: INVALID_ARGUMENT, NOT_FOUND (unknown
+        provider).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_InspectServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ListClaims': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListClaims,
+                    request_deserializer=claimd_dot___gen_dot_idempotency_dot_v1_dot_claim__pb2.ListClaimsRequest.FromString,
+                    response_serializer=claimd_dot___gen_dot_idempotency_dot_v1_dot_claim__pb2.ListClaimsResponse.SerializeToString,
+            ),
+            'ListAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAudit,
+                    request_deserializer=claimd_dot___gen_dot_idempotency_dot_v1_dot_claim__pb2.ListAuditRequest.FromString,
+                    response_serializer=claimd_dot___gen_dot_idempotency_dot_v1_dot_claim__pb2.ListAuditResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'idempotency.v1.InspectService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('idempotency.v1.InspectService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class InspectService:
+    """InspectService reads what claimd decided, for the people and tools that
+    investigate a delivery: claimd inspect, the on-call page at /ui/, claimd
+    reconcile and users' own scripts. Both methods read the durable tier,
+    write nothing, and need the read role in the namespace, like Get.
+    """
+
+    @staticmethod
+    def ListClaims(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/idempotency.v1.InspectService/ListClaims',
+            claimd_dot___gen_dot_idempotency_dot_v1_dot_claim__pb2.ListClaimsRequest.SerializeToString,
+            claimd_dot___gen_dot_idempotency_dot_v1_dot_claim__pb2.ListClaimsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/idempotency.v1.InspectService/ListAudit',
+            claimd_dot___gen_dot_idempotency_dot_v1_dot_claim__pb2.ListAuditRequest.SerializeToString,
+            claimd_dot___gen_dot_idempotency_dot_v1_dot_claim__pb2.ListAuditResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

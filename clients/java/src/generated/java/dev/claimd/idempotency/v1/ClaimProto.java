@@ -96,6 +96,36 @@ public final class ClaimProto extends com.google.protobuf.GeneratedFile {
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_idempotency_v1_GetResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_idempotency_v1_NextAnswer_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_idempotency_v1_NextAnswer_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_idempotency_v1_ListClaimsRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_idempotency_v1_ListClaimsRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_idempotency_v1_ListClaimsResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_idempotency_v1_ListClaimsResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_idempotency_v1_ListAuditRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_idempotency_v1_ListAuditRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_idempotency_v1_AuditEntry_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_idempotency_v1_AuditEntry_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_idempotency_v1_ListAuditResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_idempotency_v1_ListAuditResponse_fieldAccessorTable;
 
   public static com.google.protobuf.Descriptors.FileDescriptor
       getDescriptor() {
@@ -112,7 +142,7 @@ public final class ClaimProto extends com.google.protobuf.GeneratedFile {
       "ers\030\001 \003(\0132%.idempotency.v1.Delivery.Head" +
       "ersEntryR\007headers\022\022\n\004body\030\002 \001(\014R\004body\032:\n" +
       "\014HeadersEntry\022\020\n\003key\030\001 \001(\tR\003key\022\024\n\005value" +
-      "\030\002 \001(\tR\005value:\0028\001\"\312\003\n\014ClaimRequest\022\034\n\tna" +
+      "\030\002 \001(\tR\005value:\0028\001\"\375\003\n\014ClaimRequest\022\034\n\tna" +
       "mespace\030\001 \001(\tR\tnamespace\022\032\n\010provider\030\002 \001" +
       "(\tR\010provider\022\033\n\010event_id\030\003 \001(\tH\000R\007eventI" +
       "d\0226\n\010delivery\030\004 \001(\0132\030.idempotency.v1.Del" +
@@ -123,126 +153,177 @@ public final class ClaimProto extends com.google.protobuf.GeneratedFile {
       "pt_id\030\t \001(\tR\tattemptId\022-\n\004wait\030\n \001(\0132\031.g" +
       "oogle.protobuf.DurationR\004wait\022\033\n\tentity_" +
       "id\030\013 \001(\tR\010entityId\022\035\n\nevent_type\030\014 \001(\tR\t" +
-      "eventType\022\024\n\005start\030\r \001(\010R\005startB\005\n\003key\"\244" +
-      "\006\n\rClaimResponse\0221\n\007outcome\030\001 \001(\0162\027.idem" +
-      "potency.v1.OutcomeR\007outcome\022.\n\006reason\030\002 " +
-      "\001(\0162\026.idempotency.v1.ReasonR\006reason\022\020\n\003k" +
-      "ey\030\003 \001(\tR\003key\0228\n\nkey_source\030\004 \001(\0162\031.idem" +
-      "potency.v1.KeySourceR\tkeySource\022#\n\rfenci" +
-      "ng_token\030\005 \001(\004R\014fencingToken\0220\n\005state\030\006 " +
-      "\001(\0162\032.idempotency.v1.EventStateR\005state\022D" +
-      "\n\020lease_expires_at\030\007 \001(\0132\032.google.protob" +
-      "uf.TimestampR\016leaseExpiresAt\022F\n\021window_e" +
-      "xpires_at\030\010 \001(\0132\032.google.protobuf.Timest" +
-      "ampR\017windowExpiresAt\022+\n\003ttl\030\t \001(\0132\031.goog" +
-      "le.protobuf.DurationR\003ttl\022\030\n\007attempt\030\n \001" +
-      "(\rR\007attempt\022>\n\rfirst_seen_at\030\013 \001(\0132\032.goo" +
-      "gle.protobuf.TimestampR\013firstSeenAt\022\026\n\006r" +
-      "esult\030\014 \001(\014R\006result\0221\n\tserved_by\030\r \001(\0162\024" +
-      ".idempotency.v1.TierR\010servedBy\022\026\n\006holder" +
-      "\030\016 \001(\tR\006holder\022!\n\014lease_secret\030\017 \001(\014R\013le" +
-      "aseSecret\022:\n\013retry_after\030\020 \001(\0132\031.google." +
-      "protobuf.DurationR\nretryAfter\0226\n\006entity\030" +
-      "\021 \001(\0132\036.idempotency.v1.EntityPositionR\006e" +
-      "ntity\"\362\001\n\016EntityPosition\022\034\n\tlifecycle\030\001 " +
-      "\001(\tR\tlifecycle\022\033\n\tentity_id\030\002 \001(\tR\010entit" +
-      "yId\022\035\n\nevent_type\030\003 \001(\tR\teventType\022\024\n\005st" +
-      "ate\030\004 \001(\tR\005state\022\032\n\010awaiting\030\005 \003(\tR\010awai" +
-      "ting\022\031\n\010leads_to\030\006 \001(\tR\007leadsTo\022\033\n\tbusy_" +
-      "with\030\007 \001(\tR\010busyWith\022\034\n\tdeferrals\030\010 \001(\rR" +
-      "\tdeferrals\"\233\005\n\006Record\022\034\n\tnamespace\030\001 \001(\t" +
-      "R\tnamespace\022\032\n\010provider\030\002 \001(\tR\010provider\022" +
-      "\020\n\003key\030\003 \001(\tR\003key\0220\n\005state\030\004 \001(\0162\032.idemp" +
-      "otency.v1.EventStateR\005state\022#\n\rfencing_t" +
-      "oken\030\005 \001(\004R\014fencingToken\022\026\n\006holder\030\006 \001(\t" +
-      "R\006holder\022\030\n\007attempt\030\007 \001(\rR\007attempt\022\032\n\010re" +
-      "leased\030\010 \001(\010R\010released\022>\n\rfirst_seen_at\030" +
-      "\t \001(\0132\032.google.protobuf.TimestampR\013first" +
-      "SeenAt\022D\n\020lease_expires_at\030\n \001(\0132\032.googl" +
-      "e.protobuf.TimestampR\016leaseExpiresAt\022F\n\021" +
-      "window_expires_at\030\013 \001(\0132\032.google.protobu" +
-      "f.TimestampR\017windowExpiresAt\0229\n\nupdated_" +
-      "at\030\014 \001(\0132\032.google.protobuf.TimestampR\tup" +
-      "datedAt\022%\n\016payload_sha256\030\r \001(\014R\rpayload" +
-      "Sha256\022\026\n\006result\030\016 \001(\014R\006result\022\034\n\tlifecy" +
-      "cle\030\017 \001(\tR\tlifecycle\022\033\n\tentity_id\030\020 \001(\tR" +
-      "\010entityId\022\035\n\nevent_type\030\021 \001(\tR\teventType" +
-      "\"\324\002\n\021TransitionRequest\022\034\n\tnamespace\030\001 \001(" +
-      "\tR\tnamespace\022\032\n\010provider\030\002 \001(\tR\010provider" +
-      "\022\020\n\003key\030\003 \001(\tR\003key\022#\n\rfencing_token\030\004 \001(" +
-      "\004R\014fencingToken\022*\n\002to\030\005 \001(\0162\032.idempotenc" +
-      "y.v1.EventStateR\002to\022\026\n\006result\030\006 \001(\014R\006res" +
-      "ult\022<\n\014extend_lease\030\007 \001(\0132\031.google.proto" +
-      "buf.DurationR\013extendLease\022!\n\014lease_secre" +
-      "t\030\010 \001(\014R\013leaseSecret\022)\n\020effect_recovered" +
-      "\030\t \001(\010R\017effectRecovered\"^\n\022TransitionRes" +
-      "ponse\022.\n\006record\030\001 \001(\0132\026.idempotency.v1.R" +
-      "ecordR\006record\022\030\n\007changed\030\002 \001(\010R\007changed\"" +
-      "\323\001\n\014RenewRequest\022\034\n\tnamespace\030\001 \001(\tR\tnam" +
-      "espace\022\032\n\010provider\030\002 \001(\tR\010provider\022\020\n\003ke" +
-      "y\030\003 \001(\tR\003key\022#\n\rfencing_token\030\004 \001(\004R\014fen" +
-      "cingToken\022/\n\005lease\030\005 \001(\0132\031.google.protob" +
-      "uf.DurationR\005lease\022!\n\014lease_secret\030\006 \001(\014" +
-      "R\013leaseSecret\"?\n\rRenewResponse\022.\n\006record" +
-      "\030\001 \001(\0132\026.idempotency.v1.RecordR\006record\"\244" +
-      "\001\n\016ReleaseRequest\022\034\n\tnamespace\030\001 \001(\tR\tna" +
+      "eventType\022\024\n\005start\030\r \001(\010R\005start\0221\n\006windo" +
+      "w\030\016 \001(\0132\031.google.protobuf.DurationR\006wind" +
+      "owB\005\n\003key\"\244\006\n\rClaimResponse\0221\n\007outcome\030\001" +
+      " \001(\0162\027.idempotency.v1.OutcomeR\007outcome\022." +
+      "\n\006reason\030\002 \001(\0162\026.idempotency.v1.ReasonR\006" +
+      "reason\022\020\n\003key\030\003 \001(\tR\003key\0228\n\nkey_source\030\004" +
+      " \001(\0162\031.idempotency.v1.KeySourceR\tkeySour" +
+      "ce\022#\n\rfencing_token\030\005 \001(\004R\014fencingToken\022" +
+      "0\n\005state\030\006 \001(\0162\032.idempotency.v1.EventSta" +
+      "teR\005state\022D\n\020lease_expires_at\030\007 \001(\0132\032.go" +
+      "ogle.protobuf.TimestampR\016leaseExpiresAt\022" +
+      "F\n\021window_expires_at\030\010 \001(\0132\032.google.prot" +
+      "obuf.TimestampR\017windowExpiresAt\022+\n\003ttl\030\t" +
+      " \001(\0132\031.google.protobuf.DurationR\003ttl\022\030\n\007" +
+      "attempt\030\n \001(\rR\007attempt\022>\n\rfirst_seen_at\030" +
+      "\013 \001(\0132\032.google.protobuf.TimestampR\013first" +
+      "SeenAt\022\026\n\006result\030\014 \001(\014R\006result\0221\n\tserved" +
+      "_by\030\r \001(\0162\024.idempotency.v1.TierR\010servedB" +
+      "y\022\026\n\006holder\030\016 \001(\tR\006holder\022!\n\014lease_secre" +
+      "t\030\017 \001(\014R\013leaseSecret\022:\n\013retry_after\030\020 \001(" +
+      "\0132\031.google.protobuf.DurationR\nretryAfter" +
+      "\0226\n\006entity\030\021 \001(\0132\036.idempotency.v1.Entity" +
+      "PositionR\006entity\"\362\001\n\016EntityPosition\022\034\n\tl" +
+      "ifecycle\030\001 \001(\tR\tlifecycle\022\033\n\tentity_id\030\002" +
+      " \001(\tR\010entityId\022\035\n\nevent_type\030\003 \001(\tR\teven" +
+      "tType\022\024\n\005state\030\004 \001(\tR\005state\022\032\n\010awaiting\030" +
+      "\005 \003(\tR\010awaiting\022\031\n\010leads_to\030\006 \001(\tR\007leads" +
+      "To\022\033\n\tbusy_with\030\007 \001(\tR\010busyWith\022\034\n\tdefer" +
+      "rals\030\010 \001(\rR\tdeferrals\"\233\005\n\006Record\022\034\n\tname" +
+      "space\030\001 \001(\tR\tnamespace\022\032\n\010provider\030\002 \001(\t" +
+      "R\010provider\022\020\n\003key\030\003 \001(\tR\003key\0220\n\005state\030\004 " +
+      "\001(\0162\032.idempotency.v1.EventStateR\005state\022#" +
+      "\n\rfencing_token\030\005 \001(\004R\014fencingToken\022\026\n\006h" +
+      "older\030\006 \001(\tR\006holder\022\030\n\007attempt\030\007 \001(\rR\007at" +
+      "tempt\022\032\n\010released\030\010 \001(\010R\010released\022>\n\rfir" +
+      "st_seen_at\030\t \001(\0132\032.google.protobuf.Times" +
+      "tampR\013firstSeenAt\022D\n\020lease_expires_at\030\n " +
+      "\001(\0132\032.google.protobuf.TimestampR\016leaseEx" +
+      "piresAt\022F\n\021window_expires_at\030\013 \001(\0132\032.goo" +
+      "gle.protobuf.TimestampR\017windowExpiresAt\022" +
+      "9\n\nupdated_at\030\014 \001(\0132\032.google.protobuf.Ti" +
+      "mestampR\tupdatedAt\022%\n\016payload_sha256\030\r \001" +
+      "(\014R\rpayloadSha256\022\026\n\006result\030\016 \001(\014R\006resul" +
+      "t\022\034\n\tlifecycle\030\017 \001(\tR\tlifecycle\022\033\n\tentit" +
+      "y_id\030\020 \001(\tR\010entityId\022\035\n\nevent_type\030\021 \001(\t" +
+      "R\teventType\"\324\002\n\021TransitionRequest\022\034\n\tnam" +
+      "espace\030\001 \001(\tR\tnamespace\022\032\n\010provider\030\002 \001(" +
+      "\tR\010provider\022\020\n\003key\030\003 \001(\tR\003key\022#\n\rfencing" +
+      "_token\030\004 \001(\004R\014fencingToken\022*\n\002to\030\005 \001(\0162\032" +
+      ".idempotency.v1.EventStateR\002to\022\026\n\006result" +
+      "\030\006 \001(\014R\006result\022<\n\014extend_lease\030\007 \001(\0132\031.g" +
+      "oogle.protobuf.DurationR\013extendLease\022!\n\014" +
+      "lease_secret\030\010 \001(\014R\013leaseSecret\022)\n\020effec" +
+      "t_recovered\030\t \001(\010R\017effectRecovered\"^\n\022Tr" +
+      "ansitionResponse\022.\n\006record\030\001 \001(\0132\026.idemp" +
+      "otency.v1.RecordR\006record\022\030\n\007changed\030\002 \001(" +
+      "\010R\007changed\"\323\001\n\014RenewRequest\022\034\n\tnamespace" +
+      "\030\001 \001(\tR\tnamespace\022\032\n\010provider\030\002 \001(\tR\010pro" +
+      "vider\022\020\n\003key\030\003 \001(\tR\003key\022#\n\rfencing_token" +
+      "\030\004 \001(\004R\014fencingToken\022/\n\005lease\030\005 \001(\0132\031.go" +
+      "ogle.protobuf.DurationR\005lease\022!\n\014lease_s" +
+      "ecret\030\006 \001(\014R\013leaseSecret\"?\n\rRenewRespons" +
+      "e\022.\n\006record\030\001 \001(\0132\026.idempotency.v1.Recor" +
+      "dR\006record\"\244\001\n\016ReleaseRequest\022\034\n\tnamespac" +
+      "e\030\001 \001(\tR\tnamespace\022\032\n\010provider\030\002 \001(\tR\010pr" +
+      "ovider\022\020\n\003key\030\003 \001(\tR\003key\022#\n\rfencing_toke" +
+      "n\030\004 \001(\004R\014fencingToken\022!\n\014lease_secret\030\005 " +
+      "\001(\014R\013leaseSecret\"A\n\017ReleaseResponse\022.\n\006r" +
+      "ecord\030\001 \001(\0132\026.idempotency.v1.RecordR\006rec" +
+      "ord\"X\n\nGetRequest\022\034\n\tnamespace\030\001 \001(\tR\tna" +
       "mespace\022\032\n\010provider\030\002 \001(\tR\010provider\022\020\n\003k" +
-      "ey\030\003 \001(\tR\003key\022#\n\rfencing_token\030\004 \001(\004R\014fe" +
-      "ncingToken\022!\n\014lease_secret\030\005 \001(\014R\013leaseS" +
-      "ecret\"A\n\017ReleaseResponse\022.\n\006record\030\001 \001(\013" +
-      "2\026.idempotency.v1.RecordR\006record\"X\n\nGetR" +
-      "equest\022\034\n\tnamespace\030\001 \001(\tR\tnamespace\022\032\n\010" +
-      "provider\030\002 \001(\tR\010provider\022\020\n\003key\030\003 \001(\tR\003k" +
-      "ey\"=\n\013GetResponse\022.\n\006record\030\001 \001(\0132\026.idem" +
-      "potency.v1.RecordR\006record*\264\001\n\007Outcome\022\027\n" +
-      "\023OUTCOME_UNSPECIFIED\020\000\022\024\n\020OUTCOME_ACQUIR" +
-      "ED\020\001\022\025\n\021OUTCOME_DUPLICATE\020\002\022\027\n\023OUTCOME_I" +
-      "N_PROGRESS\020\003\022\034\n\030OUTCOME_PAYLOAD_MISMATCH" +
-      "\020\004\022\024\n\020OUTCOME_DEFERRED\020\005\022\026\n\022OUTCOME_SUPE" +
-      "RSEDED\020\006*z\n\006Reason\022\026\n\022REASON_UNSPECIFIED" +
-      "\020\000\022\016\n\nREASON_NEW\020\001\022\023\n\017REASON_RELEASED\020\002\022" +
-      "\030\n\024REASON_LEASE_EXPIRED\020\003\022\031\n\025REASON_WIND" +
-      "OW_EXPIRED\020\004*\253\001\n\nEventState\022\033\n\027EVENT_STA" +
-      "TE_UNSPECIFIED\020\000\022\030\n\024EVENT_STATE_RECEIVED" +
-      "\020\001\022\031\n\025EVENT_STATE_VALIDATED\020\002\022\032\n\026EVENT_S" +
-      "TATE_PROCESSING\020\003\022\027\n\023EVENT_STATE_SETTLED" +
-      "\020\004\022\026\n\022EVENT_STATE_FAILED\020\005*\214\001\n\tKeySource" +
-      "\022\032\n\026KEY_SOURCE_UNSPECIFIED\020\000\022\027\n\023KEY_SOUR" +
-      "CE_EVENT_ID\020\001\022\025\n\021KEY_SOURCE_HEADER\020\002\022\031\n\025" +
-      "KEY_SOURCE_BODY_FIELD\020\003\022\030\n\024KEY_SOURCE_BO" +
-      "DY_HASH\020\004*\322\003\n\013ErrorReason\022\034\n\030ERROR_REASO" +
-      "N_UNSPECIFIED\020\000\022\024\n\020INVALID_ARGUMENT\020\001\022\026\n" +
-      "\022PROVIDER_NOT_FOUND\020\002\022\024\n\020RECORD_NOT_FOUN" +
-      "D\020\003\022\026\n\022INVALID_TRANSITION\020\004\022\017\n\013STALE_TOK" +
-      "EN\020\005\022\023\n\017RESULT_MISMATCH\020\006\022\r\n\tNOT_OWNER\020\007" +
-      "\022\034\n\030DURABLE_TIER_UNAVAILABLE\020\010\022\027\n\023CREDEN" +
-      "TIALS_MISSING\020\t\022\023\n\017TOKEN_MALFORMED\020\n\022\021\n\r" +
-      "TOKEN_UNKNOWN\020\013\022\024\n\020IDENTITY_UNKNOWN\020\014\022\026\n" +
-      "\022PRINCIPAL_CONFLICT\020\r\022\024\n\020NAMESPACE_DENIE" +
-      "D\020\016\022\017\n\013ROLE_DENIED\020\017\022\021\n\rMETHOD_DENIED\020\020\022" +
-      "\020\n\014RATE_LIMITED\020\021\022\024\n\020ENTITY_NOT_FOUND\020\022\022" +
-      "\027\n\023LIFECYCLE_NOT_FOUND\020\023\022\014\n\010INTERNAL\020\024*M" +
-      "\n\004Tier\022\024\n\020TIER_UNSPECIFIED\020\000\022\016\n\nTIER_LOC" +
-      "AL\020\001\022\r\n\tTIER_FAST\020\002\022\020\n\014TIER_DURABLE\020\0032\311\004" +
-      "\n\014ClaimService\022[\n\005Claim\022\034.idempotency.v1" +
-      ".ClaimRequest\032\035.idempotency.v1.ClaimResp" +
-      "onse\"\025\202\323\344\223\002\017\"\n/v1/claims:\001*\022{\n\nTransitio" +
-      "n\022!.idempotency.v1.TransitionRequest\032\".i" +
-      "dempotency.v1.TransitionResponse\"&\202\323\344\223\002 " +
-      "\"\033/v1/claims/{key}:transition:\001*\022g\n\005Rene" +
-      "w\022\034.idempotency.v1.RenewRequest\032\035.idempo" +
-      "tency.v1.RenewResponse\"!\202\323\344\223\002\033\"\026/v1/clai" +
-      "ms/{key}:renew:\001*\022o\n\007Release\022\036.idempoten" +
-      "cy.v1.ReleaseRequest\032\037.idempotency.v1.Re" +
-      "leaseResponse\"#\202\323\344\223\002\035\"\030/v1/claims/{key}:" +
-      "release:\001*\022\204\001\n\003Get\022\032.idempotency.v1.GetR" +
-      "equest\032\033.idempotency.v1.GetResponse\"D\202\323\344" +
-      "\223\002>\022</v1/namespaces/{namespace}/provider" +
-      "s/{provider}/claims/{key}B\226\001\n\031dev.claimd" +
-      ".idempotency.v1B\nClaimProtoP\001Z9github.co" +
-      "m/claimd/claimd/gen/idempotency/v1;idemp" +
-      "otencyv1\252\002\025Claimd.Idempotency.V1\352\002\027Claim" +
-      "d::Idempotency::V1b\006proto3"
+      "ey\030\003 \001(\tR\003key\"m\n\013GetResponse\022.\n\006record\030\001" +
+      " \001(\0132\026.idempotency.v1.RecordR\006record\022.\n\004" +
+      "next\030\002 \001(\0132\032.idempotency.v1.NextAnswerR\004" +
+      "next\"\303\001\n\nNextAnswer\0221\n\007outcome\030\001 \001(\0162\027.i" +
+      "dempotency.v1.OutcomeR\007outcome\022.\n\006reason" +
+      "\030\002 \001(\0162\026.idempotency.v1.ReasonR\006reason\0220" +
+      "\n\005until\030\003 \001(\0132\032.google.protobuf.Timestam" +
+      "pR\005until\022 \n\013explanation\030\004 \001(\tR\013explanati" +
+      "on\"\374\002\n\021ListClaimsRequest\022\034\n\tnamespace\030\001 " +
+      "\001(\tR\tnamespace\022\032\n\010provider\030\002 \001(\tR\010provid" +
+      "er\022\022\n\004keys\030\003 \003(\tR\004keys\0222\n\006states\030\004 \003(\0162\032" +
+      ".idempotency.v1.EventStateR\006states\022\033\n\ten" +
+      "tity_id\030\005 \001(\tR\010entityId\022D\n\020first_seen_af" +
+      "ter\030\006 \001(\0132\032.google.protobuf.TimestampR\016f" +
+      "irstSeenAfter\022F\n\021first_seen_before\030\007 \001(\013" +
+      "2\032.google.protobuf.TimestampR\017firstSeenB" +
+      "efore\022\033\n\tpage_size\030\010 \001(\rR\010pageSize\022\035\n\npa" +
+      "ge_token\030\t \001(\tR\tpageToken\"n\n\022ListClaimsR" +
+      "esponse\0220\n\007records\030\001 \003(\0132\026.idempotency.v" +
+      "1.RecordR\007records\022&\n\017next_page_token\030\002 \001" +
+      "(\tR\rnextPageToken\"\232\001\n\020ListAuditRequest\022\034" +
+      "\n\tnamespace\030\001 \001(\tR\tnamespace\022\032\n\010provider" +
+      "\030\002 \001(\tR\010provider\022\020\n\003key\030\003 \001(\tR\003key\022\033\n\tpa" +
+      "ge_size\030\004 \001(\rR\010pageSize\022\035\n\npage_token\030\005 " +
+      "\001(\tR\tpageToken\"\301\003\n\nAuditEntry\022*\n\002at\030\001 \001(" +
+      "\0132\032.google.protobuf.TimestampR\002at\022\'\n\002op\030" +
+      "\002 \001(\0162\027.idempotency.v1.AuditOpR\002op\0221\n\007ou" +
+      "tcome\030\003 \001(\0162\027.idempotency.v1.OutcomeR\007ou" +
+      "tcome\022.\n\006reason\030\004 \001(\0162\026.idempotency.v1.R" +
+      "easonR\006reason\0220\n\005state\030\005 \001(\0162\032.idempoten" +
+      "cy.v1.EventStateR\005state\022#\n\rfencing_token" +
+      "\030\006 \001(\004R\014fencingToken\022\026\n\006holder\030\007 \001(\tR\006ho" +
+      "lder\022\034\n\tprincipal\030\010 \001(\tR\tprincipal\022\034\n\ttr" +
+      "ansport\030\t \001(\tR\ttransport\022)\n\020effect_recov" +
+      "ered\030\n \001(\010R\017effectRecovered\022%\n\016payload_s" +
+      "ha256\030\013 \001(\014R\rpayloadSha256\"q\n\021ListAuditR" +
+      "esponse\0224\n\007entries\030\001 \003(\0132\032.idempotency.v" +
+      "1.AuditEntryR\007entries\022&\n\017next_page_token" +
+      "\030\002 \001(\tR\rnextPageToken*\264\001\n\007Outcome\022\027\n\023OUT" +
+      "COME_UNSPECIFIED\020\000\022\024\n\020OUTCOME_ACQUIRED\020\001" +
+      "\022\025\n\021OUTCOME_DUPLICATE\020\002\022\027\n\023OUTCOME_IN_PR" +
+      "OGRESS\020\003\022\034\n\030OUTCOME_PAYLOAD_MISMATCH\020\004\022\024" +
+      "\n\020OUTCOME_DEFERRED\020\005\022\026\n\022OUTCOME_SUPERSED" +
+      "ED\020\006*z\n\006Reason\022\026\n\022REASON_UNSPECIFIED\020\000\022\016" +
+      "\n\nREASON_NEW\020\001\022\023\n\017REASON_RELEASED\020\002\022\030\n\024R" +
+      "EASON_LEASE_EXPIRED\020\003\022\031\n\025REASON_WINDOW_E" +
+      "XPIRED\020\004*\253\001\n\nEventState\022\033\n\027EVENT_STATE_U" +
+      "NSPECIFIED\020\000\022\030\n\024EVENT_STATE_RECEIVED\020\001\022\031" +
+      "\n\025EVENT_STATE_VALIDATED\020\002\022\032\n\026EVENT_STATE" +
+      "_PROCESSING\020\003\022\027\n\023EVENT_STATE_SETTLED\020\004\022\026" +
+      "\n\022EVENT_STATE_FAILED\020\005*\214\001\n\tKeySource\022\032\n\026" +
+      "KEY_SOURCE_UNSPECIFIED\020\000\022\027\n\023KEY_SOURCE_E" +
+      "VENT_ID\020\001\022\025\n\021KEY_SOURCE_HEADER\020\002\022\031\n\025KEY_" +
+      "SOURCE_BODY_FIELD\020\003\022\030\n\024KEY_SOURCE_BODY_H" +
+      "ASH\020\004*\265\004\n\013ErrorReason\022\034\n\030ERROR_REASON_UN" +
+      "SPECIFIED\020\000\022\024\n\020INVALID_ARGUMENT\020\001\022\026\n\022PRO" +
+      "VIDER_NOT_FOUND\020\002\022\024\n\020RECORD_NOT_FOUND\020\003\022" +
+      "\026\n\022INVALID_TRANSITION\020\004\022\017\n\013STALE_TOKEN\020\005" +
+      "\022\023\n\017RESULT_MISMATCH\020\006\022\r\n\tNOT_OWNER\020\007\022\034\n\030" +
+      "DURABLE_TIER_UNAVAILABLE\020\010\022\027\n\023CREDENTIAL" +
+      "S_MISSING\020\t\022\023\n\017TOKEN_MALFORMED\020\n\022\021\n\rTOKE" +
+      "N_UNKNOWN\020\013\022\024\n\020IDENTITY_UNKNOWN\020\014\022\026\n\022PRI" +
+      "NCIPAL_CONFLICT\020\r\022\024\n\020NAMESPACE_DENIED\020\016\022" +
+      "\017\n\013ROLE_DENIED\020\017\022\021\n\rMETHOD_DENIED\020\020\022\020\n\014R" +
+      "ATE_LIMITED\020\021\022\024\n\020ENTITY_NOT_FOUND\020\022\022\027\n\023L" +
+      "IFECYCLE_NOT_FOUND\020\023\022\014\n\010INTERNAL\020\024\022\025\n\021RE" +
+      "QUEST_TOO_LARGE\020\025\022\024\n\020HOST_NOT_ALLOWED\020\026\022" +
+      "\026\n\022ORIGIN_NOT_ALLOWED\020\027\022\034\n\030CONTENT_TYPE_" +
+      "UNSUPPORTED\020\030*M\n\004Tier\022\024\n\020TIER_UNSPECIFIE" +
+      "D\020\000\022\016\n\nTIER_LOCAL\020\001\022\r\n\tTIER_FAST\020\002\022\020\n\014TI" +
+      "ER_DURABLE\020\003*z\n\007AuditOp\022\030\n\024AUDIT_OP_UNSP" +
+      "ECIFIED\020\000\022\022\n\016AUDIT_OP_CLAIM\020\001\022\027\n\023AUDIT_O" +
+      "P_TRANSITION\020\002\022\022\n\016AUDIT_OP_RENEW\020\003\022\024\n\020AU" +
+      "DIT_OP_RELEASE\020\0042\311\004\n\014ClaimService\022[\n\005Cla" +
+      "im\022\034.idempotency.v1.ClaimRequest\032\035.idemp" +
+      "otency.v1.ClaimResponse\"\025\202\323\344\223\002\017\"\n/v1/cla" +
+      "ims:\001*\022{\n\nTransition\022!.idempotency.v1.Tr" +
+      "ansitionRequest\032\".idempotency.v1.Transit" +
+      "ionResponse\"&\202\323\344\223\002 \"\033/v1/claims/{key}:tr" +
+      "ansition:\001*\022g\n\005Renew\022\034.idempotency.v1.Re" +
+      "newRequest\032\035.idempotency.v1.RenewRespons" +
+      "e\"!\202\323\344\223\002\033\"\026/v1/claims/{key}:renew:\001*\022o\n\007" +
+      "Release\022\036.idempotency.v1.ReleaseRequest\032" +
+      "\037.idempotency.v1.ReleaseResponse\"#\202\323\344\223\002\035" +
+      "\"\030/v1/claims/{key}:release:\001*\022\204\001\n\003Get\022\032." +
+      "idempotency.v1.GetRequest\032\033.idempotency." +
+      "v1.GetResponse\"D\202\323\344\223\002>\022</v1/namespaces/{" +
+      "namespace}/providers/{provider}/claims/{" +
+      "key}2\257\002\n\016InspectService\022~\n\nListClaims\022!." +
+      "idempotency.v1.ListClaimsRequest\032\".idemp" +
+      "otency.v1.ListClaimsResponse\")\202\323\344\223\002#\022!/v" +
+      "1/namespaces/{namespace}/claims\022\234\001\n\tList" +
+      "Audit\022 .idempotency.v1.ListAuditRequest\032" +
+      "!.idempotency.v1.ListAuditResponse\"J\202\323\344\223" +
+      "\002D\022B/v1/namespaces/{namespace}/providers" +
+      "/{provider}/claims/{key}/auditB\226\001\n\031dev.c" +
+      "laimd.idempotency.v1B\nClaimProtoP\001Z9gith" +
+      "ub.com/claimd/claimd/gen/idempotency/v1;" +
+      "idempotencyv1\252\002\025Claimd.Idempotency.V1\352\002\027" +
+      "Claimd::Idempotency::V1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -268,7 +349,7 @@ public final class ClaimProto extends com.google.protobuf.GeneratedFile {
     internal_static_idempotency_v1_ClaimRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_idempotency_v1_ClaimRequest_descriptor,
-        new java.lang.String[] { "Namespace", "Provider", "EventId", "Delivery", "Scope", "PayloadSha256", "Lease", "Holder", "AttemptId", "Wait", "EntityId", "EventType", "Start", "Key", });
+        new java.lang.String[] { "Namespace", "Provider", "EventId", "Delivery", "Scope", "PayloadSha256", "Lease", "Holder", "AttemptId", "Wait", "EntityId", "EventType", "Start", "Window", "Key", });
     internal_static_idempotency_v1_ClaimResponse_descriptor =
       getDescriptor().getMessageType(2);
     internal_static_idempotency_v1_ClaimResponse_fieldAccessorTable = new
@@ -334,7 +415,43 @@ public final class ClaimProto extends com.google.protobuf.GeneratedFile {
     internal_static_idempotency_v1_GetResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_idempotency_v1_GetResponse_descriptor,
-        new java.lang.String[] { "Record", });
+        new java.lang.String[] { "Record", "Next", });
+    internal_static_idempotency_v1_NextAnswer_descriptor =
+      getDescriptor().getMessageType(13);
+    internal_static_idempotency_v1_NextAnswer_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_idempotency_v1_NextAnswer_descriptor,
+        new java.lang.String[] { "Outcome", "Reason", "Until", "Explanation", });
+    internal_static_idempotency_v1_ListClaimsRequest_descriptor =
+      getDescriptor().getMessageType(14);
+    internal_static_idempotency_v1_ListClaimsRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_idempotency_v1_ListClaimsRequest_descriptor,
+        new java.lang.String[] { "Namespace", "Provider", "Keys", "States", "EntityId", "FirstSeenAfter", "FirstSeenBefore", "PageSize", "PageToken", });
+    internal_static_idempotency_v1_ListClaimsResponse_descriptor =
+      getDescriptor().getMessageType(15);
+    internal_static_idempotency_v1_ListClaimsResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_idempotency_v1_ListClaimsResponse_descriptor,
+        new java.lang.String[] { "Records", "NextPageToken", });
+    internal_static_idempotency_v1_ListAuditRequest_descriptor =
+      getDescriptor().getMessageType(16);
+    internal_static_idempotency_v1_ListAuditRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_idempotency_v1_ListAuditRequest_descriptor,
+        new java.lang.String[] { "Namespace", "Provider", "Key", "PageSize", "PageToken", });
+    internal_static_idempotency_v1_AuditEntry_descriptor =
+      getDescriptor().getMessageType(17);
+    internal_static_idempotency_v1_AuditEntry_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_idempotency_v1_AuditEntry_descriptor,
+        new java.lang.String[] { "At", "Op", "Outcome", "Reason", "State", "FencingToken", "Holder", "Principal", "Transport", "EffectRecovered", "PayloadSha256", });
+    internal_static_idempotency_v1_ListAuditResponse_descriptor =
+      getDescriptor().getMessageType(18);
+    internal_static_idempotency_v1_ListAuditResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_idempotency_v1_ListAuditResponse_descriptor,
+        new java.lang.String[] { "Entries", "NextPageToken", });
     descriptor.resolveAllFeaturesImmutable();
     com.google.api.AnnotationsProto.getDescriptor();
     com.google.protobuf.DurationProto.getDescriptor();

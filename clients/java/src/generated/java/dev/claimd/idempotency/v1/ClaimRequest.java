@@ -711,6 +711,65 @@ private static final long serialVersionUID = 0L;
     return start_;
   }
 
+  public static final int WINDOW_FIELD_NUMBER = 14;
+  private com.google.protobuf.Duration window_;
+  /**
+   * <pre>
+   * window optionally asks for a dedup window longer than the provider's
+   * (its retry horizon plus margin), for callers whose own retries outlive
+   * the provider's (a queue that redelivers for a week). Never shorter: a
+   * window below the provider's would let its retry through as a new
+   * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+   * one over 400 days. Zero means the provider's window. It applies when the
+   * claim opens a window (a new key or one whose window ended); a duplicate
+   * is answered within the window its first claim opened.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+   * @return Whether the window field is set.
+   */
+  @java.lang.Override
+  public boolean hasWindow() {
+    return ((bitField0_ & 0x00000004) != 0);
+  }
+  /**
+   * <pre>
+   * window optionally asks for a dedup window longer than the provider's
+   * (its retry horizon plus margin), for callers whose own retries outlive
+   * the provider's (a queue that redelivers for a week). Never shorter: a
+   * window below the provider's would let its retry through as a new
+   * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+   * one over 400 days. Zero means the provider's window. It applies when the
+   * claim opens a window (a new key or one whose window ended); a duplicate
+   * is answered within the window its first claim opened.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+   * @return The window.
+   */
+  @java.lang.Override
+  public com.google.protobuf.Duration getWindow() {
+    return window_ == null ? com.google.protobuf.Duration.getDefaultInstance() : window_;
+  }
+  /**
+   * <pre>
+   * window optionally asks for a dedup window longer than the provider's
+   * (its retry horizon plus margin), for callers whose own retries outlive
+   * the provider's (a queue that redelivers for a week). Never shorter: a
+   * window below the provider's would let its retry through as a new
+   * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+   * one over 400 days. Zero means the provider's window. It applies when the
+   * claim opens a window (a new key or one whose window ended); a duplicate
+   * is answered within the window its first claim opened.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+   */
+  @java.lang.Override
+  public com.google.protobuf.DurationOrBuilder getWindowOrBuilder() {
+    return window_ == null ? com.google.protobuf.Duration.getDefaultInstance() : window_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -764,6 +823,9 @@ private static final long serialVersionUID = 0L;
     if (start_ != false) {
       output.writeBool(13, start_);
     }
+    if (((bitField0_ & 0x00000004) != 0)) {
+      output.writeMessage(14, getWindow());
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -811,6 +873,10 @@ private static final long serialVersionUID = 0L;
     if (start_ != false) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(13, start_);
+    }
+    if (((bitField0_ & 0x00000004) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(14, getWindow());
     }
     return size;
   }
@@ -864,6 +930,11 @@ private static final long serialVersionUID = 0L;
         .equals(other.getEventType())) return false;
     if (getStart()
         != other.getStart()) return false;
+    if (hasWindow() != other.hasWindow()) return false;
+    if (hasWindow()) {
+      if (!getWindow()
+          .equals(other.getWindow())) return false;
+    }
     if (!getKeyCase().equals(other.getKeyCase())) return false;
     switch (keyCase_) {
       case 3:
@@ -915,6 +986,10 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + START_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
         getStart());
+    if (hasWindow()) {
+      hash = (37 * hash) + WINDOW_FIELD_NUMBER;
+      hash = (53 * hash) + getWindow().hashCode();
+    }
     switch (keyCase_) {
       case 3:
         hash = (37 * hash) + EVENT_ID_FIELD_NUMBER;
@@ -1064,6 +1139,7 @@ private static final long serialVersionUID = 0L;
               .alwaysUseFieldBuilders) {
         internalGetLeaseFieldBuilder();
         internalGetWaitFieldBuilder();
+        internalGetWindowFieldBuilder();
       }
     }
     @java.lang.Override
@@ -1092,6 +1168,11 @@ private static final long serialVersionUID = 0L;
       entityId_ = "";
       eventType_ = "";
       start_ = false;
+      window_ = null;
+      if (windowBuilder_ != null) {
+        windowBuilder_.dispose();
+        windowBuilder_ = null;
+      }
       keyCase_ = 0;
       key_ = null;
       return this;
@@ -1168,6 +1249,12 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00001000) != 0)) {
         result.start_ = start_;
       }
+      if (((from_bitField0_ & 0x00002000) != 0)) {
+        result.window_ = windowBuilder_ == null
+            ? window_
+            : windowBuilder_.build();
+        to_bitField0_ |= 0x00000004;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -1238,6 +1325,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.getStart() != false) {
         setStart(other.getStart());
+      }
+      if (other.hasWindow()) {
+        mergeWindow(other.getWindow());
       }
       switch (other.getKeyCase()) {
         case EVENT_ID: {
@@ -1349,6 +1439,13 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00001000;
               break;
             } // case 104
+            case 114: {
+              input.readMessage(
+                  internalGetWindowFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00002000;
+              break;
+            } // case 114
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -2892,6 +2989,224 @@ private static final long serialVersionUID = 0L;
       start_ = false;
       onChanged();
       return this;
+    }
+
+    private com.google.protobuf.Duration window_;
+    private com.google.protobuf.SingleFieldBuilder<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> windowBuilder_;
+    /**
+     * <pre>
+     * window optionally asks for a dedup window longer than the provider's
+     * (its retry horizon plus margin), for callers whose own retries outlive
+     * the provider's (a queue that redelivers for a week). Never shorter: a
+     * window below the provider's would let its retry through as a new
+     * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+     * one over 400 days. Zero means the provider's window. It applies when the
+     * claim opens a window (a new key or one whose window ended); a duplicate
+     * is answered within the window its first claim opened.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+     * @return Whether the window field is set.
+     */
+    public boolean hasWindow() {
+      return ((bitField0_ & 0x00002000) != 0);
+    }
+    /**
+     * <pre>
+     * window optionally asks for a dedup window longer than the provider's
+     * (its retry horizon plus margin), for callers whose own retries outlive
+     * the provider's (a queue that redelivers for a week). Never shorter: a
+     * window below the provider's would let its retry through as a new
+     * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+     * one over 400 days. Zero means the provider's window. It applies when the
+     * claim opens a window (a new key or one whose window ended); a duplicate
+     * is answered within the window its first claim opened.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+     * @return The window.
+     */
+    public com.google.protobuf.Duration getWindow() {
+      if (windowBuilder_ == null) {
+        return window_ == null ? com.google.protobuf.Duration.getDefaultInstance() : window_;
+      } else {
+        return windowBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * window optionally asks for a dedup window longer than the provider's
+     * (its retry horizon plus margin), for callers whose own retries outlive
+     * the provider's (a queue that redelivers for a week). Never shorter: a
+     * window below the provider's would let its retry through as a new
+     * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+     * one over 400 days. Zero means the provider's window. It applies when the
+     * claim opens a window (a new key or one whose window ended); a duplicate
+     * is answered within the window its first claim opened.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+     */
+    public Builder setWindow(com.google.protobuf.Duration value) {
+      if (windowBuilder_ == null) {
+        java.util.Objects.requireNonNull(value);
+        window_ = value;
+      } else {
+        windowBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00002000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * window optionally asks for a dedup window longer than the provider's
+     * (its retry horizon plus margin), for callers whose own retries outlive
+     * the provider's (a queue that redelivers for a week). Never shorter: a
+     * window below the provider's would let its retry through as a new
+     * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+     * one over 400 days. Zero means the provider's window. It applies when the
+     * claim opens a window (a new key or one whose window ended); a duplicate
+     * is answered within the window its first claim opened.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+     */
+    public Builder setWindow(
+        com.google.protobuf.Duration.Builder builderForValue) {
+      if (windowBuilder_ == null) {
+        window_ = builderForValue.build();
+      } else {
+        windowBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00002000;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * window optionally asks for a dedup window longer than the provider's
+     * (its retry horizon plus margin), for callers whose own retries outlive
+     * the provider's (a queue that redelivers for a week). Never shorter: a
+     * window below the provider's would let its retry through as a new
+     * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+     * one over 400 days. Zero means the provider's window. It applies when the
+     * claim opens a window (a new key or one whose window ended); a duplicate
+     * is answered within the window its first claim opened.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+     */
+    public Builder mergeWindow(com.google.protobuf.Duration value) {
+      if (windowBuilder_ == null) {
+        if (((bitField0_ & 0x00002000) != 0) &&
+          window_ != null &&
+          window_ != com.google.protobuf.Duration.getDefaultInstance()) {
+          getWindowBuilder().mergeFrom(value);
+        } else {
+          window_ = value;
+        }
+      } else {
+        windowBuilder_.mergeFrom(value);
+      }
+      if (window_ != null) {
+        bitField0_ |= 0x00002000;
+        onChanged();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * window optionally asks for a dedup window longer than the provider's
+     * (its retry horizon plus margin), for callers whose own retries outlive
+     * the provider's (a queue that redelivers for a week). Never shorter: a
+     * window below the provider's would let its retry through as a new
+     * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+     * one over 400 days. Zero means the provider's window. It applies when the
+     * claim opens a window (a new key or one whose window ended); a duplicate
+     * is answered within the window its first claim opened.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+     */
+    public Builder clearWindow() {
+      bitField0_ = (bitField0_ & ~0x00002000);
+      window_ = null;
+      if (windowBuilder_ != null) {
+        windowBuilder_.dispose();
+        windowBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * window optionally asks for a dedup window longer than the provider's
+     * (its retry horizon plus margin), for callers whose own retries outlive
+     * the provider's (a queue that redelivers for a week). Never shorter: a
+     * window below the provider's would let its retry through as a new
+     * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+     * one over 400 days. Zero means the provider's window. It applies when the
+     * claim opens a window (a new key or one whose window ended); a duplicate
+     * is answered within the window its first claim opened.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+     */
+    public com.google.protobuf.Duration.Builder getWindowBuilder() {
+      bitField0_ |= 0x00002000;
+      onChanged();
+      return internalGetWindowFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * window optionally asks for a dedup window longer than the provider's
+     * (its retry horizon plus margin), for callers whose own retries outlive
+     * the provider's (a queue that redelivers for a week). Never shorter: a
+     * window below the provider's would let its retry through as a new
+     * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+     * one over 400 days. Zero means the provider's window. It applies when the
+     * claim opens a window (a new key or one whose window ended); a duplicate
+     * is answered within the window its first claim opened.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+     */
+    public com.google.protobuf.DurationOrBuilder getWindowOrBuilder() {
+      if (windowBuilder_ != null) {
+        return windowBuilder_.getMessageOrBuilder();
+      } else {
+        return window_ == null ?
+            com.google.protobuf.Duration.getDefaultInstance() : window_;
+      }
+    }
+    /**
+     * <pre>
+     * window optionally asks for a dedup window longer than the provider's
+     * (its retry horizon plus margin), for callers whose own retries outlive
+     * the provider's (a queue that redelivers for a week). Never shorter: a
+     * window below the provider's would let its retry through as a new
+     * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+     * one over 400 days. Zero means the provider's window. It applies when the
+     * claim opens a window (a new key or one whose window ended); a duplicate
+     * is answered within the window its first claim opened.
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilder<
+        com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> 
+        internalGetWindowFieldBuilder() {
+      if (windowBuilder_ == null) {
+        windowBuilder_ = new com.google.protobuf.SingleFieldBuilder<
+            com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder>(
+                getWindow(),
+                getParentForChildren(),
+                isClean());
+        window_ = null;
+      }
+      return windowBuilder_;
     }
 
     // @@protoc_insertion_point(builder_scope:idempotency.v1.ClaimRequest)

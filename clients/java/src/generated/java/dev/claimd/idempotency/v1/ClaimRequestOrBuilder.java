@@ -349,5 +349,53 @@ public interface ClaimRequestOrBuilder extends
    */
   boolean getStart();
 
+  /**
+   * <pre>
+   * window optionally asks for a dedup window longer than the provider's
+   * (its retry horizon plus margin), for callers whose own retries outlive
+   * the provider's (a queue that redelivers for a week). Never shorter: a
+   * window below the provider's would let its retry through as a new
+   * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+   * one over 400 days. Zero means the provider's window. It applies when the
+   * claim opens a window (a new key or one whose window ended); a duplicate
+   * is answered within the window its first claim opened.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+   * @return Whether the window field is set.
+   */
+  boolean hasWindow();
+  /**
+   * <pre>
+   * window optionally asks for a dedup window longer than the provider's
+   * (its retry horizon plus margin), for callers whose own retries outlive
+   * the provider's (a queue that redelivers for a week). Never shorter: a
+   * window below the provider's would let its retry through as a new
+   * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+   * one over 400 days. Zero means the provider's window. It applies when the
+   * claim opens a window (a new key or one whose window ended); a duplicate
+   * is answered within the window its first claim opened.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+   * @return The window.
+   */
+  com.google.protobuf.Duration getWindow();
+  /**
+   * <pre>
+   * window optionally asks for a dedup window longer than the provider's
+   * (its retry horizon plus margin), for callers whose own retries outlive
+   * the provider's (a queue that redelivers for a week). Never shorter: a
+   * window below the provider's would let its retry through as a new
+   * delivery, so a shorter one is INVALID_ARGUMENT naming the field, as is
+   * one over 400 days. Zero means the provider's window. It applies when the
+   * claim opens a window (a new key or one whose window ended); a duplicate
+   * is answered within the window its first claim opened.
+   * </pre>
+   *
+   * <code>.google.protobuf.Duration window = 14 [json_name = "window"];</code>
+   */
+  com.google.protobuf.DurationOrBuilder getWindowOrBuilder();
+
   dev.claimd.idempotency.v1.ClaimRequest.KeyCase getKeyCase();
 }

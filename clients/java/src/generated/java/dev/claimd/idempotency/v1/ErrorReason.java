@@ -202,6 +202,43 @@ public enum ErrorReason
    * <code>INTERNAL = 20;</code>
    */
   INTERNAL(20),
+  /**
+   * <pre>
+   * REQUEST_TOO_LARGE: the body as sent, as decoded from its
+   * Content-Encoding, or the message it decodes to is past its bound
+   * (RESOURCE_EXHAUSTED; HTTP 413). Nothing was decoded further.
+   * </pre>
+   *
+   * <code>REQUEST_TOO_LARGE = 21;</code>
+   */
+  REQUEST_TOO_LARGE(21),
+  /**
+   * <pre>
+   * HOST_NOT_ALLOWED: the HTTP request's Host is not one of
+   * --http-allowed-hosts (PERMISSION_DENIED; HTTP 421).
+   * </pre>
+   *
+   * <code>HOST_NOT_ALLOWED = 22;</code>
+   */
+  HOST_NOT_ALLOWED(22),
+  /**
+   * <pre>
+   * ORIGIN_NOT_ALLOWED: the HTTP request carries an Origin whose host is not
+   * one of --http-allowed-hosts (PERMISSION_DENIED; HTTP 403).
+   * </pre>
+   *
+   * <code>ORIGIN_NOT_ALLOWED = 23;</code>
+   */
+  ORIGIN_NOT_ALLOWED(23),
+  /**
+   * <pre>
+   * CONTENT_TYPE_UNSUPPORTED: an HTTP write without a JSON or protobuf
+   * content type (INVALID_ARGUMENT; HTTP 415).
+   * </pre>
+   *
+   * <code>CONTENT_TYPE_UNSUPPORTED = 24;</code>
+   */
+  CONTENT_TYPE_UNSUPPORTED(24),
   UNRECOGNIZED(-1),
   ;
 
@@ -398,6 +435,43 @@ public enum ErrorReason
    * <code>INTERNAL = 20;</code>
    */
   public static final int INTERNAL_VALUE = 20;
+  /**
+   * <pre>
+   * REQUEST_TOO_LARGE: the body as sent, as decoded from its
+   * Content-Encoding, or the message it decodes to is past its bound
+   * (RESOURCE_EXHAUSTED; HTTP 413). Nothing was decoded further.
+   * </pre>
+   *
+   * <code>REQUEST_TOO_LARGE = 21;</code>
+   */
+  public static final int REQUEST_TOO_LARGE_VALUE = 21;
+  /**
+   * <pre>
+   * HOST_NOT_ALLOWED: the HTTP request's Host is not one of
+   * --http-allowed-hosts (PERMISSION_DENIED; HTTP 421).
+   * </pre>
+   *
+   * <code>HOST_NOT_ALLOWED = 22;</code>
+   */
+  public static final int HOST_NOT_ALLOWED_VALUE = 22;
+  /**
+   * <pre>
+   * ORIGIN_NOT_ALLOWED: the HTTP request carries an Origin whose host is not
+   * one of --http-allowed-hosts (PERMISSION_DENIED; HTTP 403).
+   * </pre>
+   *
+   * <code>ORIGIN_NOT_ALLOWED = 23;</code>
+   */
+  public static final int ORIGIN_NOT_ALLOWED_VALUE = 23;
+  /**
+   * <pre>
+   * CONTENT_TYPE_UNSUPPORTED: an HTTP write without a JSON or protobuf
+   * content type (INVALID_ARGUMENT; HTTP 415).
+   * </pre>
+   *
+   * <code>CONTENT_TYPE_UNSUPPORTED = 24;</code>
+   */
+  public static final int CONTENT_TYPE_UNSUPPORTED_VALUE = 24;
 
 
   public final int getNumber() {
@@ -445,6 +519,10 @@ public enum ErrorReason
       case 18: return ENTITY_NOT_FOUND;
       case 19: return LIFECYCLE_NOT_FOUND;
       case 20: return INTERNAL;
+      case 21: return REQUEST_TOO_LARGE;
+      case 22: return HOST_NOT_ALLOWED;
+      case 23: return ORIGIN_NOT_ALLOWED;
+      case 24: return CONTENT_TYPE_UNSUPPORTED;
       default: return null;
     }
   }

@@ -91,6 +91,47 @@ private static final long serialVersionUID = 0L;
     return record_ == null ? dev.claimd.idempotency.v1.Record.getDefaultInstance() : record_;
   }
 
+  public static final int NEXT_FIELD_NUMBER = 2;
+  private dev.claimd.idempotency.v1.NextAnswer next_;
+  /**
+   * <pre>
+   * next is what a Claim of this key would be answered now, decided by the
+   * same rule as Claim (without its entity: GetEntity shows that).
+   * </pre>
+   *
+   * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+   * @return Whether the next field is set.
+   */
+  @java.lang.Override
+  public boolean hasNext() {
+    return ((bitField0_ & 0x00000002) != 0);
+  }
+  /**
+   * <pre>
+   * next is what a Claim of this key would be answered now, decided by the
+   * same rule as Claim (without its entity: GetEntity shows that).
+   * </pre>
+   *
+   * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+   * @return The next.
+   */
+  @java.lang.Override
+  public dev.claimd.idempotency.v1.NextAnswer getNext() {
+    return next_ == null ? dev.claimd.idempotency.v1.NextAnswer.getDefaultInstance() : next_;
+  }
+  /**
+   * <pre>
+   * next is what a Claim of this key would be answered now, decided by the
+   * same rule as Claim (without its entity: GetEntity shows that).
+   * </pre>
+   *
+   * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+   */
+  @java.lang.Override
+  public dev.claimd.idempotency.v1.NextAnswerOrBuilder getNextOrBuilder() {
+    return next_ == null ? dev.claimd.idempotency.v1.NextAnswer.getDefaultInstance() : next_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -108,6 +149,9 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       output.writeMessage(1, getRecord());
     }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      output.writeMessage(2, getNext());
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -115,6 +159,10 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(1, getRecord());
+    }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeMessageSize(2, getNext());
     }
     return size;
   }
@@ -145,6 +193,11 @@ private static final long serialVersionUID = 0L;
       if (!getRecord()
           .equals(other.getRecord())) return false;
     }
+    if (hasNext() != other.hasNext()) return false;
+    if (hasNext()) {
+      if (!getNext()
+          .equals(other.getNext())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -159,6 +212,10 @@ private static final long serialVersionUID = 0L;
     if (hasRecord()) {
       hash = (37 * hash) + RECORD_FIELD_NUMBER;
       hash = (53 * hash) + getRecord().hashCode();
+    }
+    if (hasNext()) {
+      hash = (37 * hash) + NEXT_FIELD_NUMBER;
+      hash = (53 * hash) + getNext().hashCode();
     }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
@@ -295,6 +352,7 @@ private static final long serialVersionUID = 0L;
       if (com.google.protobuf.GeneratedMessage
               .alwaysUseFieldBuilders) {
         internalGetRecordFieldBuilder();
+        internalGetNextFieldBuilder();
       }
     }
     @java.lang.Override
@@ -305,6 +363,11 @@ private static final long serialVersionUID = 0L;
       if (recordBuilder_ != null) {
         recordBuilder_.dispose();
         recordBuilder_ = null;
+      }
+      next_ = null;
+      if (nextBuilder_ != null) {
+        nextBuilder_.dispose();
+        nextBuilder_ = null;
       }
       return this;
     }
@@ -346,6 +409,12 @@ private static final long serialVersionUID = 0L;
             : recordBuilder_.build();
         to_bitField0_ |= 0x00000001;
       }
+      if (((from_bitField0_ & 0x00000002) != 0)) {
+        result.next_ = nextBuilder_ == null
+            ? next_
+            : nextBuilder_.build();
+        to_bitField0_ |= 0x00000002;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -363,6 +432,9 @@ private static final long serialVersionUID = 0L;
       if (other == dev.claimd.idempotency.v1.GetResponse.getDefaultInstance()) return this;
       if (other.hasRecord()) {
         mergeRecord(other.getRecord());
+      }
+      if (other.hasNext()) {
+        mergeNext(other.getNext());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -395,6 +467,13 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000001;
               break;
             } // case 10
+            case 18: {
+              input.readMessage(
+                  internalGetNextFieldBuilder().getBuilder(),
+                  extensionRegistry);
+              bitField0_ |= 0x00000002;
+              break;
+            } // case 18
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -565,6 +644,170 @@ private static final long serialVersionUID = 0L;
         record_ = null;
       }
       return recordBuilder_;
+    }
+
+    private dev.claimd.idempotency.v1.NextAnswer next_;
+    private com.google.protobuf.SingleFieldBuilder<
+        dev.claimd.idempotency.v1.NextAnswer, dev.claimd.idempotency.v1.NextAnswer.Builder, dev.claimd.idempotency.v1.NextAnswerOrBuilder> nextBuilder_;
+    /**
+     * <pre>
+     * next is what a Claim of this key would be answered now, decided by the
+     * same rule as Claim (without its entity: GetEntity shows that).
+     * </pre>
+     *
+     * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+     * @return Whether the next field is set.
+     */
+    public boolean hasNext() {
+      return ((bitField0_ & 0x00000002) != 0);
+    }
+    /**
+     * <pre>
+     * next is what a Claim of this key would be answered now, decided by the
+     * same rule as Claim (without its entity: GetEntity shows that).
+     * </pre>
+     *
+     * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+     * @return The next.
+     */
+    public dev.claimd.idempotency.v1.NextAnswer getNext() {
+      if (nextBuilder_ == null) {
+        return next_ == null ? dev.claimd.idempotency.v1.NextAnswer.getDefaultInstance() : next_;
+      } else {
+        return nextBuilder_.getMessage();
+      }
+    }
+    /**
+     * <pre>
+     * next is what a Claim of this key would be answered now, decided by the
+     * same rule as Claim (without its entity: GetEntity shows that).
+     * </pre>
+     *
+     * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+     */
+    public Builder setNext(dev.claimd.idempotency.v1.NextAnswer value) {
+      if (nextBuilder_ == null) {
+        java.util.Objects.requireNonNull(value);
+        next_ = value;
+      } else {
+        nextBuilder_.setMessage(value);
+      }
+      bitField0_ |= 0x00000002;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * next is what a Claim of this key would be answered now, decided by the
+     * same rule as Claim (without its entity: GetEntity shows that).
+     * </pre>
+     *
+     * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+     */
+    public Builder setNext(
+        dev.claimd.idempotency.v1.NextAnswer.Builder builderForValue) {
+      if (nextBuilder_ == null) {
+        next_ = builderForValue.build();
+      } else {
+        nextBuilder_.setMessage(builderForValue.build());
+      }
+      bitField0_ |= 0x00000002;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * next is what a Claim of this key would be answered now, decided by the
+     * same rule as Claim (without its entity: GetEntity shows that).
+     * </pre>
+     *
+     * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+     */
+    public Builder mergeNext(dev.claimd.idempotency.v1.NextAnswer value) {
+      if (nextBuilder_ == null) {
+        if (((bitField0_ & 0x00000002) != 0) &&
+          next_ != null &&
+          next_ != dev.claimd.idempotency.v1.NextAnswer.getDefaultInstance()) {
+          getNextBuilder().mergeFrom(value);
+        } else {
+          next_ = value;
+        }
+      } else {
+        nextBuilder_.mergeFrom(value);
+      }
+      if (next_ != null) {
+        bitField0_ |= 0x00000002;
+        onChanged();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * next is what a Claim of this key would be answered now, decided by the
+     * same rule as Claim (without its entity: GetEntity shows that).
+     * </pre>
+     *
+     * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+     */
+    public Builder clearNext() {
+      bitField0_ = (bitField0_ & ~0x00000002);
+      next_ = null;
+      if (nextBuilder_ != null) {
+        nextBuilder_.dispose();
+        nextBuilder_ = null;
+      }
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * next is what a Claim of this key would be answered now, decided by the
+     * same rule as Claim (without its entity: GetEntity shows that).
+     * </pre>
+     *
+     * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+     */
+    public dev.claimd.idempotency.v1.NextAnswer.Builder getNextBuilder() {
+      bitField0_ |= 0x00000002;
+      onChanged();
+      return internalGetNextFieldBuilder().getBuilder();
+    }
+    /**
+     * <pre>
+     * next is what a Claim of this key would be answered now, decided by the
+     * same rule as Claim (without its entity: GetEntity shows that).
+     * </pre>
+     *
+     * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+     */
+    public dev.claimd.idempotency.v1.NextAnswerOrBuilder getNextOrBuilder() {
+      if (nextBuilder_ != null) {
+        return nextBuilder_.getMessageOrBuilder();
+      } else {
+        return next_ == null ?
+            dev.claimd.idempotency.v1.NextAnswer.getDefaultInstance() : next_;
+      }
+    }
+    /**
+     * <pre>
+     * next is what a Claim of this key would be answered now, decided by the
+     * same rule as Claim (without its entity: GetEntity shows that).
+     * </pre>
+     *
+     * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+     */
+    private com.google.protobuf.SingleFieldBuilder<
+        dev.claimd.idempotency.v1.NextAnswer, dev.claimd.idempotency.v1.NextAnswer.Builder, dev.claimd.idempotency.v1.NextAnswerOrBuilder> 
+        internalGetNextFieldBuilder() {
+      if (nextBuilder_ == null) {
+        nextBuilder_ = new com.google.protobuf.SingleFieldBuilder<
+            dev.claimd.idempotency.v1.NextAnswer, dev.claimd.idempotency.v1.NextAnswer.Builder, dev.claimd.idempotency.v1.NextAnswerOrBuilder>(
+                getNext(),
+                getParentForChildren(),
+                isClean());
+        next_ = null;
+      }
+      return nextBuilder_;
     }
 
     // @@protoc_insertion_point(builder_scope:idempotency.v1.GetResponse)

@@ -36,4 +36,34 @@ public interface GetResponseOrBuilder extends
    * <code>.idempotency.v1.Record record = 1 [json_name = "record"];</code>
    */
   dev.claimd.idempotency.v1.RecordOrBuilder getRecordOrBuilder();
+
+  /**
+   * <pre>
+   * next is what a Claim of this key would be answered now, decided by the
+   * same rule as Claim (without its entity: GetEntity shows that).
+   * </pre>
+   *
+   * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+   * @return Whether the next field is set.
+   */
+  boolean hasNext();
+  /**
+   * <pre>
+   * next is what a Claim of this key would be answered now, decided by the
+   * same rule as Claim (without its entity: GetEntity shows that).
+   * </pre>
+   *
+   * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+   * @return The next.
+   */
+  dev.claimd.idempotency.v1.NextAnswer getNext();
+  /**
+   * <pre>
+   * next is what a Claim of this key would be answered now, decided by the
+   * same rule as Claim (without its entity: GetEntity shows that).
+   * </pre>
+   *
+   * <code>.idempotency.v1.NextAnswer next = 2 [json_name = "next"];</code>
+   */
+  dev.claimd.idempotency.v1.NextAnswerOrBuilder getNextOrBuilder();
 }
