@@ -25,6 +25,7 @@
 package gateway
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
@@ -156,14 +157,36 @@ type jsonCodec struct {
 // newJSONCodec refuses unknown fields instead of dropping them (vanguard's
 // default): a misspelt "scope" dropped in silence would claim another key.
 // It writes proto3's canonical JSON, as grpcurl and Connect clients do:
-// a field at its zero value is left out (no "changed" is false), where
-// vanguard's default would write every one, empty secrets and
-// REASON_UNSPECIFIED included.
+// a field at its zero value is left out, where vanguard's default would
+// write every one, empty secrets and REASON_UNSPECIFIED included; the one
+// exception is TransitionResponse.changed (see MarshalAppend).
 func newJSONCodec(res vanguard.TypeResolver, maxMessage int) vanguard.Codec {
 	c := vanguard.NewJSONCodec(res)
 	c.UnmarshalOptions.DiscardUnknown = false
 	c.MarshalOptions.EmitUnpopulated = false
 	return jsonCodec{JSONCodec: c, maxMessage: maxMessage}
+}
+
+// MarshalAppend is JSONCodec.MarshalAppend, and a TransitionResponse
+// always carries "changed": a repeated transition answers "changed":false
+// rather than leaving it out, because a reader of the JSON asks exactly
+// that (was this call the one that moved it?) and an absent field reads
+// as "unknown". protojson has no per-field option, so the field is added
+// to the object it wrote.
+func (c jsonCodec) MarshalAppend(b []byte, msg proto.Message) ([]byte, error) {
+	out, err := c.JSONCodec.MarshalAppend(b, msg)
+	if tr, ok := msg.(*pb.TransitionResponse); !ok || err != nil || tr.GetChanged() {
+		return out, err
+	}
+	obj := bytes.TrimRight(out[len(b):], " \n")
+	if len(obj) < 2 || obj[len(obj)-1] != '}' {
+		return nil, fmt.Errorf("gateway: TransitionResponse marshalled as %q, not a JSON object", obj)
+	}
+	field := `,"changed":false}`
+	if len(bytes.TrimSpace(obj[1:len(obj)-1])) == 0 {
+		field = field[1:]
+	}
+	return append(out[:len(b)+len(obj)-1], field...), nil
 }
 
 // maxErrorBytes bounds the text of a decoding error: protojson quotes the

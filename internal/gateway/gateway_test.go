@@ -103,6 +103,13 @@ func TestEveryRPC(t *testing.T) {
 			if !settled.GetChanged() || settled.GetRecord().GetState() != pb.EventState_EVENT_STATE_SETTLED {
 				t.Fatalf("Transition SETTLED = %v", settled)
 			}
+			// A repeat (a handler whose reply was lost) changes nothing and
+			// says so in the JSON: "changed":false, not a missing field.
+			repeat, raw := ok[*pb.TransitionResponse](t, c, "/idempotency.v1.ClaimService/Transition", &pb.TransitionRequest{
+				Namespace: "billing", Provider: "stripe", Key: key, FencingToken: 1, LeaseSecret: secret, To: pb.EventState_EVENT_STATE_SETTLED, Result: result})
+			if repeat.GetChanged() || raw["changed"] != false || repeat.GetRecord().GetState() != pb.EventState_EVENT_STATE_SETTLED {
+				t.Fatalf("repeated Transition SETTLED = %v, JSON changed = %v, want the settled record and \"changed\":false", repeat, raw["changed"])
+			}
 
 			claim.Holder = "pod-b"
 			dup, raw := ok[*pb.ClaimResponse](t, c, "/idempotency.v1.ClaimService/Claim", claim)
