@@ -13,18 +13,17 @@ package main
 // it does for a providers file.
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/claimd/claimd/internal/yamlconf"
 )
 
 // envPrefix begins the environment variable of every flag.
@@ -107,80 +106,52 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// yamlLine matches the line yaml.v3 puts in its syntax errors.
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
 // applyConfig sets the flags of fs that are not in set from the config file
-// at path: a YAML mapping of flag names to single values. A key that is a
-// flag of no command is refused, naming the file and its line; a key that
-// is another command's flag is skipped, so that one file serves serve,
-// migrate and prune alike.
+// at path: a YAML mapping of flag names to single values, read as strictly
+// as the providers and auth files (internal/yamlconf). A key that is a flag
+// of no command is refused, naming the file and its line; a key that is
+// another command's flag is skipped, so that one file serves serve,
+// migrate and prune alike. An empty file sets nothing.
 func applyConfig(fs *flag.FlagSet, path string, set map[string]bool) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("%w: --config: %v", errUsage, err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil // an empty file sets nothing
-		}
-		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-			return fmt.Errorf("%w: %s:%s: YAML syntax: %s", errUsage, path, m[1], m[2])
-		}
-		return fmt.Errorf("%w: %s: %v", errUsage, path, err)
-	}
-	var next yaml.Node
-	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: %s:%d: a second YAML document: a config file holds one", errUsage, path, next.Line)
-	}
-	if len(doc.Content) == 0 {
+	l := yamlconf.Loader{File: path}
+	root, empty := l.Document(data, "a config file")
+	switch {
+	case empty:
 		return nil
-	}
-	root := doc.Content[0]
-	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
-		return nil // an empty document sets nothing
-	}
-	if root.Kind != yaml.MappingNode {
-		return fmt.Errorf("%w: %s:%d: want a mapping of flag names to values, as in listen: 127.0.0.1:50051", errUsage, path, root.Line)
+	case root == nil:
+		return fmt.Errorf("%w: %w", errUsage, l.Err())
+	case root.Kind != yaml.MappingNode:
+		l.Errorf(root, "", "want a mapping of flag names to values, as in listen: 127.0.0.1:50051")
+		return fmt.Errorf("%w: %w", errUsage, l.Err())
 	}
 	known := knownFlags()
-	seen := make(map[string]bool)
-	var errs []error
-	refuse := func(n *yaml.Node, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s:%d: %s", path, n.Line, fmt.Sprintf(format, args...)))
-	}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
+	for _, f := range l.Fields(root, "", nil) {
+		k, v := f.Key, f.Value
 		name := k.Value
 		switch {
-		case k.Kind != yaml.ScalarNode:
-			refuse(k, "keys must be flag names")
-			continue
 		case name == configFlag:
-			refuse(k, "config cannot name another config file")
+			l.Errorf(k, "", "config cannot name another config file")
 			continue
 		case fs.Lookup(name) == nil && !known[name]:
-			refuse(k, "unknown key %s: no claimd command has such a flag%s", clip(name), suggest(name, known))
-			continue
-		case seen[name]:
-			refuse(k, "%q is given twice", name)
+			l.Errorf(k, "", "unknown key %s: no claimd command has such a flag%s", yamlconf.Quote(name), suggest(name, known))
 			continue
 		case v.Kind != yaml.ScalarNode || v.Tag == "!!null":
-			refuse(v, "%s must be a single value (remove the key to keep the default)", name)
+			l.Errorf(v, "", "%s must be a single value (remove the key to keep the default)", name)
 			continue
 		}
-		seen[name] = true
 		if fs.Lookup(name) == nil || set[name] {
 			continue // another command's flag, or set by the command line or the environment
 		}
 		if err := fs.Set(name, v.Value); err != nil {
-			refuse(v, "%s: %s is not a value of --%s: %s", name, clip(v.Value), name, want(fs.Lookup(name), err))
+			l.Errorf(v, "", "%s: %s is not a value of --%s: %s", name, yamlconf.Quote(v.Value), name, want(fs.Lookup(name), err))
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", errUsage, errors.Join(errs...))
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return nil
 }
@@ -228,16 +199,9 @@ func suggest(key string, known map[string]bool) string {
 	return ""
 }
 
-// maxEcho bounds how much of a refused value an error repeats.
-const maxEcho = 64
-
-// clip shortens s for an error message, saying how long it was.
-func clip(s string) string {
-	if len(s) <= maxEcho {
-		return strconv.Quote(s)
-	}
-	return fmt.Sprintf("%q… (%d bytes)", s[:maxEcho], len(s))
-}
+// clip quotes a refused value for a message, bounded, as the config
+// file's errors do.
+var clip = yamlconf.Quote
 
 // help is the help of the command whose flag set is fs: its usage, what it
 // does, and each flag with its variable and default.

@@ -1,12 +1,10 @@
 package auth
 
 import (
-	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"regexp"
@@ -17,6 +15,8 @@ import (
 	"unicode"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/claimd/claimd/internal/yamlconf"
 )
 
 // SchemaVersion is the version of the auth file schema this package reads;
@@ -100,25 +100,8 @@ func (r Rate) String() string {
 }
 
 // ValidationError is one rule an auth file breaks. Parse returns all of
-// them, joined with errors.Join, so one run shows every mistake in a file.
-type ValidationError struct {
-	File    string // the name given to Parse
-	Line    int    // 1-based; 0 when the file as a whole is at fault
-	Subject string // the principal concerned, or ""
-	Msg     string // the rule broken
-}
-
-// Error renders e as "file:line: subject: msg", the shape compilers use.
-func (e *ValidationError) Error() string {
-	s := e.File
-	if e.Line > 0 {
-		s += ":" + strconv.Itoa(e.Line)
-	}
-	if e.Subject != "" {
-		s += ": " + e.Subject
-	}
-	return s + ": " + e.Msg
-}
+// them, joined, each rendered "file:line: subject: msg".
+type ValidationError = yamlconf.Error
 
 // LoadFile reads and parses the auth file at path.
 func LoadFile(path string) (*Config, error) {
@@ -143,150 +126,50 @@ func LoadFile(path string) (*Config, error) {
 // metrics (which reads /metrics, not a namespace); a rate is not "unlimited" or {per_second > 0, burst >= 1}. Anchors and
 // aliases are refused: a reviewer must read every grant where it applies.
 func Parse(name string, data []byte) (*Config, error) {
-	l := &loader{file: name, tokens: map[[sha256.Size]byte]string{}, identities: map[string]string{}}
+	l := &loader{Loader: yamlconf.Loader{File: name}, tokens: map[[sha256.Size]byte]string{}, identities: map[string]string{}}
 	root := l.parse(data)
 	if root == nil {
-		return nil, l.joined()
+		return nil, l.Err()
 	}
 	cfg := l.document(root)
-	if len(l.errs) > 0 {
-		return nil, l.joined()
+	if err := l.Err(); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }
 
 type loader struct {
-	file string
-	errs []error
+	yamlconf.Loader
 	// tokens and identities map what was seen to the principal listing it.
 	tokens     map[[sha256.Size]byte]string
 	identities map[string]string
 }
 
-func (l *loader) errorf(n *yaml.Node, subject, format string, args ...any) {
-	line := 0
-	if n != nil {
-		line = n.Line
-	}
-	l.errs = append(l.errs, &ValidationError{File: l.file, Line: line, Subject: subject, Msg: fmt.Sprintf(format, args...)})
-}
-
-// joined returns the errors in the order of the file's lines.
-func (l *loader) joined() error {
-	slices.SortStableFunc(l.errs, func(a, b error) int {
-		return cmp.Compare(a.(*ValidationError).Line, b.(*ValidationError).Line)
-	})
-	return errors.Join(l.errs...)
-}
-
-// yamlLine matches the line yaml.v3 puts in its syntax errors.
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
 // parse returns the root mapping of the single YAML document in data.
 func (l *loader) parse(data []byte) *yaml.Node {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			l.errorf(nil, "", "file is empty: want version and principals")
-		} else {
-			l.yamlError(err)
-		}
+	root, empty := l.Document(data, "an auth file")
+	if empty {
+		l.Errorf(nil, "", "file is empty: want version and principals")
 		return nil
 	}
-	var next yaml.Node
-	if err := dec.Decode(&next); err == nil {
-		l.errorf(&next, "", "a second YAML document: an auth file holds one")
-		return nil
-	} else if !errors.Is(err, io.EOF) {
-		l.yamlError(err)
-		return nil
-	}
-	if len(doc.Content) == 0 {
-		l.errorf(nil, "", "file is empty: want version and principals")
-		return nil
-	}
-	root := doc.Content[0]
-	if l.aliases(root) {
-		return nil
-	}
-	if root.Kind != yaml.MappingNode {
-		l.errorf(root, "", "the file must be a mapping with version and principals")
+	if root != nil && root.Kind != yaml.MappingNode {
+		l.Errorf(root, "", "the file must be a mapping with version and principals")
 		return nil
 	}
 	return root
-}
-
-// yamlError records a syntax error. yaml.v3 names the line of the
-// offending token (scanner errors) or, counted from 0, of the construct
-// around it (parser errors); either way the reader is sent near the fault.
-func (l *loader) yamlError(err error) {
-	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		if strings.HasPrefix(m[2], "did not find expected") {
-			line++
-		}
-		l.errs = append(l.errs, &ValidationError{File: l.file, Line: line, Msg: "YAML syntax: " + m[2]})
-		return
-	}
-	l.errs = append(l.errs, &ValidationError{File: l.file, Msg: "YAML: " + err.Error()})
-}
-
-// aliases reports (and records) anchors and aliases under n: they let one
-// principal silently inherit another's grants.
-func (l *loader) aliases(n *yaml.Node) bool {
-	if n.Kind == yaml.AliasNode || n.Anchor != "" {
-		l.errorf(n, "", "anchors and aliases are not allowed: write each grant out")
-		return true
-	}
-	found := false
-	for _, c := range n.Content {
-		found = l.aliases(c) || found
-	}
-	return found
-}
-
-// field is one key: value pair of a mapping.
-type field struct {
-	key, value *yaml.Node
-}
-
-// fields returns the pairs of mapping n, refusing keys outside allowed (when
-// allowed is non-nil) and keys given twice.
-func (l *loader) fields(n *yaml.Node, subject string, allowed []string) []field {
-	var out []field
-	seen := make(map[string]bool, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind != yaml.ScalarNode {
-			l.errorf(k, subject, "keys must be plain names")
-			continue
-		}
-		if allowed != nil && !slices.Contains(allowed, k.Value) {
-			l.errorf(k, subject, "unknown field %s (want one of %s)", clip(k.Value), strings.Join(allowed, ", "))
-			continue
-		}
-		if seen[k.Value] {
-			l.errorf(k, subject, "%s is given twice", clip(k.Value))
-			continue
-		}
-		seen[k.Value] = true
-		out = append(out, field{k, v})
-	}
-	return out
 }
 
 var topFields = []string{"version", "default_rate", "principals"}
 
 func (l *loader) document(root *yaml.Node) *Config {
 	vals := map[string]*yaml.Node{}
-	for _, f := range l.fields(root, "", topFields) {
-		vals[f.key.Value] = f.value
+	for _, f := range l.Fields(root, "", topFields) {
+		vals[f.Key.Value] = f.Value
 	}
 	if v := vals["version"]; v == nil {
-		l.errorf(root, "", "version is required (this schema is version %d)", SchemaVersion)
+		l.Errorf(root, "", "version is required (this schema is version %d)", SchemaVersion)
 	} else if v.Kind != yaml.ScalarNode || v.Value != strconv.Itoa(SchemaVersion) {
-		l.errorf(v, "", "version must be %d: this claimd reads auth schema version %d only", SchemaVersion, SchemaVersion)
+		l.Errorf(v, "", "version must be %d: this claimd reads auth schema version %d only", SchemaVersion, SchemaVersion)
 	}
 	cfg := &Config{DefaultRate: DefaultRate}
 	if v := vals["default_rate"]; v != nil {
@@ -294,15 +177,15 @@ func (l *loader) document(root *yaml.Node) *Config {
 	}
 	n := vals["principals"]
 	if n == nil {
-		l.errorf(root, "", "principals is required")
+		l.Errorf(root, "", "principals is required")
 		return nil
 	}
 	if n.Kind != yaml.MappingNode || len(n.Content) == 0 {
-		l.errorf(n, "", "principals must be a mapping of at least one principal name to its grants")
+		l.Errorf(n, "", "principals must be a mapping of at least one principal name to its grants")
 		return nil
 	}
-	for _, f := range l.fields(n, "", nil) {
-		if p := l.principal(f.key, f.value, cfg.DefaultRate); p != nil {
+	for _, f := range l.Fields(n, "", nil) {
+		if p := l.principal(f.Key, f.Value, cfg.DefaultRate); p != nil {
 			cfg.Principals = append(cfg.Principals, p)
 		}
 	}
@@ -316,19 +199,19 @@ var principalFields = []string{"tokens", "identities", "namespaces", "roles", "r
 // broken (the errors are recorded).
 func (l *loader) principal(key, n *yaml.Node, defaultRate Rate) *PrincipalConfig {
 	name := key.Value
-	before := len(l.errs)
+	before := l.Count()
 	subject := name
 	if !namePattern.MatchString(name) {
 		subject = clip(name)
-		l.errorf(key, subject, "principal name must match %s", nameSyntax)
+		l.Errorf(key, subject, "principal name must match %s", nameSyntax)
 	}
 	if n.Kind != yaml.MappingNode {
-		l.errorf(n, subject, "must be a mapping of %s", strings.Join(principalFields, ", "))
+		l.Errorf(n, subject, "must be a mapping of %s", strings.Join(principalFields, ", "))
 		return nil
 	}
 	vals := map[string]*yaml.Node{}
-	for _, f := range l.fields(n, subject, principalFields) {
-		vals[f.key.Value] = f.value
+	for _, f := range l.Fields(n, subject, principalFields) {
+		vals[f.Key.Value] = f.Value
 	}
 	p := &PrincipalConfig{Name: name, Rate: defaultRate}
 	for _, v := range l.tokenList(vals["tokens"], subject) {
@@ -340,25 +223,25 @@ func (l *loader) principal(key, n *yaml.Node, defaultRate Rate) *PrincipalConfig
 		id, err := parseIdentity(v.Value)
 		switch {
 		case err != nil:
-			l.errorf(v, subject, "identity %s: %v", clip(v.Value), err)
+			l.Errorf(v, subject, "identity %s: %v", clip(v.Value), err)
 		case l.identities[id] == name:
-			l.errorf(v, subject, "identity %s is listed twice", clip(v.Value))
+			l.Errorf(v, subject, "identity %s is listed twice", clip(v.Value))
 		case l.identities[id] != "":
-			l.errorf(v, subject, "identity %s is also listed by principal %s: an identity names exactly one principal", clip(v.Value), l.identities[id])
+			l.Errorf(v, subject, "identity %s is also listed by principal %s: an identity names exactly one principal", clip(v.Value), l.identities[id])
 		default:
 			l.identities[id] = name
 			p.Identities = append(p.Identities, id)
 		}
 	}
 	if vals["tokens"] == nil && vals["identities"] == nil {
-		l.errorf(key, subject, "a principal needs tokens or identities (or both): without them nobody can act as it")
+		l.Errorf(key, subject, "a principal needs tokens or identities (or both): without them nobody can act as it")
 	}
 	for _, v := range l.list(vals["namespaces"], subject, "namespaces") {
 		switch {
 		case !namePattern.MatchString(v.Value) && !prefixPattern.MatchString(v.Value):
-			l.errorf(v, subject, "namespace %s must be a namespace (%s) or a prefix of one followed by * (as in payouts-*; * alone is every namespace)", clip(v.Value), nameSyntax)
+			l.Errorf(v, subject, "namespace %s must be a namespace (%s) or a prefix of one followed by * (as in payouts-*; * alone is every namespace)", clip(v.Value), nameSyntax)
 		case slices.Contains(p.Namespaces, v.Value):
-			l.errorf(v, subject, "namespace %s is listed twice", v.Value)
+			l.Errorf(v, subject, "namespace %s is listed twice", v.Value)
 		default:
 			p.Namespaces = append(p.Namespaces, v.Value)
 		}
@@ -367,24 +250,24 @@ func (l *loader) principal(key, n *yaml.Node, defaultRate Rate) *PrincipalConfig
 		r, ok := roleNames[v.Value]
 		switch {
 		case !ok:
-			l.errorf(v, subject, "role %s is not one of claim, read, admin, metrics", clip(v.Value))
+			l.Errorf(v, subject, "role %s is not one of claim, read, admin, metrics", clip(v.Value))
 		case p.Roles&r != 0:
-			l.errorf(v, subject, "role %s is listed twice", v.Value)
+			l.Errorf(v, subject, "role %s is listed twice", v.Value)
 		default:
 			p.Roles |= r
 		}
 	}
 	if vals["roles"] == nil {
-		l.errorf(key, subject, "roles is required: claim, read, admin and/or metrics")
+		l.Errorf(key, subject, "roles is required: claim, read, admin and/or metrics")
 	}
 	// A scraper's principal (metrics alone) uses no namespace.
 	if vals["namespaces"] == nil && (vals["roles"] == nil || p.Roles&^RoleMetrics != 0) {
-		l.errorf(key, subject, `namespaces is required: list the namespaces this principal may use ("*" for every one)`)
+		l.Errorf(key, subject, `namespaces is required: list the namespaces this principal may use ("*" for every one)`)
 	}
 	if v := vals["rate"]; v != nil {
 		p.Rate, _ = l.rate(v, subject, "rate")
 	}
-	if len(l.errs) > before {
+	if l.Count() > before {
 		return nil
 	}
 	return p
@@ -397,13 +280,13 @@ func (l *loader) tokenList(n *yaml.Node, subject string) []*yaml.Node {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-		l.errorf(n, subject, "tokens must be a list of at least one token hash, as in [\"sha256:…\"]")
+		l.Errorf(n, subject, "tokens must be a list of at least one token hash, as in [\"sha256:…\"]")
 		return nil
 	}
 	var out []*yaml.Node
 	for _, v := range n.Content {
 		if (v.Kind != yaml.ScalarNode || v.Value == "") && v.Kind != yaml.MappingNode {
-			l.errorf(v, subject, `tokens must list hashes ("sha256:…") or mappings {hash: "sha256:…", expires: <RFC 3339 time>}`)
+			l.Errorf(v, subject, `tokens must list hashes ("sha256:…") or mappings {hash: "sha256:…", expires: <RFC 3339 time>}`)
 			continue
 		}
 		out = append(out, v)
@@ -418,17 +301,17 @@ func (l *loader) token(v *yaml.Node, subject string) (Token, bool) {
 	if v.Kind == yaml.MappingNode {
 		hashNode = nil
 		ok := true
-		for _, f := range l.fields(v, subject, []string{"hash", "expires"}) {
+		for _, f := range l.Fields(v, subject, []string{"hash", "expires"}) {
 			switch {
-			case f.key.Value == "hash" && f.value.Kind == yaml.ScalarNode:
-				hashNode = f.value
-			case f.key.Value == "hash":
-				l.errorf(f.value, subject, `a token's hash must be one value "sha256:…"`)
+			case f.Key.Value == "hash" && f.Value.Kind == yaml.ScalarNode:
+				hashNode = f.Value
+			case f.Key.Value == "hash":
+				l.Errorf(f.Value, subject, `a token's hash must be one value "sha256:…"`)
 				ok = false
 			default:
-				t, err := time.Parse(time.RFC3339, f.value.Value)
-				if f.value.Kind != yaml.ScalarNode || err != nil {
-					l.errorf(f.value, subject, "a token's expires %s must be an RFC 3339 time with its zone, as in 2027-01-31T00:00:00Z", clip(f.value.Value))
+				t, err := time.Parse(time.RFC3339, f.Value.Value)
+				if f.Value.Kind != yaml.ScalarNode || err != nil {
+					l.Errorf(f.Value, subject, "a token's expires %s must be an RFC 3339 time with its zone, as in 2027-01-31T00:00:00Z", clip(f.Value.Value))
 					ok = false
 					continue
 				}
@@ -437,7 +320,7 @@ func (l *loader) token(v *yaml.Node, subject string) (Token, bool) {
 		}
 		if hashNode == nil {
 			if ok {
-				l.errorf(v, subject, `a token given as a mapping needs hash: "sha256:…"`)
+				l.Errorf(v, subject, `a token given as a mapping needs hash: "sha256:…"`)
 			}
 			return tok, false
 		}
@@ -449,13 +332,13 @@ func (l *loader) token(v *yaml.Node, subject string) (Token, bool) {
 	switch {
 	case !ok && strings.HasPrefix(hashNode.Value, TokenPrefix):
 		// Never echo it: it is most likely a live token.
-		l.errorf(hashNode, subject, "tokens lists a token itself, not its hash: list %q and the hash that `claimd token new` prints, and treat that token as leaked", hashPrefix+"…")
+		l.Errorf(hashNode, subject, "tokens lists a token itself, not its hash: list %q and the hash that `claimd token new` prints, and treat that token as leaked", hashPrefix+"…")
 	case !ok:
-		l.errorf(hashNode, subject, "a token must be listed as %q and 64 lowercase hex digits (the value `claimd token new` prints)", hashPrefix)
+		l.Errorf(hashNode, subject, "a token must be listed as %q and 64 lowercase hex digits (the value `claimd token new` prints)", hashPrefix)
 	case l.tokens[h] == subject:
-		l.errorf(hashNode, subject, "this token hash is listed twice")
+		l.Errorf(hashNode, subject, "this token hash is listed twice")
 	case l.tokens[h] != "":
-		l.errorf(hashNode, subject, "this token hash is also listed by principal %s: a token names exactly one principal", l.tokens[h])
+		l.Errorf(hashNode, subject, "this token hash is also listed by principal %s: a token names exactly one principal", l.tokens[h])
 	default:
 		l.tokens[h] = subject
 		tok.Hash = h
@@ -471,13 +354,13 @@ func (l *loader) list(n *yaml.Node, subject, fieldName string) []*yaml.Node {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-		l.errorf(n, subject, "%s must be a list of at least one value, as in [a, b]", fieldName)
+		l.Errorf(n, subject, "%s must be a list of at least one value, as in [a, b]", fieldName)
 		return nil
 	}
 	var out []*yaml.Node
 	for _, v := range n.Content {
 		if v.Kind != yaml.ScalarNode || v.Value == "" {
-			l.errorf(v, subject, "%s must list non-empty single values", fieldName)
+			l.Errorf(v, subject, "%s must list non-empty single values", fieldName)
 			continue
 		}
 		out = append(out, v)
@@ -491,33 +374,33 @@ func (l *loader) rate(n *yaml.Node, subject, fieldName string) (Rate, bool) {
 		return Rate{Unlimited: true}, true
 	}
 	if n.Kind != yaml.MappingNode {
-		l.errorf(n, subject, `%s must be "unlimited" or {per_second: N, burst: N}`, fieldName)
+		l.Errorf(n, subject, `%s must be "unlimited" or {per_second: N, burst: N}`, fieldName)
 		return Rate{}, false
 	}
 	var r Rate
 	var perSecond, burst *yaml.Node
-	for _, f := range l.fields(n, subject, []string{"per_second", "burst"}) {
-		if f.key.Value == "per_second" {
-			perSecond = f.value
+	for _, f := range l.Fields(n, subject, []string{"per_second", "burst"}) {
+		if f.Key.Value == "per_second" {
+			perSecond = f.Value
 		} else {
-			burst = f.value
+			burst = f.Value
 		}
 	}
 	ok := true
 	if perSecond == nil {
-		l.errorf(n, subject, "%s.per_second is required", fieldName)
+		l.Errorf(n, subject, "%s.per_second is required", fieldName)
 		ok = false
 	} else if v, err := strconv.ParseFloat(perSecond.Value, 64); perSecond.Kind != yaml.ScalarNode || err != nil || !(v > 0) || math.IsInf(v, 0) {
-		l.errorf(perSecond, subject, "%s.per_second must be a number > 0", fieldName)
+		l.Errorf(perSecond, subject, "%s.per_second must be a number > 0", fieldName)
 		ok = false
 	} else {
 		r.PerSecond = v
 	}
 	if burst == nil {
-		l.errorf(n, subject, "%s.burst is required", fieldName)
+		l.Errorf(n, subject, "%s.burst is required", fieldName)
 		ok = false
 	} else if v, err := strconv.Atoi(burst.Value); burst.Kind != yaml.ScalarNode || err != nil || v < 1 {
-		l.errorf(burst, subject, "%s.burst must be a whole number >= 1", fieldName)
+		l.Errorf(burst, subject, "%s.burst must be a whole number >= 1", fieldName)
 		ok = false
 	} else {
 		r.Burst = v

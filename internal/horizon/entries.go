@@ -11,10 +11,10 @@ import (
 // The entries of a providers file, providers and groups, each validated
 // against every rule that Load lists.
 
-var providerFields = map[string]bool{
-	"retry_horizon": true, "margin": true, "lease": true, "max_lease": true,
-	"key": true, "families": true, "source": true, "reviewed_on": true,
-	"lifecycles": true,
+var providerFields = []string{
+	"retry_horizon", "margin", "lease", "max_lease",
+	"key", "families", "source", "reviewed_on",
+	"lifecycles",
 }
 
 // maxFamilyLen bounds a family's name: it is a label in a table, not prose.
@@ -26,21 +26,21 @@ const maxFamilyLen = 80
 func (l *loader) providers(n *yaml.Node) ([]*Provider, map[string]bool) {
 	names := make(map[string]bool)
 	if n.Kind != yaml.MappingNode || (len(n.Content) == 0 && l.base == nil) {
-		l.errorf(n, "", "providers must be a mapping of at least one provider name to its fields")
+		l.Errorf(n, "", "providers must be a mapping of at least one provider name to its fields")
 		return nil, names
 	}
 	var out []*Provider
-	for _, f := range l.fields(n, "", nil) {
-		name := f.key.Value
+	for _, f := range l.Fields(n, "", nil) {
+		name := f.Key.Value
 		names[name] = true
 		if !namePattern.MatchString(name) {
-			l.errorf(f.key, name, "provider name must match %s", nameSyntax)
+			l.Errorf(f.Key, name, "provider name must match %s", nameSyntax)
 		}
 		if g, ok := l.baseGroup(name); ok {
-			l.errorf(f.key, name, "provider shadows the built-in group of the same name (members %s): a claim naming it would be ambiguous",
+			l.Errorf(f.Key, name, "provider shadows the built-in group of the same name (members %s): a claim naming it would be ambiguous",
 				strings.Join(g.Members, ", "))
 		}
-		if p := l.provider(name, f.key, f.value); p != nil && namePattern.MatchString(name) {
+		if p := l.provider(name, f.Key, f.Value); p != nil && namePattern.MatchString(name) {
 			out = append(out, p)
 		}
 	}
@@ -61,11 +61,11 @@ func (l *loader) baseGroup(name string) (*Provider, bool) {
 // broken (the errors are recorded).
 func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 	if n.Kind != yaml.MappingNode {
-		l.errorf(n, name, "must be a mapping of retry_horizon, margin, lease, max_lease, key, families, source, reviewed_on, lifecycles")
+		l.Errorf(n, name, "must be a mapping of retry_horizon, margin, lease, max_lease, key, families, source, reviewed_on, lifecycles")
 		return nil
 	}
-	before := len(l.errs)
-	vals := l.record(key, n, name, providerFields, "", "retry_horizon", "margin", "lease", "source", "reviewed_on")
+	before := l.Count()
+	vals := l.Record(key, n, name, providerFields, "", "retry_horizon", "margin", "lease", "source", "reviewed_on")
 	p := &Provider{Name: name}
 	horizonOK := l.duration(vals["retry_horizon"], name, "retry_horizon", &p.RetryHorizon)
 	marginOK := l.duration(vals["margin"], name, "margin", &p.Margin)
@@ -76,36 +76,36 @@ func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 	}
 
 	if horizonOK && p.RetryHorizon <= 0 {
-		l.errorf(vals["retry_horizon"], name, "retry_horizon must be > 0 (got %s)", FormatDuration(p.RetryHorizon))
+		l.Errorf(vals["retry_horizon"], name, "retry_horizon must be > 0 (got %s)", FormatDuration(p.RetryHorizon))
 		horizonOK = false
 	}
 	if marginOK && p.Margin <= 0 {
-		l.errorf(vals["margin"], name, "margin must be > 0 (got %s)", FormatDuration(p.Margin))
+		l.Errorf(vals["margin"], name, "margin must be > 0 (got %s)", FormatDuration(p.Margin))
 		marginOK = false
 	}
 	ttlOK := false
 	if horizonOK && marginOK {
 		p.TTL = p.RetryHorizon + p.Margin
 		if p.TTL <= p.RetryHorizon { // the sum overflowed
-			l.errorf(vals["margin"], name, "ttl (retry_horizon %s + margin %s) must be > retry_horizon: the sum overflows",
+			l.Errorf(vals["margin"], name, "ttl (retry_horizon %s + margin %s) must be > retry_horizon: the sum overflows",
 				FormatDuration(p.RetryHorizon), FormatDuration(p.Margin))
 		} else {
 			ttlOK = true
 		}
 	}
 	if leaseOK && p.Lease <= 0 {
-		l.errorf(vals["lease"], name, "lease must be > 0 (got %s)", FormatDuration(p.Lease))
+		l.Errorf(vals["lease"], name, "lease must be > 0 (got %s)", FormatDuration(p.Lease))
 		leaseOK = false
 	}
 	if leaseOK && ttlOK && p.Lease > p.TTL {
-		l.errorf(vals["lease"], name, "lease %s must not exceed ttl %s: the window would close while the first holder still works",
+		l.Errorf(vals["lease"], name, "lease %s must not exceed ttl %s: the window would close while the first holder still works",
 			FormatDuration(p.Lease), FormatDuration(p.TTL))
 	}
 	if leaseOK && maxLeaseOK && vals["max_lease"] != nil {
 		if p.MaxLease < p.Lease {
-			l.errorf(vals["max_lease"], name, "max_lease %s must be >= lease %s", FormatDuration(p.MaxLease), FormatDuration(p.Lease))
+			l.Errorf(vals["max_lease"], name, "max_lease %s must be >= lease %s", FormatDuration(p.MaxLease), FormatDuration(p.Lease))
 		} else if ttlOK && p.MaxLease > p.TTL {
-			l.errorf(vals["max_lease"], name, "max_lease %s must not exceed ttl %s: the window would close while a holder still works",
+			l.Errorf(vals["max_lease"], name, "max_lease %s must not exceed ttl %s: the window would close while a holder still works",
 				FormatDuration(p.MaxLease), FormatDuration(p.TTL))
 		}
 	}
@@ -113,7 +113,7 @@ func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 	if v := vals["key"]; v != nil && l.scalar(v, name, "key") {
 		r, err := ParseRule(v.Value)
 		if err != nil {
-			l.errorf(v, name, "%v", err)
+			l.Errorf(v, name, "%v", err)
 		}
 		p.KeyRule, p.Rule = v.Value, r
 	}
@@ -121,7 +121,7 @@ func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 		p.Families = l.families(v, name, vals["key"] != nil)
 		if p.Rule != nil && p.Families != nil {
 			if n := len(p.Rule.Alternatives()); n > 1 && n != len(p.Families) {
-				l.errorf(v, name, "families lists %d entries for the %d alternatives of the key rule: name what each alternative covers, in order",
+				l.Errorf(v, name, "families lists %d entries for the %d alternatives of the key rule: name what each alternative covers, in order",
 					len(p.Families), n)
 			}
 		}
@@ -129,21 +129,21 @@ func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 	if v := vals["source"]; v != nil && l.scalar(v, name, "source") {
 		u, err := url.Parse(v.Value)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			l.errorf(v, name, "source %q must be an http(s) URL of the page that documents the retry schedule", v.Value)
+			l.Errorf(v, name, "source %q must be an http(s) URL of the page that documents the retry schedule", v.Value)
 		}
 		p.Source = v.Value
 	}
 	if v := vals["reviewed_on"]; v != nil && l.scalar(v, name, "reviewed_on") {
 		t, err := time.Parse(time.DateOnly, v.Value)
 		if err != nil {
-			l.errorf(v, name, "reviewed_on %q must be a date (YYYY-MM-DD)", v.Value)
+			l.Errorf(v, name, "reviewed_on %q must be a date (YYYY-MM-DD)", v.Value)
 		}
 		p.ReviewedOn = t
 	}
 	if v := vals["lifecycles"]; v != nil {
 		p.Lifecycles = l.lifecycles(v, name)
 	}
-	if len(l.errs) > before {
+	if l.Count() > before {
 		return nil
 	}
 	return p
@@ -157,10 +157,10 @@ func (l *loader) provider(name string, key, n *yaml.Node) *Provider {
 // with what it covers.
 func (l *loader) families(n *yaml.Node, subject string, hasKey bool) []string {
 	if !hasKey {
-		l.errorf(n, subject, "families names what the key rule covers, but there is no key rule")
+		l.Errorf(n, subject, "families names what the key rule covers, but there is no key rule")
 	}
 	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-		l.errorf(n, subject, "families must be a list of at least one webhook family, as in [payments, disputes]")
+		l.Errorf(n, subject, "families must be a list of at least one webhook family, as in [payments, disputes]")
 		return nil
 	}
 	var out []string
@@ -168,11 +168,11 @@ func (l *loader) families(n *yaml.Node, subject string, hasKey bool) []string {
 	for _, f := range n.Content {
 		switch {
 		case f.Kind != yaml.ScalarNode || f.Value == "":
-			l.errorf(f, subject, "a family must be a non-empty name")
+			l.Errorf(f, subject, "a family must be a non-empty name")
 		case len(f.Value) > maxFamilyLen || strings.ContainsAny(f.Value, "\n\r\t"):
-			l.errorf(f, subject, "family %q must be one line of at most %d bytes", clipRule(f.Value), maxFamilyLen)
+			l.Errorf(f, subject, "family %q must be one line of at most %d bytes", clipRule(f.Value), maxFamilyLen)
 		case seen[f.Value]:
-			l.errorf(f, subject, "family %q is listed twice", f.Value)
+			l.Errorf(f, subject, "family %q is listed twice", f.Value)
 		default:
 			seen[f.Value] = true
 			out = append(out, f.Value)
@@ -185,10 +185,10 @@ func (l *loader) families(n *yaml.Node, subject string, hasKey bool) []string {
 func (l *loader) scalar(n *yaml.Node, subject, fieldName string) bool {
 	switch {
 	case n.Kind != yaml.ScalarNode:
-		l.errorf(n, subject, "%s must be a single value", fieldName)
+		l.Errorf(n, subject, "%s must be a single value", fieldName)
 		return false
 	case n.Value == "":
-		l.errorf(n, subject, "%s must not be empty", fieldName)
+		l.Errorf(n, subject, "%s must not be empty", fieldName)
 		return false
 	}
 	return true
@@ -202,7 +202,7 @@ func (l *loader) duration(n *yaml.Node, subject, fieldName string, d *time.Durat
 	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		l.errorf(n, subject, "%s %q is not a duration: use h, m and s, as in 72h or 90s (720h for 30 days)", fieldName, n.Value)
+		l.Errorf(n, subject, "%s %q is not a duration: use h, m and s, as in 72h or 90s (720h for 30 days)", fieldName, n.Value)
 		return false
 	}
 	*d = v
@@ -212,7 +212,7 @@ func (l *loader) duration(n *yaml.Node, subject, fieldName string, d *time.Durat
 // groups returns the valid groups of n.
 func (l *loader) groups(n *yaml.Node, providers []*Provider, names map[string]bool) []*Provider {
 	if n.Kind != yaml.MappingNode {
-		l.errorf(n, "", "groups must be a mapping of group names to lists of providers")
+		l.Errorf(n, "", "groups must be a mapping of group names to lists of providers")
 		return nil
 	}
 	valid := make(map[string]*Provider, len(providers))
@@ -233,41 +233,41 @@ func (l *loader) groups(n *yaml.Node, providers []*Provider, names map[string]bo
 		notMember = "member %q is not a provider of this file or of the built-in registry"
 	}
 	var out []*Provider
-	for _, f := range l.fields(n, "", nil) {
-		name := f.key.Value
-		before := len(l.errs)
+	for _, f := range l.Fields(n, "", nil) {
+		name := f.Key.Value
+		before := l.Count()
 		if !namePattern.MatchString(name) {
-			l.errorf(f.key, name, "group name must match %s", nameSyntax)
+			l.Errorf(f.Key, name, "group name must match %s", nameSyntax)
 		}
 		if names[name] {
-			l.errorf(f.key, name, "group shadows the provider of the same name: a claim naming it would be ambiguous")
+			l.Errorf(f.Key, name, "group shadows the provider of the same name: a claim naming it would be ambiguous")
 		}
-		if f.value.Kind != yaml.SequenceNode {
-			l.errorf(f.value, name, "group must be a list of providers, as in [stripe, paypal]")
+		if f.Value.Kind != yaml.SequenceNode {
+			l.Errorf(f.Value, name, "group must be a list of providers, as in [stripe, paypal]")
 			continue
 		}
-		if len(f.value.Content) == 0 {
-			l.errorf(f.value, name, "group has no members")
+		if len(f.Value.Content) == 0 {
+			l.Errorf(f.Value, name, "group has no members")
 			continue
 		}
 		var members []*Provider
 		seen := make(map[string]bool)
-		for _, m := range f.value.Content {
+		for _, m := range f.Value.Content {
 			switch {
 			case m.Kind != yaml.ScalarNode:
-				l.errorf(m, name, "members must be provider names")
+				l.Errorf(m, name, "members must be provider names")
 			case seen[m.Value]:
-				l.errorf(m, name, "member %q is listed twice", m.Value)
+				l.Errorf(m, name, "member %q is listed twice", m.Value)
 			case groupNames[m.Value] && !names[m.Value]:
-				l.errorf(m, name, "member %q is a group: groups list providers only", m.Value)
+				l.Errorf(m, name, "member %q is a group: groups list providers only", m.Value)
 			case !names[m.Value]:
-				l.errorf(m, name, notMember, m.Value)
+				l.Errorf(m, name, notMember, m.Value)
 			case valid[m.Value] != nil:
 				members = append(members, valid[m.Value])
 			}
 			seen[m.Value] = true
 		}
-		if len(l.errs) == before && len(members) == len(f.value.Content) {
+		if l.Count() == before && len(members) == len(f.Value.Content) {
 			out = append(out, newGroup(name, members))
 		}
 	}

@@ -42,8 +42,8 @@ const eventTypeSyntax = `[A-Za-z0-9][A-Za-z0-9_.:/-]*`
 var eventTypePattern = regexp.MustCompile(`^` + eventTypeSyntax + `$`)
 
 var (
-	lifecycleFields = map[string]bool{"entity": true, "event_type": true, "states": true, "events": true, "source": true}
-	eventFields     = map[string]bool{"from": true, "to": true, "entity": true}
+	lifecycleFields = []string{"entity", "event_type", "states", "events", "source"}
+	eventFields     = []string{"from", "to", "entity"}
 )
 
 // lifecycles returns the lifecycles of n, the value of a provider's
@@ -57,8 +57,8 @@ func (l *loader) lifecycles(n *yaml.Node, provider string) []*Lifecycle {
 	// delivery is placed by its event type, so a type in two lifecycles of
 	// a provider would be placed in whichever comes first.
 	declared := make(map[string]int)
-	for _, f := range l.fields(n, provider, nil) {
-		if lc := l.lifecycle(provider, f.key, f.value, declared); lc != nil {
+	for _, f := range l.Fields(n, provider, nil) {
+		if lc := l.lifecycle(provider, f.Key, f.Value, declared); lc != nil {
 			out = append(out, lc)
 		}
 	}
@@ -68,17 +68,17 @@ func (l *loader) lifecycles(n *yaml.Node, provider string) []*Lifecycle {
 // lifecycle validates one lifecycle entry; it returns nil if any rule is
 // broken.
 func (l *loader) lifecycle(provider string, key, n *yaml.Node, declared map[string]int) *Lifecycle {
-	before := len(l.errs)
+	before := l.Count()
 	name := key.Value
 	subject := provider + " lifecycle " + clipRule(name)
 	if !namePattern.MatchString(name) {
-		l.errorf(key, subject, "lifecycle name must match %s", nameSyntax)
+		l.Errorf(key, subject, "lifecycle name must match %s", nameSyntax)
 	}
 	if n.Kind != yaml.MappingNode {
-		l.errorf(n, subject, "must be a mapping of entity, event_type, states, events and source")
+		l.Errorf(n, subject, "must be a mapping of entity, event_type, states, events and source")
 		return nil
 	}
-	vals := l.record(key, n, subject, lifecycleFields, "", "entity", "event_type", "states", "events", "source")
+	vals := l.Record(key, n, subject, lifecycleFields, "", "entity", "event_type", "states", "events", "source")
 	lc := &Lifecycle{Name: name}
 	if v := vals["entity"]; v != nil {
 		lc.EntityRule, lc.entityRule = l.lifecycleRule(v, subject, "entity")
@@ -89,7 +89,7 @@ func (l *loader) lifecycle(provider string, key, n *yaml.Node, declared map[stri
 	if v := vals["source"]; v != nil && l.scalar(v, subject, "source") {
 		u, err := url.Parse(v.Value)
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			l.errorf(v, subject, "source %q must be an http(s) URL of the page that documents the lifecycle", clipRule(v.Value))
+			l.Errorf(v, subject, "source %q must be an http(s) URL of the page that documents the lifecycle", clipRule(v.Value))
 		}
 		lc.Source = v.Value
 	}
@@ -100,11 +100,11 @@ func (l *loader) lifecycle(provider string, key, n *yaml.Node, declared map[stri
 	if v := vals["events"]; v != nil {
 		lc.Events = l.events(v, subject, lc.States, declared)
 	}
-	if len(l.errs) > before {
+	if l.Count() > before {
 		return nil
 	}
 	l.reachable(lc, subject, stateNodes)
-	if len(l.errs) > before {
+	if l.Count() > before {
 		return nil
 	}
 	for _, e := range lc.Events {
@@ -122,12 +122,12 @@ func (l *loader) lifecycleRule(n *yaml.Node, subject, fieldName string) (string,
 	}
 	r, err := ParseRule(n.Value)
 	if err != nil {
-		l.errorf(n, subject, "%s: %v", fieldName, err)
+		l.Errorf(n, subject, "%s: %v", fieldName, err)
 		return n.Value, nil
 	}
 	for _, a := range r.Alternatives() {
 		if a.Source() == KeySourceBodyHash {
-			l.errorf(n, subject, "%s rule %q hashes the body: it must read a value the provider names (header:<Name> or json:<path>)", fieldName, clipRule(n.Value))
+			l.Errorf(n, subject, "%s rule %q hashes the body: it must read a value the provider names (header:<Name> or json:<path>)", fieldName, clipRule(n.Value))
 			return n.Value, nil
 		}
 	}
@@ -137,11 +137,11 @@ func (l *loader) lifecycleRule(n *yaml.Node, subject, fieldName string) (string,
 // states returns the list of states n names, and the node of each.
 func (l *loader) states(n *yaml.Node, subject string) ([]string, map[string]*yaml.Node) {
 	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-		l.errorf(n, subject, "states must be a list of at least one state, the initial one first, as in [new, succeeded]")
+		l.Errorf(n, subject, "states must be a list of at least one state, the initial one first, as in [new, succeeded]")
 		return nil, nil
 	}
 	if len(n.Content) > maxStates {
-		l.errorf(n, subject, "states lists %d states, more than %d", len(n.Content), maxStates)
+		l.Errorf(n, subject, "states lists %d states, more than %d", len(n.Content), maxStates)
 		return nil, nil
 	}
 	var out []string
@@ -149,11 +149,11 @@ func (l *loader) states(n *yaml.Node, subject string) ([]string, map[string]*yam
 	for _, s := range n.Content {
 		switch {
 		case s.Kind != yaml.ScalarNode:
-			l.errorf(s, subject, "a state must be a name")
+			l.Errorf(s, subject, "a state must be a name")
 		case !namePattern.MatchString(s.Value):
-			l.errorf(s, subject, "state %q must match %s", clipRule(s.Value), nameSyntax)
+			l.Errorf(s, subject, "state %q must match %s", clipRule(s.Value), nameSyntax)
 		case nodes[s.Value] != nil:
-			l.errorf(s, subject, "state %q is listed twice", s.Value)
+			l.Errorf(s, subject, "state %q is listed twice", s.Value)
 		default:
 			nodes[s.Value] = s
 			out = append(out, s.Value)
@@ -170,21 +170,21 @@ func (l *loader) events(n *yaml.Node, subject string, states []string, declared 
 		return nil
 	}
 	var out []*LifecycleEvent
-	for _, f := range l.fields(n, subject, nil) {
-		t := f.key.Value
+	for _, f := range l.Fields(n, subject, nil) {
+		t := f.Key.Value
 		switch {
 		case len(t) > maxEventTypeLen:
-			l.errorf(f.key, subject, "event type %q is %d bytes long, more than %d", clipRule(t), len(t), maxEventTypeLen)
+			l.Errorf(f.Key, subject, "event type %q is %d bytes long, more than %d", clipRule(t), len(t), maxEventTypeLen)
 			continue
 		case !eventTypePattern.MatchString(t):
-			l.errorf(f.key, subject, "event type %q must match %s", clipRule(t), eventTypeSyntax)
+			l.Errorf(f.Key, subject, "event type %q must match %s", clipRule(t), eventTypeSyntax)
 			continue
 		case declared[t] > 0:
-			l.errorf(f.key, subject, "event type %s is already declared at line %d: a provider places each event type in one lifecycle", t, declared[t])
+			l.Errorf(f.Key, subject, "event type %s is already declared at line %d: a provider places each event type in one lifecycle", t, declared[t])
 			continue
 		}
-		declared[t] = f.key.Line
-		if e := l.event(t, f.key, f.value, subject, states); e != nil {
+		declared[t] = f.Key.Line
+		if e := l.event(t, f.Key, f.Value, subject, states); e != nil {
 			out = append(out, e)
 		}
 	}
@@ -195,25 +195,25 @@ func (l *loader) events(n *yaml.Node, subject string, states []string, declared 
 func (l *loader) event(eventType string, key, n *yaml.Node, subject string, states []string) *LifecycleEvent {
 	subject += ": event " + eventType
 	if n.Kind != yaml.MappingNode {
-		l.errorf(n, subject, "must be a mapping of from, to and (optionally) entity, as in {from: [new], to: succeeded}")
+		l.Errorf(n, subject, "must be a mapping of from, to and (optionally) entity, as in {from: [new], to: succeeded}")
 		return nil
 	}
-	before := len(l.errs)
-	vals := l.record(key, n, subject, eventFields, ": an event must say which states it may arrive in and which state it leads to", "from", "to")
+	before := l.Count()
+	vals := l.Record(key, n, subject, eventFields, ": an event must say which states it may arrive in and which state it leads to", "from", "to")
 	e := &LifecycleEvent{EventType: eventType}
 	if v := vals["from"]; v != nil {
 		e.From = l.eventFrom(v, subject, states)
 	}
 	if v := vals["to"]; v != nil && l.scalar(v, subject, "to") {
 		if states != nil && !slices.Contains(states, v.Value) {
-			l.errorf(v, subject, "to names %q, which is not one of the lifecycle's states", clipRule(v.Value))
+			l.Errorf(v, subject, "to names %q, which is not one of the lifecycle's states", clipRule(v.Value))
 		}
 		e.To = v.Value
 	}
 	if v := vals["entity"]; v != nil {
 		e.EntityRule, e.entityRule = l.lifecycleRule(v, subject, "entity")
 	}
-	if len(l.errs) > before {
+	if l.Count() > before {
 		return nil
 	}
 	return e
@@ -222,18 +222,18 @@ func (l *loader) event(eventType string, key, n *yaml.Node, subject string, stat
 // eventFrom returns the states of an event's from list.
 func (l *loader) eventFrom(n *yaml.Node, subject string, states []string) []string {
 	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-		l.errorf(n, subject, "from must be a list of at least one state, as in [new, pending]")
+		l.Errorf(n, subject, "from must be a list of at least one state, as in [new, pending]")
 		return nil
 	}
 	var out []string
 	for _, s := range n.Content {
 		switch {
 		case s.Kind != yaml.ScalarNode:
-			l.errorf(s, subject, "from must list state names")
+			l.Errorf(s, subject, "from must list state names")
 		case states != nil && !slices.Contains(states, s.Value):
-			l.errorf(s, subject, "from names %q, which is not one of the lifecycle's states", clipRule(s.Value))
+			l.Errorf(s, subject, "from names %q, which is not one of the lifecycle's states", clipRule(s.Value))
 		case slices.Contains(out, s.Value):
-			l.errorf(s, subject, "from lists %q twice", s.Value)
+			l.Errorf(s, subject, "from lists %q twice", s.Value)
 		default:
 			out = append(out, s.Value)
 		}
@@ -251,7 +251,7 @@ func (l *loader) reachable(lc *Lifecycle, subject string, nodes map[string]*yaml
 	initial := lc.Initial()
 	for _, s := range lc.States[1:] {
 		if !reachesAny(lc, initial, []string{s}) {
-			l.errorf(nodes[s], subject, "state %s is unreachable: no sequence of events leads to it from the initial state %s", s, initial)
+			l.Errorf(nodes[s], subject, "state %s is unreachable: no sequence of events leads to it from the initial state %s", s, initial)
 		}
 	}
 }

@@ -1,16 +1,12 @@
 package horizon
 
 import (
-	"bytes"
-	"cmp"
-	"errors"
-	"fmt"
-	"io"
 	"regexp"
-	"slices"
 	"strconv"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/claimd/claimd/internal/yamlconf"
 )
 
 // SchemaVersion is the version of the providers file schema this package
@@ -24,26 +20,8 @@ const nameSyntax = `[a-z0-9][a-z0-9_.-]{0,62}`
 var namePattern = regexp.MustCompile(`^` + nameSyntax + `$`)
 
 // ValidationError is one rule a providers file breaks. Load returns all of
-// them, joined with errors.Join, so one run shows every mistake in a file.
-type ValidationError struct {
-	File    string // the name given to Load
-	Line    int    // 1-based; 0 when the file as a whole is at fault
-	Subject string // the provider or group concerned, or ""
-	Msg     string // the rule broken
-}
-
-// Error renders e as "file:line: subject: msg", the shape compilers use, so
-// editors and CI annotations can jump to the line.
-func (e *ValidationError) Error() string {
-	s := e.File
-	if e.Line > 0 {
-		s += ":" + strconv.Itoa(e.Line)
-	}
-	if e.Subject != "" {
-		s += ": " + e.Subject
-	}
-	return s + ": " + e.Msg
-}
+// them, joined, each rendered "file:line: subject: msg".
+type ValidationError = yamlconf.Error
 
 // Load parses and validates a providers file. name identifies the file in
 // error messages.
@@ -84,137 +62,36 @@ func (e *ValidationError) Error() string {
 // is ordered only when it names the provider itself.
 // max_lease defaults to lease.
 func Load(name string, data []byte) (*Registry, error) {
-	l := &loader{file: name}
+	l := &loader{Loader: yamlconf.Loader{File: name}}
 	root := l.parse(data)
 	if root == nil {
-		return nil, l.joined()
+		return nil, l.Err()
 	}
 	reg := l.document(root)
-	if len(l.errs) > 0 {
-		return nil, l.joined()
+	if err := l.Err(); err != nil {
+		return nil, err
 	}
 	return reg, nil
 }
 
-// joined returns the errors in the order of the file's lines, as a reader
-// fixing them goes through it.
-func (l *loader) joined() error {
-	slices.SortStableFunc(l.errs, func(a, b error) int {
-		return cmp.Compare(a.(*ValidationError).Line, b.(*ValidationError).Line)
-	})
-	return errors.Join(l.errs...)
-}
-
 type loader struct {
-	file string
-	errs []error
+	yamlconf.Loader
 	// base is the registry the file extends (extends: builtin), or nil.
 	base *Registry
 }
 
-func (l *loader) errorf(n *yaml.Node, subject, format string, args ...any) {
-	line := 0
-	if n != nil {
-		line = n.Line
-	}
-	l.errs = append(l.errs, &ValidationError{File: l.file, Line: line, Subject: subject, Msg: fmt.Sprintf(format, args...)})
-}
-
 // parse returns the root mapping of the single YAML document in data.
 func (l *loader) parse(data []byte) *yaml.Node {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			l.errorf(nil, "", "file is empty: want version, providers and groups")
-		} else {
-			l.yamlError(data, err)
-		}
+	root, empty := l.Document(data, "a providers file")
+	if empty {
+		l.Errorf(nil, "", "file is empty: want version, providers and groups")
 		return nil
 	}
-	var next yaml.Node
-	if err := dec.Decode(&next); err == nil {
-		l.errorf(&next, "", "a second YAML document: a providers file holds one")
-		return nil
-	} else if !errors.Is(err, io.EOF) {
-		l.yamlError(data, err)
-		return nil
-	}
-	if len(doc.Content) == 0 {
-		l.errorf(nil, "", "file is empty: want version, providers and groups")
-		return nil
-	}
-	root := doc.Content[0]
-	if l.aliases(root) {
-		return nil
-	}
-	if root.Kind != yaml.MappingNode {
-		l.errorf(root, "", "the file must be a mapping with version, providers and groups")
+	if root != nil && root.Kind != yaml.MappingNode {
+		l.Errorf(root, "", "the file must be a mapping with version, providers and groups")
 		return nil
 	}
 	return root
-}
-
-// aliases reports (and records) anchors and aliases under n. They let one
-// entry silently follow another, and a reviewer must read every value where
-// it applies.
-func (l *loader) aliases(n *yaml.Node) bool {
-	if n.Kind == yaml.AliasNode || n.Anchor != "" {
-		l.errorf(n, "", "anchors and aliases are not allowed: write each value out")
-		return true
-	}
-	found := false
-	for _, c := range n.Content {
-		found = l.aliases(c) || found
-	}
-	return found
-}
-
-// field is one key: value pair of a mapping.
-type field struct {
-	key, value *yaml.Node
-}
-
-// fields returns the pairs of mapping n, refusing keys outside allowed (when
-// allowed is non-nil) and keys given twice: YAML decoders disagree on which
-// of two equal keys wins, and a reviewer reads the first.
-func (l *loader) fields(n *yaml.Node, subject string, allowed map[string]bool) []field {
-	var out []field
-	seen := make(map[string]bool, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind != yaml.ScalarNode {
-			l.errorf(k, subject, "keys must be plain names")
-			continue
-		}
-		if allowed != nil && !allowed[k.Value] {
-			l.errorf(k, subject, "unknown field %q", k.Value)
-			continue
-		}
-		if seen[k.Value] {
-			l.errorf(k, subject, "%q is given twice", k.Value)
-			continue
-		}
-		seen[k.Value] = true
-		out = append(out, field{k, v})
-	}
-	return out
-}
-
-// record returns the fields of the mapping n by name (allowed: the names
-// it may have), recording at key each of required that is missing; why,
-// when not empty, follows each "is required".
-func (l *loader) record(key, n *yaml.Node, subject string, allowed map[string]bool, why string, required ...string) map[string]*yaml.Node {
-	vals := make(map[string]*yaml.Node)
-	for _, f := range l.fields(n, subject, allowed) {
-		vals[f.key.Value] = f.value
-	}
-	for _, req := range required {
-		if vals[req] == nil {
-			l.errorf(key, subject, "%s is required%s", req, why)
-		}
-	}
-	return vals
 }
 
 // entries reports whether n, the value of field, is a mapping of at least
@@ -222,35 +99,35 @@ func (l *loader) record(key, n *yaml.Node, subject string, allowed map[string]bo
 // what one entry maps, noun what the entries are.
 func (l *loader) entries(n *yaml.Node, subject, field, shape, noun string, max int) bool {
 	if n.Kind != yaml.MappingNode || len(n.Content) == 0 {
-		l.errorf(n, subject, "%s must be a mapping of at least one %s", field, shape)
+		l.Errorf(n, subject, "%s must be a mapping of at least one %s", field, shape)
 		return false
 	}
 	if len(n.Content)/2 > max {
-		l.errorf(n, subject, "%s declares %d %s, more than %d", field, len(n.Content)/2, noun, max)
+		l.Errorf(n, subject, "%s declares %d %s, more than %d", field, len(n.Content)/2, noun, max)
 		return false
 	}
 	return true
 }
 
-var topFields = map[string]bool{"version": true, "extends": true, "providers": true, "groups": true}
+var topFields = []string{"version", "extends", "providers", "groups"}
 
 func (l *loader) document(root *yaml.Node) *Registry {
 	var version int
 	var versionNode, extendsNode, provNode, groupNode *yaml.Node
-	for _, f := range l.fields(root, "", topFields) {
-		switch f.key.Value {
+	for _, f := range l.Fields(root, "", topFields) {
+		switch f.Key.Value {
 		case "version":
-			versionNode = f.value
+			versionNode = f.Value
 		case "extends":
-			extendsNode = f.value
+			extendsNode = f.Value
 		case "providers":
-			provNode = f.value
+			provNode = f.Value
 		case "groups":
-			groupNode = f.value
+			groupNode = f.Value
 		}
 	}
 	if versionNode == nil {
-		l.errorf(root, "", "version is required (this schema is version %d)", SchemaVersion)
+		l.Errorf(root, "", "version is required (this schema is version %d)", SchemaVersion)
 	} else {
 		version = l.version(versionNode)
 	}
@@ -258,7 +135,7 @@ func (l *loader) document(root *yaml.Node) *Registry {
 		l.base = l.extends(extendsNode)
 	}
 	if provNode == nil && extendsNode == nil {
-		l.errorf(root, "", "providers is required (or extends: builtin, to add to the built-in registry)")
+		l.Errorf(root, "", "providers is required (or extends: builtin, to add to the built-in registry)")
 		return nil
 	}
 	var providers []*Provider
@@ -283,12 +160,12 @@ func (l *loader) document(root *yaml.Node) *Registry {
 // only one is builtin: the registry embedded in claimd.
 func (l *loader) extends(n *yaml.Node) *Registry {
 	if n.Kind != yaml.ScalarNode || n.Value != "builtin" {
-		l.errorf(n, "", "extends must be builtin (the registry embedded in claimd), got %q", clipRule(n.Value))
+		l.Errorf(n, "", "extends must be builtin (the registry embedded in claimd), got %q", clipRule(n.Value))
 		return nil
 	}
 	base, err := Default()
 	if err != nil {
-		l.errorf(n, "", "the built-in registry does not load: %v", err)
+		l.Errorf(n, "", "the built-in registry does not load: %v", err)
 		return nil
 	}
 	return base
@@ -347,7 +224,7 @@ func (l *loader) baseGroups(n *yaml.Node, providers []*Provider) []*Provider {
 
 func (l *loader) version(n *yaml.Node) int {
 	if n.Kind != yaml.ScalarNode || n.Value != strconv.Itoa(SchemaVersion) {
-		l.errorf(n, "", "version must be %d (got %q): this claimd reads schema version %d only", SchemaVersion, n.Value, SchemaVersion)
+		l.Errorf(n, "", "version must be %d (got %q): this claimd reads schema version %d only", SchemaVersion, n.Value, SchemaVersion)
 		return 0
 	}
 	return SchemaVersion
