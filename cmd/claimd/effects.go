@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/claimd/claimd/internal/effects"
+	"github.com/claimd/claimd/internal/textclip"
 )
 
 // dialectList names the dialects effects-schema knows: "postgres, sqlite
@@ -38,7 +39,7 @@ func runEffectsSchema(_ context.Context, args []string, stdout, _ io.Writer) err
 	}
 	ddl, err := effects.Schema(dialect)
 	if ue := (*effects.UnknownDialectError)(nil); errors.As(err, &ue) {
-		return fmt.Errorf("%w: effects-schema: --dialect %s: want %s", errUsage, clip(dialect), dialectList())
+		return fmt.Errorf("%w: effects-schema: --dialect %s: want %s", errUsage, textclip.Quote(dialect, maxEcho), dialectList())
 	}
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/claimd/claimd/internal/textclip"
 	"github.com/claimd/claimd/internal/yamlconf"
 )
 
@@ -92,7 +93,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 			return
 		}
 		if err := fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%s: not a value of --%s: %s", envName(f.Name), clip(v), f.Name, want(f, err)))
+			errs = append(errs, fmt.Errorf("%s=%s: not a value of --%s: %s", envName(f.Name), textclip.Quote(v, maxEcho), f.Name, want(f, err)))
 			return
 		}
 		set[f.Name] = true
@@ -137,7 +138,7 @@ func applyConfig(fs *flag.FlagSet, path string, set map[string]bool) error {
 			l.Errorf(k, "", "config cannot name another config file")
 			continue
 		case fs.Lookup(name) == nil && !known[name]:
-			l.Errorf(k, "", "unknown key %s: no claimd command has such a flag%s", yamlconf.Quote(name), suggest(name, known))
+			l.Errorf(k, "", "unknown key %s: no claimd command has such a flag%s", textclip.Quote(name, maxEcho), suggest(name, known))
 			continue
 		case v.Kind != yaml.ScalarNode || v.Tag == "!!null":
 			l.Errorf(v, "", "%s must be a single value (remove the key to keep the default)", name)
@@ -147,7 +148,7 @@ func applyConfig(fs *flag.FlagSet, path string, set map[string]bool) error {
 			continue // another command's flag, or set by the command line or the environment
 		}
 		if err := fs.Set(name, v.Value); err != nil {
-			l.Errorf(v, "", "%s: %s is not a value of --%s: %s", name, yamlconf.Quote(v.Value), name, want(fs.Lookup(name), err))
+			l.Errorf(v, "", "%s: %s is not a value of --%s: %s", name, textclip.Quote(v.Value, maxEcho), name, want(fs.Lookup(name), err))
 		}
 	}
 	if err := l.Err(); err != nil {
@@ -199,9 +200,8 @@ func suggest(key string, known map[string]bool) string {
 	return ""
 }
 
-// clip quotes a refused value for a message, bounded, as the config
-// file's errors do.
-var clip = yamlconf.Quote
+// maxEcho bounds how much of a refused value an error repeats.
+const maxEcho = 64
 
 // help is the help of the command whose flag set is fs: its usage, what it
 // does, and each flag with its variable and default.

@@ -12,6 +12,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/claimd/claimd/internal/textclip"
 )
 
 func main() {
@@ -142,5 +144,5 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprint(stderr, usage())
-	return fmt.Errorf("%w: unknown command %s", errUsage, clip(name))
+	return fmt.Errorf("%w: unknown command %s", errUsage, textclip.Quote(name, maxEcho))
 }

@@ -16,6 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/claimd/claimd/internal/textclip"
 	"github.com/claimd/claimd/internal/yamlconf"
 )
 
@@ -41,7 +42,7 @@ var (
 // an auth file.
 func CheckPrincipalName(name string) error {
 	if !namePattern.MatchString(name) {
-		return fmt.Errorf("principal name %s must match %s", clip(name), nameSyntax)
+		return fmt.Errorf("principal name %s must match %s", textclip.Quote(name, maxEcho), nameSyntax)
 	}
 	return nil
 }
@@ -202,7 +203,7 @@ func (l *loader) principal(key, n *yaml.Node, defaultRate Rate) *PrincipalConfig
 	before := l.Count()
 	subject := name
 	if !namePattern.MatchString(name) {
-		subject = clip(name)
+		subject = textclip.Quote(name, maxEcho)
 		l.Errorf(key, subject, "principal name must match %s", nameSyntax)
 	}
 	if n.Kind != yaml.MappingNode {
@@ -223,11 +224,11 @@ func (l *loader) principal(key, n *yaml.Node, defaultRate Rate) *PrincipalConfig
 		id, err := parseIdentity(v.Value)
 		switch {
 		case err != nil:
-			l.Errorf(v, subject, "identity %s: %v", clip(v.Value), err)
+			l.Errorf(v, subject, "identity %s: %v", textclip.Quote(v.Value, maxEcho), err)
 		case l.identities[id] == name:
-			l.Errorf(v, subject, "identity %s is listed twice", clip(v.Value))
+			l.Errorf(v, subject, "identity %s is listed twice", textclip.Quote(v.Value, maxEcho))
 		case l.identities[id] != "":
-			l.Errorf(v, subject, "identity %s is also listed by principal %s: an identity names exactly one principal", clip(v.Value), l.identities[id])
+			l.Errorf(v, subject, "identity %s is also listed by principal %s: an identity names exactly one principal", textclip.Quote(v.Value, maxEcho), l.identities[id])
 		default:
 			l.identities[id] = name
 			p.Identities = append(p.Identities, id)
@@ -239,7 +240,7 @@ func (l *loader) principal(key, n *yaml.Node, defaultRate Rate) *PrincipalConfig
 	for _, v := range l.list(vals["namespaces"], subject, "namespaces") {
 		switch {
 		case !namePattern.MatchString(v.Value) && !prefixPattern.MatchString(v.Value):
-			l.Errorf(v, subject, "namespace %s must be a namespace (%s) or a prefix of one followed by * (as in payouts-*; * alone is every namespace)", clip(v.Value), nameSyntax)
+			l.Errorf(v, subject, "namespace %s must be a namespace (%s) or a prefix of one followed by * (as in payouts-*; * alone is every namespace)", textclip.Quote(v.Value, maxEcho), nameSyntax)
 		case slices.Contains(p.Namespaces, v.Value):
 			l.Errorf(v, subject, "namespace %s is listed twice", v.Value)
 		default:
@@ -250,7 +251,7 @@ func (l *loader) principal(key, n *yaml.Node, defaultRate Rate) *PrincipalConfig
 		r, ok := roleNames[v.Value]
 		switch {
 		case !ok:
-			l.Errorf(v, subject, "role %s is not one of claim, read, admin, metrics", clip(v.Value))
+			l.Errorf(v, subject, "role %s is not one of claim, read, admin, metrics", textclip.Quote(v.Value, maxEcho))
 		case p.Roles&r != 0:
 			l.Errorf(v, subject, "role %s is listed twice", v.Value)
 		default:
@@ -311,7 +312,7 @@ func (l *loader) token(v *yaml.Node, subject string) (Token, bool) {
 			default:
 				t, err := time.Parse(time.RFC3339, f.Value.Value)
 				if f.Value.Kind != yaml.ScalarNode || err != nil {
-					l.Errorf(f.Value, subject, "a token's expires %s must be an RFC 3339 time with its zone, as in 2027-01-31T00:00:00Z", clip(f.Value.Value))
+					l.Errorf(f.Value, subject, "a token's expires %s must be an RFC 3339 time with its zone, as in 2027-01-31T00:00:00Z", textclip.Quote(f.Value.Value, maxEcho))
 					ok = false
 					continue
 				}
@@ -436,28 +437,3 @@ func parseIdentity(s string) (string, error) {
 // maxEcho bounds what an error message or log line repeats of a value it
 // refuses.
 const maxEcho = 48
-
-// clip quotes s for a message, cut to maxEcho bytes with its full length
-// said: a hostile or mistaken value is never echoed in full.
-func clip(s string) string {
-	c, cut := clipped(s)
-	if !cut {
-		return strconv.Quote(s)
-	}
-	return strconv.Quote(c) + fmt.Sprintf("… (%d bytes)", len(s))
-}
-
-// clipped returns s cut to at most maxEcho bytes on a character boundary,
-// and whether it was cut.
-func clipped(s string) (string, bool) {
-	if len(s) <= maxEcho {
-		return s, false
-	}
-	cut := maxEcho
-	for cut > 0 && !utf8RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut], true
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

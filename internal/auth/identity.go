@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/claimd/claimd/internal/textclip"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 )
@@ -40,7 +41,7 @@ func ParseIdentityKind(s string) (IdentityKind, error) {
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("%s is not an identity kind: want uri (the first URI SAN), dns (the first DNS SAN) or cn (the subject common name)", clip(s))
+	return "", fmt.Errorf("%s is not an identity kind: want uri (the first URI SAN), dns (the first DNS SAN) or cn (the subject common name)", textclip.Quote(s, maxEcho))
 }
 
 // describe names what the kind reads, for messages.

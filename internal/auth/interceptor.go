@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claimd/claimd/internal/textclip"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -121,7 +122,7 @@ func (a *Authenticator) admit(ctx context.Context, method string) (call, error) 
 	case strings.HasPrefix(method, reflectionPrefix):
 		c.rule = rule{name: "ServerReflectionInfo"}
 	default:
-		return c, a.denied(ctx, c, ReasonMethodDenied, "", fmt.Sprintf("method %s is open to no role", clip(method)))
+		return c, a.denied(ctx, c, ReasonMethodDenied, "", fmt.Sprintf("method %s is open to no role", textclip.Quote(method, maxEcho)))
 	}
 	if c.rule.role != 0 && !c.p.cfg.Roles.Has(c.rule.role) {
 		return c, a.denied(ctx, c, ReasonRoleDenied, "", fmt.Sprintf("principal %s (roles %s) may not call %s: it needs role %s",
@@ -190,7 +191,7 @@ func (st *state) authenticate(authorization []string, leaf *x509.Certificate) (p
 			st.kind.noun(), st.kind)
 	case leaf != nil:
 		return nil, "", ReasonIdentityUnknown, fmt.Sprintf("no principal of the auth file lists the client certificate's %s %s (--tls-identity %s; other SANs and the CN are not read)",
-			st.kind.describe(), clip(id), st.kind)
+			st.kind.describe(), textclip.Quote(id, maxEcho), st.kind)
 	}
 	return nil, "", ReasonCredentialsMissing, "authentication required: send authorization: Bearer <token>, or a client certificate signed by the server's client CA"
 }
@@ -255,7 +256,7 @@ func (a *Authenticator) checkNamespace(ctx context.Context, c call, req any) err
 	if c.p.allows(ns) {
 		return nil
 	}
-	return a.denied(ctx, c, ReasonNamespaceDenied, ns, fmt.Sprintf("principal %s may not use namespace %s", c.p.cfg.Name, clip(ns)))
+	return a.denied(ctx, c, ReasonNamespaceDenied, ns, fmt.Sprintf("principal %s may not use namespace %s", c.p.cfg.Name, textclip.Quote(ns, maxEcho)))
 }
 
 // denied refuses an authenticated call: PERMISSION_DENIED, counted and
@@ -268,7 +269,7 @@ func (a *Authenticator) denied(ctx context.Context, c call, reason, ns, msg stri
 	}
 	args := []any{"principal", c.p.cfg.Name, "via", c.via, "method", method, "reason", reason, "peer", peerAddr(ctx)}
 	if ns != "" {
-		short, cut := clipped(ns)
+		short, cut := textclip.Prefix(ns, maxEcho)
 		args = append(args, "namespace", short)
 		if cut {
 			args = append(args, "namespace_bytes", len(ns))

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/textclip"
 )
 
 // Grant is one acquisition the durable tier's audit log holds: a claim it
@@ -274,7 +275,7 @@ func checkCodes(ops []Op) []Violation {
 	var out []Violation
 	for _, o := range ops {
 		if !o.Answered() && !o.Cutoff && !Retryable(o.Code) {
-			out = append(out, Violation{CheckCode, o.Key, fmt.Sprintf("c%d %s on %s: %s", o.Client, o.requestString(), o.Replica, clip(o.Message))})
+			out = append(out, Violation{CheckCode, o.Key, fmt.Sprintf("c%d %s on %s: %s", o.Client, o.requestString(), o.Replica, textclip.Cut(o.Message, maxReport))})
 		}
 	}
 	return out
@@ -642,10 +643,5 @@ func sortedKeys(m map[string]bool) []string {
 	return out
 }
 
-// clip shortens a message for the report.
-func clip(s string) string {
-	if len(s) > 160 {
-		return s[:160] + fmt.Sprintf("… (%d bytes)", len(s))
-	}
-	return s
-}
+// maxReport bounds a message quoted in the report.
+const maxReport = 160

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/claimd/claimd/internal/textclip"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -86,20 +87,20 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (f *front) admit(r *http.Request, rpc bool) (*route, *refusal) {
 	if host := hostOf(r.Host); !f.hosts.allows(host) {
 		return nil, refuse(http.StatusMisdirectedRequest, codes.PermissionDenied, ReasonHostNotAllowed, "Host",
-			"Host %s is not a name this listener answers to (--http-allowed-hosts)", clip(r.Host))
+			"Host %s is not a name this listener answers to (--http-allowed-hosts)", textclip.Quote(r.Host, maxEcho))
 	}
 	if origin := r.Header.Get("Origin"); origin != "" {
 		u, err := url.Parse(origin)
 		if err != nil || !f.hosts.allows(strings.ToLower(u.Hostname())) {
 			return nil, refuse(http.StatusForbidden, codes.PermissionDenied, ReasonOriginNotAllowed, "Origin",
-				"Origin %s is not an allowed host (--http-allowed-hosts): claimd's API is not for web pages of other sites", clip(origin))
+				"Origin %s is not an allowed host (--http-allowed-hosts): claimd's API is not for web pages of other sites", textclip.Quote(origin, maxEcho))
 		}
 	}
 	switch r.Method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
 		if ct := r.Header.Get("Content-Type"); !apiContentType(ct) {
 			return nil, refuse(http.StatusUnsupportedMediaType, codes.InvalidArgument, ReasonContentTypeUnsupported, "Content-Type",
-				"Content-Type %s: a write needs application/json or application/proto (or a gRPC, gRPC-Web or Connect stream type)", clip(ct))
+				"Content-Type %s: a write needs application/json or application/proto (or a gRPC, gRPC-Web or Connect stream type)", textclip.Quote(ct, maxEcho))
 		}
 	}
 	var rt *route
@@ -153,7 +154,7 @@ func restParams(r *http.Request, rt *route, vals []string) *refusal {
 	for i, seg := range strings.Split(r.URL.EscapedPath(), "/") {
 		if s, err := url.PathUnescape(seg); err != nil || !utf8.ValidString(s) {
 			return refuse(http.StatusBadRequest, codes.InvalidArgument, reasonInvalid, "path",
-				"path segment %d (%s) is not UTF-8 once unescaped", i, clip(seg))
+				"path segment %d (%s) is not UTF-8 once unescaped", i, textclip.Quote(seg, maxEcho))
 		}
 	}
 	query, err := url.ParseQuery(r.URL.RawQuery)
@@ -164,19 +165,19 @@ func restParams(r *http.Request, rt *route, vals []string) *refusal {
 		for _, s := range append([]string{key}, values...) {
 			if !utf8.ValidString(s) {
 				return refuse(http.StatusBadRequest, codes.InvalidArgument, reasonInvalid, "query",
-					"query parameter %s is not UTF-8 once unescaped", clip(key))
+					"query parameter %s is not UTF-8 once unescaped", textclip.Quote(key, maxEcho))
 			}
 		}
 		field := strings.SplitN(key, ".", 2)[0]
 		for i, v := range rt.vars {
 			if v == field || snakeToCamel(v) == field {
 				return refuse(http.StatusBadRequest, codes.InvalidArgument, reasonInvalid, key,
-					"query parameter %s sets %s, which the path sets (%s): a field comes from the path alone", clip(key), v, clip(vals[i]))
+					"query parameter %s sets %s, which the path sets (%s): a field comes from the path alone", textclip.Quote(key, maxEcho), v, textclip.Quote(vals[i], maxEcho))
 			}
 		}
 		if rt.body == "*" {
 			return refuse(http.StatusBadRequest, codes.InvalidArgument, reasonInvalid, key,
-				"query parameter %s: %s %s takes every field from its JSON body, none from the query", clip(key), rt.verb, r.URL.Path)
+				"query parameter %s: %s %s takes every field from its JSON body, none from the query", textclip.Quote(key, maxEcho), rt.verb, r.URL.Path)
 		}
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -135,12 +134,6 @@ type statusOverride struct {
 
 func (s statusOverride) WriteHeader(int) { s.ResponseWriter.WriteHeader(s.status) }
 
-// clip cuts a caller's string for an error message, saying how long it
-// was: the front door never echoes hostile input in full.
-func clip(s string) string {
-	const n = 64
-	if len(s) <= n {
-		return fmt.Sprintf("%q", s)
-	}
-	return fmt.Sprintf("%q… (%d bytes)", strings.ToValidUTF8(s[:n], ""), len(s))
-}
+// maxEcho bounds how much of a caller's string a refusal quotes: the front
+// door never echoes hostile input in full.
+const maxEcho = 64

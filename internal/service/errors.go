@@ -13,6 +13,7 @@ import (
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/auth"
+	"github.com/claimd/claimd/internal/textclip"
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -136,9 +137,9 @@ func toStatus(err error) error {
 		// behind that would turn that retry into a false duplicate.
 		return withDetails(codes.Unavailable, msgUnavailable, info(ReasonDurableUnavailable, nil))
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, clip(err.Error(), maxMessageBytes))
+		return status.Error(codes.DeadlineExceeded, textclip.Cut(err.Error(), maxMessageBytes))
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, clip(err.Error(), maxMessageBytes))
+		return status.Error(codes.Canceled, textclip.Cut(err.Error(), maxMessageBytes))
 	}
 	return withDetails(codes.Internal, msgInternal, info(reasonInternal, nil))
 }
@@ -161,7 +162,7 @@ func info(reason string, md map[string]string) *errdetails.ErrorInfo {
 // withDetails builds the status. Its message is bounded here, the one
 // place every message passes, so no path can echo a caller's input in full.
 func withDetails(c codes.Code, msg string, details ...protoadapt.MessageV1) error {
-	st := status.New(c, clip(msg, maxMessageBytes))
+	st := status.New(c, textclip.Cut(msg, maxMessageBytes))
 	if with, err := st.WithDetails(details...); err == nil {
 		st = with
 	}

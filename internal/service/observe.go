@@ -16,6 +16,7 @@ import (
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/horizon"
+	"github.com/claimd/claimd/internal/textclip"
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -333,7 +334,7 @@ func (s *Service) logFallback(ctx context.Context, req *pb.ClaimRequest, cl clai
 		slog.String("provider", cl.params.Key.Provider),
 		slog.String("key_prefix", keyPrefix(cl.params.Key.Key)),
 		slog.Int("body_bytes", len(req.GetDelivery().GetBody())),
-		slog.String("header_names", clip(headers, maxDescBytes)),
+		slog.String("header_names", textclip.Cut(headers, maxDescBytes)),
 	}
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))

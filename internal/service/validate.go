@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/textclip"
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -42,7 +43,7 @@ type checker struct {
 // the description is clipped as well, because some embed text derived from
 // the request (a delivery's JSON member names).
 func (c *checker) add(field, format string, args ...any) {
-	c.vs = append(c.vs, violation{field: c.msg + "." + field, desc: clip(fmt.Sprintf(format, args...), maxDescBytes)})
+	c.vs = append(c.vs, violation{field: c.msg + "." + field, desc: textclip.Cut(fmt.Sprintf(format, args...), maxDescBytes)})
 }
 
 func (c *checker) err() error {

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/claimd/claimd/internal/textclip"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -144,9 +145,9 @@ func (l *Loader) Fields(n *yaml.Node, subject string, allowed []string) []Field 
 		case k.Kind != yaml.ScalarNode:
 			l.Errorf(k, subject, "keys must be plain names")
 		case allowed != nil && !slices.Contains(allowed, k.Value):
-			l.Errorf(k, subject, "unknown field %s (want one of %s)", Quote(k.Value), strings.Join(allowed, ", "))
+			l.Errorf(k, subject, "unknown field %s (want one of %s)", textclip.Quote(k.Value, maxEcho), strings.Join(allowed, ", "))
 		case seen[k.Value]:
-			l.Errorf(k, subject, "%s is given twice", Quote(k.Value))
+			l.Errorf(k, subject, "%s is given twice", textclip.Quote(k.Value, maxEcho))
 		default:
 			seen[k.Value] = true
 			out = append(out, Field{k, v})
@@ -171,17 +172,9 @@ func (l *Loader) Record(key, n *yaml.Node, subject string, allowed []string, why
 	return vals
 }
 
-// maxEcho bounds how much of a refused value a message repeats.
+// maxEcho bounds how much of a refused key a message repeats: a file's
+// values are untrusted and may be huge.
 const maxEcho = 64
-
-// Quote quotes s for a message, shortened to a bounded prefix that says
-// how long s was: a file's values are untrusted and may be huge.
-func Quote(s string) string {
-	if len(s) <= maxEcho {
-		return strconv.Quote(s)
-	}
-	return fmt.Sprintf("%q… (%d bytes)", strings.ToValidUTF8(s[:maxEcho], ""), len(s))
-}
 
 // yaml.v3 reports a syntax error only as text, "yaml: line N: <problem>",
 // and N is not always the offending line: its scanner reports that line,

@@ -76,14 +76,3 @@ func TestDocumentEmpty(t *testing.T) {
 		t.Errorf("Document(a: 1) = %v, empty %v, errors %q; want a root", root, empty, msgs)
 	}
 }
-
-func TestQuoteBounds(t *testing.T) {
-	if got := yamlconf.Quote("short"); got != `"short"` {
-		t.Errorf("Quote(short) = %s", got)
-	}
-	long := strings.Repeat("é", 100) // 200 bytes; the cut falls inside a character
-	got := yamlconf.Quote(long)
-	if !strings.HasSuffix(got, "… (200 bytes)") || len(got) > 64+len(`""… (200 bytes)`) || strings.Contains(got, `\x`) {
-		t.Errorf("Quote(200 bytes) = %s, want a prefix of at most 64 bytes of whole characters and the length", got)
-	}
-}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/claimd/claimd/internal/textclip"
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -169,7 +170,7 @@ func (t *txn) moveEntity(k tiers.Key, now time.Time, token uint64, next tiers.Re
 	}
 	if e == nil || e.busyKey != k.Key || e.busyToken != int64(token) {
 		if settle {
-			return fmt.Errorf("%w: entity %s/%s is held by another event", tiers.ErrStaleToken, clip(next.Lifecycle), clip(next.EntityID)), nil
+			return fmt.Errorf("%w: entity %s/%s is held by another event", tiers.ErrStaleToken, textclip.Cut(next.Lifecycle, maxEcho), textclip.Cut(next.EntityID, maxEcho)), nil
 		}
 		return nil, nil
 	}
@@ -211,7 +212,7 @@ func (s *Store) GetEntity(ctx context.Context, k tiers.EntityKey) (tiers.Entity,
 		WHERE namespace = ? AND provider = ? AND lifecycle = ? AND entity_id = ?`, args...).
 		Scan(&ent.State, &version, &updatedAt, &ent.BusyWith)
 	if errors.Is(err, sql.ErrNoRows) {
-		return tiers.Entity{}, fmt.Errorf("sqlite: entity %s/%s: %w", clip(k.Lifecycle), clip(k.EntityID), tiers.ErrEntityNotFound)
+		return tiers.Entity{}, fmt.Errorf("sqlite: entity %s/%s: %w", textclip.Cut(k.Lifecycle, maxEcho), textclip.Cut(k.EntityID, maxEcho), tiers.ErrEntityNotFound)
 	}
 	if err != nil {
 		return tiers.Entity{}, translate(ctx, "get entity", err)
@@ -288,7 +289,7 @@ func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([
 			return nil, "", translate(ctx, "list deferred", err)
 		}
 		if err := json.Unmarshal([]byte(awaiting), &d.Awaiting); err != nil {
-			return nil, "", fmt.Errorf("sqlite: list deferred: deferral %s: awaiting: %w", clip(d.Key), err)
+			return nil, "", fmt.Errorf("sqlite: list deferred: deferral %s: awaiting: %w", textclip.Cut(d.Key, maxEcho), err)
 		}
 		d.Superseded, d.Applied, d.Count = superseded != 0, applied != 0, uint32(count)
 		d.FirstSeen, d.LastSeen = fromMicros(first), fromMicros(last)

@@ -32,6 +32,7 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/claimd/claimd/internal/textclip"
 	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/migrations"
 )
@@ -84,7 +85,7 @@ func ParseDurability(s string) (Durability, error) {
 			return d, nil
 		}
 	}
-	return 0, fmt.Errorf("sqlite durability %q: want full or relaxed", clip(s))
+	return 0, fmt.Errorf("sqlite durability %q: want full or relaxed", textclip.Cut(s, maxEcho))
 }
 
 // synchronous is the pragma value of d.
@@ -98,14 +99,8 @@ func (d Durability) synchronous() (string, error) {
 	return "", fmt.Errorf("sqlite: Config.Durability: unknown %v", d)
 }
 
-// clip shortens a value quoted back in an error: it may be hostile.
-func clip(s string) string {
-	const n = 32
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…(" + strconv.Itoa(len(s)) + " bytes)"
-}
+// maxEcho bounds a value quoted back in an error: it may be hostile.
+const maxEcho = 32
 
 // Config configures a Store. The zero value of each field but Path means its
 // default.

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+
+	"github.com/claimd/claimd/internal/textclip"
 )
 
 // Gates a delivery may stop at (clients/guardspec/README.md, "Effect
@@ -47,7 +49,7 @@ type answer struct {
 }
 
 func (a answer) String() string {
-	return fmt.Sprintf("%d %q done=%t", a.Status, clip(a.Body), a.Done)
+	return fmt.Sprintf("%d %q done=%t", a.Status, textclip.Cut(a.Body, maxEcho), a.Done)
 }
 
 // fenceRow is one claimd_effects row of an event.
@@ -146,14 +148,14 @@ func (c *checker) written(t *tally, e *event, settler string) string {
 			c.fail(e.ID, "record state %s, want SETTLED", e.Record.State)
 		}
 		if e.Record.Result != want {
-			c.fail(e.ID, "record result %q, want %q", clip(e.Record.Result), want)
+			c.fail(e.ID, "record result %q, want %q", textclip.Cut(e.Record.Result, maxEcho), want)
 		}
 	}
 	switch {
 	case len(e.Fences) != 1:
 		c.fail(e.ID, "%d fence rows in claimd_effects, want 1", len(e.Fences))
 	case e.Fences[0].Result != want:
-		c.fail(e.ID, "fence result %q, want %q", clip(e.Fences[0].Result), want)
+		c.fail(e.ID, "fence result %q, want %q", textclip.Cut(e.Fences[0].Result, maxEcho), want)
 	case e.Record != nil && writer != "":
 		f, r := e.Fences[0].Token, e.Record.Token
 		if writer == settler && f != r {
@@ -389,11 +391,5 @@ func formatAnswers(as []answer) string {
 	return "[" + strings.Join(parts, "; ") + "]"
 }
 
-// clip shortens hostile or long text for a message, saying how long it was.
-func clip(s string) string {
-	const limit = 200
-	if len(s) <= limit {
-		return s
-	}
-	return fmt.Sprintf("%s… (%d bytes)", s[:limit], len(s))
-}
+// maxEcho bounds hostile or long text quoted in a message.
+const maxEcho = 200

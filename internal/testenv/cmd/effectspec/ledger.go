@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/claimd/claimd/internal/textclip"
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx"
 	_ "modernc.org/sqlite"             // "sqlite"
 )
@@ -38,7 +39,7 @@ func parseDB(s string) (dialect, driver, dsn string, err error) {
 	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
 		return "postgres", "pgx", s, nil
 	}
-	return "", "", "", fmt.Errorf("-db %q: want sqlite:PATH or a postgres:// URL", clip(s))
+	return "", "", "", fmt.Errorf("-db %q: want sqlite:PATH or a postgres:// URL", textclip.Cut(s, maxEcho))
 }
 
 // openLedger opens the database and creates the ledger table.

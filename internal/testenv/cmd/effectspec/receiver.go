@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/claimd/claimd/internal/textclip"
 )
 
 // receiver is one receiver process (clients/guardspec/README.md, "Effect
@@ -175,7 +177,7 @@ func (r *receiver) parse(b []byte) {
 	var l line
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&l); err != nil || dec.More() {
-		r.protocolError("a line that is not one JSON object: %q", clip(string(b)))
+		r.protocolError("a line that is not one JSON object: %q", textclip.Cut(string(b), maxEcho))
 		return
 	}
 	r.mu.Lock()
@@ -184,7 +186,7 @@ func (r *receiver) parse(b []byte) {
 	switch {
 	case l.Ready != nil:
 		if !*l.Ready || r.ready || l.Event != nil {
-			r.bad = append(r.bad, fmt.Sprintf("receiver %s: unexpected ready line %q", r.name, clip(string(b))))
+			r.bad = append(r.bad, fmt.Sprintf("receiver %s: unexpected ready line %q", r.name, textclip.Cut(string(b), maxEcho)))
 			return
 		}
 		r.ready = true
@@ -192,13 +194,13 @@ func (r *receiver) parse(b []byte) {
 			r.pid = l.PID
 		}
 	case !r.ready:
-		r.bad = append(r.bad, fmt.Sprintf("receiver %s: %q before its ready line", r.name, clip(string(b))))
+		r.bad = append(r.bad, fmt.Sprintf("receiver %s: %q before its ready line", r.name, textclip.Cut(string(b), maxEcho)))
 	case l.Event != nil && l.At != nil && l.Status == nil:
 		r.at[*l.Event] = append(r.at[*l.Event], *l.At)
 	case l.Event != nil && l.Status != nil && l.Body != nil && l.Done != nil && l.At == nil:
 		r.answers[*l.Event] = append(r.answers[*l.Event], answer{Status: *l.Status, Body: *l.Body, Done: *l.Done})
 	default:
-		r.bad = append(r.bad, fmt.Sprintf("receiver %s: a line that is neither a gate nor an answer: %q", r.name, clip(string(b))))
+		r.bad = append(r.bad, fmt.Sprintf("receiver %s: a line that is neither a gate nor an answer: %q", r.name, textclip.Cut(string(b), maxEcho)))
 	}
 }
 
@@ -415,10 +417,10 @@ func (t *tail) String() string {
 	defer t.mu.Unlock()
 	lines := make([]string, 0, len(t.lines)+1)
 	for _, l := range t.lines {
-		lines = append(lines, t.prefix+clip(l))
+		lines = append(lines, t.prefix+textclip.Cut(l, maxEcho))
 	}
 	if len(t.partial) > 0 {
-		lines = append(lines, t.prefix+clip(string(t.partial)))
+		lines = append(lines, t.prefix+textclip.Cut(string(t.partial), maxEcho))
 	}
 	if len(lines) == 0 {
 		return ""

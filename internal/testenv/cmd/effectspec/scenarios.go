@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/clients/go/claimd"
+	"github.com/claimd/claimd/internal/textclip"
 )
 
 // runner runs scenarios against one claimd and one database.
@@ -373,10 +374,10 @@ func (r *runner) collect(s *scenarioRun) ([]event, []string) {
 		events[i] = e
 	}
 	for key, w := range rows {
-		v = append(v, fmt.Sprintf("%s: ledger rows of a key no delivery had, %q: %s", s.name, clip(key), formatCounts(w)))
+		v = append(v, fmt.Sprintf("%s: ledger rows of a key no delivery had, %q: %s", s.name, textclip.Cut(key, maxEcho), formatCounts(w)))
 	}
 	for key := range fences {
-		v = append(v, fmt.Sprintf("%s: a fence row of a key no delivery had, %q", s.name, clip(key)))
+		v = append(v, fmt.Sprintf("%s: a fence row of a key no delivery had, %q", s.name, textclip.Cut(key, maxEcho)))
 	}
 	return events, v
 }
