@@ -422,11 +422,11 @@ func TestMigrateSaysWhatItApplied(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"the default schema, migrated", nil, nil, "postgres schema claimd: up to date at version 6\n"},
-		{"a new schema", nil, []string{"--postgres-schema", "billing"}, "postgres schema billing: applied 0001_claims, 0002_audit, 0003_lease_secret, 0004_entities, 0005_effect_recovered, 0006_audit_actor; now at version 6\n"},
-		{"that schema again", []string{"CLAIMD_POSTGRES_SCHEMA=billing"}, nil, "postgres schema billing: up to date at version 6\n"},
+		{"the default schema, migrated", nil, nil, "postgres schema claimd: up to date at version 7\n"},
+		{"a new schema", nil, []string{"--postgres-schema", "billing"}, "postgres schema billing: applied 0001_claims, 0002_audit, 0003_lease_secret, 0004_entities, 0005_effect_recovered, 0006_audit_actor, 0007_audit_key; now at version 7\n"},
+		{"that schema again", []string{"CLAIMD_POSTGRES_SCHEMA=billing"}, nil, "postgres schema billing: up to date at version 7\n"},
 		{"partitioned once", []string{"CLAIMD_POSTGRES_SCHEMA=billing"}, []string{"--partition-claims", "4"},
-			"postgres schema billing: up to date at version 6\npostgres schema billing: claims hash-partitioned by identity into 4 partitions\n"},
+			"postgres schema billing: up to date at version 7\npostgres schema billing: claims hash-partitioned by identity into 4 partitions\n"},
 	}
 	for _, tc := range tests {
 		r := runEnv(t, append(tc.env, "CLAIMD_POSTGRES_URL="+url), append([]string{"migrate"}, tc.args...)...)

@@ -57,7 +57,7 @@ func regclass(t *testing.T, db interface {
 func TestSchemasSideBySide(t *testing.T) {
 	url := freshDatabase(t)
 	for _, schema := range []string{"tenant_a", "tenant_b"} {
-		if got, want := migrateSchema(t, url, schema), fmt.Sprintf("applied 0001_claims, 0002_audit, 0003_lease_secret, 0004_entities, 0005_effect_recovered, 0006_audit_actor; now at version %d", postgres.SchemaVersion()); got != want {
+		if got, want := migrateSchema(t, url, schema), fmt.Sprintf("applied 0001_claims, 0002_audit, 0003_lease_secret, 0004_entities, 0005_effect_recovered, 0006_audit_actor, 0007_audit_key; now at version %d", postgres.SchemaVersion()); got != want {
 			t.Errorf("MigrateWith(%s) = %q, want %q", schema, got, want)
 		}
 	}
@@ -163,7 +163,7 @@ func TestDefaultSchemaIsClaimd(t *testing.T) {
 	for _, m := range res.Applied {
 		names = append(names, m.Name)
 	}
-	if diff := cmp.Diff([]string{"0001_claims", "0002_audit", "0003_lease_secret", "0004_entities", "0005_effect_recovered", "0006_audit_actor"}, names); diff != "" || res.Version != postgres.SchemaVersion() {
+	if diff := cmp.Diff([]string{"0001_claims", "0002_audit", "0003_lease_secret", "0004_entities", "0005_effect_recovered", "0006_audit_actor", "0007_audit_key"}, names); diff != "" || res.Version != postgres.SchemaVersion() {
 		t.Errorf("MigrateWith(fresh) applied (-want +got):\n%s\nversion %d, want %d", diff, res.Version, postgres.SchemaVersion())
 	}
 	db := openDB(t, url, "public")
@@ -214,7 +214,7 @@ func TestMigrateTakesOverClaimd01(t *testing.T) {
 		t.Fatalf("New(public, not migrated since 0.1) error = %v, want one telling to run claimd migrate", err)
 	}
 	got := migrateSchema(t, url, "public")
-	want := fmt.Sprintf("took over versions 1, 2 recorded in schema_migrations by claimd 0.1; applied 0003_lease_secret, 0004_entities, 0005_effect_recovered, 0006_audit_actor; now at version %d", postgres.SchemaVersion())
+	want := fmt.Sprintf("took over versions 1, 2 recorded in schema_migrations by claimd 0.1; applied 0003_lease_secret, 0004_entities, 0005_effect_recovered, 0006_audit_actor, 0007_audit_key; now at version %d", postgres.SchemaVersion())
 	if got != want {
 		t.Errorf("MigrateWith(public of claimd 0.1) = %q, want %q", got, want)
 	}
@@ -266,7 +266,7 @@ func TestMigrateLeavesOtherToolsTablesAlone(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			want := fmt.Sprintf("applied 0001_claims, 0002_audit, 0003_lease_secret, 0004_entities, 0005_effect_recovered, 0006_audit_actor; now at version %d", postgres.SchemaVersion())
+			want := fmt.Sprintf("applied 0001_claims, 0002_audit, 0003_lease_secret, 0004_entities, 0005_effect_recovered, 0006_audit_actor, 0007_audit_key; now at version %d", postgres.SchemaVersion())
 			if got := migrateSchema(t, url, "public"); got != want {
 				t.Errorf("MigrateWith(public beside %s) = %q, want %q", tc.desc, got, want)
 			}

@@ -26,7 +26,7 @@ const outcomeChanged = "CHANGED"
 // audited only when they changed the record, token is the holder's and
 // holder its name. to is the state after the call. effectRecovered marks a
 // transition whose result an earlier holder's effect fence supplied; actor
-// is who asked for the call (tiers.Actor).
+// is who asked for the call (tiers.Actor); payloadHash is a claimant's.
 type auditRow struct {
 	at       time.Time
 	key      tiers.Key
@@ -39,15 +39,16 @@ type auditRow struct {
 
 	effectRecovered bool
 	actor           tiers.Actor
+	payloadHash     []byte // claims: the claimant's payload hash, or nil
 }
 
 const insertAudit = `INSERT INTO audit_log
 	(at, namespace, provider, key, op, outcome, reason, from_state, to_state, token, holder, effect_recovered,
-	 principal, transport)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	 principal, transport, payload_sha256)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 func (a *auditRow) args() []any {
 	return []any{a.at.UnixMicro(), a.key.Namespace, a.key.Provider, a.key.Key, a.op, a.outcome, a.reason,
 		a.from, a.to, int64(a.token), a.holder, a.effectRecovered,
-		a.actor.Principal, a.actor.Transport}
+		a.actor.Principal, a.actor.Transport, nilIfEmpty(a.payloadHash)}
 }

@@ -54,8 +54,13 @@ func scanRecord(row *sql.Row, k tiers.Key) (*tiers.Record, error) {
 	return rec, err
 }
 
-// scanStored is scanRecord that also returns the record's entity_to.
-func scanStored(row *sql.Row, k tiers.Key) (rec *tiers.Record, entityTo string, err error) {
+// rowScanner is what scanStored reads from: a *sql.Row or *sql.Rows.
+type rowScanner interface{ Scan(dest ...any) error }
+
+// scanStored is scanRecord that also returns the record's entity_to. A row
+// of a listing (*sql.Rows) has columns before recordColumns: before are
+// their destinations.
+func scanStored(row rowScanner, k tiers.Key, before ...any) (rec *tiers.Record, entityTo string, err error) {
 	var (
 		r                                   = tiers.Record{Key: k}
 		state, reason                       string
@@ -63,10 +68,10 @@ func scanStored(row *sql.Row, k tiers.Key) (rec *tiers.Record, entityTo string, 
 		firstSeen, lease, window, updatedAt int64
 		salt, secretHash, payload, result   []byte
 	)
-	err = row.Scan(
+	err = row.Scan(append(before,
 		&state, &token, &version, &attempt, &reason, &released, &r.Holder, &r.AttemptID,
 		&salt, &secretHash, &payload, &result, &firstSeen, &lease, &window, &updatedAt,
-		&r.Lifecycle, &r.EntityID, &r.EventType, &entityTo)
+		&r.Lifecycle, &r.EntityID, &r.EventType, &entityTo)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, "", nil
 	}

@@ -52,6 +52,8 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 			token:   res.Record.Token,
 			holder:  p.Holder,
 			actor:   p.Actor,
+
+			payloadHash: p.PayloadHash,
 		}
 		if res.Outcome == tiers.OutcomeAcquired {
 			a.reason = res.Reason.String()

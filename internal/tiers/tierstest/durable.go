@@ -1,6 +1,7 @@
 package tierstest
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func RunDurable(t *testing.T, f DurableFactory) {
 		open := f(t)
 		return func(t *testing.T) tiers.Store { return open(t) }
 	})
-	for _, tc := range durableCases {
+	for _, tc := range slices.Concat(durableCases, durableInspectCases) {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			d := f(t)(t)

@@ -18,7 +18,7 @@ import (
 // its own and works in a namespace of its own, so f may hand every case the
 // same server (but see the entity cases, entity.go, for CountDeferred).
 func Run(t *testing.T, f Factory) {
-	for _, tc := range slices.Concat(storeCases, entityCases) {
+	for _, tc := range slices.Concat(storeCases, entityCases, inspectCases) {
 		t.Run(tc.desc, func(t *testing.T) {
 			t.Parallel()
 			tc.run(t, newEnv(t, f))

@@ -1,0 +1,29 @@
+-- 0007_audit_key: an index to read one key's audit log (ListAudit, claimd
+-- inspect, the on-call page). Until now only the BRIN index on at could
+-- help, so reading a key scanned every row of every month kept.
+--
+-- The narrowest index that answers ListAudit from the index alone in its
+-- order: the key's identity, then (at, id), the listing's order and keyset
+-- position, so a page is one range of the index, read in order, with no
+-- sort and no filter, however long the key's log (a retry storm audits
+-- every duplicate). Nothing else is included: the rest of the row is read
+-- from the heap, for the few rows of a page.
+--
+-- Its write cost: every audit row (each claim, and each transition, renew
+-- and release that changed a record) inserts one entry into this B-tree, in
+-- the transaction that decides. Unlike the BRIN index, whose entries follow
+-- the append order, these land wherever the key sorts, so the index's pages
+-- are spread over the whole month's key space: about the size of the
+-- text columns it holds (namespace, provider, key, plus 16 bytes) per row,
+-- more WAL (a full-page image of each index page first touched after a
+-- checkpoint) and one more random page write per decision. Each monthly
+-- partition has its own copy, dropped with its partition by retention.
+--
+-- Built here with a plain CREATE INDEX, which holds a SHARE lock on each
+-- partition while it reads it: claims wait for it (their audit rows cannot
+-- be written meanwhile). On a large audit log, build it beforehand without
+-- blocking, under the same name, and this migration then does nothing:
+--   CREATE INDEX audit_log_key ON ONLY audit_log (namespace, provider, key, at, id);
+--   CREATE INDEX CONCURRENTLY audit_log_yYYYYmMM_key ON audit_log_yYYYYmMM (namespace, provider, key, at, id);
+--   ALTER INDEX audit_log_key ATTACH PARTITION audit_log_yYYYYmMM_key;  -- for each partition
+CREATE INDEX IF NOT EXISTS audit_log_key ON audit_log (namespace, provider, key, at, id);
