@@ -1,6 +1,10 @@
 package horizon_test
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/claimd/claimd/internal/horizon"
+)
 
 // BenchmarkDeriveKey measures the key derivation every Claim that sends a raw
 // delivery pays: Stripe's json:id on a realistic 2.5 KB event, Adyen's joined
@@ -37,7 +41,7 @@ func BenchmarkDeriveKey(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(bc.body)))
 			for b.Loop() {
-				if _, err := p.DeriveKey(bc.headers, bc.body); err != nil {
+				if _, err := p.DeriveKey(horizon.NewDelivery(bc.headers, bc.body)); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -167,7 +167,7 @@ func TestCorpus(t *testing.T) {
 			var first horizon.Derived
 			for n := range 2 {
 				h := attempt(d, n)
-				got, err := p.DeriveKey(h, body)
+				got, err := p.DeriveKey(horizon.NewDelivery(h, body))
 				if err != nil {
 					t.Fatalf("attempt %d: DeriveKey() error = %v", n, err)
 				}

@@ -85,7 +85,7 @@ func FuzzParseRule(f *testing.F) {
 			}
 		}
 		for _, d := range deliveries {
-			got, err := deriveKey(r, d.headers, d.body)
+			got, err := deriveKey(r, NewDelivery(d.headers, d.body))
 			switch {
 			case err != nil:
 				if !errors.Is(err, ErrMalformedBody) {
@@ -109,7 +109,7 @@ func FuzzParseRule(f *testing.F) {
 				if a.String() == got.Rule {
 					break
 				}
-				alone, err := deriveKey(a, d.headers, d.body)
+				alone, err := deriveKey(a, NewDelivery(d.headers, d.body))
 				if err == nil && !alone.Fallback {
 					t.Fatalf("deriveKey(%q) = %+v, but the earlier alternative %q yields %+v", s, got, a, alone)
 				}
@@ -133,7 +133,7 @@ func FuzzJSONPath(f *testing.F) {
 			return
 		}
 		r := &jsonRule{text: "json:" + path, steps: steps}
-		value, found, err := r.eval(&delivery{body: body})
+		value, found, err := r.eval(NewDelivery(nil, body))
 		if !json.Valid(body) {
 			if !errors.Is(err, ErrMalformedBody) {
 				t.Fatalf("eval(%q, %q) = %q, %v, %v; want ErrMalformedBody for invalid JSON", path, body, value, found, err)
@@ -288,7 +288,7 @@ func FuzzDeriveKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, header string, body []byte) {
 		for _, name := range []string{"adyen", "stripe"} {
 			p, _ := reg.Lookup(name)
-			pl, ok, err := p.PlaceDelivery(nil, body)
+			pl, ok, err := p.PlaceDelivery(NewDelivery(nil, body))
 			switch {
 			case err != nil && !errors.Is(err, ErrMalformedBody):
 				t.Fatalf("%s: PlaceDelivery(%q) error = %v, want one wrapping ErrMalformedBody", name, body, err)
@@ -301,7 +301,7 @@ func FuzzDeriveKey(f *testing.F) {
 		for _, name := range []string{"adyen", "shopify"} {
 			p, _ := reg.Lookup(name)
 			headers := map[string]string{"shopify-webhook-id": header}
-			got, err := p.DeriveKey(headers, body)
+			got, err := p.DeriveKey(NewDelivery(headers, body))
 			if err != nil {
 				if !errors.Is(err, ErrMalformedBody) {
 					t.Fatalf("%s: DeriveKey(%q) error = %v, want one wrapping ErrMalformedBody", name, body, err)
@@ -317,7 +317,7 @@ func FuzzDeriveKey(f *testing.F) {
 				}
 			}
 			for _, a := range p.Rule.Alternatives() {
-				alone, err := deriveKey(a, headers, body)
+				alone, err := deriveKey(a, NewDelivery(headers, body))
 				if a.String() == got.Rule {
 					if err != nil || alone.Key != got.Key || alone.Source != got.Source {
 						t.Fatalf("%s: DeriveKey(%q) = %+v, but its alternative %q alone = %+v, %v", name, body, got, a, alone, err)

@@ -119,20 +119,19 @@ type Derived struct {
 // Errors: ErrNoKeyRule when p has no rule; a *KeyError (ErrMalformedBody)
 // when the delivery is malformed under the rule. headers match
 // case-insensitively; body is never modified or retained.
-func (p *Provider) DeriveKey(headers map[string]string, body []byte) (Derived, error) {
+func (p *Provider) DeriveKey(d *Delivery) (Derived, error) {
 	if p.Rule == nil {
 		if p.IsGroup() {
 			return Derived{}, fmt.Errorf("%w: group %s: its members derive keys by different rules; send event_id", ErrNoKeyRule, p.Name)
 		}
 		return Derived{}, fmt.Errorf("%w: provider %s derives no key from a delivery; send event_id", ErrNoKeyRule, p.Name)
 	}
-	return deriveKey(p.Rule, headers, body)
+	return deriveKey(p.Rule, d)
 }
 
-func deriveKey(r Rule, headers map[string]string, body []byte) (Derived, error) {
-	d := delivery{headers: headers, body: body}
+func deriveKey(r Rule, d *Delivery) (Derived, error) {
 	alts := r.Alternatives()
-	i, v, err := firstYield(alts, &d)
+	i, v, err := firstYield(alts, d)
 	if err != nil {
 		return Derived{}, err
 	}
@@ -143,12 +142,12 @@ func deriveKey(r Rule, headers map[string]string, body []byte) (Derived, error) 
 		}
 		return Derived{Key: v, Source: alt.Source(), Rule: alt.String()}, nil
 	}
-	if len(body) == 0 {
+	if len(d.body) == 0 {
 		// Every such delivery would hash alike: one would be served as the
 		// duplicate of another, unrelated one.
 		return Derived{}, malformed(r.String(), "no value under the rule and the body is empty, so there is nothing to hash", nil)
 	}
-	return Derived{Key: bodyHashKey(body), Source: KeySourceBodyHash, Fallback: true}, nil
+	return Derived{Key: bodyHashKey(d.body), Source: KeySourceBodyHash, Fallback: true}, nil
 }
 
 // bodyHashKey is the key of a raw body: "sha256:" and the hex of its hash.
@@ -175,20 +174,53 @@ func invalidKey(v string) string {
 	return ""
 }
 
-// delivery is one raw delivery under evaluation; it remembers the JSON
-// validity of the body so that joined json rules check it once.
-type delivery struct {
+// Delivery is one raw delivery, read once per Claim by every rule that
+// asks about it: the key rule (DeriveKey) and the lifecycle rules
+// (PlaceDelivery). It checks the body's JSON validity once and remembers
+// each path's value, so a path that both read (Stripe's data.object.id is
+// a key part and an entity id) walks the body once. Not safe for concurrent
+// use; the body is never modified.
+type Delivery struct {
 	headers map[string]string
 	body    []byte
 
 	jsonChecked bool
 	jsonErr     error
+	// paths remembers lookupPath's answer per path text.
+	paths map[string]pathValue
+}
+
+// pathValue is one lookupPath answer.
+type pathValue struct {
+	value string
+	found bool
+	err   error
+}
+
+// NewDelivery wraps a raw delivery as received: its headers (names matched
+// case-insensitively) and body.
+func NewDelivery(headers map[string]string, body []byte) *Delivery {
+	return &Delivery{headers: headers, body: body}
+}
+
+// lookup returns the value at the path of r, walking the body the first
+// time only.
+func (d *Delivery) lookup(text string, steps []pathStep) (string, bool, error) {
+	if v, ok := d.paths[text]; ok {
+		return v.value, v.found, v.err
+	}
+	v, found, err := lookupPath(d.body, steps)
+	if d.paths == nil {
+		d.paths = make(map[string]pathValue, 4)
+	}
+	d.paths[text] = pathValue{v, found, err}
+	return v, found, err
 }
 
 // checkJSON reports whether the body is one valid JSON value. The whole body
 // is checked, not only the part a path reads: a truncated body is not the
 // body the provider signed, whatever its first field says.
-func (d *delivery) checkJSON() error {
+func (d *Delivery) checkJSON() error {
 	if !d.jsonChecked {
 		d.jsonChecked = true
 		if !json.Valid(d.body) {

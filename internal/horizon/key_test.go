@@ -145,7 +145,7 @@ func TestDeriveKeyRetriesShareAKey(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			p := lookup(t, r, tc.provider)
 			for i, h := range []map[string]string{tc.first, tc.retry} {
-				got, err := p.DeriveKey(h, tc.body)
+				got, err := p.DeriveKey(horizon.NewDelivery(h, tc.body))
 				if err != nil {
 					t.Fatalf("delivery %d: DeriveKey() error = %v", i, err)
 				}
@@ -537,7 +537,7 @@ func TestDeriveKey(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			p := lookup(t, r, tc.provider)
-			got, err := p.DeriveKey(tc.headers, []byte(tc.body))
+			got, err := p.DeriveKey(horizon.NewDelivery(tc.headers, []byte(tc.body)))
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) || !strings.HasPrefix(err.Error(), tc.wantMsg) {
 					t.Fatalf("DeriveKey(%q) = %+v, %v; want error %v starting %q", tc.body, got, err, tc.wantErr, tc.wantMsg)
@@ -563,7 +563,7 @@ func TestDeriveKey(t *testing.T) {
 
 func TestKeyErrorCarriesTheRule(t *testing.T) {
 	p := lookup(t, mustDefault(t), "adyen")
-	_, err := p.DeriveKey(nil, []byte(`{"notificationItems":[`))
+	_, err := p.DeriveKey(horizon.NewDelivery(nil, []byte(`{"notificationItems":[`)))
 	var ke *horizon.KeyError
 	if !errors.As(err, &ke) {
 		t.Fatalf("DeriveKey() error = %v, want a *KeyError", err)
@@ -674,7 +674,7 @@ func TestDeriveKeyAdyenFamilies(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			for _, body := range tc.bodies {
-				got, err := p.DeriveKey(nil, []byte(body))
+				got, err := p.DeriveKey(horizon.NewDelivery(nil, []byte(body)))
 				if err != nil {
 					t.Fatalf("DeriveKey(%q) error = %v", body, err)
 				}

@@ -143,10 +143,9 @@ func (p *Provider) PlaceEvent(entityID, eventType string) (pl Placement, ok bool
 // p: no lifecycle's event-type rule yields a type it declares, or the
 // entity rule finds no id. Errors: a *KeyError when the delivery is
 // malformed under a rule (the body is not JSON, an id is not a valid key).
-func (p *Provider) PlaceDelivery(headers map[string]string, body []byte) (pl Placement, ok bool, err error) {
-	d := delivery{headers: headers, body: body}
+func (p *Provider) PlaceDelivery(d *Delivery) (pl Placement, ok bool, err error) {
 	for _, l := range p.Lifecycles {
-		_, eventType, err := firstYield(l.eventTypeRule.Alternatives(), &d)
+		_, eventType, err := firstYield(l.eventTypeRule.Alternatives(), d)
 		if err != nil {
 			return Placement{}, false, err
 		}
@@ -158,7 +157,7 @@ func (p *Provider) PlaceDelivery(headers map[string]string, body []byte) (pl Pla
 		if e.entityRule != nil {
 			rule = e.entityRule
 		}
-		i, id, err := firstYield(rule.Alternatives(), &d)
+		i, id, err := firstYield(rule.Alternatives(), d)
 		if err != nil || i < 0 {
 			return Placement{}, false, err
 		}

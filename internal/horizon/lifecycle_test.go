@@ -185,7 +185,7 @@ func TestPlaceDeliveryReal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pl, ok, err := builtin(t, tc.provider).PlaceDelivery(nil, body)
+			pl, ok, err := builtin(t, tc.provider).PlaceDelivery(horizon.NewDelivery(nil, body))
 			if err != nil {
 				t.Fatalf("PlaceDelivery() error = %v", err)
 			}
@@ -227,7 +227,7 @@ func TestPlaceDeliveryCorpus(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pl, ok, err := entry(t, reg, d.Provider).PlaceDelivery(d.Headers, body)
+		pl, ok, err := entry(t, reg, d.Provider).PlaceDelivery(horizon.NewDelivery(d.Headers, body))
 		if err != nil {
 			t.Errorf("%s: PlaceDelivery() error = %v", d.File, err)
 		}
@@ -265,7 +265,7 @@ func TestPlaceDeliveryMalformed(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
-			pl, ok, err := stripe.PlaceDelivery(nil, []byte(tc.body))
+			pl, ok, err := stripe.PlaceDelivery(horizon.NewDelivery(nil, []byte(tc.body)))
 			switch {
 			case tc.malformed && !errors.Is(err, horizon.ErrMalformedBody):
 				t.Errorf("PlaceDelivery() error = %v, want one wrapping ErrMalformedBody", err)
@@ -345,7 +345,7 @@ func TestOutOfOrderSequence(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pl, ok, err := p.PlaceDelivery(nil, body)
+		pl, ok, err := p.PlaceDelivery(horizon.NewDelivery(nil, body))
 		if err != nil || !ok {
 			t.Fatalf("delivery %d (%s): PlaceDelivery() = %v, %v", i+1, d.File, ok, err)
 		}

@@ -61,7 +61,7 @@ func TestLoadLifecycle(t *testing.T) {
 	if d.EntityRule != "json:data.object.charge" || !slices.Equal(d.Wait, []string{"new", "pending"}) {
 		t.Errorf("charge.dispute.created = entity %q, wait %v; want json:data.object.charge, [new pending]", d.EntityRule, d.Wait)
 	}
-	pl, ok, err := p.PlaceDelivery(nil, []byte(`{"type":"charge.dispute.created","data":{"object":{"id":"du_1","charge":"ch_1"}}}`))
+	pl, ok, err := p.PlaceDelivery(horizon.NewDelivery(nil, []byte(`{"type":"charge.dispute.created","data":{"object":{"id":"du_1","charge":"ch_1"}}}`)))
 	if err != nil || !ok || pl.EntityID != "ch_1" {
 		t.Errorf("PlaceDelivery(dispute) = %+v, %v, %v; want entity ch_1 read by the event's own rule", pl, ok, err)
 	}

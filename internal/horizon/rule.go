@@ -26,7 +26,7 @@ type Rule interface {
 	// eval returns the rule's value for d. found is false when the value is
 	// absent, null or empty; err is a *KeyError when the delivery is malformed
 	// under the rule.
-	eval(d *delivery) (value string, found bool, err error)
+	eval(d *Delivery) (value string, found bool, err error)
 }
 
 // Bounds of a rule. They keep a rule readable and keep the work of deriving a
@@ -230,7 +230,7 @@ func (r *headerRule) String() string       { return r.text }
 func (r *headerRule) Source() KeySource    { return KeySourceHeader }
 func (r *headerRule) Alternatives() []Rule { return []Rule{r} }
 
-func (r *headerRule) eval(d *delivery) (string, bool, error) {
+func (r *headerRule) eval(d *Delivery) (string, bool, error) {
 	var value string
 	seen := false
 	for k, v := range d.headers {
@@ -259,11 +259,11 @@ func (r *jsonRule) String() string       { return r.text }
 func (r *jsonRule) Source() KeySource    { return KeySourceBodyField }
 func (r *jsonRule) Alternatives() []Rule { return []Rule{r} }
 
-func (r *jsonRule) eval(d *delivery) (string, bool, error) {
+func (r *jsonRule) eval(d *Delivery) (string, bool, error) {
 	if err := d.checkJSON(); err != nil {
 		return "", false, malformed(r.text, "body is not valid JSON", err)
 	}
-	v, found, err := lookupPath(d.body, r.steps)
+	v, found, err := d.lookup(r.text, r.steps)
 	if err != nil {
 		var shape *shapeError
 		ke := &KeyError{Rule: r.text, Reason: err.Error(), mismatch: errors.As(err, &shape)}
@@ -296,7 +296,7 @@ func (r *joinedRule) Source() KeySource {
 	return src
 }
 
-func (r *joinedRule) eval(d *delivery) (string, bool, error) {
+func (r *joinedRule) eval(d *Delivery) (string, bool, error) {
 	values := make([]string, 0, len(r.parts))
 	all := true
 	// Every part is evaluated even after one is absent, so that a malformed
@@ -322,7 +322,7 @@ func (bodyHashRule) String() string         { return "sha256" }
 func (bodyHashRule) Source() KeySource      { return KeySourceBodyHash }
 func (r bodyHashRule) Alternatives() []Rule { return []Rule{r} }
 
-func (bodyHashRule) eval(d *delivery) (string, bool, error) {
+func (bodyHashRule) eval(d *Delivery) (string, bool, error) {
 	if len(d.body) == 0 {
 		return "", false, nil
 	}
@@ -340,7 +340,7 @@ func (r *alternativesRule) String() string       { return r.text }
 func (r *alternativesRule) Source() KeySource    { return KeySourceUnspecified }
 func (r *alternativesRule) Alternatives() []Rule { return r.alts }
 
-func (r *alternativesRule) eval(d *delivery) (string, bool, error) {
+func (r *alternativesRule) eval(d *Delivery) (string, bool, error) {
 	_, v, err := firstYield(r.alts, d)
 	return v, err == nil && v != "", err
 }
@@ -350,7 +350,7 @@ func (r *alternativesRule) eval(d *delivery) (string, bool, error) {
 // wrong type is passed over (it describes another family's deliveries); its
 // error is returned only when no later alternative yields. Any other error
 // ends the search: the delivery is malformed whichever family it is.
-func firstYield(alts []Rule, d *delivery) (int, string, error) {
+func firstYield(alts []Rule, d *Delivery) (int, string, error) {
 	var mismatch error
 	for i, a := range alts {
 		v, found, err := a.eval(d)

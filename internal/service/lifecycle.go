@@ -19,8 +19,9 @@ const MaxEventTypeBytes = 255
 // both or neither) override what the lifecycle rules read from a delivery;
 // without them a delivery is placed by the rules, and an event_id is an
 // ordinary claim. ok is false for an ordinary claim: no lifecycle of prov
-// declares the event type, or the rules find none in the delivery.
-func place(c *checker, prov *horizon.Provider, req *pb.ClaimRequest) (pl horizon.Placement, ok bool) {
+// declares the event type, or the rules find none in the delivery. d is the
+// request's delivery as the key rule read it (nil for an event_id).
+func place(c *checker, prov *horizon.Provider, req *pb.ClaimRequest, d *horizon.Delivery) (pl horizon.Placement, ok bool) {
 	entityID, eventType := req.GetEntityId(), req.GetEventType()
 	switch {
 	case entityID != "" || eventType != "":
@@ -36,9 +37,8 @@ func place(c *checker, prov *horizon.Provider, req *pb.ClaimRequest) (pl horizon
 			return horizon.Placement{}, false
 		}
 		return prov.PlaceEvent(entityID, eventType)
-	case req.GetDelivery() != nil:
-		d := req.GetDelivery()
-		pl, ok, err := prov.PlaceDelivery(d.GetHeaders(), d.GetBody())
+	case d != nil:
+		pl, ok, err := prov.PlaceDelivery(d)
 		if err != nil {
 			c.add("delivery", "lifecycle rules: %v", err)
 			return horizon.Placement{}, false

@@ -138,6 +138,8 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 		src      horizon.KeySource
 		fallback bool
 		hash     = req.GetPayloadSha256()
+		// delivery is read once, by the key rule and the lifecycle rules.
+		delivery *horizon.Delivery
 	)
 	if len(hash) != 0 && len(hash) != sha256Bytes {
 		c.add("payload_sha256", "%d bytes, want %d (a SHA-256 digest)", len(hash), sha256Bytes)
@@ -148,7 +150,8 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 		c.key("event_id", key)
 	case *pb.ClaimRequest_Delivery:
 		body := k.Delivery.GetBody()
-		derived, err := prov.DeriveKey(k.Delivery.GetHeaders(), body)
+		delivery = horizon.NewDelivery(k.Delivery.GetHeaders(), body)
+		derived, err := prov.DeriveKey(delivery)
 		if err != nil {
 			c.add("delivery", "%v", err)
 			break
@@ -179,7 +182,7 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 	}
 	c.text("holder", req.GetHolder(), 0, MaxHolderBytes)
 	c.text("attempt_id", req.GetAttemptId(), 0, MaxAttemptIDBytes)
-	pl, placed := place(c, prov, req)
+	pl, placed := place(c, prov, req, delivery)
 	if err := c.err(); err != nil {
 		return claim{}, err
 	}
