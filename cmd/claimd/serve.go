@@ -39,6 +39,7 @@ import (
 	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/redis"
 	"github.com/claimd/claimd/internal/tlsconfig"
+	"github.com/claimd/claimd/internal/ui"
 )
 
 type serveConfig struct {
@@ -83,7 +84,7 @@ func bindServe(fs *flag.FlagSet, c *serveConfig) {
 	bindCommon(fs, &c.commonConfig)
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:50051", "gRPC listen address (loopback by default)")
 	fs.StringVar(&c.HTTPListen, "http-listen", "127.0.0.1:8080", "HTTP listen address for the API over HTTP/JSON, Connect and gRPC-Web (--http-api), /metrics, /healthz, /readyz")
-	fs.BoolVar(&c.HTTPAPI, "http-api", true, "serve the API on --http-listen too: REST routes (POST /v1/claims, …), Connect and gRPC-Web, through the same interceptors as gRPC; false leaves only /metrics, /healthz, /readyz there")
+	fs.BoolVar(&c.HTTPAPI, "http-api", true, "serve the API on --http-listen too: REST routes (POST /v1/claims, …), Connect and gRPC-Web, through the same interceptors as gRPC; false leaves only /metrics, /healthz, /readyz there (no API, no on-call page at /ui/)")
 	fs.StringVar(&c.HTTPAllowedHosts, "http-allowed-hosts", "", "comma-separated host names (or addresses) the API on --http-listen answers to, in Host and Origin headers; others are refused 421 (Host) or 403 (Origin), so a web page that rebinds its name to claimd's address cannot call it. Default: localhost, 127.0.0.1, ::1 and the host of --http-listen when it names one; * allows any (behind a proxy that checks Host itself). /metrics and the probes answer any Host")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to drain in-flight calls on SIGTERM")
 	fs.DurationVar(&c.ReadyInterval, "ready-interval", time.Second, "how often readiness pings the durable tier")
@@ -301,6 +302,9 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 			MaxRequestBytes:   c.MaxRequestBytes,
 			AllowedHosts:      hosts,
 			RequireClientCert: c.TLSClientCA != "",
+			// The on-call page: files only; its data comes from the API.
+			Pages:      ui.Handler(),
+			PagePrefix: ui.Prefix,
 		}
 		if authn != nil {
 			gcfg.Authenticate = authn.Authenticate

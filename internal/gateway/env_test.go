@@ -165,7 +165,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	t.Cleanup(srv.Stop)
 
 	h, err := gateway.New(srv, gateway.Config{MaxRequestBytes: maxRequestBytes, AllowedHosts: []string{"127.0.0.1", "localhost", "[::1]"},
-		Authenticate: authn.Authenticate, RequireClientCert: o.requireCert})
+		Authenticate: authn.Authenticate, RequireClientCert: o.requireCert, Pages: pageStub, PagePrefix: "/ui/"})
 	if err != nil {
 		t.Fatal(err)
 	}

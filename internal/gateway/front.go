@@ -47,9 +47,23 @@ type front struct {
 	auth        func(context.Context, string) error
 	requireCert bool
 	maxBody     int64
+	pages       http.Handler // Config.Pages, or nil
+	pagePrefix  string
 }
 
 func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.pages != nil && (r.URL.Path == strings.TrimSuffix(f.pagePrefix, "/") || strings.HasPrefix(r.URL.Path, f.pagePrefix)) {
+		if ref := f.admitPage(r); ref != nil {
+			ref.write(w, r, false)
+			return
+		}
+		f.pages.ServeHTTP(w, r)
+		return
+	}
+	// The API's answers are one caller's data: no cache keeps them, and no
+	// browser reads them as anything but their content type.
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	rpc := f.routes.rpc[r.URL.Path]
 	rt, ref := f.admit(r, rpc)
 	if ref != nil {
@@ -85,16 +99,8 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // and returns the REST route of the request (nil for Connect, gRPC and
 // gRPC-Web, and for a path that no route serves).
 func (f *front) admit(r *http.Request, rpc bool) (*route, *refusal) {
-	if host := hostOf(r.Host); !f.hosts.allows(host) {
-		return nil, refuse(http.StatusMisdirectedRequest, codes.PermissionDenied, ReasonHostNotAllowed, "Host",
-			"Host %s is not a name this listener answers to (--http-allowed-hosts)", textclip.Quote(r.Host, maxEcho))
-	}
-	if origin := r.Header.Get("Origin"); origin != "" {
-		u, err := url.Parse(origin)
-		if err != nil || !f.hosts.allows(strings.ToLower(u.Hostname())) {
-			return nil, refuse(http.StatusForbidden, codes.PermissionDenied, ReasonOriginNotAllowed, "Origin",
-				"Origin %s is not an allowed host (--http-allowed-hosts): claimd's API is not for web pages of other sites", textclip.Quote(origin, maxEcho))
-		}
+	if ref := f.admitSite(r); ref != nil {
+		return nil, ref
 	}
 	switch r.Method {
 	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
@@ -124,6 +130,36 @@ func (f *front) admit(r *http.Request, rpc bool) (*route, *refusal) {
 		}
 	}
 	return rt, nil
+}
+
+// admitSite runs the first two checks of front's doc: the Host and the
+// Origin.
+func (f *front) admitSite(r *http.Request) *refusal {
+	if host := hostOf(r.Host); !f.hosts.allows(host) {
+		return refuse(http.StatusMisdirectedRequest, codes.PermissionDenied, ReasonHostNotAllowed, "Host",
+			"Host %s is not a name this listener answers to (--http-allowed-hosts)", textclip.Quote(r.Host, maxEcho))
+	}
+	if origin := r.Header.Get("Origin"); origin != "" {
+		u, err := url.Parse(origin)
+		if err != nil || !f.hosts.allows(strings.ToLower(u.Hostname())) {
+			return refuse(http.StatusForbidden, codes.PermissionDenied, ReasonOriginNotAllowed, "Origin",
+				"Origin %s is not an allowed host (--http-allowed-hosts): claimd's API is not for web pages of other sites", textclip.Quote(origin, maxEcho))
+		}
+	}
+	return nil
+}
+
+// admitPage holds a request for Config.Pages to the Host and Origin rules
+// and, under RequireClientCert, to a verified client certificate: what a
+// browser's navigation can bring. It has no bearer token to check.
+func (f *front) admitPage(r *http.Request) *refusal {
+	if ref := f.admitSite(r); ref != nil {
+		return ref
+	}
+	if f.requireCert && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+		return fromStatus(errClientCertRequired())
+	}
+	return nil
 }
 
 // callContext is what the gRPC server will know of the call before its

@@ -72,6 +72,16 @@ type Config struct {
 	// read; RequireClientCert's interceptors hold the calls to the same
 	// rule inside the server.
 	RequireClientCert bool
+	// Pages, when set, serves the paths under PagePrefix (the on-call
+	// page's files, internal/ui) beside the API. The front door admits them
+	// by Host and Origin, and by client certificate under
+	// RequireClientCert, like an API call, but without Authenticate: a
+	// browser's navigation sends no bearer token, so the files must hold no
+	// data (the page fetches it from the API with the caller's credentials).
+	Pages http.Handler
+	// PagePrefix is the path Pages serves, with its trailing slash ("/ui/");
+	// the prefix without it is Pages' too.
+	PagePrefix string
 }
 
 // New returns the handler that serves every service registered on srv,
@@ -83,6 +93,9 @@ func New(srv *grpc.Server, cfg Config) (http.Handler, error) {
 	}
 	if len(cfg.AllowedHosts) == 0 {
 		return nil, errors.New("gateway: AllowedHosts must name at least one host")
+	}
+	if cfg.Pages != nil && (len(cfg.PagePrefix) < 3 || cfg.PagePrefix[0] != '/' || cfg.PagePrefix[len(cfg.PagePrefix)-1] != '/') {
+		return nil, fmt.Errorf("gateway: PagePrefix %q must be a path that starts and ends with /", cfg.PagePrefix)
 	}
 	routes, err := newRouteTable(srv)
 	if err != nil {
@@ -123,6 +136,8 @@ func New(srv *grpc.Server, cfg Config) (http.Handler, error) {
 		auth:        cfg.Authenticate,
 		requireCert: cfg.RequireClientCert,
 		maxBody:     maxBody,
+		pages:       cfg.Pages,
+		pagePrefix:  cfg.PagePrefix,
 	}, nil
 }
 
