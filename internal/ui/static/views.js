@@ -16,7 +16,7 @@ function note(text, cls) { return h('p', { class: 'note' + (cls ? ' ' + cls : ''
 // refused are rethrown (the whole page needs them).
 function unavailable(what, err) {
   if (err instanceof APIError && err.auth) throw err;
-  return note(`${what} unavailable: ${err.status ? 'HTTP ' + err.status + ' ' : ''}${err.reason ? err.reason + ': ' : ''}${err.message}`, 'warn');
+  return note(`Could not read ${what}: ${err.status ? 'HTTP ' + err.status + ' ' : ''}${err.reason ? err.reason + ': ' : ''}${err.message}`, 'warn');
 }
 
 function keyLink(ns, p, key) { return link({ namespace: ns, provider: p, key }, key); }
@@ -45,7 +45,7 @@ export async function keyView(ns, p, key) {
     try {
       const { items } = await pages((t) => claims.deferred(ns, p, '', t), 'events', maxPages);
       deferred = items.find((d) => d.key === key) || null;
-    } catch (err) { out.append(unavailable('The deferred list', err)); }
+    } catch (err) { out.append(unavailable('the deferred list', err)); }
     if (deferred) {
       out.append(h('section', { id: 'deferred-note', class: 'card deferred' },
         h('h3', {}, deferred.superseded ? 'Superseded' : 'Deferred', ' ×', String(deferred.count || 1)),
@@ -106,7 +106,7 @@ export async function keyView(ns, p, key) {
     ], rows));
     if (audit.value.more) trail.append(note(`Only the first ${rows.length} rows are shown.`));
   } else {
-    trail.append(unavailable('The audit trail', audit.reason));
+    trail.append(unavailable('the audit trail', audit.reason));
   }
   out.append(trail);
 
@@ -131,7 +131,7 @@ export async function entityView(ns, p, lifecycle, entityId, focusKey) {
   let deferredAll = [];
   try {
     deferredAll = (await pages((t) => claims.deferred(ns, p, entityId, t), 'events', maxPages)).items;
-  } catch (err) { out.append(unavailable('Deferred events', err)); }
+  } catch (err) { out.append(unavailable('the deferred events', err)); }
   let found = 0;
   for (const lc of chosen) {
     let ent = null;
@@ -177,7 +177,7 @@ export async function entityView(ns, p, lifecycle, entityId, focusKey) {
         ['first seen', (r) => when(r.firstSeenAt)],
       ], items, { class: 'entity-keys' }));
     }
-  } catch (err) { out.append(unavailable("The entity's keys", err)); }
+  } catch (err) { out.append(unavailable("the entity's keys", err)); }
   return out;
 }
 
