@@ -252,7 +252,10 @@ func printPass(w io.Writer, st *stores, rep janitor.Report, lockKey int64) {
 		verb = "would delete"
 		fmt.Fprintln(w, "dry run: nothing deleted")
 	}
-	fmt.Fprintf(w, "claims %s: %d (window ended before %s)\n", verb, rep.Claims, rep.ClaimsCutoff.Format(time.RFC3339))
+	cutoff := rep.ClaimsCutoff.Format(time.RFC3339)
+	fmt.Fprintf(w, "claims %s: %d (window ended before %s)\n", verb, rep.Claims, cutoff)
+	fmt.Fprintf(w, "entities %s: %d, with %d applied events (last window ended before %s)\n", verb, rep.Entities, rep.EntityEvents, cutoff)
+	fmt.Fprintf(w, "deferrals %s: %d (last window ended before %s)\n", verb, rep.Deferrals, cutoff)
 	if st.durableKind == "postgres" {
 		if rep.DryRun {
 			verb = "would drop"

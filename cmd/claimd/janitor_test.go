@@ -119,6 +119,20 @@ func TestPassDeletesExpiredKeepsLive(t *testing.T) {
 			claimAt(t, durable, "evt_live", now.Add(-time.Hour))                   // window ends in 83h
 			claimAt(t, durable, "evt_ancient", now.Add(-500*24*time.Hour))         // audit row past retention
 			expired = append(expired, "evt_ancient")
+			// Two deferrals: one of an entity whose windows ended past the
+			// grace, one of an entity still within its window. A deferral
+			// creates no entity row, so each holds one entity only when it
+			// had some claim acquire it: none here.
+			for k, at := range map[string]time.Time{"evt_early_old": now.Add(-claimTTL - 2*time.Hour), "evt_early_live": now.Add(-time.Hour)} {
+				res, err := durable.Claim(testCtx(t), tiers.ClaimParams{
+					Key: tiers.Key{Namespace: "billing", Provider: "stripe", Key: k}, Now: at, Lease: claimLease, TTL: claimTTL,
+					Entity: &tiers.EntityEvent{Lifecycle: "payment_intent", EntityID: "pi_" + k, EventType: "charge.refunded",
+						Initial: "created", From: []string{"succeeded"}, Wait: []string{"created"}, To: "refunded"},
+				})
+				if err != nil || res.Outcome != tiers.OutcomeDeferred {
+					t.Fatalf("Claim(%s) = %v, %v; want DEFERRED", k, res.Outcome, err)
+				}
+			}
 
 			counting := &countingTarget{Target: target}
 			j, err := janitor.New(janitor.Config{Target: counting, Clock: clk, Grace: janitorGrace, BatchSize: 2, Retention: 400 * 24 * time.Hour})
@@ -130,8 +144,8 @@ func TestPassDeletesExpiredKeepsLive(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Pass(dry run) error = %v", err)
 			}
-			if dry.Claims != int64(len(expired)) {
-				t.Errorf("Pass(dry run).Claims = %d, want %d", dry.Claims, len(expired))
+			if dry.Claims != int64(len(expired)) || dry.Deferrals != 1 {
+				t.Errorf("Pass(dry run) claims, deferrals = %d, %d; want %d, 1", dry.Claims, dry.Deferrals, len(expired))
 			}
 			for _, k := range expired {
 				if !claimExists(t, durable, k) {
@@ -146,8 +160,8 @@ func TestPassDeletesExpiredKeepsLive(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Pass() error = %v", err)
 			}
-			if rep.Skipped || rep.Claims != int64(len(expired)) {
-				t.Errorf("Pass() = skipped %v, claims %d; want not skipped, %d", rep.Skipped, rep.Claims, len(expired))
+			if rep.Skipped || rep.Claims != int64(len(expired)) || rep.Deferrals != 1 {
+				t.Errorf("Pass() = skipped %v, claims %d, deferrals %d; want not skipped, %d, 1", rep.Skipped, rep.Claims, rep.Deferrals, len(expired))
 			}
 			// 6 rows in batches of 2: three full batches and the empty one
 			// that says there is no more.

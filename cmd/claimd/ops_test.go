@@ -226,7 +226,9 @@ func TestMetricsEndpointAndRequestLogs(t *testing.T) {
 }
 
 // seedSQLite writes, straight into an embedded data directory, one claim
-// whose window ended two days ago and one within its window.
+// whose window ended two hours ago and one within its window, and an
+// entity with one applied event and a deferral whose windows ended two
+// hours ago too (their claims at the expired one's time).
 func seedSQLite(t *testing.T, dataDir string) {
 	t.Helper()
 	ctx := context.Background()
@@ -242,6 +244,27 @@ func seedSQLite(t *testing.T, dataDir string) {
 			t.Fatal(err)
 		}
 	}
+	at := now.Add(-86 * time.Hour)
+	secretHash := make([]byte, tiers.SecretHashBytes)
+	entityClaim := func(key, entityID string, ev tiers.EntityEvent) tiers.ClaimResult {
+		ev.Lifecycle, ev.EntityID, ev.Initial = "payment_intent", entityID, "created"
+		res, err := s.Claim(ctx, tiers.ClaimParams{Key: tiers.Key{Namespace: "billing", Provider: "stripe", Key: key},
+			Now: at, Lease: time.Minute, TTL: 84 * time.Hour, Entity: &ev, Start: true, SecretHash: secretHash})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	applied := entityClaim("evt_applied", "pi_1", tiers.EntityEvent{EventType: "payment_intent.processing", From: []string{"created"}, To: "processing"})
+	if _, _, err := s.Transition(ctx, tiers.TransitionParams{Key: applied.Record.Key, Now: at, Token: applied.Record.Token,
+		SecretHash: secretHash, To: tiers.StateSettled, Result: []byte("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	early := entityClaim("evt_early", "pi_2", tiers.EntityEvent{EventType: "charge.refunded", From: []string{"succeeded"},
+		Wait: []string{"created", "processing"}, To: "refunded"})
+	if applied.Outcome != tiers.OutcomeAcquired || early.Outcome != tiers.OutcomeDeferred {
+		t.Fatalf("seeded entity claims = %v, %v; want ACQUIRED, DEFERRED", applied.Outcome, early.Outcome)
+	}
 }
 
 func TestPruneCommand(t *testing.T) {
@@ -252,18 +275,26 @@ func TestPruneCommand(t *testing.T) {
 		desc string
 		args []string
 		want string
+		// every kind of row but claims: entities, their applied events,
+		// deferrals, as the dry run counts them
+		entities, deferrals string
 	}{
-		{"dry run counts and deletes nothing", []string{"--dry-run"}, "would delete: 1"},
-		{"a grace longer than the time since its window ended keeps it", []string{"--dry-run", "--grace", "72h"}, "would delete: 0"},
-		{"dry run again: still there", []string{"--dry-run"}, "would delete: 1"},
-		{"a pass deletes the expired claim", nil, "deleted: 1"},
-		{"nothing left", nil, "deleted: 0"},
+		{"dry run counts and deletes nothing", []string{"--dry-run"}, "would delete: 2",
+			"entities would delete: 1, with 1 applied events", "deferrals would delete: 1"},
+		{"a grace longer than the time since its window ended keeps it", []string{"--dry-run", "--grace", "72h"}, "would delete: 0",
+			"entities would delete: 0, with 0 applied events", "deferrals would delete: 0"},
+		{"dry run again: still there", []string{"--dry-run"}, "would delete: 2",
+			"entities would delete: 1, with 1 applied events", "deferrals would delete: 1"},
+		{"a pass deletes the expired claims and entity rows", nil, "deleted: 2",
+			"entities deleted: 1, with 1 applied events", "deferrals deleted: 1"},
+		{"nothing left", nil, "deleted: 0", "entities deleted: 0, with 0 applied events", "deferrals deleted: 0"},
 	}
 	for _, tc := range tests {
 		out, code := run(t, append([]string{"prune", "--data-dir", dataDir}, tc.args...)...)
 		m := claimsLine.FindStringSubmatch(out)
-		if code != 0 || m == nil || !strings.HasSuffix(m[0], tc.want) {
-			t.Errorf("%s: claimd prune %v = exit %d\n%s\nwant %q", tc.desc, tc.args, code, out, tc.want)
+		if code != 0 || m == nil || !strings.HasSuffix(m[0], tc.want) ||
+			!strings.Contains(out, tc.entities+" (") || !strings.Contains(out, tc.deferrals+" (") {
+			t.Errorf("%s: claimd prune %v = exit %d\n%s\nwant %q, %q, %q", tc.desc, tc.args, code, out, tc.want, tc.entities, tc.deferrals)
 		}
 		if !strings.Contains(out, "audit rows") {
 			t.Errorf("%s: claimd prune %v reports no audit rows:\n%s", tc.desc, tc.args, out)
@@ -287,7 +318,8 @@ func TestPruneCommand(t *testing.T) {
 func TestPruneCommandPostgres(t *testing.T) {
 	url := testenv.Postgres(t, postgres.Migrate)
 	out, code := run(t, "prune", "--postgres-url", url, "--dry-run")
-	if code != 0 || !strings.Contains(out, "claims would delete: 0") || !strings.Contains(out, "audit partitions would drop: 0") {
+	if code != 0 || !strings.Contains(out, "claims would delete: 0") || !strings.Contains(out, "entities would delete: 0, with 0 applied events") ||
+		!strings.Contains(out, "deferrals would delete: 0") || !strings.Contains(out, "audit partitions would drop: 0") {
 		t.Errorf("claimd prune --dry-run (postgres) = exit %d\n%s", code, out)
 	}
 	s, err := postgres.New(context.Background(), postgres.Config{URL: url})

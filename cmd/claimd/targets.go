@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/internal/janitor"
+	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/postgres"
 	"github.com/claimd/claimd/internal/tiers/sqlite"
 )
@@ -28,7 +29,11 @@ func (t pgTarget) PruneClaims(ctx context.Context, cutoff time.Time, limit int) 
 	return t.s.Prune(ctx, cutoff, limit)
 }
 
-func (t pgTarget) CountClaims(ctx context.Context, cutoff time.Time) (int64, error) {
+func (t pgTarget) PruneEntities(ctx context.Context, cutoff time.Time, limit int) (tiers.Pruned, error) {
+	return t.s.PruneEntities(ctx, cutoff, limit)
+}
+
+func (t pgTarget) Count(ctx context.Context, cutoff time.Time) (tiers.Pruned, error) {
 	return t.s.CountPrunable(ctx, cutoff)
 }
 
@@ -65,7 +70,11 @@ func (t liteTarget) PruneClaims(ctx context.Context, cutoff time.Time, limit int
 	return t.s.Prune(ctx, cutoff, limit)
 }
 
-func (t liteTarget) CountClaims(ctx context.Context, cutoff time.Time) (int64, error) {
+func (t liteTarget) PruneEntities(ctx context.Context, cutoff time.Time, limit int) (tiers.Pruned, error) {
+	return t.s.PruneEntities(ctx, cutoff, limit)
+}
+
+func (t liteTarget) Count(ctx context.Context, cutoff time.Time) (tiers.Pruned, error) {
 	return t.s.CountPrunable(ctx, cutoff)
 }
 

@@ -1,5 +1,6 @@
 // Package janitor keeps the durable tier within its retention: it deletes
-// claims whose dedup window ended more than a grace period ago, in bounded
+// claims whose dedup window ended more than a grace period ago, and the
+// entities and deferral rows whose last window ended by then, in bounded
 // batches; it creates the audit log's partitions ahead of the months that
 // will need them; and it removes audit entries older than the retention
 // period. Every replica runs one, and one at a time is active: on
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/tiers"
 )
 
 // Defaults of Config.
@@ -44,8 +46,14 @@ type Target interface {
 	// PruneClaims deletes up to limit claims whose window ended before
 	// cutoff; a caller loops until it returns less than limit.
 	PruneClaims(ctx context.Context, cutoff time.Time, limit int) (int, error)
-	// CountClaims counts what PruneClaims would delete (dry run).
-	CountClaims(ctx context.Context, cutoff time.Time) (int64, error)
+	// PruneEntities deletes up to limit entities (with their applied
+	// events) and up to limit deferral rows whose last window ended before
+	// cutoff (tiers.EntityPruner); a caller loops until both counts are
+	// below limit.
+	PruneEntities(ctx context.Context, cutoff time.Time, limit int) (tiers.Pruned, error)
+	// Count counts what PruneClaims and PruneEntities would delete, every
+	// kind (dry run).
+	Count(ctx context.Context, cutoff time.Time) (tiers.Pruned, error)
 	// PrepareAudit makes the audit log ready for the writes of now's month
 	// and monthsAhead more (creates partitions), where that applies.
 	PrepareAudit(ctx context.Context, now time.Time, monthsAhead int) error
@@ -128,16 +136,20 @@ type Report struct {
 	Duration     time.Duration
 	DryRun       bool
 	Skipped      bool      // another replica held the janitor lock: nothing done
-	ClaimsCutoff time.Time // claims whose window ended before this go
+	ClaimsCutoff time.Time // claims, entities and deferrals whose window ended before this go
 	AuditCutoff  time.Time // audit entries written before this go
 	Claims       int64     // claims deleted
+	Entities     int64     // entities deleted
+	EntityEvents int64     // their applied events, deleted with them
+	Deferrals    int64     // deferral rows deleted
 	Audit        AuditExpiry
 	FastSwept    int // expired entries dropped from the process-local fast tier
 }
 
 // Pass runs one retention pass: sweep the local fast tier; then, as the
 // active janitor, create the audit partitions ahead, delete expired claims
-// batch by batch, and expire the audit log. A dry run takes no lock and
+// batch by batch, then expired entities and deferrals, and expire the audit
+// log. A dry run takes no lock and
 // changes nothing: it counts. A pass stops at the first error, keeping what
 // it did so far (every step is idempotent; the next pass goes on).
 func (j *Janitor) Pass(ctx context.Context, dryRun bool) (rep Report, err error) {
@@ -157,9 +169,11 @@ func (j *Janitor) Pass(ctx context.Context, dryRun bool) (rep Report, err error)
 		j.log(ctx, rep, err)
 	}()
 	if dryRun {
-		if rep.Claims, err = j.cfg.Target.CountClaims(ctx, rep.ClaimsCutoff); err != nil {
+		n, err := j.cfg.Target.Count(ctx, rep.ClaimsCutoff)
+		if err != nil {
 			return rep, fmt.Errorf("janitor: count claims: %w", err)
 		}
+		rep.add(n)
 		if rep.Audit, err = j.cfg.Target.ExpireAudit(ctx, rep.AuditCutoff, j.cfg.BatchSize, true); err != nil {
 			return rep, fmt.Errorf("janitor: count audit: %w", err)
 		}
@@ -195,10 +209,31 @@ func (j *Janitor) Pass(ctx context.Context, dryRun bool) (rep Report, err error)
 			return rep, err
 		}
 	}
+	for {
+		n, err := j.cfg.Target.PruneEntities(ctx, rep.ClaimsCutoff, j.cfg.BatchSize)
+		rep.add(n)
+		if err != nil {
+			return rep, fmt.Errorf("janitor: prune entities: %w", err)
+		}
+		if n.Entities < int64(j.cfg.BatchSize) && n.Deferrals < int64(j.cfg.BatchSize) {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+	}
 	if rep.Audit, err = j.cfg.Target.ExpireAudit(ctx, rep.AuditCutoff, j.cfg.BatchSize, false); err != nil {
 		return rep, fmt.Errorf("janitor: expire audit: %w", err)
 	}
 	return rep, nil
+}
+
+// add counts n in rep.
+func (rep *Report) add(n tiers.Pruned) {
+	rep.Claims += n.Claims
+	rep.Entities += n.Entities
+	rep.EntityEvents += n.EntityEvents
+	rep.Deferrals += n.Deferrals
 }
 
 // Run runs a pass at once and then every Interval until ctx ends. A failed
@@ -224,12 +259,14 @@ func (j *Janitor) log(ctx context.Context, rep Report, err error) {
 		return
 	}
 	level := slog.LevelInfo
-	if rep.Skipped || (rep.Claims == 0 && rep.Audit.Rows == 0 && len(rep.Audit.Partitions) == 0) {
+	if rep.Skipped || (rep.Claims == 0 && rep.Entities == 0 && rep.Deferrals == 0 &&
+		rep.Audit.Rows == 0 && len(rep.Audit.Partitions) == 0) {
 		level = slog.LevelDebug // an idle pass every few minutes is noise
 	}
 	j.cfg.Logger.Log(ctx, level, "janitor pass",
 		"dry_run", rep.DryRun, "skipped", rep.Skipped,
 		"claims_cutoff", rep.ClaimsCutoff, "claims_deleted", rep.Claims,
+		"entities_deleted", rep.Entities, "entity_events_deleted", rep.EntityEvents, "deferrals_deleted", rep.Deferrals,
 		"audit_cutoff", rep.AuditCutoff, "audit_partitions_dropped", rep.Audit.Partitions, "audit_rows_deleted", rep.Audit.Rows,
 		"fast_swept", rep.FastSwept, "duration_ms", rep.Duration.Milliseconds())
 }

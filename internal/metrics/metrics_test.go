@@ -356,7 +356,11 @@ func (t liteTarget) PruneClaims(ctx context.Context, cutoff time.Time, limit int
 	return t.s.Prune(ctx, cutoff, limit)
 }
 
-func (t liteTarget) CountClaims(ctx context.Context, cutoff time.Time) (int64, error) {
+func (t liteTarget) PruneEntities(ctx context.Context, cutoff time.Time, limit int) (tiers.Pruned, error) {
+	return t.s.PruneEntities(ctx, cutoff, limit)
+}
+
+func (t liteTarget) Count(ctx context.Context, cutoff time.Time) (tiers.Pruned, error) {
 	return t.s.CountPrunable(ctx, cutoff)
 }
 

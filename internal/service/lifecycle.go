@@ -2,6 +2,7 @@ package service
 
 import (
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -24,6 +25,17 @@ const MaxEventTypeBytes = 255
 func place(c *checker, prov *horizon.Provider, req *pb.ClaimRequest, d *horizon.Delivery) (pl horizon.Placement, ok bool) {
 	entityID, eventType := req.GetEntityId(), req.GetEventType()
 	switch {
+	case prov.IsGroup() && (entityID != "" || eventType != ""):
+		// A group has no lifecycles, and it answers for the duplicates of
+		// several providers: ordering would need the member whose
+		// lifecycle it is. Silently claiming it unordered would hide that.
+		for _, f := range [...]struct{ name, v string }{{"entity_id", entityID}, {"event_type", eventType}} {
+			if f.v != "" {
+				c.add(f.name, "provider %s is a group (of %s), which has no lifecycles: claim the event with the member provider that declares it",
+					quote(prov.Name), strings.Join(prov.Members, ", "))
+			}
+		}
+		return horizon.Placement{}, false
 	case entityID != "" || eventType != "":
 		idOK := entityID != "" && c.text("entity_id", entityID, 1, MaxKeyBytes)
 		typeOK := eventType != "" && c.text("event_type", eventType, 1, MaxEventTypeBytes)

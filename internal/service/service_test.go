@@ -122,6 +122,14 @@ func TestClaimValidation(t *testing.T) {
 			r.Key = &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Headers: map[string]string{"X-GitHub-Delivery": "x\x1fpending"}, Body: []byte(`{}`)}}
 		}), codes.InvalidArgument, "ClaimRequest.delivery", "control character"},
 		{"scope with the scope separator", claimReq(func(r *pb.ClaimRequest) { r.Scope = "a\x1fb" }), codes.InvalidArgument, "ClaimRequest.scope", "control character"},
+		// A group has no lifecycles: entity fields on one are refused, not
+		// claimed unordered.
+		{"entity fields on a provider group", claimReq(func(r *pb.ClaimRequest) {
+			r.Provider, r.EntityId, r.EventType = "billing", "pi_1", "payment_intent.succeeded"
+		}), codes.InvalidArgument, "ClaimRequest.entity_id", `provider "billing" is a group (of adyen, paypal, stripe), which has no lifecycles`},
+		{"event_type alone on a provider group", claimReq(func(r *pb.ClaimRequest) {
+			r.Provider, r.EventType = "billing", "payment_intent.succeeded"
+		}), codes.InvalidArgument, "ClaimRequest.event_type", "is a group"},
 		{"delivery hash disagrees with body", claimReq(func(r *pb.ClaimRequest) {
 			r.Key = &pb.ClaimRequest_Delivery{Delivery: &pb.Delivery{Body: []byte(`{"id":"evt_9"}`)}}
 			r.PayloadSha256 = make([]byte, 32)

@@ -427,7 +427,8 @@ func TestListDeferredPagesNewestFirst(t *testing.T) {
 }
 
 // TestPruneEntities: entities and deferral rows go once every window of
-// theirs is over, applied events with their entity; newer ones stay.
+// theirs is over, applied events with their entity (counted); newer ones
+// stay.
 func TestPruneEntities(t *testing.T) {
 	e := newEnv(t)
 	res := e.claim(e.entityParams("evt_old", "pi_old", "created"))
@@ -442,6 +443,10 @@ func TestPruneEntities(t *testing.T) {
 	n, err := e.store.Prune(e.ctx(), cutoff, 100)
 	if err != nil || n != 1 {
 		t.Fatalf("Prune() = %d, %v; want 1 (the old claim record)", n, err)
+	}
+	pruned, err := e.store.PruneEntities(e.ctx(), cutoff, 100)
+	if want := (tiers.Pruned{Entities: 1, EntityEvents: 1, Deferrals: 1}); err != nil || pruned != want {
+		t.Fatalf("PruneEntities() = %+v, %v; want %+v (pi_old, its event, evt_old_d)", pruned, err, want)
 	}
 	if _, err := e.store.GetEntity(e.ctx(), tiers.EntityKey{Namespace: "billing", Provider: "stripe", Lifecycle: "payment", EntityID: "pi_old"}); !errors.Is(err, tiers.ErrEntityNotFound) {
 		t.Errorf("GetEntity(pi_old) after prune error = %v, want ErrEntityNotFound", err)

@@ -73,16 +73,6 @@ func (s *Store) TryJanitorLock(ctx context.Context) (release func(), ok bool, er
 	}, true, nil
 }
 
-// CountPrunable returns how many records Prune(ctx, cutoff, …) would
-// delete now (claimd prune --dry-run). It scans the window index.
-func (s *Store) CountPrunable(ctx context.Context, cutoff time.Time) (int64, error) {
-	var n int64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM claims WHERE window_expires_at < $1`, cutoff).Scan(&n); err != nil {
-		return 0, fail(ctx, "count prunable", err)
-	}
-	return n, nil
-}
-
 // AuditPartitionsBefore returns the audit partitions that
 // DropAuditPartitionsBefore(ctx, cutoff) would drop now, oldest first, and
 // drops nothing (claimd prune --dry-run).

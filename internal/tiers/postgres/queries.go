@@ -29,6 +29,7 @@ var (
 	renewSQL           = loadQuery("renew")
 	releaseSQL         = loadQuery("release")
 	pruneSQL           = loadQuery("prune")
+	countPrunableSQL   = loadQuery("count_prunable")
 )
 
 //go:embed queries/*.sql

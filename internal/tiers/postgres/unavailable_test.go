@@ -60,6 +60,8 @@ func TestStoppedServerIsUnavailable(t *testing.T) {
 		{"Get", func(ctx context.Context) error { _, err := s.Get(ctx, k); return err }},
 		{"Ping", s.Ping},
 		{"Prune", func(ctx context.Context) error { _, err := s.Prune(ctx, clk.Now(), 10); return err }},
+		{"PruneEntities", func(ctx context.Context) error { _, err := s.PruneEntities(ctx, clk.Now(), 10); return err }},
+		{"CountPrunable", func(ctx context.Context) error { _, err := s.CountPrunable(ctx, clk.Now()); return err }},
 		{"GetEntity", func(ctx context.Context) error {
 			_, err := s.GetEntity(ctx, tiers.EntityKey{Namespace: k.Namespace, Provider: k.Provider, Lifecycle: "payment", EntityID: "pi_1"})
 			return err

@@ -7,10 +7,27 @@ import (
 	"github.com/claimd/claimd/internal/tiers"
 )
 
-// CountPrunable returns how many records Prune(ctx, cutoff, …) would delete
-// now (claimd prune --dry-run). It reads through the read-only pool.
-func (s *Store) CountPrunable(ctx context.Context, cutoff time.Time) (int64, error) {
-	return s.count(ctx, "count prunable", `SELECT count(*) FROM claims WHERE window_expires_at < ?`, cutoff)
+var _ tiers.EntityPruner = (*Store)(nil)
+
+// CountPrunable returns how many rows of each kind Prune and PruneEntities
+// would delete now with cutoff (claimd prune --dry-run). It reads through
+// the read-only pool, in one statement: one snapshot.
+func (s *Store) CountPrunable(ctx context.Context, cutoff time.Time) (tiers.Pruned, error) {
+	if s.closed.Load() {
+		return tiers.Pruned{}, tiers.Unavailable("sqlite", errClosed)
+	}
+	var n tiers.Pruned
+	err := s.r.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM claims WHERE window_expires_at < ?1),
+		(SELECT count(*) FROM entities WHERE expires_at < ?1),
+		(SELECT count(*) FROM entity_events v JOIN entities e USING (namespace, provider, lifecycle, entity_id)
+			WHERE e.expires_at < ?1),
+		(SELECT count(*) FROM deferrals WHERE expires_at < ?1)`, ceilMicros(cutoff)).
+		Scan(&n.Claims, &n.Entities, &n.EntityEvents, &n.Deferrals)
+	if err != nil {
+		return tiers.Pruned{}, translate(ctx, "count prunable", err)
+	}
+	return n, nil
 }
 
 // CountAuditBefore returns how many audit rows PruneAudit(ctx, before, …)

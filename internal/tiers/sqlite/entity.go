@@ -99,15 +99,26 @@ func (t *txn) order(p tiers.ClaimParams, cur *tiers.Record, res tiers.ClaimResul
 	}
 	outcome := ev.Order(state, busy != "")
 	pos.BusyWith = busy
+	// Every ordered claim keeps the entity, and its deferral row, at least
+	// as long as the window of its delivery (tiers.EntityPruner).
+	window := p.Now.Add(p.TTL).UnixMicro()
 	if outcome == tiers.OutcomeAcquired {
 		_, err := t.tx.ExecContext(t.ctx, `INSERT INTO entities
-			(namespace, provider, lifecycle, entity_id, state, version, updated_at, busy_key, busy_token)
-			VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?)
+			(namespace, provider, lifecycle, entity_id, state, version, updated_at, busy_key, busy_token, expires_at)
+			VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?)
 			ON CONFLICT (namespace, provider, lifecycle, entity_id) DO UPDATE SET
-				busy_key = excluded.busy_key, busy_token = excluded.busy_token`,
+				busy_key = excluded.busy_key, busy_token = excluded.busy_token,
+				expires_at = max(entities.expires_at, excluded.expires_at)`,
 			ek.Namespace, ek.Provider, ek.Lifecycle, ek.EntityID, state, p.Now.UnixMicro(),
-			p.Key.Key, int64(res.Record.Token))
+			p.Key.Key, int64(res.Record.Token), window)
 		return res, true, err
+	}
+	if e != nil {
+		if _, err := t.tx.ExecContext(t.ctx, `UPDATE entities SET expires_at = max(expires_at, ?)
+			WHERE namespace = ? AND provider = ? AND lifecycle = ? AND entity_id = ?`,
+			window, ek.Namespace, ek.Provider, ek.Lifecycle, ek.EntityID); err != nil {
+			return res, write, err
+		}
 	}
 	awaiting, err := json.Marshal(nonNil(ev.From))
 	if err != nil {
@@ -120,16 +131,17 @@ func (t *txn) order(p tiers.ClaimParams, cur *tiers.Record, res tiers.ClaimResul
 	var count int64
 	err = t.tx.QueryRowContext(t.ctx, `INSERT INTO deferrals
 		(namespace, provider, key, lifecycle, entity_id, event_type, superseded, count,
-		 first_seen_at, last_seen_at, awaiting, entity_state, applied)
-		VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, 0)
+		 first_seen_at, last_seen_at, awaiting, entity_state, applied, expires_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, 0, ?)
 		ON CONFLICT (namespace, provider, key) DO UPDATE SET
 			lifecycle = excluded.lifecycle, entity_id = excluded.entity_id, event_type = excluded.event_type,
 			superseded = excluded.superseded, count = deferrals.count + 1,
 			last_seen_at = max(deferrals.last_seen_at, excluded.last_seen_at),
-			awaiting = excluded.awaiting, entity_state = excluded.entity_state, applied = 0
+			awaiting = excluded.awaiting, entity_state = excluded.entity_state, applied = 0,
+			expires_at = max(deferrals.expires_at, excluded.expires_at)
 		RETURNING count`,
 		p.Key.Namespace, p.Key.Provider, p.Key.Key, ev.Lifecycle, ev.EntityID, ev.EventType, superseded,
-		p.Now.UnixMicro(), p.Now.UnixMicro(), string(awaiting), state).Scan(&count)
+		p.Now.UnixMicro(), p.Now.UnixMicro(), string(awaiting), state, window).Scan(&count)
 	if err != nil {
 		return res, write, err
 	}
@@ -181,9 +193,10 @@ func (t *txn) moveEntity(k tiers.Key, now time.Time, token uint64, next tiers.Re
 		return nil, err
 	}
 	if _, err := t.tx.ExecContext(t.ctx, `UPDATE entities
-		SET state = ?, version = version + 1, updated_at = ?, busy_key = '', busy_token = 0
+		SET state = ?, version = version + 1, updated_at = ?, busy_key = '', busy_token = 0,
+			expires_at = max(expires_at, ?)
 		WHERE namespace = ? AND provider = ? AND lifecycle = ? AND entity_id = ?`,
-		append([]any{entityTo, now.UnixMicro()}, args...)...); err != nil {
+		append([]any{entityTo, now.UnixMicro(), next.WindowExpiresAt.UnixMicro()}, args...)...); err != nil {
 		return nil, err
 	}
 	if _, err := t.tx.ExecContext(t.ctx, `INSERT INTO entity_events

@@ -103,3 +103,66 @@ func TestUpgradeKeepsRecordsWithoutEntities(t *testing.T) {
 		t.Fatalf("Transition(v2 record →SETTLED) state = %v", got.State)
 	}
 }
+
+// TestUpgradeGivesEntityRowsAnExpiry: entities and deferral rows written
+// before they had an expiry (schema 5) get one that prunes none of them
+// before its window: an entity lives as long as its stored records'
+// windows, or goes at once with none left; a deferral row whose window
+// was not recorded is kept 400 days past its last delivery.
+func TestUpgradeGivesEntityRowsAnExpiry(t *testing.T) {
+	path := tempPath(t)
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", dsn(path, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := loadMigrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms[:5] {
+		if _, err := applyMigration(ctx, conn, m); err != nil {
+			t.Fatalf("apply %s: %v", m.Name, err)
+		}
+	}
+	for _, q := range []string{
+		`INSERT INTO claims (namespace, provider, key, state, token, version, attempt, reason, holder,
+			first_seen_at, lease_expires_at, window_expires_at, updated_at, salt, secret_hash, lifecycle, entity_id, event_type, entity_to)
+			VALUES ('billing', 'stripe', 'evt_a', 'SETTLED', 1, 3, 1, 'NEW', 'pod-a', ?1, ?2, ?3, ?1, x'00', x'00', 'payment', 'pi_a', 'created', 'new')`,
+		`INSERT INTO entities (namespace, provider, lifecycle, entity_id, state, version, updated_at)
+			VALUES ('billing', 'stripe', 'payment', 'pi_a', 'new', 1, ?1), ('billing', 'stripe', 'payment', 'pi_orphan', 'new', 1, ?1)`,
+		`INSERT INTO deferrals (namespace, provider, key, lifecycle, entity_id, event_type, superseded, count,
+			first_seen_at, last_seen_at, awaiting, entity_state)
+			VALUES ('billing', 'stripe', 'evt_d', 'payment', 'pi_b', 'succeeded', 0, 1, ?1, ?1, '["processing"]', 'created')`,
+	} {
+		if _, err := conn.ExecContext(ctx, q, t0.UnixMicro(), t0.Add(lease).UnixMicro(), t0.Add(ttl).UnixMicro()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.Close()
+	db.Close()
+
+	s := newStore(t, path)
+	for _, tc := range []struct {
+		desc   string
+		cutoff time.Time
+		want   tiers.Pruned
+	}{
+		{"before every window: the entity with no record left", t0, tiers.Pruned{Entities: 1}},
+		{"at the record's window end", t0.Add(ttl), tiers.Pruned{Entities: 1}},
+		{"past the record's window", t0.Add(ttl + time.Microsecond), tiers.Pruned{Claims: 1, Entities: 2}},
+		{"400 days after the deferral", t0.Add(400*24*time.Hour + time.Microsecond), tiers.Pruned{Claims: 1, Entities: 2, Deferrals: 1}},
+	} {
+		got, err := s.CountPrunable(ctx, tc.cutoff)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: CountPrunable() = %+v, %v; want %+v", tc.desc, got, err, tc.want)
+		}
+	}
+}

@@ -178,6 +178,46 @@ func (s *Store) Prune(ctx context.Context, cutoff time.Time, limit int) (int, er
 		SELECT rowid FROM claims WHERE window_expires_at < ? ORDER BY window_expires_at LIMIT ?)`, cutoff, limit)
 }
 
+// PruneEntities deletes up to limit entities whose expiry is before cutoff,
+// with their applied events, and up to limit deferral rows whose expiry is
+// before it, oldest first, in one transaction (tiers.EntityPruner). The
+// events go first, chosen by the same ordered selection of entities as the
+// entities themselves: nothing else writes between the statements.
+func (s *Store) PruneEntities(ctx context.Context, cutoff time.Time, limit int) (tiers.Pruned, error) {
+	if limit <= 0 {
+		return tiers.Pruned{}, fmt.Errorf("sqlite: prune entities: limit %d must be positive", limit)
+	}
+	const expired = `SELECT namespace, provider, lifecycle, entity_id FROM entities
+		WHERE expires_at < ?1 ORDER BY expires_at, rowid LIMIT ?2`
+	var n tiers.Pruned
+	err := s.write(ctx, "prune entities", func(t *txn) error {
+		n = tiers.Pruned{}
+		at := ceilMicros(cutoff)
+		for _, st := range []struct {
+			query string
+			n     *int64
+		}{
+			{`DELETE FROM entity_events WHERE (namespace, provider, lifecycle, entity_id) IN (` + expired + `)`, &n.EntityEvents},
+			{`DELETE FROM entities WHERE (namespace, provider, lifecycle, entity_id) IN (` + expired + `)`, &n.Entities},
+			{`DELETE FROM deferrals WHERE rowid IN (
+				SELECT rowid FROM deferrals WHERE expires_at < ?1 ORDER BY expires_at LIMIT ?2)`, &n.Deferrals},
+		} {
+			res, err := t.tx.ExecContext(t.ctx, st.query, at, limit)
+			if err != nil {
+				return err
+			}
+			if *st.n, err = res.RowsAffected(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return tiers.Pruned{}, err // n is the committer's until the write is answered
+	}
+	return n, nil
+}
+
 // PruneAudit deletes up to limit audit rows written before before, oldest
 // first, in one transaction.
 func (s *Store) PruneAudit(ctx context.Context, before time.Time, limit int) (int, error) {

@@ -2,7 +2,8 @@
 -- window ended before $1, as prune.sql deletes claims: in bounded batches,
 -- skipping rows a claim holds locked, checking the condition again on the
 -- version deleted. An entity's applied events go with it (ON DELETE
--- CASCADE). Every claim and deferral of an entity moves its expires_at to
+-- CASCADE), counted from the statement's snapshot, which still holds them.
+-- Every claim and deferral of an entity moves its expires_at to
 -- its own window end at least, so an entity past it has no record left
 -- within its window, its holder's included.
 WITH n AS (
@@ -14,7 +15,7 @@ WITH n AS (
           ORDER BY expires_at
           LIMIT $2
           FOR UPDATE SKIP LOCKED)
-    RETURNING 1
+    RETURNING namespace, provider, lifecycle, entity_id
 ),
 d AS (
     DELETE FROM deferrals
@@ -27,4 +28,6 @@ d AS (
           FOR UPDATE SKIP LOCKED)
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM d)
+SELECT (SELECT count(*) FROM n),
+       (SELECT count(*) FROM entity_events v JOIN n USING (namespace, provider, lifecycle, entity_id)),
+       (SELECT count(*) FROM d)
