@@ -10,10 +10,13 @@ the first and yours, and let the guard run the correct flow around it.
         answer(g.result.status, g.result.body, g.result.headers)
 """
 
+from claimd._function import MissingKey
 from claimd.client import Client, Seconds, default_holder
 from claimd.errors import (
     ERROR_DOMAIN,
     ClaimdError,
+    Deferred,
+    InProgress,
     InvalidArgument,
     InvalidTransition,
     NotFound,
@@ -24,12 +27,14 @@ from claimd.errors import (
     ResourceExhausted,
     ResultMismatch,
     StaleToken,
+    Superseded,
     Unauthenticated,
     Unavailable,
 )
-from claimd.guard import Guard, GuardResult
+from claimd.guard import Guard, GuardResult, idempotent
 from claimd.retry import RetryPolicy
 from claimd.security import TLSConfig, TokenProvider
+from claimd.serialize import ResultNotStorable
 from claimd.types import (
     MAX_RESULT_BYTES,
     Claim,
@@ -52,16 +57,19 @@ __all__ = [
     "Claim",
     "ClaimdError",
     "Client",
+    "Deferred",
     "Delivery",
     "EntityPosition",
     "EventRef",
     "EventState",
     "Guard",
     "GuardResult",
+    "InProgress",
     "InvalidArgument",
     "InvalidTransition",
     "KeySource",
     "Lease",
+    "MissingKey",
     "NotFound",
     "NotOwner",
     "Outcome",
@@ -72,9 +80,11 @@ __all__ = [
     "Record",
     "ResourceExhausted",
     "ResultMismatch",
+    "ResultNotStorable",
     "RetryPolicy",
     "Seconds",
     "StaleToken",
+    "Superseded",
     "TLSConfig",
     "Tier",
     "TokenProvider",
@@ -82,4 +92,5 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "default_holder",
+    "idempotent",
 ]

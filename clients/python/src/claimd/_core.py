@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import logging
 import math
 import secrets
@@ -46,6 +45,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import grpc
 from google.protobuf import duration_pb2
 
+from claimd import serialize
 from claimd._gen.idempotency.v1 import claim_pb2 as pb
 from claimd.errors import (
     ClaimdError,
@@ -177,6 +177,7 @@ def claim_request(
     entity_id: str,
     event_type: str,
     start: bool,
+    window: Seconds | None = None,
 ) -> tuple[pb.ClaimRequest, float]:
     """claim_request is the ClaimRequest of Client.claim, and how many
     seconds each attempt may take on top of the client's timeout (the
@@ -195,6 +196,7 @@ def claim_request(
         entity_id=entity_id,
         event_type=event_type,
         start=start,
+        window=duration(window),
     )
     if event_id is not None:
         req.event_id = event_id
@@ -294,14 +296,38 @@ def deferred_retry_after(claim: Claim) -> int:
     return max(1, math.ceil(claim.retry_after.total_seconds()))
 
 
+DELIVERY_FIELDS = (
+    "ClaimRequest.delivery",
+    "ClaimRequest.event_id",
+    "ClaimRequest.key",
+    "ClaimRequest.entity_id",
+    "ClaimRequest.event_type",
+)
+"""DELIVERY_FIELDS are the ClaimRequest fields that carry what the provider
+sent. An INVALID_ARGUMENT that names only these rejects the delivery itself
+(GUARD.md row 4); any other field (lease, window, wait, scope, namespace,
+holder, payload_sha256) is the receiver's own configuration (row 25)."""
+
+
+def rejects_delivery(err: ClaimdError) -> bool:
+    """rejects_delivery reports whether err is an INVALID_ARGUMENT whose
+    google.rpc.BadRequest names only DELIVERY_FIELDS: a delivery claimd can
+    never accept. One without a BadRequest is not: only what claimd says was
+    wrong with the delivery may tell a provider to stop retrying."""
+    if not isinstance(err, InvalidArgument) or not err.fields:
+        return False
+    return all(any(f == d or f.startswith((d + " ", d + ".")) for d in DELIVERY_FIELDS) for f in err.fields)
+
+
 def refused(err: ClaimdError) -> tuple[int, bytes, int | None]:
     """refused is the answer to a claimd call that failed before the handler
-    ran (GUARD.md rows 4-9): 400 for a request claimd will never accept (a
-    delivery it cannot key), 503 with Retry-After when claimd could not
-    answer or this principal is over its rate limit (claimd's RetryInfo
-    delay), 500 otherwise (credentials, grants, an unknown provider: only an
-    operator fixes those, and the provider must keep retrying meanwhile)."""
-    if isinstance(err, InvalidArgument):
+    ran (GUARD.md rows 4-9, 25): 400 for a delivery claimd will never accept
+    (one it cannot key), 503 with Retry-After when claimd could not answer or
+    this principal is over its rate limit (claimd's RetryInfo delay), 500
+    otherwise (credentials, grants, an unknown provider, a lease or window
+    the provider does not allow: only an operator fixes those, and the
+    provider must keep retrying meanwhile)."""
+    if rejects_delivery(err):
         return 400, REJECTED_BODY, None
     if isinstance(err, ResourceExhausted):
         wait = math.ceil(err.retry_after) if err.retry_after else UNAVAILABLE_RETRY_AFTER
@@ -341,18 +367,14 @@ def started_by_claim(claim: Claim) -> bool:
 
 
 def encode(result: object) -> bytes:
-    """encode applies the guards' result rule (GUARD.md, Results): bytes-like
-    as they are, str as UTF-8, None as empty, anything else as compact JSON
-    in UTF-8. It raises what the encoder raises for a value it cannot
-    encode: TypeError for an unknown type, ValueError for NaN, a cycle or
-    text that is not UTF-8."""
-    if result is None:
-        return b""
-    if isinstance(result, (bytes, bytearray, memoryview)):
-        return bytes(result)
-    if isinstance(result, str):
-        return result.encode("utf-8")
-    return json.dumps(result, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    """encode applies the guards' result rule (GUARD.md, Results) by the
+    client's one serializer (claimd.serialize): bytes-like as they are, str
+    as UTF-8, None as empty, anything else as compact JSON in UTF-8, which
+    knows dataclasses, pydantic models, Decimal, datetime, UUID and Enum too.
+    It raises what the encoder raises for a value it cannot encode: TypeError
+    for an unknown type, ValueError for NaN, a cycle or text that is not
+    UTF-8."""
+    return serialize.encode(result)
 
 
 def failure_text(err: BaseException) -> bytes:
@@ -461,6 +483,7 @@ class GuardCore:
         event_type: str,
         start: bool,
         on_lost: Callable[[], None],
+        window: Seconds | None = None,
     ) -> None:
         if (event_id is None) == (delivery is None):
             raise ValueError("guard: exactly one of event_id or delivery is required")
@@ -479,6 +502,10 @@ class GuardCore:
             "event_type": event_type,
             "start": start,
         }
+        if window is not None:
+            # Only when set, so that a Client.claim wrapped or replaced with
+            # its earlier signature (a test double) still claims.
+            self.claim_args["window"] = window
         self._on_lost = on_lost
         self.claim: Claim | None = None
         self.answer: GuardResult | None = None
@@ -553,11 +580,12 @@ class GuardCore:
         if call.op is Op.CLAIM:
             status, body, retry = refused(err)
             if status == 500:
-                # UNAUTHENTICATED and PERMISSION_DENIED land here: this
-                # receiver's credentials or grants are wrong, which only an
+                # UNAUTHENTICATED, PERMISSION_DENIED, an unknown provider and
+                # a lease or window the provider does not allow land here:
+                # this receiver's configuration is wrong, which only an
                 # operator fixes. 500 and not 4xx, so that the provider keeps
-                # retrying meanwhile.
-                log.error("claimd: claim %s/%s failed: %s", self.namespace, self.provider, err)
+                # retrying meanwhile; logged at error, so that someone does.
+                log.error("claimd: claim %s/%s refused (configuration): %s", self.namespace, self.provider, err)
             self.answer = GuardResult(status, body, retry, error=err)
             return None
         c = self.claimed()
@@ -704,6 +732,27 @@ class GuardCore:
             return _RELEASE, True
         return None, isinstance(exc, Exception)
 
+    def abandon(self, err: BaseException) -> None:
+        """abandon ends the work without writing anything, after the handler
+        returned a result that cannot be stored (claimd.idempotent): the side
+        effect may have happened, so the claim is not released, and an empty
+        result is not settled either (a duplicate would get it as the
+        answer). The lease frees the key; the next delivery acquires it with
+        LEASE_EXPIRED and state PROCESSING. The shell has stopped the
+        heartbeat."""
+        claim = self.claimed()
+        self.done = self.ran = True
+        log.error(
+            "claimd: %s/%s/%s: result not stored (%s); leaving the key to its lease",
+            claim.namespace,
+            claim.provider,
+            claim.key,
+            err,
+        )
+        self.answer = GuardResult(
+            503, UNSETTLED_BODY, UNAVAILABLE_RETRY_AFTER, outcome=claim.outcome, ran=True, error=err, claim=claim
+        )
+
     def renewed(self, rec: Record) -> float:
         """renewed is the interval until the next renewal after one succeeded."""
         return heartbeat_pace(rec)
@@ -784,6 +833,7 @@ class GuardFront(Generic[ClientT, CancelT]):
         entity_id: str = "",
         event_type: str = "",
         start: bool = True,
+        window: Seconds | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -804,6 +854,7 @@ class GuardFront(Generic[ClientT, CancelT]):
             event_type=event_type,
             start=start,
             on_lost=self.cancelled.set,
+            window=window,
         )
 
     @classmethod
@@ -819,6 +870,8 @@ class GuardFront(Generic[ClientT, CancelT]):
         holder: str | None,
         wait: Seconds | None,
         start: bool,
+        window: Seconds | None = None,
+        payload_sha256: bytes | None = None,
     ) -> FrontT:
         """_for_key is the guard of a guarded function's call, for the
         delivery its first argument names."""
@@ -836,6 +889,8 @@ class GuardFront(Generic[ClientT, CancelT]):
             entity_id=entity_id,
             event_type=event_type,
             start=start,
+            window=window,
+            payload_sha256=payload_sha256,
         )
 
     def _cancellation(self) -> CancelT:
@@ -891,13 +946,16 @@ class ClientFront(Generic[GuardT]):
         entity_id: str = "",
         event_type: str = "",
         start: bool = True,
+        window: Seconds | None = None,
     ) -> GuardT:
         """guard claims a delivery for a with-block (async with, in
         claimd.aio) and settles, fails or releases it as the block ends; see
         Guard. wait lets an IN_PROGRESS claim wait (at most 30s) for the
         holder to finish, or for its lease to run out, before answering.
         entity_id and event_type place an event sent by event_id in its
-        entity's lifecycle (a delivery's are read from it)."""
+        entity's lifecycle (a delivery's are read from it). window asks for
+        a dedup window longer than the provider's (claimd refuses a shorter
+        one; the guard then answers 500, GUARD.md row 25)."""
         return self._guard_class()(
             self,
             namespace,
@@ -912,4 +970,5 @@ class ClientFront(Generic[GuardT]):
             entity_id=entity_id,
             event_type=event_type,
             start=start,
+            window=window,
         )

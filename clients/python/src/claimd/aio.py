@@ -39,11 +39,12 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
 import grpc
 import grpc.aio
 
+from claimd._cache import DuplicateCache
 from claimd._core import (
     Call,
     ClientFront,
@@ -57,6 +58,7 @@ from claimd._core import (
     settle_options,
     transition_request,
 )
+from claimd._function import Calls, KeySpec, PayloadSpec, keyed_split, settled_value, unowned_value
 from claimd._gen.idempotency.v1 import claim_pb2 as pb
 from claimd._gen.idempotency.v1 import claim_pb2_grpc as pb_grpc
 from claimd._gen.idempotency.v1 import provider_pb2 as provider_pb
@@ -66,11 +68,13 @@ from claimd.effects import GuardEffects
 from claimd.errors import ClaimdError, Unavailable
 from claimd.retry import RetryPolicy, call_with_retry_async
 from claimd.security import TLSConfig, TokenProvider, channel_credentials
+from claimd.serialize import Decoder, Encoder, ResultNotStorable, Serializer
 from claimd.types import Claim, Delivery, EventState, Lease, Provider, Record, Transitioned
 
-__all__ = ["Client", "Guard", "GuardResult", "guarded"]
+__all__ = ["Client", "Guard", "GuardResult", "guarded", "idempotent"]
 
 P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class Client(ClientFront["Guard"]):
@@ -95,6 +99,7 @@ class Client(ClientFront["Guard"]):
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
         options: Sequence[tuple[str, Any]] = (),
+        local_cache: int | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"Client.timeout: {timeout} must be > 0")
@@ -112,6 +117,7 @@ class Client(ClientFront["Guard"]):
         else:
             self._channel = grpc.aio.secure_channel(target, creds, options=opts, interceptors=chain)
         self._stub = pb_grpc.ClaimServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._cache = DuplicateCache(local_cache) if local_cache is not None else None
         self._providers = provider_grpc.ProviderServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
@@ -155,6 +161,7 @@ class Client(ClientFront["Guard"]):
         entity_id: str = "",
         event_type: str = "",
         start: bool = False,
+        window: Seconds | None = None,
     ) -> Claim:
         """claim is claimd.Client.claim: exactly one of event_id or delivery;
         every retry sends the same attempt_id (default: 16 random bytes, hex)."""
@@ -173,9 +180,25 @@ class Client(ClientFront["Guard"]):
             entity_id=entity_id,
             event_type=event_type,
             start=start,
+            window=window,
         )
+        if self._cache is not None:
+            hit = self._cache.lookup(
+                namespace,
+                provider,
+                event_id=event_id,
+                scope=scope,
+                payload_sha256=payload_sha256,
+                entity_id=entity_id,
+                attempt_id=req.attempt_id,
+            )
+            if hit is not None:
+                return hit
         resp: pb.ClaimResponse = await self._call(self._stub.Claim, req, extra)
-        return Claim.from_pb(namespace, provider, req.attempt_id, resp)
+        claim = Claim.from_pb(namespace, provider, req.attempt_id, resp)
+        if self._cache is not None:
+            self._cache.remember_claim(claim, payload_sha256)
+        return claim
 
     async def transition(
         self,
@@ -189,7 +212,10 @@ class Client(ClientFront["Guard"]):
         """transition is claimd.Client.transition."""
         req = transition_request(claim, to, result, extend_lease, effect_recovered)
         resp: pb.TransitionResponse = await self._call(self._stub.Transition, req)
-        return Transitioned(record=Record.from_pb(resp.record), changed=resp.changed)
+        record = Record.from_pb(resp.record)
+        if self._cache is not None:
+            self._cache.remember_record(record)
+        return Transitioned(record=record, changed=resp.changed)
 
     async def renew(self, claim: Claim | Lease, *, lease: Seconds | None = None) -> Record:
         """renew is claimd.Client.renew."""
@@ -231,17 +257,67 @@ class Client(ClientFront["Guard"]):
         namespace: str,
         provider: str,
         *,
+        key: KeySpec = None,
+        payload: PayloadSpec = None,
+        argument: str | None = None,
         scope: str = "",
+        window: Seconds | None = None,
         lease: Seconds | None = None,
         holder: str | None = None,
         wait: Seconds | None = None,
         start: bool = True,
     ) -> Callable[
         [Callable[Concatenate[Guard, P], Awaitable[object]]],
-        Callable[Concatenate[GuardKey, P], Coroutine[Any, Any, GuardResult]],
+        Callable[..., Coroutine[Any, Any, GuardResult]],
     ]:
         """guarded decorates async fn(guard, *args) -> result; see guarded."""
-        return guarded(self, namespace, provider, scope=scope, lease=lease, holder=holder, wait=wait, start=start)
+        return guarded(
+            self,
+            namespace,
+            provider,
+            key=key,
+            payload=payload,
+            argument=argument,
+            scope=scope,
+            window=window,
+            lease=lease,
+            holder=holder,
+            wait=wait,
+            start=start,
+        )
+
+    def idempotent(
+        self,
+        namespace: str,
+        provider: str,
+        *,
+        key: KeySpec = None,
+        payload: PayloadSpec = None,
+        argument: str | None = None,
+        scope: str = "",
+        window: Seconds | None = None,
+        lease: Seconds | None = None,
+        holder: str | None = None,
+        wait: Seconds | None = None,
+        encoder: Encoder | None = None,
+        decoder: Decoder | None = None,
+    ) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Coroutine[Any, Any, T]]]:
+        """idempotent is claimd.aio.idempotent on this client."""
+        return idempotent(
+            self,
+            namespace,
+            provider,
+            key=key,
+            payload=payload,
+            argument=argument,
+            scope=scope,
+            window=window,
+            lease=lease,
+            holder=holder,
+            wait=wait,
+            encoder=encoder,
+            decoder=decoder,
+        )
 
     async def _call(self, method: Any, req: Any, extra: float = 0.0) -> Any:
         return await call_with_retry_async(self.retry, self.timeout, lambda t: method(req, timeout=t), extra)
@@ -345,6 +421,11 @@ class Guard(GuardFront[Client, asyncio.Event], GuardEffects):
                 continue
             interval = self._core.renewed(rec)
 
+    def _abandon(self, err: BaseException) -> None:
+        """_abandon ends the work without writing anything (GuardCore.abandon)."""
+        self._stop_heartbeat()
+        self._core.abandon(err)
+
     def _stop_heartbeat(self) -> None:
         # Cancelled, not awaited: a renewal in flight is harmless after a
         # settle, and waiting for its retries would only delay the answer.
@@ -353,12 +434,17 @@ class Guard(GuardFront[Client, asyncio.Event], GuardEffects):
             self._heartbeat = None
 
 
+@overload
 def guarded(
     client: Client,
     namespace: str,
     provider: str,
     *,
+    key: None = None,
+    payload: PayloadSpec = None,
+    argument: str | None = None,
     scope: str = "",
+    window: Seconds | None = None,
     lease: Seconds | None = None,
     holder: str | None = None,
     wait: Seconds | None = None,
@@ -366,20 +452,82 @@ def guarded(
 ) -> Callable[
     [Callable[Concatenate[Guard, P], Awaitable[object]]],
     Callable[Concatenate[GuardKey, P], Coroutine[Any, Any, GuardResult]],
+]: ...
+
+
+@overload
+def guarded(
+    client: Client,
+    namespace: str,
+    provider: str,
+    *,
+    key: str | Callable[..., GuardKey],
+    payload: PayloadSpec = None,
+    argument: str | None = None,
+    scope: str = "",
+    window: Seconds | None = None,
+    lease: Seconds | None = None,
+    holder: str | None = None,
+    wait: Seconds | None = None,
+    start: bool = True,
+) -> Callable[
+    [Callable[Concatenate[Guard, P], Awaitable[object]]],
+    Callable[P, Coroutine[Any, Any, GuardResult]],
+]: ...
+
+
+def guarded(
+    client: Client,
+    namespace: str,
+    provider: str,
+    *,
+    key: KeySpec = None,
+    payload: PayloadSpec = None,
+    argument: str | None = None,
+    scope: str = "",
+    window: Seconds | None = None,
+    lease: Seconds | None = None,
+    holder: str | None = None,
+    wait: Seconds | None = None,
+    start: bool = True,
+) -> Callable[
+    [Callable[Concatenate[Guard, P], Awaitable[object]]],
+    Callable[..., Coroutine[Any, Any, GuardResult]],
 ]:
     """guarded is Client.guarded: async fn(guard, *args, **kwargs) -> result
-    becomes async f(event_id_or_delivery, *args, **kwargs) -> GuardResult.
-    fn's result is settled as Guard.settle encodes it; an exception from fn
-    releases the claim (fails it, for a PermanentError), and once fn has
-    returned nothing releases it."""
+    becomes async f(event_id_or_delivery, *args, **kwargs) -> GuardResult,
+    or, with key=, async f(*args, **kwargs) -> GuardResult (key=, payload=,
+    argument=, scope= and window= as in claimd.guard.guarded). fn's result is
+    settled as Guard.settle encodes it; an exception from fn releases the
+    claim (fails it, for a PermanentError), and once fn has returned nothing
+    releases it."""
 
     def decorate(
         fn: Callable[Concatenate[Guard, P], Awaitable[object]],
-    ) -> Callable[Concatenate[GuardKey, P], Coroutine[Any, Any, GuardResult]]:
+    ) -> Callable[..., Coroutine[Any, Any, GuardResult]]:
+        calls = Calls(fn, key=key, payload=payload, argument=argument, guard_first=True)
+
         @functools.wraps(fn)
-        async def run(key: GuardKey, /, *args: P.args, **kwargs: P.kwargs) -> GuardResult:
+        async def run(*call_args: Any, **kwargs: Any) -> GuardResult:
+            # JMESPath expressions and callables see fn's own arguments.
+            if key is None:
+                delivery, args = keyed_split(call_args)
+            else:
+                args = call_args
+                delivery = calls.key(args, kwargs)
+            digest = calls.digest(args, kwargs, delivery)
             g = Guard._for_key(
-                client, namespace, provider, key, scope=scope, lease=lease, holder=holder, wait=wait, start=start
+                client,
+                namespace,
+                provider,
+                delivery,
+                scope=scope,
+                lease=lease,
+                holder=holder,
+                wait=wait,
+                start=start,
+                window=window,
+                payload_sha256=digest,
             )
             await g._open()
             if not g.acquired:
@@ -395,6 +543,69 @@ def guarded(
             if g.acquired:
                 await g.settle(returned)
             return g.result
+
+        return run
+
+    return decorate
+
+
+def idempotent(
+    client: Client,
+    namespace: str,
+    provider: str,
+    *,
+    key: KeySpec = None,
+    payload: PayloadSpec = None,
+    argument: str | None = None,
+    scope: str = "",
+    window: Seconds | None = None,
+    lease: Seconds | None = None,
+    holder: str | None = None,
+    wait: Seconds | None = None,
+    encoder: Encoder | None = None,
+    decoder: Decoder | None = None,
+) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Coroutine[Any, Any, T]]]:
+    """idempotent is claimd.idempotent for coroutine functions: the first
+    call runs async fn and stores its value, every duplicate gets it back,
+    typed; exceptions propagate (see claimd.guard.idempotent)."""
+
+    def decorate(fn: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+        calls = Calls(fn, key=key, payload=payload, argument=argument)
+        serializer = Serializer.for_function(fn, encoder=encoder, decoder=decoder)
+
+        @functools.wraps(fn)
+        async def run(*args: P.args, **kwargs: P.kwargs) -> T:
+            delivery, digest = calls.delivery(args, kwargs)
+            g = Guard._for_key(
+                client,
+                namespace,
+                provider,
+                delivery,
+                scope=scope,
+                lease=lease,
+                holder=holder,
+                wait=wait,
+                start=True,
+                window=window,
+                payload_sha256=digest,
+            )
+            await g._open()
+            if not g.acquired:
+                value: T = unowned_value(g.result, serializer)
+                return value
+            try:
+                returned = await fn(*args, **kwargs)
+            except BaseException as exc:
+                await g._handler_raised(exc)
+                raise
+            try:
+                stored = serializer.dumps(returned)
+            except ResultNotStorable as err:
+                g._abandon(err)
+                raise
+            await g.settle(stored)
+            settled: T = settled_value(g.result, returned, stored, serializer)
+            return settled
 
         return run
 

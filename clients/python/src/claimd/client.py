@@ -7,19 +7,22 @@ import os
 import socket
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
 
+from claimd._cache import DuplicateCache
 from claimd._core import ClientFront, claim_request, release_request, renew_request, transition_request
+from claimd._function import KeySpec, PayloadSpec
 from claimd._gen.idempotency.v1 import claim_pb2 as pb
 from claimd._gen.idempotency.v1 import claim_pb2_grpc as pb_grpc
 from claimd._gen.idempotency.v1 import provider_pb2 as provider_pb
 from claimd._gen.idempotency.v1 import provider_pb2_grpc as provider_grpc
 from claimd.errors import Unavailable
-from claimd.guard import Guard, GuardKey, GuardResult, guarded
+from claimd.guard import Guard, GuardResult, guarded, idempotent
 from claimd.retry import RetryPolicy, call_with_retry
 from claimd.security import StaticBearer, TLSConfig, TokenProvider, channel_credentials
+from claimd.serialize import Decoder, Encoder
 from claimd.types import Claim, Delivery, EventState, Lease, Provider, Record, Transitioned
 from claimd.types import Seconds as Seconds  # re-exported: it was defined here
 
@@ -27,6 +30,7 @@ from claimd.types import Seconds as Seconds  # re-exported: it was defined here
 # only (under TYPE_CHECKING), so the modules import each other one way only.
 
 P = ParamSpec("P")
+T = TypeVar("T")
 
 DEFAULT_KEEPALIVE = 300.0
 """DEFAULT_KEEPALIVE is the keepalive ping interval in seconds. claimd
@@ -89,6 +93,10 @@ class Client(ClientFront["Guard"]):
     (insecure=True with a token raises ValueError). credentials replaces tls
     with channel credentials of your own.
 
+    local_cache=N keeps up to N settled answers (LRU) and answers their
+    duplicates by event id without asking claimd, until their window ends
+    (claimd._cache says exactly what is kept); off by default.
+
     Use it as a context manager, or call close().
     """
 
@@ -107,6 +115,7 @@ class Client(ClientFront["Guard"]):
         credentials: grpc.ChannelCredentials | None = None,
         interceptors: Sequence[grpc.UnaryUnaryClientInterceptor] = (),
         options: Sequence[tuple[str, Any]] = (),
+        local_cache: int | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"Client.timeout: {timeout} must be > 0")
@@ -133,6 +142,7 @@ class Client(ClientFront["Guard"]):
         if interceptors:
             channel = grpc.intercept_channel(self._raw, *interceptors)
         self._stub = pb_grpc.ClaimServiceStub(channel)  # type: ignore[no-untyped-call]
+        self._cache = DuplicateCache(local_cache) if local_cache is not None else None
         self._providers = provider_grpc.ProviderServiceStub(channel)  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
@@ -178,6 +188,7 @@ class Client(ClientFront["Guard"]):
         entity_id: str = "",
         event_type: str = "",
         start: bool = False,
+        window: Seconds | None = None,
     ) -> Claim:
         """claim asks whether the caller owns a delivery, named by exactly one
         of event_id or delivery. See idempotency.v1.ClaimRequest for each
@@ -188,6 +199,8 @@ class Client(ClientFront["Guard"]):
         attempt_id identifies this logical claim (default: 16 random bytes,
         hex). Every retry of this call sends the same one, so a Claim whose
         answer was lost is answered again with the same ACQUIRED and token.
+        window asks for a dedup window longer than the provider's (claimd
+        refuses a shorter one with INVALID_ARGUMENT).
         """
         req, extra = claim_request(
             self.holder,
@@ -204,9 +217,25 @@ class Client(ClientFront["Guard"]):
             entity_id=entity_id,
             event_type=event_type,
             start=start,
+            window=window,
         )
+        if self._cache is not None:
+            hit = self._cache.lookup(
+                namespace,
+                provider,
+                event_id=event_id,
+                scope=scope,
+                payload_sha256=payload_sha256,
+                entity_id=entity_id,
+                attempt_id=req.attempt_id,
+            )
+            if hit is not None:
+                return hit
         resp: pb.ClaimResponse = self._call(self._stub.Claim, req, extra)
-        return Claim.from_pb(namespace, provider, req.attempt_id, resp)
+        claim = Claim.from_pb(namespace, provider, req.attempt_id, resp)
+        if self._cache is not None:
+            self._cache.remember_claim(claim, payload_sha256)
+        return claim
 
     def transition(
         self,
@@ -226,7 +255,10 @@ class Client(ClientFront["Guard"]):
         sets it; GUARD.md, Exactly-once effects)."""
         req = transition_request(claim, to, result, extend_lease, effect_recovered)
         resp: pb.TransitionResponse = self._call(self._stub.Transition, req)
-        return Transitioned(record=Record.from_pb(resp.record), changed=resp.changed)
+        record = Record.from_pb(resp.record)
+        if self._cache is not None:
+            self._cache.remember_record(record)
+        return Transitioned(record=record, changed=resp.changed)
 
     def renew(self, claim: Claim | Lease, *, lease: Seconds | None = None) -> Record:
         """renew extends the lease of claim's owner to now + lease (default:
@@ -273,20 +305,73 @@ class Client(ClientFront["Guard"]):
         namespace: str,
         provider: str,
         *,
+        key: KeySpec = None,
+        payload: PayloadSpec = None,
+        argument: str | None = None,
         scope: str = "",
+        window: Seconds | None = None,
         lease: Seconds | None = None,
         holder: str | None = None,
         wait: Seconds | None = None,
         start: bool = True,
-    ) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[Concatenate[GuardKey, P], GuardResult]]:
+    ) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[..., GuardResult]]:
         """guarded decorates fn(guard, *args) -> result. The decorated
         function takes the delivery first (an event id, an EventRef naming
         the event's entity and event type, or a Delivery) and returns the
-        GuardResult; fn runs only when the claim is acquired.
-        fn's result is stored as Guard.settle encodes it: bytes as they are,
-        str as UTF-8, None as empty, a dict, list or other JSON value as
-        compact JSON."""
-        return guarded(self, namespace, provider, scope=scope, lease=lease, holder=holder, wait=wait, start=start)
+        GuardResult; fn runs only when the claim is acquired. With key= (a
+        JMESPath expression or a callable) it takes fn's own arguments and
+        reads the key from them; payload=, scope= and window= are
+        claimd.guard.guarded's. fn's result is stored as Guard.settle encodes
+        it: bytes as they are, str as UTF-8, None as empty, a dict, list,
+        dataclass, pydantic model or other JSON value as compact JSON."""
+        return guarded(
+            self,
+            namespace,
+            provider,
+            key=key,
+            payload=payload,
+            argument=argument,
+            scope=scope,
+            window=window,
+            lease=lease,
+            holder=holder,
+            wait=wait,
+            start=start,
+        )
+
+    def idempotent(
+        self,
+        namespace: str,
+        provider: str,
+        *,
+        key: KeySpec = None,
+        payload: PayloadSpec = None,
+        argument: str | None = None,
+        scope: str = "",
+        window: Seconds | None = None,
+        lease: Seconds | None = None,
+        holder: str | None = None,
+        wait: Seconds | None = None,
+        encoder: Encoder | None = None,
+        decoder: Decoder | None = None,
+    ) -> Callable[[Callable[P, T]], Callable[P, T]]:
+        """idempotent is claimd.idempotent on this client: fn runs once per
+        key and every call returns its value, typed, or raises."""
+        return idempotent(
+            self,
+            namespace,
+            provider,
+            key=key,
+            payload=payload,
+            argument=argument,
+            scope=scope,
+            window=window,
+            lease=lease,
+            holder=holder,
+            wait=wait,
+            encoder=encoder,
+            decoder=decoder,
+        )
 
     def _call(self, method: Any, req: Any, extra: float = 0.0) -> Any:
         return call_with_retry(self.retry, self.timeout, lambda t: method(req, timeout=t), extra)

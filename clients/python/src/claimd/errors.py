@@ -42,7 +42,9 @@ class ClaimdError(Exception):
     (e.g. "STALE_TOKEN"; "" when none), metadata the ErrorInfo metadata
     (INVALID_TRANSITION carries "current_state" and "to"; a refused principal
     "principal"), retry_after the google.rpc.RetryInfo delay in seconds
-    (None when the server sent none).
+    (None when the server sent none), fields the fields a
+    google.rpc.BadRequest names ("ClaimRequest.lease"; empty when it sent
+    none).
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class ClaimdError(Exception):
         reason: str = "",
         metadata: Mapping[str, str] | None = None,
         retry_after: float | None = None,
+        fields: tuple[str, ...] = (),
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -60,6 +63,7 @@ class ClaimdError(Exception):
         self.reason = reason
         self.metadata: Mapping[str, str] = dict(metadata or {})
         self.retry_after = retry_after
+        self.fields = fields
 
     def __str__(self) -> str:
         code = self.code.name if self.code is not None else "CLIENT"
@@ -135,6 +139,24 @@ class PayloadMismatch(ClaimdError):
     its error (and logs it) so that it can be alerted on."""
 
 
+class InProgress(ClaimdError):
+    """InProgress: claimd.idempotent found another holder's live lease on the
+    key (outcome IN_PROGRESS): the function did not run. retry_after is the
+    seconds left on that lease; call again then, or pass wait= to wait for
+    the holder's outcome."""
+
+
+class Deferred(ClaimdError):
+    """Deferred: claimd.idempotent's event arrived before its prerequisite in
+    its entity's lifecycle (outcome DEFERRED): the function did not run.
+    retry_after is when to deliver it again."""
+
+
+class Superseded(ClaimdError):
+    """Superseded: claimd.idempotent's event is older than its entity's state
+    (outcome SUPERSEDED): the function did not run, and never will."""
+
+
 class PermanentError(Exception):
     """PermanentError marks a handler failure that retrying cannot fix (a
     malformed event, a closed account): the guard records the event FAILED
@@ -194,6 +216,15 @@ def _retry_delay(details: list[any_pb2.Any]) -> float | None:
     return None
 
 
+def _bad_fields(details: list[any_pb2.Any]) -> tuple[str, ...]:
+    for detail in details:
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            return tuple(v.field for v in bad.field_violations)
+    return ()
+
+
 def retry_delay(err: grpc.RpcError) -> float | None:
     """retry_delay is the RetryInfo delay, in seconds, a failed call carries."""
     return _retry_delay(_details(err))
@@ -214,4 +245,11 @@ def from_rpc_error(err: grpc.RpcError) -> ClaimdError:
     metadata = dict(info.metadata) if info is not None else {}
 
     cls = _BY_REASON.get(reason) or _BY_CODE.get(code, ClaimdError)
-    return cls(message, code=code, reason=reason, metadata=metadata, retry_after=_retry_delay(details))
+    return cls(
+        message,
+        code=code,
+        reason=reason,
+        metadata=metadata,
+        retry_after=_retry_delay(details),
+        fields=_bad_fields(details),
+    )

@@ -54,7 +54,7 @@ import time
 import weakref
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from claimd._core import (
     MAX_FAILURE_BYTES,
@@ -67,8 +67,10 @@ from claimd._core import (
     Op,
     settle_options,
 )
+from claimd._function import Calls, KeySpec, PayloadSpec, keyed_split, settled_value, unowned_value
 from claimd.effects import GuardEffects
 from claimd.errors import ClaimdError
+from claimd.serialize import Decoder, Encoder, ResultNotStorable, Serializer
 from claimd.types import EventState
 
 if TYPE_CHECKING:
@@ -82,9 +84,11 @@ __all__ = [
     "GuardKey",
     "GuardResult",
     "guarded",
+    "idempotent",
 ]
 
 P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class _Scheduler:
@@ -313,10 +317,51 @@ class Guard(GuardFront["Client", threading.Event], GuardEffects):
         self._heartbeat.start()
         return None
 
+    def _abandon(self, err: BaseException) -> None:
+        """_abandon ends the work without writing anything (GuardCore.abandon)."""
+        self._stop_heartbeat()
+        self._core.abandon(err)
+
     def _stop_heartbeat(self) -> None:
         if self._heartbeat is not None:
             self._heartbeat.stop()
             self._heartbeat = None
+
+
+@overload
+def guarded(
+    client: Client,
+    namespace: str,
+    provider: str,
+    *,
+    key: None = None,
+    payload: PayloadSpec = None,
+    argument: str | None = None,
+    scope: str = "",
+    window: Seconds | None = None,
+    lease: Seconds | None = None,
+    holder: str | None = None,
+    wait: Seconds | None = None,
+    start: bool = True,
+) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[Concatenate[GuardKey, P], GuardResult]]: ...
+
+
+@overload
+def guarded(
+    client: Client,
+    namespace: str,
+    provider: str,
+    *,
+    key: str | Callable[..., GuardKey],
+    payload: PayloadSpec = None,
+    argument: str | None = None,
+    scope: str = "",
+    window: Seconds | None = None,
+    lease: Seconds | None = None,
+    holder: str | None = None,
+    wait: Seconds | None = None,
+    start: bool = True,
+) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[P, GuardResult]]: ...
 
 
 def guarded(
@@ -324,26 +369,55 @@ def guarded(
     namespace: str,
     provider: str,
     *,
+    key: KeySpec = None,
+    payload: PayloadSpec = None,
+    argument: str | None = None,
     scope: str = "",
+    window: Seconds | None = None,
     lease: Seconds | None = None,
     holder: str | None = None,
     wait: Seconds | None = None,
     start: bool = True,
-) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[Concatenate[GuardKey, P], GuardResult]]:
+) -> Callable[[Callable[Concatenate[Guard, P], object]], Callable[..., GuardResult]]:
     """guarded is Client.guarded: fn(guard, *args, **kwargs) -> result becomes
-    f(event_id_or_delivery, *args, **kwargs) -> GuardResult. fn's result is
-    settled as Guard.settle encodes it (bytes as they are, str as UTF-8,
-    None as empty, anything else as compact JSON); an exception from fn
-    releases the claim (fails it, for a PermanentError), and once fn has
-    returned nothing releases it."""
+    f(event_id_or_delivery, *args, **kwargs) -> GuardResult, or, with key=,
+    f(*args, **kwargs) -> GuardResult, the key read from the arguments (a
+    JMESPath expression on the first argument, or on argument=; or a
+    callable given the arguments). payload= (a JMESPath expression or a
+    callable) names the part of the event a duplicate must repeat: its hash
+    is the claim's payload_sha256, so a field that changes on every retry (a
+    timestamp) does not make it a PAYLOAD_MISMATCH; it needs a key by event
+    id. scope= keeps two functions apart on one key (claimd keys by delivery,
+    not by function). window= asks for a dedup window longer than the
+    provider's. fn's result is settled as Guard.settle encodes it; an
+    exception from fn releases the claim (fails it, for a PermanentError),
+    and once fn has returned nothing releases it."""
 
-    def decorate(
-        fn: Callable[Concatenate[Guard, P], object],
-    ) -> Callable[Concatenate[GuardKey, P], GuardResult]:
+    def decorate(fn: Callable[Concatenate[Guard, P], object]) -> Callable[..., GuardResult]:
+        calls = Calls(fn, key=key, payload=payload, argument=argument, guard_first=True)
+
         @functools.wraps(fn)
-        def run(key: GuardKey, /, *args: P.args, **kwargs: P.kwargs) -> GuardResult:
+        def run(*call_args: Any, **kwargs: Any) -> GuardResult:
+            # JMESPath expressions and callables see fn's own arguments: those
+            # after the delivery, when the delivery comes first (no key=).
+            if key is None:
+                delivery, args = keyed_split(call_args)
+            else:
+                args = call_args
+                delivery = calls.key(args, kwargs)
+            digest = calls.digest(args, kwargs, delivery)
             g = Guard._for_key(
-                client, namespace, provider, key, scope=scope, lease=lease, holder=holder, wait=wait, start=start
+                client,
+                namespace,
+                provider,
+                delivery,
+                scope=scope,
+                lease=lease,
+                holder=holder,
+                wait=wait,
+                start=start,
+                window=window,
+                payload_sha256=digest,
             )
             g._open()
             if not g.acquired:
@@ -359,6 +433,82 @@ def guarded(
             if g.acquired:  # fn may have called settle() or fail() itself
                 g.settle(returned)
             return g.result
+
+        return run
+
+    return decorate
+
+
+def idempotent(
+    client: Client,
+    namespace: str,
+    provider: str,
+    *,
+    key: KeySpec = None,
+    payload: PayloadSpec = None,
+    argument: str | None = None,
+    scope: str = "",
+    window: Seconds | None = None,
+    lease: Seconds | None = None,
+    holder: str | None = None,
+    wait: Seconds | None = None,
+    encoder: Encoder | None = None,
+    decoder: Decoder | None = None,
+) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """idempotent makes fn(*args, **kwargs) -> T run once per key: the first
+    call runs it and stores its value, every duplicate gets the stored value
+    back, as the same type (the return annotation, or decoder=, says which:
+    claimd.serialize). Exceptions propagate: one from fn releases the key
+    (a PermanentError records it FAILED, and duplicates raise PermanentError
+    again); a duplicate of a key another holder works on raises InProgress,
+    another payload PayloadMismatch, a claimd failure its ClaimdError.
+
+    The key is fn's first argument (an event id, an EventRef or a Delivery)
+    unless key= reads it from the arguments: a JMESPath expression on the
+    first argument (or on argument=, a parameter's name: Powertools'
+    data_keyword_argument), or a callable given the arguments. payload=,
+    scope=, window=, lease=, holder= and wait= are guarded's. A value that
+    cannot be stored (encoder= turns one the serializer does not know into
+    one it does) raises ResultNotStorable before anything is settled; the key
+    is left to its lease, as the side effect may have happened."""
+
+    def decorate(fn: Callable[P, T]) -> Callable[P, T]:
+        calls = Calls(fn, key=key, payload=payload, argument=argument)
+        serializer = Serializer.for_function(fn, encoder=encoder, decoder=decoder)
+
+        @functools.wraps(fn)
+        def run(*args: P.args, **kwargs: P.kwargs) -> T:
+            delivery, digest = calls.delivery(args, kwargs)
+            g = Guard._for_key(
+                client,
+                namespace,
+                provider,
+                delivery,
+                scope=scope,
+                lease=lease,
+                holder=holder,
+                wait=wait,
+                start=True,
+                window=window,
+                payload_sha256=digest,
+            )
+            g._open()
+            if not g.acquired:
+                value: T = unowned_value(g.result, serializer)
+                return value
+            try:
+                returned = fn(*args, **kwargs)
+            except BaseException as exc:
+                g._handler_raised(exc)
+                raise
+            try:
+                stored = serializer.dumps(returned)
+            except ResultNotStorable as err:
+                g._abandon(err)
+                raise
+            g.settle(stored)
+            settled: T = settled_value(g.result, returned, stored, serializer)
+            return settled
 
         return run
 

@@ -223,6 +223,9 @@ class Claim:
     before redelivering."""
     entity: EntityPosition | None = None
     """entity is set when the event belongs to an entity lifecycle."""
+    cached: bool = False
+    """cached is true for a DUPLICATE answered from the client's own
+    duplicate cache (Client(local_cache=N)): claimd was not asked."""
 
     @property
     def acquired(self) -> bool:
