@@ -101,7 +101,7 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 	fast := memory.New(memory.Config{})
 	f, d := crashPoints(fast, lite) // no-ops unless built with -tags chaos
 	return &stores{
-		store: twotier.New(f, d, twotier.Config{Observer: obs, InProcessFast: true}), durable: lite, mode: "embedded (" + path + ")",
+		store: twotier.New(f, d, twotier.Config{Observer: obs}), durable: lite, mode: "embedded (" + path + ")",
 		durability: durability.String(),
 		fastKind:   fastInProcess, durableKind: "sqlite",
 		sources: metrics.Sources{

@@ -21,16 +21,24 @@ func claimOp(client int, attempt string, t0, t1 int64) Op {
 
 func acquired(o Op, token uint64) Op {
 	o.Outcome, o.AckToken, o.AckHolder, o.Reason = pb.Outcome_OUTCOME_ACQUIRED, token, o.AttemptID, pb.Reason_REASON_NEW
+	o.AckState = received
 	return o
 }
 
-func inProgress(o Op, holder string) Op {
-	o.Outcome, o.AckHolder = pb.Outcome_OUTCOME_IN_PROGRESS, holder
+// inProgress is an IN_PROGRESS naming holder in state RECEIVED (inState
+// names another state).
+func inProgress(o Op, holder string) Op { return inState(o, holder, received) }
+
+func inState(o Op, holder string, state pb.EventState) Op {
+	o.Outcome, o.AckHolder, o.AckState = pb.Outcome_OUTCOME_IN_PROGRESS, holder, state
+	if holder == "" {
+		o.AckState = pb.EventState_EVENT_STATE_UNSPECIFIED // a marker's: no record
+	}
 	return o
 }
 
 func duplicate(o Op, result string) Op {
-	o.Outcome, o.AckResult, o.AckHolder = pb.Outcome_OUTCOME_DUPLICATE, result, "x"
+	o.Outcome, o.AckResult, o.AckHolder, o.AckState = pb.Outcome_OUTCOME_DUPLICATE, result, "x", settledSt
 	return o
 }
 
@@ -59,6 +67,7 @@ func probe(replica, result string, t0 int64) Op {
 }
 
 const (
+	received   = pb.EventState_EVENT_STATE_RECEIVED
 	processing = pb.EventState_EVENT_STATE_PROCESSING
 	settledSt  = pb.EventState_EVENT_STATE_SETTLED
 )
@@ -119,6 +128,41 @@ func TestCheck(t *testing.T) {
 			desc: "IN_PROGRESS from a pending marker (no holder) on a settled key",
 			ops:  append(happy(), inProgress(claimOp(3, "a4", 12, 13), "")),
 			want: []string{CheckHolder},
+		},
+		{
+			// Issue 34: the owner's Transition(→PROCESSING) timed out after
+			// it committed; a claim read PROCESSING from the durable tier,
+			// and a later one was told RECEIVED from the fast tier's copy.
+			desc: "an IN_PROGRESS whose state went back in time",
+			ops: []Op{
+				acquired(claimOp(1, "a1", 0, 2), 1),
+				failed(transitionOp(1, 1, processing, "", 3, 4), codes.DeadlineExceeded),
+				inState(claimOp(2, "a2", 5, 6), "a1", processing),
+				inState(claimOp(3, "a3", 7, 8), "a1", received),
+			},
+			grants: grantsOf("a1", 1, 1),
+			want:   []string{CheckLinearizable},
+		},
+		{
+			desc: "the owner's repeated ACQUIRED with the state its transition left",
+			ops: []Op{
+				acquired(claimOp(1, "a1", 0, 2), 1),
+				failed(transitionOp(1, 1, processing, "", 3, 4), codes.DeadlineExceeded),
+				func() Op { o := acquired(claimOp(1, "a1", 5, 6), 1); o.AckState = processing; return o }(),
+				inState(claimOp(2, "a2", 7, 8), "a1", processing),
+			},
+			grants: grantsOf("a1", 1, 1),
+		},
+		{
+			desc: "the owner's repeated ACQUIRED with a state older than one already answered",
+			ops: []Op{
+				acquired(claimOp(1, "a1", 0, 2), 1),
+				failed(transitionOp(1, 1, processing, "", 3, 4), codes.DeadlineExceeded),
+				inState(claimOp(2, "a2", 5, 6), "a1", processing),
+				acquired(claimOp(1, "a1", 7, 8), 1),
+			},
+			grants: grantsOf("a1", 1, 1),
+			want:   []string{CheckLinearizable},
 		},
 		{
 			desc:   "two owners at once",

@@ -76,23 +76,31 @@ func step(r register, in, out *Op) (bool, register) {
 	return false, r
 }
 
+// stepClaim checks a claim's answer against r, the state it reports
+// included: every answer that carries the record (ACQUIRED, the same
+// ACQUIRED again for the owner's attempt, IN_PROGRESS naming the holder,
+// DUPLICATE) must carry the register's state, so an answer whose state goes
+// back in time (IN_PROGRESS with RECEIVED after another caller was told
+// PROCESSING) does not linearize. The only IN_PROGRESS left out of the
+// model is one from a pending marker, which names no holder and carries no
+// record (porcupineOps; checkHolder flags it).
 func stepClaim(r register, in, out *Op) (bool, register) {
-	acquired := func(token uint64) bool {
-		return out == nil || (out.Outcome == pb.Outcome_OUTCOME_ACQUIRED && out.AckToken == token)
+	answered := func(outcome pb.Outcome, token uint64, state pb.EventState) bool {
+		return out.Outcome == outcome && out.AckToken == token && out.AckState == state
 	}
 	switch {
 	case !r.Exists:
 		next := register{Exists: true, Token: 1, State: pb.EventState_EVENT_STATE_RECEIVED, AttemptID: in.AttemptID}
-		return acquired(1), next
+		return out == nil || answered(pb.Outcome_OUTCOME_ACQUIRED, 1, next.State), next
 	case terminal(r.State):
-		return out == nil || (out.Outcome == pb.Outcome_OUTCOME_DUPLICATE && out.AckResult == r.Result), r
+		return out == nil || (out.Outcome == pb.Outcome_OUTCOME_DUPLICATE && out.AckResult == r.Result && out.AckState == r.State), r
 	case in.AttemptID != "" && in.AttemptID == r.AttemptID && !r.Released:
-		return acquired(r.Token), r
+		return out == nil || answered(pb.Outcome_OUTCOME_ACQUIRED, r.Token, r.State), r
 	case r.Released:
 		next := register{Exists: true, Token: r.Token + 1, State: pb.EventState_EVENT_STATE_RECEIVED, AttemptID: in.AttemptID}
-		return acquired(next.Token), next
+		return out == nil || answered(pb.Outcome_OUTCOME_ACQUIRED, next.Token, next.State), next
 	}
-	return out == nil || (out.Outcome == pb.Outcome_OUTCOME_IN_PROGRESS && out.AckHolder == r.AttemptID), r
+	return out == nil || (out.Outcome == pb.Outcome_OUTCOME_IN_PROGRESS && out.AckHolder == r.AttemptID && out.AckState == r.State), r
 }
 
 // refused is the answer of a fenced call the register refuses.

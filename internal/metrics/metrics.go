@@ -83,6 +83,7 @@ type Metrics struct {
 	staleTokens        prometheus.Counter
 	takeovers          prometheus.Counter
 	falseNegatives     prometheus.Counter
+	integrityFailures  prometheus.Counter
 	repairsPending     prometheus.Gauge
 	repairsDropped     prometheus.Counter
 	tierErrors         *prometheus.CounterVec
@@ -165,6 +166,10 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		falseNegatives: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "claimd_fast_tier_false_negatives_total",
 			Help: "Claims the fast tier did not know but the durable tier did (the fast tier lost the key: flush, eviction, failover); the durable tier decided and the fast tier was repaired.",
+		}),
+		integrityFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "claimd_fast_tier_integrity_failures_total",
+			Help: "Fast-tier records whose seal did not verify under the fast-tier keys (written by something other than claimd, copied from another key, edited, or sealed with a key this replica does not hold): each was treated as absent, the durable tier decided, and its answer replaced the record.",
 		}),
 		repairsPending: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "claimd_fast_tier_repairs_pending",
@@ -257,7 +262,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 	}
 	for _, c := range append([]prometheus.Collector{
 		m.claims, m.claimDuration, m.transitions, m.invalidTransitions, m.staleTokens, m.takeovers,
-		m.falseNegatives, m.repairsPending, m.repairsDropped, m.tierErrors, m.payloadMismatches, m.keyFallbacks, m.effectsRecovered,
+		m.falseNegatives, m.integrityFailures, m.repairsPending, m.repairsDropped, m.tierErrors, m.payloadMismatches, m.keyFallbacks, m.effectsRecovered,
 		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo, m.sqliteDurable, m.evictionPolicy,
 		m.janitorPasses, m.janitorClaims, m.janitorPartitions, m.janitorAuditRows, m.janitorLastSuccess,
 	}, slices.Concat(m.grpc.collectors(), m.lifecycle.collectors())...) {
@@ -359,6 +364,9 @@ func (m *Metrics) Record(_ context.Context, r *service.Request) {
 
 // FastFalseNegative implements twotier.Observer.
 func (m *Metrics) FastFalseNegative() { m.falseNegatives.Inc() }
+
+// FastIntegrityFailure implements twotier.Observer.
+func (m *Metrics) FastIntegrityFailure() { m.integrityFailures.Inc() }
 
 // FastRepairsPending implements twotier.Observer.
 func (m *Metrics) FastRepairsPending(n int) { m.repairsPending.Set(float64(n)) }

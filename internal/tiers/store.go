@@ -236,6 +236,13 @@ type FastResult struct {
 	Reason  Reason
 	Record  Record
 	Marker  string
+	// Unverified: the tier held a record under p.Key that failed its
+	// integrity check (a shared tier seals what it stores, and anyone who
+	// can write it could have written this one). The record was treated
+	// as absent and withdrawn; the verdict is FastTakeover, so the durable
+	// tier decides and its answer takes the record's place. The caller
+	// counts it (claimd_fast_tier_integrity_failures_total).
+	Unverified bool
 }
 
 // Fast is a cache of records in front of a Durable tier. It may lose any

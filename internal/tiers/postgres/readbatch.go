@@ -10,7 +10,7 @@ import (
 // Batched reads of records.
 //
 // With Redis in front, a claim that Redis answers IN_PROGRESS is confirmed
-// by a read of its row (twotier's confirmInProgress), so a burst of retries
+// by a read of its row (twotier's confirm), so a burst of retries
 // of a key in progress, the load the fast tier is there to absorb, would
 // cost PostgreSQL a statement per retry. The reader coalesces the reads
 // that arrive while one is in flight into the next statement, as the claim

@@ -132,7 +132,7 @@ func TestRepairBacklogDropsTheOldest(t *testing.T) {
 		w.wantFastDuplicate("evt_bound_1", "receipt")
 		w.wantFastDuplicate("evt_bound_2", "receipt")
 		// The dropped key's fast tier keeps its older copy, which the
-		// durable tier overrules (confirmInProgress): DUPLICATE, and the
+		// durable tier overrules (confirm): DUPLICATE, and the
 		// copy repaired.
 		w.wantStaleCopy("evt_bound_0")
 		if other := w.claim(w.params("evt_bound_0", "pod-b", "")); other.Outcome != tiers.OutcomeDuplicate || other.ServedBy != tiers.TierDurable {

@@ -25,7 +25,7 @@ func TestEmbeddedPair(t *testing.T) {
 			}
 			// A restart loses the in-process fast tier and local cache, as
 			// a real restart does; only SQLite persists.
-			return twotier.New(memory.New(memory.Config{}), lite, twotier.Config{InProcessFast: true})
+			return twotier.New(memory.New(memory.Config{}), lite, twotier.Config{})
 		}
 	})
 }

@@ -32,6 +32,10 @@ type Observer interface {
 	// FastRepairDropped: a durable write that had not reached the fast tier
 	// was given up (the backlog was full, or the store closed).
 	FastRepairDropped()
+	// FastIntegrityFailure: the fast tier held a record that failed its
+	// integrity check (tiers.FastResult.Unverified); it was treated as
+	// absent, the durable tier decided, and its answer replaced it.
+	FastIntegrityFailure()
 }
 
 type nopObserver struct{}
@@ -40,6 +44,7 @@ func (nopObserver) FastFalseNegative()                  {}
 func (nopObserver) TierError(tiers.Tier, string, error) {}
 func (nopObserver) FastRepairsPending(int)              {}
 func (nopObserver) FastRepairDropped()                  {}
+func (nopObserver) FastIntegrityFailure()               {}
 
 // Config tunes the composition. Zero values mean the defaults.
 type Config struct {
@@ -71,12 +76,6 @@ type Config struct {
 	// dropped. Defaults 10000 and 16 MiB.
 	BacklogEntries int
 	BacklogBytes   int64
-	// InProcessFast says that the fast tier lives in this process and only
-	// this Store writes it (the embedded tiers): its copies are then never
-	// older than the durable tier's record once a write has returned, and an
-	// IN_PROGRESS it answers is not confirmed (see Store.confirmInProgress).
-	// Leave it false for a fast tier shared by replicas (Redis).
-	InProcessFast bool
 	// Clock paces the retries; nil means the wall clock.
 	Clock clock.Waiter
 	// Observer receives events; nil means none.
@@ -206,6 +205,9 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 		s.cfg.Observer.TierError(tiers.TierFast, "reserve", err)
 		return s.claimDurable(ctx, p, false, "")
 	}
+	if fr.Unverified {
+		s.cfg.Observer.FastIntegrityFailure()
+	}
 	switch fr.Verdict {
 	case tiers.FastDecided:
 		if p.Entity != nil && fr.Outcome == tiers.OutcomeAcquired {
@@ -216,12 +218,10 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 			return s.claimDurable(ctx, p, true, "")
 		}
 		res := tiers.ClaimResult{Outcome: fr.Outcome, Reason: fr.Reason, Record: fr.Record, ServedBy: tiers.TierFast}
-		if fr.Outcome == tiers.OutcomeInProgress && !s.cfg.InProcessFast {
-			return s.confirmInProgress(ctx, p, res)
+		if !fr.Record.State.Terminal() {
+			return s.confirm(ctx, p, res)
 		}
-		if fr.Outcome == tiers.OutcomeDuplicate {
-			s.remember(fr.Record)
-		}
+		s.remember(fr.Record)
 		return res, nil
 	case tiers.FastTakeover:
 		return s.claimDurable(ctx, p, true, "")
@@ -361,22 +361,34 @@ func (s *Store) claimDurable(ctx context.Context, p tiers.ClaimParams, fastUp bo
 	return res, nil
 }
 
-// confirmInProgress answers a claim that a shared fast tier answered
-// IN_PROGRESS (fast) from the durable tier's record, read without a write.
-// A copy of a live lease is the one answer of the fast tier that a later
-// write undoes, and the fast tier may not have heard of that write: when the
-// replica that committed it could not reach Redis while this one could (its
-// repair then waits in its backlog), every claim here would be told
-// IN_PROGRESS for an event settled or released in the durable tier, after
-// callers of the other replica were told DUPLICATE, until the repair lands
-// (found by make chaos under redis-kill). So the durable record decides:
-// the same version or an older one confirms the copy (served FAST); a newer
-// one answers as the durable tier would, repairs the fast tier when it is
-// terminal, and goes on to the durable claim when it may change hands
-// (released, or its lease over). A durable tier that cannot be read leaves
-// the copy's answer standing, as before there was a confirmation: it is
-// retryable, and the tier is degraded, not wrong.
-func (s *Store) confirmInProgress(ctx context.Context, p tiers.ClaimParams, fast tiers.ClaimResult) (tiers.ClaimResult, error) {
+// confirm answers a claim that the fast tier decided from a record that is
+// not terminal (fast: IN_PROGRESS, the same ACQUIRED for a repeated
+// attempt_id, or PAYLOAD_MISMATCH of a record in progress) from the durable
+// tier's record, read without a write. Only a terminal record never changes
+// within its window; a copy of any other may be older than the row, and
+// answering from it tells the caller a state older than one the durable
+// tier already answered:
+//   - a write that committed but failed (its caller's deadline passed after
+//     the commit) refreshed no copy: under 0.2–5ms deadlines make chaos saw
+//     IN_PROGRESS with state RECEIVED after others were told PROCESSING;
+//   - a replica that committed while it could not reach Redis and another
+//     replica could (its repair waits in its backlog) left every claim
+//     there IN_PROGRESS for an event settled or released (make chaos,
+//     redis-kill).
+//
+// So the durable record decides: the same version confirms the copy (served
+// FAST); a newer one answers as the durable tier would, with its state,
+// token and holder, and repairs the copy from it (Put never replaces a newer
+// version); one that may change hands (released, lease over, window over)
+// goes on to the durable claim. A durable tier that cannot be read fails
+// the claim, as it fails every claim it cannot decide: a copy that cannot
+// be confirmed may be older than the row, and is not answered.
+//
+// Putting a record that was only read is safe here, unlike in claimDurable
+// (see cacheable): should it land over a newer record that a flush then
+// erased, the copy is older than the row, and this confirmation, which every
+// answer from a copy in progress gets, catches it.
+func (s *Store) confirm(ctx context.Context, p tiers.ClaimParams, fast tiers.ClaimResult) (tiers.ClaimResult, error) {
 	cur, err := s.durable.Get(ctx, p.Key)
 	switch {
 	case errors.Is(err, tiers.ErrNotFound):
@@ -389,7 +401,7 @@ func (s *Store) confirmInProgress(ctx context.Context, p tiers.ClaimParams, fast
 			return tiers.ClaimResult{}, ctxErr
 		}
 		s.cfg.Observer.TierError(tiers.TierDurable, "confirm", err)
-		return fast, nil
+		return tiers.ClaimResult{}, err
 	case fast.Record.NotOlderThan(&cur):
 		return fast, nil
 	}
@@ -398,12 +410,8 @@ func (s *Store) confirmInProgress(ctx context.Context, p tiers.ClaimParams, fast
 		return s.claimDurable(ctx, p, true, "")
 	}
 	res.ServedBy = tiers.TierDurable
-	if cacheable(res) {
-		s.repair(ctx, res.Record)
-	}
-	if res.Outcome == tiers.OutcomeDuplicate {
-		s.remember(res.Record)
-	}
+	s.repair(ctx, res.Record)
+	s.remember(res.Record)
 	return res, nil
 }
 
@@ -489,6 +497,7 @@ func (s *Store) remember(rec tiers.Record) {
 func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers.Record, bool, error) {
 	rec, changed, err := s.durable.Transition(ctx, p)
 	if err != nil {
+		s.refresh(ctx, p.Key, err)
 		return rec, changed, err
 	}
 	s.repair(ctx, rec)
@@ -499,10 +508,12 @@ func (s *Store) Transition(ctx context.Context, p tiers.TransitionParams) (tiers
 // Renew commits to the durable tier, then refreshes the fast tier.
 func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, error) {
 	rec, err := s.durable.Renew(ctx, p)
-	if err == nil {
-		s.repair(ctx, rec)
+	if err != nil {
+		s.refresh(ctx, p.Key, err)
+		return rec, err
 	}
-	return rec, err
+	s.repair(ctx, rec)
+	return rec, nil
 }
 
 // Release commits to the durable tier, then refreshes the fast tier so the
@@ -510,10 +521,34 @@ func (s *Store) Renew(ctx context.Context, p tiers.RenewParams) (tiers.Record, e
 // release refreshes it as well).
 func (s *Store) Release(ctx context.Context, p tiers.ReleaseParams) (tiers.Record, error) {
 	rec, err := s.durable.Release(ctx, p)
-	if err == nil {
-		s.repair(ctx, rec)
+	if err != nil {
+		s.refresh(ctx, p.Key, err)
+		return rec, err
 	}
-	return rec, err
+	s.repair(ctx, rec)
+	return rec, nil
+}
+
+// refresh copies k's durable record into the fast tier after a write that
+// failed in a way that may have committed (the caller's deadline passed, or
+// the durable tier stopped answering, after the statement was sent): the
+// write's own repair never ran. It is best effort: the write may still
+// commit after the read, and the read may fail; either way the copy is at
+// worst older than the row, which every answer from a copy in progress is
+// confirmed against (Store.confirm). A refusal (stale token, not the owner,
+// a transition not allowed) wrote nothing and refreshes nothing.
+func (s *Store) refresh(ctx context.Context, k tiers.Key, err error) {
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, tiers.ErrUnavailable) {
+		return
+	}
+	ctx, cancel := s.cleanup(ctx)
+	defer cancel()
+	rec, err := s.durable.Get(ctx, k)
+	if err != nil {
+		return
+	}
+	s.repair(ctx, rec)
+	s.remember(rec)
 }
 
 // Get reads the source of truth.
