@@ -26,8 +26,12 @@ func main() {
 	}
 }
 
-// exitCode is 2 for usage errors, 1 for everything else.
+// exitCode is 2 for usage errors, the code of an exitError (claimd
+// reconcile's), 1 for everything else.
 func exitCode(err error) int {
+	if e := (*exitError)(nil); errors.As(err, &e) {
+		return e.code
+	}
 	if errors.Is(err, errUsage) {
 		return 2
 	}
@@ -68,6 +72,8 @@ func commands() []command {
 			func(fs *flag.FlagSet) { bindToken(fs, new(string)) }, runTokenNew},
 		{"effects-schema", "print the DDL of claimd_effects, the guards' effect fence in the handler's database (--dialect postgres, sqlite or mysql)",
 			func(fs *flag.FlagSet) { bindEffectsSchema(fs, new(string)) }, runEffectsSchema},
+		{"reconcile", "compare a provider's own list of events (Stripe's /v1/events pages, JSONL) with a namespace's claims over the API; prints what needs a person, exits 1 when anything does",
+			func(fs *flag.FlagSet) { bindReconcile(fs, new(reconcileConfig)) }, runReconcile},
 		{"version", "print the version (as does claimd --version)", nil, runVersion},
 	}
 }
