@@ -100,6 +100,7 @@ func TestAlertRules(t *testing.T) {
 		"ClaimdProviderReviewOverdue",      // review overdue
 		"ClaimdDeferredEventsOverdue",      // deferred longer than half the horizon
 		"ClaimdDeferredEventsLost",         // deferred past the horizon
+		"ClaimdReconciliationMismatch",     // claimd reconcile found events that need a person
 	} {
 		if i := sort.SearchStrings(alerts, want); i == len(alerts) || alerts[i] != want {
 			t.Errorf("alerts.yaml has no %s (alerts: %v)", want, alerts)
