@@ -34,15 +34,22 @@ func crashPoints(f tiers.Fast, d tiers.Durable) (tiers.Fast, tiers.Durable) {
 	}
 	c := crasher{point: point, key: key}
 	cd := &crashDurable{Durable: d, c: c}
-	if en, ok := d.(tiers.Entities); ok {
-		// Keep the entity reads (EntityService, the deferred gauges) that a
-		// bare wrapper would hide from twotier's type assertion.
+	if r, ok := d.(reads); ok {
+		// Keep the reads (EntityService, InspectService, the deferred
+		// gauges) that a bare wrapper would hide from twotier's type
+		// assertions.
 		return &crashFast{Fast: f, c: c}, struct {
 			*crashDurable
-			tiers.Entities
-		}{cd, en}
+			reads
+		}{cd, r}
 	}
 	return &crashFast{Fast: f, c: c}, cd
+}
+
+// reads are the durable tiers' reads beside the Store.
+type reads interface {
+	tiers.Entities
+	tiers.Inspector
 }
 
 type crasher struct{ point, key string }

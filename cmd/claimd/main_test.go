@@ -185,7 +185,7 @@ func TestServeClaimRestartPersists(t *testing.T) {
 	for _, s := range resp.GetListServicesResponse().GetService() {
 		names = append(names, s.Name)
 	}
-	for _, want := range []string{"idempotency.v1.ClaimService", "idempotency.v1.ProviderService", "idempotency.v1.EntityService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
+	for _, want := range []string{"idempotency.v1.ClaimService", "idempotency.v1.ProviderService", "idempotency.v1.EntityService", "idempotency.v1.InspectService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"} {
 		if !strings.Contains(strings.Join(names, " "), want) {
 			t.Errorf("reflection services = %v, missing %s", names, want)
 		}

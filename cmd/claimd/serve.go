@@ -470,4 +470,5 @@ func setHealth(hs *health.Server, s healthpb.HealthCheckResponse_ServingStatus) 
 	hs.SetServingStatus(pb.ClaimService_ServiceDesc.ServiceName, s)
 	hs.SetServingStatus(pb.ProviderService_ServiceDesc.ServiceName, s)
 	hs.SetServingStatus(pb.EntityService_ServiceDesc.ServiceName, s)
+	hs.SetServingStatus(pb.InspectService_ServiceDesc.ServiceName, s)
 }

@@ -17,8 +17,8 @@ type Roles uint8
 const (
 	// RoleClaim may Claim, Transition, Renew and Release.
 	RoleClaim Roles = 1 << iota
-	// RoleRead may Get records, list providers, and read entities and
-	// deferred events.
+	// RoleRead may Get records, list providers, read entities and
+	// deferred events, and list records and their audit log.
 	RoleRead
 	// RoleAdmin may call every method, including operator-only ones, and
 	// read /metrics.
@@ -64,10 +64,15 @@ var methodRoles = map[string]map[string]Roles{
 	pb.EntityService_ServiceDesc.ServiceName: {
 		"ListDeferred": RoleRead, "GetEntity": RoleRead,
 	},
+	// The namespace's records and their audit log, read like Get.
+	pb.InspectService_ServiceDesc.ServiceName: {
+		"ListClaims": RoleRead, "ListAudit": RoleRead,
+	},
 }
 
 // services are the generated descriptors of the services the table covers.
-var services = []*grpc.ServiceDesc{&pb.ClaimService_ServiceDesc, &pb.ProviderService_ServiceDesc, &pb.EntityService_ServiceDesc}
+var services = []*grpc.ServiceDesc{&pb.ClaimService_ServiceDesc, &pb.ProviderService_ServiceDesc, &pb.EntityService_ServiceDesc,
+	&pb.InspectService_ServiceDesc}
 
 // rule is what one method requires of its caller.
 type rule struct {

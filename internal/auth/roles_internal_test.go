@@ -27,6 +27,7 @@ func TestMethodTable(t *testing.T) {
 	}
 	c, p := "/"+pb.ClaimService_ServiceDesc.ServiceName+"/", "/"+pb.ProviderService_ServiceDesc.ServiceName+"/"
 	e := "/" + pb.EntityService_ServiceDesc.ServiceName + "/"
+	i := "/" + pb.InspectService_ServiceDesc.ServiceName + "/"
 	want := map[string]rule{
 		c + "Claim":         {name: "Claim", role: RoleClaim, namespaced: true},
 		c + "Transition":    {name: "Transition", role: RoleClaim, namespaced: true},
@@ -37,6 +38,8 @@ func TestMethodTable(t *testing.T) {
 		p + "GetProvider":   {name: "GetProvider", role: RoleRead},
 		e + "ListDeferred":  {name: "ListDeferred", role: RoleRead, namespaced: true},
 		e + "GetEntity":     {name: "GetEntity", role: RoleRead, namespaced: true},
+		i + "ListClaims":    {name: "ListClaims", role: RoleRead, namespaced: true},
+		i + "ListAudit":     {name: "ListAudit", role: RoleRead, namespaced: true},
 	}
 	if diff := cmp.Diff(want, rules, cmp.AllowUnexported(rule{})); diff != "" {
 		t.Errorf("methodRules() (-want +got):\n%s", diff)

@@ -55,6 +55,7 @@ var (
 	hooksToken   = auth.NewToken() // hooks: claim and read in billing
 	readerToken  = auth.NewToken() // reader: read in billing
 	trickleToken = auth.NewToken() // trickle: one call, then one every 1000s
+	writerToken  = auth.NewToken() // writer: claim (and nothing else) in billing
 )
 
 func authFile() string {
@@ -73,6 +74,10 @@ principals:
     identities: ["cn:hooks.billing"]
     namespaces: [billing]
     roles: [claim, read]
+  writer:
+    tokens: ["` + auth.HashToken(writerToken) + `"]
+    namespaces: [billing]
+    roles: [claim]
   trickle:
     tokens: ["` + auth.HashToken(trickleToken) + `"]
     namespaces: [billing]

@@ -109,7 +109,7 @@ func toStatus(err error) error {
 		return withDetails(codes.NotFound, err.Error(), info(pb.ErrorReason_LIFECYCLE_NOT_FOUND.String(), map[string]string{"lifecycle": logField(lnf.name)}))
 	case errors.Is(err, tiers.ErrEntityNotFound):
 		return withDetails(codes.NotFound, msgEntityNotFound, info(pb.ErrorReason_ENTITY_NOT_FOUND.String(), nil))
-	case errors.Is(err, errNoEntities):
+	case errors.Is(err, errNoEntities), errors.Is(err, errNoInspector):
 		return status.Error(codes.Unimplemented, err.Error())
 	case errors.Is(err, tiers.ErrInvalidCursor):
 		return toStatus(&invalidArgument{violations: []violation{{field: "ListDeferredRequest.page_token", desc: "not a next_page_token of this listing"}}})

@@ -26,7 +26,7 @@ import (
 // Key and Token identify one delivery: they go to the log line and the span,
 // never to a metric label (one series per key would exhaust Prometheus).
 type Request struct {
-	Method string // "Claim", "Transition", "Renew", "Release", "Get", "ListProviders", "GetProvider", "ListDeferred", "GetEntity"
+	Method string // "Claim", "Transition", "Renew", "Release", "Get", "ListProviders", "GetProvider", "ListDeferred", "GetEntity", "ListClaims", "ListAudit"
 
 	// Namespace, Provider and Key are as the caller sent them until the
 	// request validates; Provider is then the registered name.

@@ -40,11 +40,13 @@ type Config struct {
 	Random func() float64
 }
 
-// Service implements ClaimService, ProviderService and EntityService.
+// Service implements ClaimService, ProviderService, EntityService and
+// InspectService.
 type Service struct {
 	pb.UnimplementedClaimServiceServer
 	pb.UnimplementedProviderServiceServer
 	pb.UnimplementedEntityServiceServer
+	pb.UnimplementedInspectServiceServer
 	cfg Config
 }
 
@@ -71,13 +73,14 @@ func New(cfg Config) *Service {
 	return &Service{cfg: cfg}
 }
 
-// Register registers the three services on r. Their requests are decoded by the
+// Register registers the four services on r. Their requests are decoded by the
 // service itself (decode.go), so that a request protobuf refuses is answered
 // INVALID_ARGUMENT rather than grpc-go's INTERNAL.
 func (s *Service) Register(r grpc.ServiceRegistrar) {
 	r.RegisterService(s.strictDecoding(&pb.ClaimService_ServiceDesc), s)
 	r.RegisterService(s.strictDecoding(&pb.ProviderService_ServiceDesc), s)
 	r.RegisterService(s.strictDecoding(&pb.EntityService_ServiceDesc), s)
+	r.RegisterService(s.strictDecoding(&pb.InspectService_ServiceDesc), s)
 }
 
 func (s *Service) bounded(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
@@ -439,7 +442,7 @@ func (s *Service) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetResponse,
 	}
 	r.State, r.Token = rec.State, rec.Token
 	_ = s.finish(ctx, r, start, nil)
-	return &pb.GetResponse{Record: pbRecord(rec)}, nil
+	return &pb.GetResponse{Record: pbRecord(rec), Next: nextAnswer(rec, s.cfg.Clock.Now())}, nil
 }
 
 // ListProviders implements ProviderService.ListProviders.

@@ -315,6 +315,11 @@ func TestEnumNumbersMatch(t *testing.T) {
 			t.Errorf("tiers.Tier(%d) = %s, proto %s", i, got, want)
 		}
 	}
+	for i := 1; i < len(pb.AuditOp_name); i++ {
+		if got, want := "AUDIT_OP_"+strings.ToUpper(tiers.AuditOp(i).String()), pb.AuditOp(i).String(); got != want {
+			t.Errorf("tiers.AuditOp(%d) = %s, proto %s", i, got, want)
+		}
+	}
 }
 
 // dial starts the real gRPC server on a loopback port and returns a client.

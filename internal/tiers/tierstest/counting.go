@@ -2,6 +2,7 @@ package tierstest
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
 	"github.com/claimd/claimd/internal/tiers"
@@ -39,3 +40,24 @@ func (s *CountingStore) Release(ctx context.Context, p tiers.ReleaseParams) (tie
 	s.Writes.Add(1)
 	return s.Store.Release(ctx, p)
 }
+
+// ListClaims passes the read on to the wrapped store's tiers.Inspector
+// (an error when it has none): reads are not counted.
+func (s *CountingStore) ListClaims(ctx context.Context, f tiers.ClaimFilter, pg tiers.Page) ([]tiers.Record, string, error) {
+	in, ok := s.Store.(tiers.Inspector)
+	if !ok {
+		return nil, "", errNoInspector
+	}
+	return in.ListClaims(ctx, f, pg)
+}
+
+// ListAudit passes the read on to the wrapped store's tiers.Inspector.
+func (s *CountingStore) ListAudit(ctx context.Context, k tiers.Key, pg tiers.Page) ([]tiers.AuditEntry, string, error) {
+	in, ok := s.Store.(tiers.Inspector)
+	if !ok {
+		return nil, "", errNoInspector
+	}
+	return in.ListAudit(ctx, k, pg)
+}
+
+var errNoInspector = errors.New("tierstest: the wrapped store lists no claims or audit")
