@@ -5,30 +5,19 @@
 
 import { s } from './dom.js';
 
-const W = 150, H = 34, GX = 60, GY = 26, PAD = 24;
+const W = 140, H = 34, GX = 50, GY = 26, PAD = 24, TOP = 80;
 
-// layers places states in columns: the longest path from the initial
-// state, once the edges that close a cycle are set aside, so the graph
-// reads left to right.
+// layers places states in columns by the longest path from the initial
+// state over the edges that go forward in the lifecycle's declared order
+// of states (its authors list them in the order the entity moves); the
+// others (a failed payment tried again, a capture) close a cycle and are
+// drawn under the nodes.
 function layers(states, edges) {
-  const adj = new Map(states.map((st) => [st, []]));
-  for (const e of edges) if (e.from !== e.to && adj.has(e.from) && adj.has(e.to)) adj.get(e.from).push(e.to);
-  const mark = {}, back = new Set();
-  const dfs = (v) => {
-    mark[v] = 1;
-    for (const t of adj.get(v)) {
-      if (mark[t] === 1) back.add(v + '\u0000' + t);
-      else if (!mark[t]) dfs(t);
-    }
-    mark[v] = 2;
-  };
-  for (const st of states) if (!mark[st]) dfs(st);
+  const index = Object.fromEntries(states.map((st, i) => [st, i]));
   const depth = Object.fromEntries(states.map((st) => [st, 0]));
-  for (let i = 0; i < states.length; i++) {
-    for (const [v, ts] of adj) for (const t of ts) {
-      if (!back.has(v + '\u0000' + t) && depth[t] < depth[v] + 1) depth[t] = depth[v] + 1;
-    }
-  }
+  const forward = edges.filter((e) => e.from in index && e.to in index && index[e.to] > index[e.from])
+    .sort((a, b) => index[a.from] - index[b.from]);
+  for (const e of forward) depth[e.to] = Math.max(depth[e.to], depth[e.from] + 1);
   return depth;
 }
 
@@ -39,8 +28,10 @@ function path(a, b, bend) {
     return `M ${x - 14} ${y} C ${x - 30} ${y - 34}, ${x + 30} ${y - 34}, ${x + 14} ${y}`;
   }
   if (b.col > a.col) {
+    // An edge that skips columns arcs over the nodes between.
     const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2, dx = (x2 - x1) / 2;
-    return `M ${x1} ${y1} C ${x1 + dx} ${y1 + bend}, ${x2 - dx} ${y2 + bend}, ${x2} ${y2}`;
+    const lift = b.col - a.col > 1 && a.row === b.row ? Math.min(25 * (b.col - a.col), 70) : 0;
+    return `M ${x1} ${y1} C ${x1 + dx} ${y1 + bend - lift}, ${x2 - dx} ${y2 + bend - lift}, ${x2} ${y2}`;
   }
   // Backwards or within a column: under the nodes.
   const x1 = a.x + W / 2 + 8, y1 = a.y + H, x2 = b.x + W / 2 - 8, y2 = b.y + H;
@@ -63,11 +54,11 @@ export function lifecycleGraph(lifecycle, state, applied, deferred) {
   for (const st of states) {
     const c = depth[st];
     cols[c] = cols[c] || [];
-    pos[st] = { col: c, row: cols[c].length, x: PAD + c * (W + GX), y: PAD + 30 + cols[c].length * (H + GY) };
+    pos[st] = { col: c, row: cols[c].length, x: PAD + c * (W + GX), y: TOP + cols[c].length * (H + GY) };
     cols[c].push(st);
   }
   const width = PAD * 2 + cols.length * (W + GX) - GX;
-  const height = PAD * 2 + 30 + Math.max(...cols.map((c) => c.length)) * (H + GY) + 70;
+  const height = TOP + PAD + Math.max(...cols.map((c) => c.length)) * (H + GY) + 70;
 
   const toOf = Object.fromEntries((lifecycle.events || []).map((ev) => [ev.eventType, ev.toState]));
   const svg = s('svg', { viewBox: `0 0 ${width} ${height}`, width, height, class: 'graph', role: 'img', 'aria-label': 'lifecycle ' + lifecycle.name });
@@ -120,7 +111,8 @@ export function lifecycleGraph(lifecycle, state, applied, deferred) {
   // Labels last, over the lines, stacked where they would collide.
   const used = [];
   for (const l of labels) {
-    let x = (l.from.x + l.to.x + W) / 2, y = Math.min(l.from.y, l.to.y) - 6;
+    let x = (l.from.x + l.to.x + W) / 2, y = Math.min(l.from.y, l.to.y) - 8;
+    if (l.to.col - l.from.col > 1 && l.from.row === l.to.row) y -= Math.min(25 * (l.to.col - l.from.col), 70) * 0.75;
     if (l.from === l.to) y = l.from.y - 30;
     while (used.some((u) => Math.abs(u.x - x) < 150 && Math.abs(u.y - y) < 14)) y -= 14;
     y = Math.max(12, y);

@@ -156,6 +156,7 @@ export async function entityView(ns, p, lifecycle, entityId, focusKey) {
       h('div', { class: 'graph-box' }, lifecycleGraph(lc, state, applied, deferred)),
       h('p', { class: 'legend' }, h('span', { class: 'sw applied' }), 'applied, in order ', h('span', { class: 'sw deferred' }), 'deferred (waits for the state it starts from) ',
         h('span', { class: 'sw lost' }), 'lost (past the retry horizon) ', h('span', { class: 'sw current' }), 'current state'),
+      h('h4', {}, 'Applied events'),
       applied.length ? table([
         ['#', (a) => String(a._n)],
         ['event type', (a) => a.eventType],
@@ -164,7 +165,7 @@ export async function entityView(ns, p, lifecycle, entityId, focusKey) {
         ['token', (a) => a.fencingToken || ''],
         ['applied at', (a) => when(a.appliedAt)],
       ], applied.map((a, i) => Object.assign({ _n: i + 1 }, a)), { class: 'applied-events' }) : note('No event applied yet.'),
-      deferred.length ? deferredTable(ns, p, deferred, focusKey) : ''));
+      deferred.length ? [h('h4', {}, 'Deferred and superseded events'), deferredTable(ns, p, deferred, focusKey)] : ''));
   }
   if (found === 0) out.append(note(`No entity ${entityId} in ${ns} · ${p}: no event of it was applied or deferred.`, 'warn'));
   try {
