@@ -27,6 +27,10 @@ function showLogin(err) {
   const e = $('login-error');
   e.hidden = !err;
   e.textContent = err ? `claimd refused the ${token() ? 'token' : 'call without a token'}: ${err.reason || 'HTTP ' + err.status}${err.message ? ' (' + err.message + ')' : ''}` : '';
+  forgetToken(); // a refused token is kept nowhere
+  who(false);
+  generation++; // and nothing still loading or polling shows up under the form
+  clearTimeout(timer);
   document.body.dataset.state = 'login';
   $('token').focus();
 }
@@ -51,7 +55,6 @@ async function connect() {
     return true;
   } catch (err) {
     if (err instanceof APIError && err.auth) {
-      who(false);
       showLogin(token() ? err : null);
       return false;
     }
@@ -81,8 +84,9 @@ async function render() {
     return;
   }
   let node;
+  const refresh = view === 'rates' && document.getElementById('rates-view');
   document.body.dataset.state = 'loading';
-  status('Loading…');
+  if (!refresh) status('Loading…');
   try {
     switch (view) {
       case 'key': node = await keyView(ns, p, q.get('key')); break;
@@ -124,7 +128,7 @@ function init() {
     $('token').value = '';
     if (await connect()) render();
   });
-  $('signout').addEventListener('click', () => { forgetToken(); who(false); showLogin(null); });
+  $('signout').addEventListener('click', () => showLogin(null));
   $('search').addEventListener('submit', (ev) => {
     ev.preventDefault();
     const s = new URLSearchParams({ namespace: $('namespace').value.trim(), provider: $('provider').value });

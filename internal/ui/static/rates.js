@@ -35,7 +35,7 @@ export function parse(text) {
 
 // Rates keeps the last scrape to turn counters into rates.
 export class Rates {
-  constructor() { this.prev = null; }
+  constructor() { this.prev = null; this.reads = 0; }
 
   async render(namespace) {
     let scrape;
@@ -50,6 +50,7 @@ export class Rates {
       throw err;
     }
     const at = performance.now();
+    this.reads++;
     const cur = parse(scrape.text);
     const prev = this.prev;
     this.prev = { at, sums: cur.sums };
@@ -65,7 +66,7 @@ export class Rates {
     }
     const list = [...rows.values()].sort((a, b) => (b.ns === namespace) - (a.ns === namespace) || a.ns.localeCompare(b.ns) || a.p.localeCompare(b.p));
     const g = cur.gauges;
-    return h('article', { id: 'rates-view' }, h('h2', {}, 'Outcome rates'),
+    return h('article', { id: 'rates-view', 'data-reads': this.reads }, h('h2', {}, 'Outcome rates'),
       h('p', { class: 'note' }, prev ? `Claims answered per second over the last ${((at - prev.at) / 1000).toFixed(1)} s (total since claimd started in brackets), read from /metrics every ${interval / 1000} s.`
         : `Totals since claimd started; rates per second appear at the next read of /metrics, in ${interval / 1000} s.`),
       list.length ? table([
