@@ -66,10 +66,6 @@ func TestClaimPlacement(t *testing.T) {
 			r.EntityId, r.EventType = "ch_1", "charge.refunded"
 		}, refunded, false},
 		{"a delivery of an undeclared type is an ordinary claim", func(r *pb.ClaimRequest) { r.Key = stripeDelivery("evt_1", "customer.created", "cus_1") }, nil, false},
-		{"a group places nothing", func(r *pb.ClaimRequest) {
-			r.Provider = "billing"
-			r.EntityId, r.EventType = "ch_1", "charge.refunded"
-		}, nil, false},
 		{"start is passed on", func(r *pb.ClaimRequest) { r.Start = true }, nil, true},
 	}
 	for _, tc := range tests {
