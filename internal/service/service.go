@@ -183,6 +183,7 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 	if w := req.GetWait(); w != nil && (w.CheckValid() != nil || w.AsDuration() != 0) {
 		wait = c.duration("wait", w, MaxWait, "the maximum wait") // an explicit zero means "do not wait"
 	}
+	ttl := c.window(req.GetWindow(), prov)
 	c.text("holder", req.GetHolder(), 0, MaxHolderBytes)
 	c.text("attempt_id", req.GetAttemptId(), 0, MaxAttemptIDBytes)
 	pl, placed := place(c, prov, req, delivery)
@@ -201,7 +202,7 @@ func (s *Service) validateClaim(req *pb.ClaimRequest) (claim, error) {
 			Key:         tiers.Key{Namespace: req.GetNamespace(), Provider: prov.Name, Key: key},
 			Now:         s.cfg.Clock.Now(),
 			Lease:       leaseDur,
-			TTL:         prov.TTL,
+			TTL:         ttl,
 			PayloadHash: hash,
 			Holder:      req.GetHolder(),
 			Entity:      entity,
@@ -237,7 +238,7 @@ func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 			return nil, s.finish(ctx, r, start, err)
 		}
 	}
-	resp := pbClaimResponse(res, cl.params.Key.Key, cl.src, cl.params.TTL, secret)
+	resp := pbClaimResponse(res, cl.params.Key.Key, cl.src, appliedWindow(res.Record, cl.params.TTL), secret)
 	if cl.placed {
 		resp.Entity = pbEntityPosition(cl.placement, res.Outcome, res.Entity)
 		r.Lifecycle, r.EntityID, r.EventType = cl.placement.Lifecycle.Name, cl.placement.EntityID, cl.placement.Event.EventType
@@ -256,6 +257,18 @@ func (s *Service) Claim(ctx context.Context, req *pb.ClaimRequest) (*pb.ClaimRes
 	}
 	_ = s.finish(ctx, r, start, nil)
 	return resp, nil
+}
+
+// appliedWindow is the dedup window the answer's record lives in: the one
+// its first claim opened, which a claim asking for another window changes
+// only when it opens a new one (ClaimRequest.window). asked is the window
+// this claim would have opened, the answer for a claim without a record
+// (DEFERRED, SUPERSEDED).
+func appliedWindow(r tiers.Record, asked time.Duration) time.Duration {
+	if r.FirstSeenAt.IsZero() || !r.WindowExpiresAt.After(r.FirstSeenAt) {
+		return asked
+	}
+	return r.WindowExpiresAt.Sub(r.FirstSeenAt)
 }
 
 // answerLocally answers p from the store's memory when it can

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/textclip"
 	"github.com/claimd/claimd/internal/tiers"
 )
@@ -23,7 +24,11 @@ const (
 	MaxAttemptIDBytes = 128
 	MaxResultBytes    = 64 << 10
 	MaxWait           = 30 * time.Second
-	sha256Bytes       = 32
+	// MaxWindow bounds ClaimRequest.window: the audit log's default
+	// retention, so that every claim of a window can still be explained
+	// while duplicates of it are suppressed.
+	MaxWindow   = 400 * 24 * time.Hour
+	sha256Bytes = 32
 )
 
 var namespacePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
@@ -176,4 +181,30 @@ func (c *checker) duration(field string, d *durationpb.Duration, max time.Durati
 		return 0
 	}
 	return v
+}
+
+// window checks ClaimRequest.window against prov and returns the dedup
+// window a claim opens: prov's own (retry horizon + margin) when d is unset
+// or zero, else d, which may be longer but never shorter (a retry of the
+// provider after a shorter window would be claimed as a new delivery) and
+// at most MaxWindow. An invalid d is recorded and prov's window returned.
+func (c *checker) window(d *durationpb.Duration, prov *horizon.Provider) time.Duration {
+	if d == nil {
+		return prov.TTL
+	}
+	if err := d.CheckValid(); err != nil {
+		c.add("window", "invalid duration: %v", err)
+		return prov.TTL
+	}
+	switch v := d.AsDuration(); {
+	case v == 0:
+	case v < prov.TTL:
+		c.add("window", "%v is shorter than the window of %s, %v (retry horizon %v + margin %v): a retry after it would be claimed as a new delivery",
+			v, quote(prov.Name), prov.TTL, prov.RetryHorizon, prov.Margin)
+	case v > MaxWindow:
+		c.add("window", "%v exceeds the maximum window %v (400 days)", v, MaxWindow)
+	default:
+		return v
+	}
+	return prov.TTL
 }

@@ -44,6 +44,13 @@ type ClaimRequest struct {
 	// Wait, when the key is in progress, waits up to this long (at most
 	// 30s) for the holder to finish and answers DUPLICATE instead.
 	Wait time.Duration
+	// Window asks for a dedup window longer than the provider's (its retry
+	// horizon plus margin), for callers whose own retries outlive the
+	// provider's; zero means the provider's. claimd refuses one shorter
+	// than the provider's or over 400 days (INVALID_ARGUMENT). It applies
+	// when the claim opens a window; a duplicate is answered within the
+	// window its first claim opened (the answer's Ttl says which).
+	Window time.Duration
 	// EntityID and EventType place an event sent by EventID in the
 	// provider's entity lifecycle that declares EventType (both or neither;
 	// a Delivery's are read from it by the provider's rules unless given).
@@ -200,6 +207,9 @@ func (r ClaimRequest) proto(holder string) *pb.ClaimRequest {
 	}
 	if r.Wait > 0 {
 		req.Wait = durationpb.New(r.Wait)
+	}
+	if r.Window != 0 {
+		req.Window = durationpb.New(r.Window) // a negative one too: claimd says why it is wrong
 	}
 	return req
 }
