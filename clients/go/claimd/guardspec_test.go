@@ -87,6 +87,9 @@ type scenario struct {
 	Deliveries  []delivery    `json:"deliveries"`
 	HandlerRuns *int          `json:"handler_runs"`
 	Effect      bool          `json:"effect"`
+	// Pending names the languages whose guard does not implement the
+	// scenario's rule yet, with why; this runner skips one pending for "go".
+	Pending map[string]string `json:"pending"`
 }
 
 type arrangeStep struct {
@@ -381,6 +384,9 @@ func TestGuardSpec(t *testing.T) {
 	for _, sc := range spec.Scenarios {
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
+			if why, ok := sc.Pending["go"]; ok {
+				t.Skipf("pending for Go (guardspec README, pending): %s", why)
+			}
 			if !sc.Effect {
 				runScenario(t, sc, nil)
 				return

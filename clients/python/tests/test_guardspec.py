@@ -89,10 +89,16 @@ def _body(v: Any, where: str) -> bytes:
 
 _STATES = {"RECEIVED", "VALIDATED", "PROCESSING", "SETTLED", "FAILED"}
 _CALLS = {"claim", "start", "settle", "fail", "release", "renew"}
+_LANGUAGES = {"go", "python", "typescript", "java"}
 
 
 def _check_scenario(sc: Any, where: str, row_count: int) -> None:
-    _fields(sc, where, {"name", "row", "deliveries", "handler_runs"}, {"doc", "unreachable", "arrange", "effect"})
+    _fields(
+        sc, where, {"name", "row", "deliveries", "handler_runs"}, {"doc", "unreachable", "arrange", "effect", "pending"}
+    )
+    pending = sc.get("pending", {})
+    if not isinstance(pending, dict) or not set(pending) <= _LANGUAGES or not all(pending.values()):
+        raise SpecError(f"{where}.pending: want a mapping of {sorted(_LANGUAGES)} to why")
     uses_db = sc.get("effect") is True
     if "effect" in sc and not uses_db:
         raise SpecError(f"{where}.effect: want true or no field")
@@ -538,9 +544,14 @@ def plain(claimd_server: ClaimdServer) -> Iterator[Client]:
 
 
 # Each scenario once, and each effect scenario once per dialect of the
-# runner's database.
+# runner's database; one pending for Python is reported skipped, with why.
 CASES = [
-    pytest.param(sc, dialect, id=sc["name"] + (f" [{dialect}]" if dialect else ""))
+    pytest.param(
+        sc,
+        dialect,
+        id=sc["name"] + (f" [{dialect}]" if dialect else ""),
+        marks=[pytest.mark.skip(reason=sc["pending"]["python"])] if "python" in sc.get("pending", {}) else [],
+    )
     for sc in SPEC["scenarios"]
     for dialect in (DIALECTS if sc.get("effect") else (None,))
 ]

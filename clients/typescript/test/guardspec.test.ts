@@ -102,7 +102,14 @@ function checkValue(v: Json | undefined, where: string): void {
 }
 
 function checkScenario(sc: Json, where: string, rowCount: number): void {
-  const s = fields(sc, where, ["name", "row", "deliveries", "handler_runs"], ["doc", "unreachable", "arrange", "effect"]);
+  const s = fields(sc, where, ["name", "row", "deliveries", "handler_runs"], ["doc", "unreachable", "arrange", "effect", "pending"]);
+  if ("pending" in s) {
+    const p = s["pending"];
+    const languages = ["go", "python", "typescript", "java"];
+    if (typeof p !== "object" || p === null || Array.isArray(p) || !Object.entries(p).every(([k, v]) => languages.includes(k) && typeof v === "string" && v !== "")) {
+      throw new SpecError(`${where}.pending: want a mapping of ${languages.join(", ")} to why`);
+    }
+  }
   if ("effect" in s && typeof s["effect"] !== "boolean") {
     throw new SpecError(`${where}.effect: want a boolean`);
   }
@@ -683,9 +690,15 @@ async function runScenario(sc: Obj, db?: TestDb): Promise<void> {
   }
 }
 
+/** pendingHere is why sc is pending for TypeScript (guardspec README, pending), or false. */
+function pendingHere(sc: Obj): string | false {
+  const why = (sc["pending"] as { [lang: string]: string } | undefined)?.["typescript"];
+  return why === undefined ? false : `pending for TypeScript: ${why}`;
+}
+
 describe("guardspec: the scenarios", () => {
   for (const sc of spec.scenarios.filter((s) => s["effect"] !== true)) {
-    test(String(sc["name"]), () => runScenario(sc));
+    test(String(sc["name"]), { skip: pendingHere(sc) }, () => runScenario(sc));
   }
 });
 
@@ -708,7 +721,7 @@ for (const dialect of ["sqlite", "postgres"] as Dialect[]) {
       assert.equal(await (await open()).hasEffectsTable(), false);
     });
     for (const sc of spec.scenarios.filter((s) => s["effect"] === true)) {
-      test(String(sc["name"]), async () => runScenario(sc, await open()));
+      test(String(sc["name"]), { skip: pendingHere(sc) }, async () => runScenario(sc, await open()));
     }
     test("the guard created claimd_effects on first use", async () => {
       assert.equal(await (await open()).hasEffectsTable(), true);
