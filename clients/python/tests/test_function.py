@@ -11,6 +11,7 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
+import grpc
 import pydantic
 import pytest
 
@@ -370,3 +371,35 @@ async def _aio_idempotent(aclient: claimd.aio.Client, ns: str, evt: str) -> None
     with pytest.raises(ValueError, match="nope"):
         await boom(evt)
     assert (await aclient.get(ns, "stripe", evt + "\x1fraises")).released
+
+
+class Capture(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Capture keeps the ClaimRequests a client sends."""
+
+    def __init__(self) -> None:
+        self.claims: list[Any] = []
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        if details.method.endswith("/Claim"):
+            self.claims.append(request)
+        return continuation(details, request)
+
+
+def test_window_is_sent_per_call(claimd_server: ClaimdServer, ns: str, evt: str) -> None:
+    """window= goes out as ClaimRequest.window, per decorator; claimd
+    decides what it allows (never shorter than the provider's window)."""
+    capture = Capture()
+    with Client(claimd_server.grpc_address, interceptors=[capture]) as c:
+
+        @c.guarded(ns, "stripe", window=dt.timedelta(days=30))
+        def handle(g: Any) -> str:
+            return "ok"
+
+        @c.idempotent(ns, "stripe", scope="plain")
+        def plain(event_id: str) -> str:
+            return "ok"
+
+        assert handle(evt).status == 200
+        assert plain(evt) == "ok"
+    assert capture.claims[0].HasField("window") and capture.claims[0].window.seconds == 30 * 86400
+    assert not capture.claims[1].HasField("window"), "no window= sends none: the provider's window"

@@ -66,7 +66,7 @@ except ImportError as err:  # pragma: no cover - the message is the point
     ) from err
 
 from claimd.client import Client
-from claimd.errors import NotFound, NotOwner, StaleToken
+from claimd.errors import NotFound, NotOwner, PermissionDenied, StaleToken
 from claimd.types import Claim, EventState, Outcome, Record, Seconds
 
 __all__ = ["ClaimdPersistenceLayer"]
@@ -111,7 +111,10 @@ class ClaimdPersistenceLayer(BasePersistenceLayer):
     arguments in client_options). namespace and provider name where the
     records live: the provider's registry entry gives the lease, the window
     and the max_lease. lease overrides the provider's default lease (at most
-    its max_lease), window the dedup window (at least the provider's).
+    its max_lease), window the dedup window (at least the provider's). Without
+    window, an expires_after_seconds longer than the provider's window is
+    sent as the claim's window; reading the provider's window (once) needs
+    the read role, and without it the provider's window stands.
 
     Powertools' idempotency key (function name and hash) is claimd's event id,
     so two functions never share a record, as in Powertools.
@@ -233,7 +236,18 @@ class ClaimdPersistenceLayer(BasePersistenceLayer):
         if self.window is not None:
             return self.window
         if self._provider_ttl is None:
-            self._provider_ttl = self.client.get_provider(self.provider).ttl or timedelta(0)
+            try:
+                self._provider_ttl = self.client.get_provider(self.provider).ttl or timedelta(0)
+            except PermissionDenied as err:
+                # A principal with the claim role only: keep the provider's
+                # window, and say how to ask for a longer one.
+                log.warning(
+                    "claimd.powertools: cannot read provider %s (%s); expires_after_seconds is not sent as a "
+                    "window: grant the read role, or pass window=",
+                    self.provider,
+                    err,
+                )
+                self._provider_ttl = timedelta.max
         wanted = timedelta(seconds=self.expires_after_seconds)
         return wanted if wanted > self._provider_ttl else None
 
