@@ -403,3 +403,24 @@ def test_window_is_sent_per_call(claimd_server: ClaimdServer, ns: str, evt: str)
         assert plain(evt) == "ok"
     assert capture.claims[0].HasField("window") and capture.claims[0].window.seconds == 30 * 86400
     assert not capture.claims[1].HasField("window"), "no window= sends none: the provider's window"
+
+
+def test_window_longer_is_kept_shorter_is_a_500(client: Client, ns: str, evt: str) -> None:
+    """claimd opens the window a call asks for when it is at least the
+    provider's; a shorter one is the receiver's configuration: 500 (GUARD.md
+    row 25), never a 4xx that drops the event."""
+
+    @client.guarded(ns, "stripe", window=dt.timedelta(days=30))
+    def long(g: Any) -> str:
+        return "ok"
+
+    r = long(evt)
+    assert r.status == 200 and r.claim is not None and r.claim.ttl == dt.timedelta(days=30)
+
+    @client.guarded(ns, "stripe", window=dt.timedelta(hours=1))
+    def short(g: Any) -> str:
+        raise AssertionError("must not run")
+
+    r = short(f"evt_{uuid.uuid4().hex}")
+    assert (r.status, r.body) == (500, b"claimd refused the delivery\n")
+    assert r.error is not None and "ClaimRequest.window" in r.error.fields  # type: ignore[attr-defined]

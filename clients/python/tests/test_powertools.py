@@ -20,6 +20,7 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,24 @@ def test_expires_after_seconds(pt_client: Client, ns: str) -> None:
         time.sleep(0.05)
     assert handler(event, LambdaContext()) == 2, "an expired record must let the event run again"
     assert len(runs) == 2
+
+
+def test_expires_after_seconds_longer_than_the_providers_window(pt_client: Client, ns: str) -> None:
+    """An expires_after_seconds longer than the provider's window is sent as
+    the claim's window: the record outlives the provider's 3s."""
+    store = ClaimdPersistenceLayer(pt_client, namespace=ns, provider="lambda-short")
+    config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=3600)
+
+    @idempotent(config=config, persistence_store=store)
+    def handler(event: dict[str, Any], context: LambdaContext) -> str:
+        return "once"
+
+    event = {"id": uuid.uuid4().hex}
+    assert handler(event, LambdaContext()) == "once"
+    rec = only_record(pt_client, ns, "lambda-short", store, event)
+    assert rec.first_seen_at is not None and rec.window_expires_at is not None
+    window = rec.window_expires_at - rec.first_seen_at
+    assert window == timedelta(hours=1), f"record window {window}, want expires_after_seconds (1h)"
 
 
 def test_in_progress(store: ClaimdPersistenceLayer) -> None:
