@@ -44,31 +44,6 @@ type LifecycleEvent struct {
 	entityRule Rule
 }
 
-// Order is what a lifecycle says of an event given its entity's state.
-type Order uint8
-
-const (
-	// OrderProceed: the event may arrive in the entity's state.
-	OrderProceed Order = iota + 1
-	// OrderDefer: the entity has not reached a state the event may arrive
-	// in, and still can.
-	OrderDefer
-	// OrderSupersede: the entity can no longer reach such a state.
-	OrderSupersede
-)
-
-// Order decides e against an entity in state.
-func (e *LifecycleEvent) Order(state string) Order {
-	switch {
-	case slices.Contains(e.From, state):
-		return OrderProceed
-	case slices.Contains(e.Wait, state):
-		return OrderDefer
-	default:
-		return OrderSupersede
-	}
-}
-
 // Initial is the state of an entity that no event has reached yet.
 func (l *Lifecycle) Initial() string { return l.States[0] }
 

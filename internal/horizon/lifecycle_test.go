@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/claimd/claimd/internal/horizon"
+	"github.com/claimd/claimd/internal/tiers"
 )
 
 func builtin(t *testing.T, name string) *horizon.Provider {
@@ -34,8 +35,18 @@ func event(t *testing.T, p *horizon.Provider, eventType string) *horizon.Lifecyc
 	return pl.Event
 }
 
-var orderNames = map[horizon.Order]string{
-	horizon.OrderProceed: "proceed", horizon.OrderDefer: "defer", horizon.OrderSupersede: "supersede",
+// order decides e against an entity in state, and no other event of it
+// owned, by the one decision the durable tiers make
+// (tiers.EntityEvent.Order) on e's graph: proceed, defer or supersede.
+func order(e *horizon.LifecycleEvent, state string) string {
+	switch (&tiers.EntityEvent{From: e.From, Wait: e.Wait}).Order(state, false) {
+	case tiers.OutcomeAcquired:
+		return "proceed"
+	case tiers.OutcomeDeferred:
+		return "defer"
+	default:
+		return "supersede"
+	}
 }
 
 // TestShippedOrder: what the built-in graphs say of an event given its
@@ -43,42 +54,42 @@ var orderNames = map[horizon.Order]string{
 func TestShippedOrder(t *testing.T) {
 	tests := []struct {
 		desc, provider, eventType, state string
-		want                             horizon.Order
+		want                             string
 	}{
-		{"refund of a charge not seen yet waits for its success", "stripe", "charge.refunded", "new", horizon.OrderDefer},
-		{"refund of a pending charge waits", "stripe", "charge.refunded", "pending", horizon.OrderDefer},
-		{"refund after success proceeds", "stripe", "charge.refunded", "succeeded", horizon.OrderProceed},
-		{"refund of a failed charge is moot", "stripe", "charge.refunded", "failed", horizon.OrderSupersede},
-		{"refund update after success proceeds", "stripe", "charge.refund.updated", "succeeded", horizon.OrderProceed},
-		{"dispute before the charge waits", "stripe", "charge.dispute.created", "new", horizon.OrderDefer},
-		{"dispute closed after success proceeds, whatever came before", "stripe", "charge.dispute.closed", "succeeded", horizon.OrderProceed},
-		{"capture of an authorization not seen yet waits", "stripe", "charge.captured", "new", horizon.OrderDefer},
-		{"charge succeeded after pending", "stripe", "charge.succeeded", "pending", horizon.OrderProceed},
-		{"pending after success is stale", "stripe", "charge.pending", "succeeded", horizon.OrderSupersede},
-		{"failure after success is stale", "stripe", "charge.failed", "succeeded", horizon.OrderSupersede},
-		{"processing after succeeded is stale", "stripe", "payment_intent.processing", "succeeded", horizon.OrderSupersede},
-		{"processing after canceled is stale", "stripe", "payment_intent.processing", "canceled", horizon.OrderSupersede},
-		{"payment_failed after succeeded is stale", "stripe", "payment_intent.payment_failed", "succeeded", horizon.OrderSupersede},
-		{"succeeded after a failed attempt: the intent was paid again", "stripe", "payment_intent.succeeded", "payment_failed", horizon.OrderProceed},
-		{"processing of a new intent", "stripe", "payment_intent.processing", "new", horizon.OrderProceed},
-		{"a second processing waits for the first attempt's outcome", "stripe", "payment_intent.processing", "processing", horizon.OrderDefer},
-		{"an older attempt's requires_action while processing waits", "stripe", "payment_intent.requires_action", "processing", horizon.OrderDefer},
-		{"capturable after capture started waits for the outcome", "stripe", "payment_intent.amount_capturable_updated", "processing", horizon.OrderDefer},
-		{"capturable after succeeded is stale", "stripe", "payment_intent.amount_capturable_updated", "succeeded", horizon.OrderSupersede},
-		{"incremental authorization", "stripe", "payment_intent.amount_capturable_updated", "requires_capture", horizon.OrderProceed},
-		{"adyen refund before the authorisation waits", "adyen", "REFUND:true", "new", horizon.OrderDefer},
-		{"adyen refund with automatic capture (no CAPTURE sent)", "adyen", "REFUND:true", "authorised", horizon.OrderProceed},
-		{"adyen capture before the authorisation waits", "adyen", "CAPTURE:true", "new", horizon.OrderDefer},
-		{"adyen partial captures", "adyen", "CAPTURE:true", "captured", horizon.OrderProceed},
-		{"adyen capture of a refused payment is moot", "adyen", "CAPTURE:true", "refused", horizon.OrderSupersede},
-		{"adyen cancellation after capture is moot", "adyen", "CANCELLATION:true", "captured", horizon.OrderSupersede},
-		{"adyen chargeback after refunds", "adyen", "CHARGEBACK:true", "captured", horizon.OrderProceed},
+		{"refund of a charge not seen yet waits for its success", "stripe", "charge.refunded", "new", "defer"},
+		{"refund of a pending charge waits", "stripe", "charge.refunded", "pending", "defer"},
+		{"refund after success proceeds", "stripe", "charge.refunded", "succeeded", "proceed"},
+		{"refund of a failed charge is moot", "stripe", "charge.refunded", "failed", "supersede"},
+		{"refund update after success proceeds", "stripe", "charge.refund.updated", "succeeded", "proceed"},
+		{"dispute before the charge waits", "stripe", "charge.dispute.created", "new", "defer"},
+		{"dispute closed after success proceeds, whatever came before", "stripe", "charge.dispute.closed", "succeeded", "proceed"},
+		{"capture of an authorization not seen yet waits", "stripe", "charge.captured", "new", "defer"},
+		{"charge succeeded after pending", "stripe", "charge.succeeded", "pending", "proceed"},
+		{"pending after success is stale", "stripe", "charge.pending", "succeeded", "supersede"},
+		{"failure after success is stale", "stripe", "charge.failed", "succeeded", "supersede"},
+		{"processing after succeeded is stale", "stripe", "payment_intent.processing", "succeeded", "supersede"},
+		{"processing after canceled is stale", "stripe", "payment_intent.processing", "canceled", "supersede"},
+		{"payment_failed after succeeded is stale", "stripe", "payment_intent.payment_failed", "succeeded", "supersede"},
+		{"succeeded after a failed attempt: the intent was paid again", "stripe", "payment_intent.succeeded", "payment_failed", "proceed"},
+		{"processing of a new intent", "stripe", "payment_intent.processing", "new", "proceed"},
+		{"a second processing waits for the first attempt's outcome", "stripe", "payment_intent.processing", "processing", "defer"},
+		{"an older attempt's requires_action while processing waits", "stripe", "payment_intent.requires_action", "processing", "defer"},
+		{"capturable after capture started waits for the outcome", "stripe", "payment_intent.amount_capturable_updated", "processing", "defer"},
+		{"capturable after succeeded is stale", "stripe", "payment_intent.amount_capturable_updated", "succeeded", "supersede"},
+		{"incremental authorization", "stripe", "payment_intent.amount_capturable_updated", "requires_capture", "proceed"},
+		{"adyen refund before the authorisation waits", "adyen", "REFUND:true", "new", "defer"},
+		{"adyen refund with automatic capture (no CAPTURE sent)", "adyen", "REFUND:true", "authorised", "proceed"},
+		{"adyen capture before the authorisation waits", "adyen", "CAPTURE:true", "new", "defer"},
+		{"adyen partial captures", "adyen", "CAPTURE:true", "captured", "proceed"},
+		{"adyen capture of a refused payment is moot", "adyen", "CAPTURE:true", "refused", "supersede"},
+		{"adyen cancellation after capture is moot", "adyen", "CANCELLATION:true", "captured", "supersede"},
+		{"adyen chargeback after refunds", "adyen", "CHARGEBACK:true", "captured", "proceed"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			e := event(t, builtin(t, tc.provider), tc.eventType)
-			if got := e.Order(tc.state); got != tc.want {
-				t.Errorf("%s.Order(%q) = %s, want %s (from %v, wait %v)", tc.eventType, tc.state, orderNames[got], orderNames[tc.want], e.From, e.Wait)
+			if got := order(e, tc.state); got != tc.want {
+				t.Errorf("order(%s, %q) = %s, want %s (from %v, wait %v)", tc.eventType, tc.state, got, tc.want, e.From, e.Wait)
 			}
 		})
 	}
@@ -360,11 +371,11 @@ func TestOutOfOrderSequence(t *testing.T) {
 		if state != d.State {
 			t.Fatalf("delivery %d (%s): entity in %s, the file says %s", i+1, d.File, state, d.State)
 		}
-		order := pl.Event.Order(state)
-		if orderNames[order] != d.Order {
-			t.Fatalf("delivery %d (%s): Order(%s) = %s, want %s", i+1, d.File, state, orderNames[order], d.Order)
+		decided := order(pl.Event, state)
+		if decided != d.Order {
+			t.Fatalf("delivery %d (%s): order(%s) = %s, want %s", i+1, d.File, state, decided, d.Order)
 		}
-		if order != horizon.OrderProceed {
+		if decided != "proceed" {
 			continue
 		}
 		if pl.Event.To != d.To {

@@ -93,27 +93,25 @@ func (m *Metrics) recordOrder(r *service.Request) {
 // provider's events are overdue once first seen before now -
 // OverdueShare·horizon, and lost before now - horizon. Providers with no
 // retry horizon are left out (they lose nothing by waiting).
-func (m *Metrics) sampleDeferred(ctx context.Context, now time.Time, count func(context.Context, map[string]time.Time) (int, int, error)) error {
-	overdueBefore, lostBefore := map[string]time.Time{}, map[string]time.Time{}
+func (m *Metrics) sampleDeferred(ctx context.Context, now time.Time, count func(context.Context, map[string]tiers.DeferredCutoffs) (tiers.DeferredCounts, error)) error {
+	cutoffs := map[string]tiers.DeferredCutoffs{}
 	if m.cfg.Providers != nil {
 		for _, p := range m.cfg.Providers.List() {
 			if p.RetryHorizon <= 0 {
 				continue
 			}
-			overdueBefore[p.Name] = now.Add(-time.Duration(float64(p.RetryHorizon) * OverdueShare))
-			lostBefore[p.Name] = now.Add(-p.RetryHorizon)
+			cutoffs[p.Name] = tiers.DeferredCutoffs{
+				Overdue: now.Add(-time.Duration(float64(p.RetryHorizon) * OverdueShare)),
+				Lost:    now.Add(-p.RetryHorizon),
+			}
 		}
 	}
-	deferred, lost, err := count(ctx, lostBefore)
+	n, err := count(ctx, cutoffs)
 	if err != nil {
 		return err
 	}
-	_, overdue, err := count(ctx, overdueBefore)
-	if err != nil {
-		return err
-	}
-	m.lifecycle.deferred.Set(float64(deferred))
-	m.lifecycle.overdue.Set(float64(overdue))
-	m.lifecycle.lost.Set(float64(lost))
+	m.lifecycle.deferred.Set(float64(n.Deferred))
+	m.lifecycle.overdue.Set(float64(n.Overdue))
+	m.lifecycle.lost.Set(float64(n.Lost))
 	return nil
 }

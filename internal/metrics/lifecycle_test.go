@@ -135,29 +135,26 @@ func TestDeferredGaugesSampled(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := start.Add(time.Hour)
-	var cutoffs []map[string]time.Time
-	count := func(_ context.Context, before map[string]time.Time) (int, int, error) {
-		cutoffs = append(cutoffs, before)
+	var calls []map[string]tiers.DeferredCutoffs
+	count := func(_ context.Context, c map[string]tiers.DeferredCutoffs) (tiers.DeferredCounts, error) {
+		calls = append(calls, c)
 		// 7 waiting; 2 of them older than the overdue cutoff, 1 older
 		// than the lost one.
-		if before["stripe"].Equal(now.Add(-72 * time.Hour)) {
-			return 7, 1, nil
-		}
-		return 7, 2, nil
+		return tiers.DeferredCounts{Deferred: 7, Overdue: 2, Lost: 1}, nil
 	}
 	if err := m.Sample(context.Background(), now, metrics.Sources{DeferredEvents: count}); err != nil {
 		t.Fatalf("Sample() error = %v", err)
 	}
-	if len(cutoffs) != 2 {
-		t.Fatalf("DeferredEvents called %d times, want 2 (lost and overdue cutoffs)", len(cutoffs))
+	if len(calls) != 1 {
+		t.Fatalf("DeferredEvents called %d times, want once per sample", len(calls))
 	}
-	wantLost := map[string]time.Time{"stripe": now.Add(-72 * time.Hour), "twilio": now.Add(-15 * time.Second)}
-	wantOverdue := map[string]time.Time{"stripe": now.Add(-36 * time.Hour), "twilio": now.Add(-7500 * time.Millisecond)}
-	for i, want := range []map[string]time.Time{wantLost, wantOverdue} {
-		for p, w := range want {
-			if got := cutoffs[i][p]; !got.Equal(w) {
-				t.Errorf("call %d: cutoff of %s = %v, want %v (now - its horizon share)", i, p, got, w)
-			}
+	want := map[string]tiers.DeferredCutoffs{
+		"stripe": {Overdue: now.Add(-36 * time.Hour), Lost: now.Add(-72 * time.Hour)},
+		"twilio": {Overdue: now.Add(-7500 * time.Millisecond), Lost: now.Add(-15 * time.Second)},
+	}
+	for p, w := range want {
+		if got := calls[0][p]; !got.Overdue.Equal(w.Overdue) || !got.Lost.Equal(w.Lost) {
+			t.Errorf("cutoffs of %s = %+v, want %+v (now - its horizon's shares)", p, got, w)
 		}
 	}
 	for name, want := range map[string]float64{"claimd_deferred_events": 7, "claimd_deferred_overdue_events": 2, "claimd_deferred_lost_events": 1} {
@@ -168,8 +165,8 @@ func TestDeferredGaugesSampled(t *testing.T) {
 
 	// A failing source keeps the gauges and counts a durable sampler error.
 	before, _ := value(t, reg, "claimd_sampler_errors_total", "source", "durable")
-	failing := func(context.Context, map[string]time.Time) (int, int, error) {
-		return 0, 0, errors.New("database is locked")
+	failing := func(context.Context, map[string]tiers.DeferredCutoffs) (tiers.DeferredCounts, error) {
+		return tiers.DeferredCounts{}, errors.New("database is locked")
 	}
 	if err := m.Sample(context.Background(), now, metrics.Sources{DeferredEvents: failing}); err == nil {
 		t.Error("Sample() with a failing DeferredEvents error = nil")

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/claimd/claimd/internal/tiers"
 )
 
 // DefaultSampleInterval is how often RunSampler reads the gauges when the
@@ -24,11 +26,10 @@ type Sources struct {
 	// the in-process one, whose entries are bounded by claimd itself).
 	FastEviction func(context.Context) (Eviction, error)
 	// DeferredEvents counts the deferred events not applied yet and, of
-	// them, those first seen before their provider's cutoff in lostBefore
+	// them, the overdue and the lost ones by their provider's cutoffs
 	// (tiers.Entities.CountDeferred; nil when the store keeps no entities).
-	// It is called twice per sample: with the lost cutoffs and with the
-	// overdue ones.
-	DeferredEvents func(ctx context.Context, lostBefore map[string]time.Time) (deferred, lost int, err error)
+	// It is called once per sample.
+	DeferredEvents func(ctx context.Context, cutoffs map[string]tiers.DeferredCutoffs) (tiers.DeferredCounts, error)
 }
 
 // Eviction is the fast tier's eviction policy as a sample read it.

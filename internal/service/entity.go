@@ -85,7 +85,7 @@ func (s *Service) validateListDeferred(req *pb.ListDeferredRequest) (tiers.ListD
 	}
 	return tiers.ListDeferredParams{
 		Namespace: req.GetNamespace(), Provider: prov.Name, EntityID: req.GetEntityId(),
-		Limit: size, After: req.GetPageToken(),
+		Page: tiers.Page{Size: size, After: req.GetPageToken()},
 	}, prov, nil
 }
 

@@ -229,8 +229,8 @@ func (f *fakeEntities) ListDeferred(_ context.Context, p tiers.ListDeferredParam
 	return f.events, "cursor-2", f.err
 }
 
-func (f *fakeEntities) CountDeferred(context.Context, map[string]time.Time) (int, int, error) {
-	return 0, 0, nil
+func (f *fakeEntities) CountDeferred(context.Context, map[string]tiers.DeferredCutoffs) (tiers.DeferredCounts, error) {
+	return tiers.DeferredCounts{}, nil
 }
 
 func TestListDeferredRendering(t *testing.T) {
@@ -258,7 +258,7 @@ func TestListDeferredRendering(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ListDeferred() error = %v", err)
 	}
-	if want := (tiers.ListDeferredParams{Namespace: "billing", Provider: "stripe", EntityID: "ch_1", Limit: DefaultPageSize, After: "cursor-1"}); store.got != want {
+	if want := (tiers.ListDeferredParams{Namespace: "billing", Provider: "stripe", EntityID: "ch_1", Page: tiers.Page{Size: DefaultPageSize, After: "cursor-1"}}); store.got != want {
 		t.Errorf("store asked %+v, want %+v", store.got, want)
 	}
 	if resp.NextPageToken != "cursor-2" {

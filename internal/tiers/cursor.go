@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// The cursors of the Inspector listings. A cursor is the keyset position of
+// The cursors of the listings (ListClaims, ListAudit, ListDeferred). A cursor is the keyset position of
 // a page's last item, prefixed with a fingerprint of the listing it belongs
 // to (the method, and its filter or key), base64url-encoded so that it
 // survives a URL and a log line. A cursor presented with another filter
@@ -38,6 +38,13 @@ type ClaimsPosition struct {
 type AuditPosition struct {
 	At time.Time
 	ID int64
+}
+
+// DeferredPosition is where a ListDeferred page ended: its last event's
+// LastSeen (at microsecond precision) and Key.
+type DeferredPosition struct {
+	LastSeen time.Time
+	Key      string
 }
 
 // fingerprint hashes a listing's identity: each part length-prefixed, so
@@ -128,6 +135,31 @@ func DecodeAuditCursor(k Key, c string) (AuditPosition, error) {
 	return AuditPosition{
 		At: time.UnixMicro(int64(binary.BigEndian.Uint64(b))).UTC(),
 		ID: int64(binary.BigEndian.Uint64(b[8:])),
+	}, nil
+}
+
+// EncodeDeferredCursor is the cursor of a ListDeferred page of p that
+// ended at pos.
+func EncodeDeferredCursor(p ListDeferredParams, pos DeferredPosition) string {
+	b := fingerprint("deferred", p.Namespace, p.Provider, p.EntityID)
+	b = binary.BigEndian.AppendUint64(b, uint64(pos.LastSeen.UnixMicro()))
+	b = append(b, pos.Key...)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// DecodeDeferredCursor reads p.After, a cursor of a ListDeferred page of
+// the same listing as p. Errors: ErrInvalidCursor.
+func DecodeDeferredCursor(p ListDeferredParams) (DeferredPosition, error) {
+	b, err := openCursor(p.After, fingerprint("deferred", p.Namespace, p.Provider, p.EntityID))
+	if err != nil {
+		return DeferredPosition{}, err
+	}
+	if len(b) < 8 {
+		return DeferredPosition{}, errCursor("list deferred")
+	}
+	return DeferredPosition{
+		LastSeen: time.UnixMicro(int64(binary.BigEndian.Uint64(b))).UTC(),
+		Key:      string(b[8:]),
 	}, nil
 }
 

@@ -95,12 +95,11 @@ type DeferredEvent struct {
 }
 
 // ListDeferredParams selects deferred events: of (Namespace, Provider), of
-// one entity when EntityID is set; at most Limit, newest LastSeen first,
-// after the position After (an opaque cursor a previous page returned).
+// one entity when EntityID is set; a Page of them, newest LastSeen first
+// (its cursor is EncodeDeferredCursor's).
 type ListDeferredParams struct {
 	Namespace, Provider, EntityID string
-	Limit                         int
-	After                         string
+	Page
 }
 
 // Entities is implemented by the durable tiers (and by twotier, which asks
@@ -112,12 +111,26 @@ type Entities interface {
 	// ListDeferred lists deferred and superseded events; next is the cursor
 	// of the following page, "" on the last.
 	ListDeferred(ctx context.Context, p ListDeferredParams) (events []DeferredEvent, next string, err error)
-	// CountDeferred counts the deferred events that are not applied (the
-	// claimd_deferred_events gauge) of the providers in lostBefore and, of
-	// them, those first seen before their provider's cutoff (lost: past the
-	// provider's retry horizon). Providers missing from the map are not
+	// CountDeferred counts, in one read, the deferred events that are not
+	// applied (the claimd_deferred_events gauge) of the providers in
+	// cutoffs and, of them, those first seen before their provider's
+	// Overdue and Lost cutoffs. Providers missing from the map are not
 	// counted: the caller names every provider it serves.
-	CountDeferred(ctx context.Context, lostBefore map[string]time.Time) (deferred, lost int, err error)
+	CountDeferred(ctx context.Context, cutoffs map[string]DeferredCutoffs) (DeferredCounts, error)
+}
+
+// DeferredCutoffs are one provider's cutoffs for CountDeferred: a deferral
+// first seen before Overdue is overdue (the provider has used half its
+// retry horizon), one first seen before Lost is lost (past the horizon: no
+// retry will come).
+type DeferredCutoffs struct {
+	Overdue, Lost time.Time
+}
+
+// DeferredCounts is what CountDeferred counts: the deferred events not
+// applied, and of them the overdue and the lost ones.
+type DeferredCounts struct {
+	Deferred, Overdue, Lost int
 }
 
 // Order decides an acquisition of e against its entity, in state (Initial

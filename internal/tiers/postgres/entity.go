@@ -326,31 +326,21 @@ func (s *Store) GetEntity(ctx context.Context, k tiers.EntityKey) (tiers.Entity,
 	return ent, nil
 }
 
-// Bounds of a ListDeferred page.
-const (
-	defaultDeferredPage = 100
-	maxDeferredPage     = 1000
-)
-
 // ListDeferred lists deferred and superseded events, newest LastSeen first,
 // a page at a time. The cursor is opaque to callers: the keyset position
 // (last_seen_at, key) of the page's last row.
 func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([]tiers.DeferredEvent, string, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = defaultDeferredPage
-	}
-	limit = min(limit, maxDeferredPage)
+	limit := p.Limit()
 	var (
 		afterAt  *time.Time
 		afterKey string
 	)
 	if p.After != "" {
-		at, key, err := decodeCursor(p.After)
+		pos, err := tiers.DecodeDeferredCursor(p)
 		if err != nil {
 			return nil, "", err
 		}
-		afterAt, afterKey = &at, key
+		afterAt, afterKey = &pos.LastSeen, pos.Key
 	}
 	rows, err := s.pool.Query(ctx, deferredListSQL, p.Namespace, p.Provider, p.EntityID, afterAt, afterKey, limit+1)
 	if err != nil {
@@ -379,23 +369,25 @@ func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([
 	}
 	events = events[:limit]
 	last := events[limit-1]
-	return events, encodeCursor(last.LastSeen, last.Key), nil
+	return events, tiers.EncodeDeferredCursor(p, tiers.DeferredPosition{LastSeen: last.LastSeen, Key: last.Key}), nil
 }
 
 // CountDeferred counts the deferred events not applied of the providers in
-// lostBefore, and of them those first seen before their provider's cutoff.
-func (s *Store) CountDeferred(ctx context.Context, lostBefore map[string]time.Time) (deferred, lost int, err error) {
-	providers := make([]string, 0, len(lostBefore))
-	cutoffs := make([]time.Time, 0, len(lostBefore))
-	for p, c := range lostBefore {
+// cutoffs, and of them the overdue and the lost ones, in one statement.
+func (s *Store) CountDeferred(ctx context.Context, cutoffs map[string]tiers.DeferredCutoffs) (tiers.DeferredCounts, error) {
+	providers := make([]string, 0, len(cutoffs))
+	overdue := make([]time.Time, 0, len(cutoffs))
+	lost := make([]time.Time, 0, len(cutoffs))
+	for p, c := range cutoffs {
 		providers = append(providers, p)
-		cutoffs = append(cutoffs, c)
+		overdue = append(overdue, c.Overdue)
+		lost = append(lost, c.Lost)
 	}
-	var d, l int64
-	if err := s.pool.QueryRow(ctx, deferredCountSQL, providers, cutoffs).Scan(&d, &l); err != nil {
-		return 0, 0, fail(ctx, "count deferred", err)
+	var d, o, l int64
+	if err := s.pool.QueryRow(ctx, deferredCountSQL, providers, overdue, lost).Scan(&d, &o, &l); err != nil {
+		return tiers.DeferredCounts{}, fail(ctx, "count deferred", err)
 	}
-	return int(d), int(l), nil
+	return tiers.DeferredCounts{Deferred: int(d), Overdue: int(o), Lost: int(l)}, nil
 }
 
 // nonNil returns s, or an empty slice for nil (awaiting is NOT NULL).

@@ -130,8 +130,8 @@ func TestEntityStripeSequenceOutOfOrder(t *testing.T) {
 	if rec := e.get("evt_refund"); rec != nil {
 		t.Fatalf("Get(evt_refund) after DEFERRED = %+v, want no record", rec)
 	}
-	if d, _, err := e.store.CountDeferred(e.ctx(), map[string]time.Time{"stripe": {}}); err != nil || d != 1 {
-		t.Fatalf("CountDeferred() = %d, %v; want 1", d, err)
+	if n, err := e.store.CountDeferred(e.ctx(), map[string]tiers.DeferredCutoffs{"stripe": {}}); err != nil || n.Deferred != 1 {
+		t.Fatalf("CountDeferred() = %+v, %v; want 1 deferred", n, err)
 	}
 	for _, ev := range []string{"created", "processing", "succeeded"} {
 		res := e.claim(e.entityParams("evt_"+ev, "pi_2", ev))
@@ -155,8 +155,8 @@ func TestEntityStripeSequenceOutOfOrder(t *testing.T) {
 	if diff := cmp.Diff([]string{"created", "processing", "succeeded", "refunded"}, e.applied("pi_2")); diff != "" {
 		t.Errorf("applied (-want +got):\n%s", diff)
 	}
-	if d, _, err := e.store.CountDeferred(e.ctx(), map[string]time.Time{"stripe": {}}); err != nil || d != 0 {
-		t.Fatalf("CountDeferred() after the refund applied = %d, %v; want 0", d, err)
+	if n, err := e.store.CountDeferred(e.ctx(), map[string]tiers.DeferredCutoffs{"stripe": {}}); err != nil || n.Deferred != 0 {
+		t.Fatalf("CountDeferred() after the refund applied = %+v, %v; want 0 deferred", n, err)
 	}
 	events, next, err := e.store.ListDeferred(e.ctx(), tiers.ListDeferredParams{Namespace: "billing", Provider: "stripe"})
 	if err != nil || next != "" || len(events) != 2 {
@@ -393,7 +393,7 @@ func TestListDeferredPagesNewestFirst(t *testing.T) {
 		if pages > 10 {
 			t.Fatal("ListDeferred never ended")
 		}
-		events, next, err := e.store.ListDeferred(e.ctx(), tiers.ListDeferredParams{Namespace: "billing", Provider: "stripe", EntityID: "pi_page", Limit: 2, After: after})
+		events, next, err := e.store.ListDeferred(e.ctx(), tiers.ListDeferredParams{Namespace: "billing", Provider: "stripe", EntityID: "pi_page", Page: tiers.Page{Size: 2, After: after}})
 		if err != nil {
 			t.Fatalf("ListDeferred(after %q) error = %v", after, err)
 		}
@@ -418,7 +418,7 @@ func TestListDeferredPagesNewestFirst(t *testing.T) {
 	if all[0].Key != "evt_0" || all[0].Count != 2 {
 		t.Errorf("ListDeferred(provider)[0] = %+v, want evt_0 seen twice", all[0])
 	}
-	if _, _, err := e.store.ListDeferred(e.ctx(), tiers.ListDeferredParams{Namespace: "billing", Provider: "stripe", After: "not a cursor!"}); !errors.Is(err, tiers.ErrInvalidCursor) {
+	if _, _, err := e.store.ListDeferred(e.ctx(), tiers.ListDeferredParams{Namespace: "billing", Provider: "stripe", Page: tiers.Page{After: "not a cursor!"}}); !errors.Is(err, tiers.ErrInvalidCursor) {
 		t.Errorf("ListDeferred(malformed cursor) error = %v, want ErrInvalidCursor", err)
 	}
 	if other, _, err := e.store.ListDeferred(e.ctx(), tiers.ListDeferredParams{Namespace: "billing", Provider: "github"}); err != nil || len(other) != 0 {

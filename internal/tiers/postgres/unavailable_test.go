@@ -70,7 +70,7 @@ func TestStoppedServerIsUnavailable(t *testing.T) {
 			_, _, err := s.ListDeferred(ctx, tiers.ListDeferredParams{Namespace: k.Namespace, Provider: k.Provider})
 			return err
 		}},
-		{"CountDeferred", func(ctx context.Context) error { _, _, err := s.CountDeferred(ctx, nil); return err }},
+		{"CountDeferred", func(ctx context.Context) error { _, err := s.CountDeferred(ctx, nil); return err }},
 		{"Stats", func(ctx context.Context) error { _, _, err := s.Stats(ctx); return err }},
 		{"EnsureAuditPartitions", func(ctx context.Context) error { return s.EnsureAuditPartitions(ctx, clk.Now(), 1) }},
 		{"Migrate", func(ctx context.Context) error { return postgres.Migrate(ctx, srv.URL()) }},

@@ -4,12 +4,9 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/claimd/claimd/internal/textclip"
@@ -255,9 +252,6 @@ func (s *Store) GetEntity(ctx context.Context, k tiers.EntityKey) (tiers.Entity,
 	return ent, nil
 }
 
-// defaultListLimit is ListDeferred's page size when none is given.
-const defaultListLimit = 100
-
 // ListDeferred lists the deferred and superseded events of p.Namespace and
 // p.Provider (of one entity when p.EntityID is set), newest last seen first.
 // The cursor is the (last seen, key) of a page's last event.
@@ -265,13 +259,17 @@ func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([
 	if s.closed.Load() {
 		return nil, "", tiers.Unavailable("sqlite", errClosed)
 	}
-	limit := p.Limit
-	if limit <= 0 {
-		limit = defaultListLimit
-	}
-	afterAt, afterKey, err := parseCursor(p.After)
-	if err != nil {
-		return nil, "", err
+	limit := p.Limit()
+	var (
+		afterAt  int64
+		afterKey string
+	)
+	if p.After != "" {
+		pos, err := tiers.DecodeDeferredCursor(p)
+		if err != nil {
+			return nil, "", err
+		}
+		afterAt, afterKey = pos.LastSeen.UnixMicro(), pos.Key
 	}
 	// The entity's own row is newer than the state the deferral recorded;
 	// an entity without one is still where the deferral saw it.
@@ -315,7 +313,7 @@ func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([
 	if len(events) > limit {
 		events = events[:limit]
 		last := events[limit-1]
-		next = cursor(last.LastSeen, last.Key)
+		next = tiers.EncodeDeferredCursor(p, tiers.DeferredPosition{LastSeen: last.LastSeen, Key: last.Key})
 	}
 	return events, next, nil
 }
@@ -327,44 +325,31 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// cursor encodes a ListDeferred position: opaque to callers, and free of
-// characters a URL or a log would mangle.
-func cursor(lastSeen time.Time, key string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(lastSeen.UnixMicro(), 10) + ":" + key))
-}
-
-func parseCursor(c string) (int64, string, error) {
-	if c == "" {
-		return 0, "", nil
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(c)
-	if err == nil {
-		at, key, ok := strings.Cut(string(raw), ":")
-		if ok {
-			if us, err := strconv.ParseInt(at, 10, 64); err == nil {
-				return us, key, nil
-			}
-		}
-	}
-	return 0, "", fmt.Errorf("sqlite: list deferred: %w", tiers.ErrInvalidCursor)
-}
-
 // CountDeferred counts the open deferrals (deferred, not superseded, not
 // applied) of the providers in lostBefore and, of them, those first seen
 // before their provider's cutoff.
-func (s *Store) CountDeferred(ctx context.Context, lostBefore map[string]time.Time) (deferred, lost int, err error) {
+func (s *Store) CountDeferred(ctx context.Context, cutoffs map[string]tiers.DeferredCutoffs) (tiers.DeferredCounts, error) {
 	if s.closed.Load() {
-		return 0, 0, tiers.Unavailable("sqlite", errClosed)
+		return tiers.DeferredCounts{}, tiers.Unavailable("sqlite", errClosed)
 	}
-	for provider, cutoff := range lostBefore {
-		var d, l int
-		if err := s.r.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE first_seen_at < ?) FROM deferrals
-			WHERE applied = 0 AND superseded = 0 AND provider = ?`,
-			ceilMicros(cutoff), provider).Scan(&d, &l); err != nil {
-			return 0, 0, translate(ctx, "count deferred", err)
-		}
-		deferred += d
-		lost += l
+	// The cutoffs travel as one JSON array of [provider, overdue, lost]
+	// (microseconds, as first_seen_at is stored), so that one statement
+	// counts every provider.
+	rows := make([][3]any, 0, len(cutoffs))
+	for p, c := range cutoffs {
+		rows = append(rows, [3]any{p, ceilMicros(c.Overdue), ceilMicros(c.Lost)})
 	}
-	return deferred, lost, nil
+	arg, err := json.Marshal(rows)
+	if err != nil {
+		return tiers.DeferredCounts{}, fmt.Errorf("sqlite: count deferred: %w", err)
+	}
+	var n tiers.DeferredCounts
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*),
+			count(*) FILTER (WHERE d.first_seen_at < c.value ->> 1),
+			count(*) FILTER (WHERE d.first_seen_at < c.value ->> 2)
+		FROM deferrals d JOIN json_each(?) c ON d.provider = c.value ->> 0
+		WHERE d.applied = 0 AND d.superseded = 0`, string(arg)).Scan(&n.Deferred, &n.Overdue, &n.Lost); err != nil {
+		return tiers.DeferredCounts{}, translate(ctx, "count deferred", err)
+	}
+	return n, nil
 }

@@ -1,6 +1,7 @@
 package tierstest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -297,7 +298,7 @@ func testEntityDuplicate(t *testing.T, e *env) {
 	if string(dup.Record.Result) != "result-of-evt_a" {
 		t.Fatalf("Claim(settled evt_a) result = %q, want result-of-evt_a", dup.Record.Result)
 	}
-	events, _, err := e.entities().ListDeferred(e.ctx(), tiers.ListDeferredParams{Namespace: e.ns, Provider: "stripe", Limit: 10})
+	events, _, err := e.entities().ListDeferred(e.ctx(), tiers.ListDeferredParams{Namespace: e.ns, Provider: "stripe", Page: tiers.Page{Size: 10}})
 	if err != nil || len(events) != 0 {
 		t.Fatalf("ListDeferred = %+v, %v; want nothing: a duplicate is not deferred", events, err)
 	}
@@ -436,7 +437,7 @@ func testListDeferred(t *testing.T, e *env) {
 
 	// Newest last seen first, two to a page.
 	var all []tiers.DeferredEvent
-	p := tiers.ListDeferredParams{Namespace: e.ns, Provider: "stripe", Limit: 2}
+	p := tiers.ListDeferredParams{Namespace: e.ns, Provider: "stripe", Page: tiers.Page{Size: 2}}
 	for page := 0; ; page++ {
 		events, next := e.listDeferred(p)
 		if page < 2 && (len(events) != 2 || next == "") {
@@ -448,6 +449,17 @@ func testListDeferred(t *testing.T, e *env) {
 		}
 		if page > 3 {
 			t.Fatalf("ListDeferred still has a next page after %q", deferredKeys(all))
+		}
+		// A cursor pages on only the listing that made it: with another
+		// entity or provider it is refused, as is one no store made.
+		for _, other := range []tiers.ListDeferredParams{
+			{Namespace: e.ns, Provider: "stripe", EntityID: "pi_x", Page: tiers.Page{Size: 2, After: next}},
+			{Namespace: e.ns, Provider: "paypal", Page: tiers.Page{Size: 2, After: next}},
+			{Namespace: e.ns, Provider: "stripe", Page: tiers.Page{Size: 2, After: flipFirst(next)}},
+		} {
+			if _, _, err := e.entities().ListDeferred(e.ctx(), other); !errors.Is(err, tiers.ErrInvalidCursor) {
+				t.Fatalf("ListDeferred(%+v) error = %v, want ErrInvalidCursor", other, err)
+			}
 		}
 		p.After = next
 	}
@@ -468,7 +480,7 @@ func testListDeferred(t *testing.T, e *env) {
 
 	// One entity; then it reaches what evt_s1 awaited, and evt_s1's
 	// retry applies.
-	x := tiers.ListDeferredParams{Namespace: e.ns, Provider: "stripe", EntityID: "pi_x", Limit: 10}
+	x := tiers.ListDeferredParams{Namespace: e.ns, Provider: "stripe", EntityID: "pi_x", Page: tiers.Page{Size: 10}}
 	if events, next := e.listDeferred(x); !slices.Equal(deferredKeys(events), []string{"evt_r1", "evt_s1"}) || next != "" {
 		t.Fatalf("ListDeferred(pi_x) = %q next %q, want [evt_r1 evt_s1]", deferredKeys(events), next)
 	}
@@ -483,9 +495,9 @@ func testListDeferred(t *testing.T, e *env) {
 	}
 
 	for _, other := range []tiers.ListDeferredParams{
-		{Namespace: e.ns, Provider: "paypal", Limit: 10},
-		{Namespace: e.ns + "-other", Provider: "stripe", Limit: 10},
-		{Namespace: e.ns, Provider: "stripe", EntityID: "pi_none", Limit: 10},
+		{Namespace: e.ns, Provider: "paypal", Page: tiers.Page{Size: 10}},
+		{Namespace: e.ns + "-other", Provider: "stripe", Page: tiers.Page{Size: 10}},
+		{Namespace: e.ns, Provider: "stripe", EntityID: "pi_none", Page: tiers.Page{Size: 10}},
 	} {
 		if events, next := e.listDeferred(other); len(events) != 0 || next != "" {
 			t.Fatalf("ListDeferred(%+v) = %q, want nothing", other, deferredKeys(events))
@@ -493,12 +505,22 @@ func testListDeferred(t *testing.T, e *env) {
 	}
 }
 
+// flipFirst changes a cursor's first character, which encodes the
+// fingerprint of its listing.
+func flipFirst(c string) string {
+	if c[0] == 'A' {
+		return "B" + c[1:]
+	}
+	return "A" + c[1:]
+}
+
 func testCountDeferred(t *testing.T, e *env) {
-	count := func(lostBefore map[string]time.Time, wantDeferred, wantLost int) {
+	type cutoffs = map[string]tiers.DeferredCutoffs
+	count := func(c cutoffs, want tiers.DeferredCounts) {
 		t.Helper()
-		d, l, err := e.entities().CountDeferred(e.ctx(), lostBefore)
-		if err != nil || d != wantDeferred || l != wantLost {
-			t.Fatalf("CountDeferred(%v) = %d, %d, %v; want %d, %d", lostBefore, d, l, err, wantDeferred, wantLost)
+		got, err := e.entities().CountDeferred(e.ctx(), c)
+		if err != nil || got != want {
+			t.Fatalf("CountDeferred(%v) = %+v, %v; want %+v", c, got, err, want)
 		}
 	}
 	// Providers of this case only: CountDeferred counts the providers named.
@@ -507,8 +529,8 @@ func testCountDeferred(t *testing.T, e *env) {
 		p.Key.Provider = provider
 		return p
 	}
-	count(nil, 0, 0)
-	count(map[string]time.Time{stripe: {}, paypal: {}}, 0, 0)
+	count(nil, tiers.DeferredCounts{})
+	count(cutoffs{stripe: {}, paypal: {}}, tiers.DeferredCounts{})
 	settle := func(p tiers.ClaimParams) {
 		t.Helper()
 		res, err := e.store.Claim(e.ctx(), p)
@@ -540,16 +562,21 @@ func testCountDeferred(t *testing.T, e *env) {
 	// Deferred again later: still lost by when it was first seen.
 	decided(on(e.event("evt_x", "pi_x", evRefunded), stripe), tiers.OutcomeDeferred)
 
-	count(nil, 0, 0)
-	count(map[string]time.Time{stripe: t0}, 2, 0) // not before the cutoff
-	count(map[string]time.Time{stripe: t0.Add(time.Millisecond)}, 2, 1)
-	count(map[string]time.Time{stripe: t0.Add(2 * time.Hour), paypal: t0.Add(time.Millisecond)}, 3, 3)
+	// Deferred: stripe's evt_x (first seen at t0) and evt_y (t0+1h),
+	// paypal's evt_p (t0).
+	ms := time.Millisecond
+	count(nil, tiers.DeferredCounts{})
+	count(cutoffs{stripe: {Overdue: t0, Lost: t0}}, tiers.DeferredCounts{Deferred: 2}) // not before the cutoffs
+	count(cutoffs{stripe: {Overdue: t0.Add(2 * time.Hour), Lost: t0.Add(ms)}}, tiers.DeferredCounts{Deferred: 2, Overdue: 2, Lost: 1})
+	count(cutoffs{stripe: {Overdue: t0.Add(ms), Lost: t0.Add(2 * time.Hour)}, paypal: {Overdue: t0.Add(ms), Lost: t0.Add(ms)}},
+		tiers.DeferredCounts{Deferred: 3, Overdue: 2, Lost: 3})
 
 	settle(on(e.event("evt_x_processing", "pi_x", evProcessing), stripe))
 	settle(on(e.event("evt_x_succeeded", "pi_x", evSucceeded), stripe))
 	settle(on(e.event("evt_x", "pi_x", evRefunded), stripe))
-	count(map[string]time.Time{stripe: t0.Add(2 * time.Hour)}, 1, 1)
-	count(map[string]time.Time{stripe: t0.Add(2 * time.Hour), paypal: {}}, 2, 1)
+	late := tiers.DeferredCutoffs{Overdue: t0.Add(2 * time.Hour), Lost: t0.Add(2 * time.Hour)}
+	count(cutoffs{stripe: late}, tiers.DeferredCounts{Deferred: 1, Overdue: 1, Lost: 1})
+	count(cutoffs{stripe: late, paypal: {}}, tiers.DeferredCounts{Deferred: 2, Overdue: 1, Lost: 1})
 }
 
 func testEntityRestart(t *testing.T, e *env) {
@@ -568,7 +595,7 @@ func testEntityRestart(t *testing.T, e *env) {
 	e.wantEntity("pi_x", "created", 0, "evt_a")
 	e.settle("evt_a", a)
 	e.wantEntity("pi_x", "processing", 1, "")
-	events, _ := e.listDeferred(tiers.ListDeferredParams{Namespace: e.ns, Provider: "stripe", Limit: 10})
+	events, _ := e.listDeferred(tiers.ListDeferredParams{Namespace: e.ns, Provider: "stripe", Page: tiers.Page{Size: 10}})
 	if !slices.Equal(deferredKeys(events), []string{"evt_r", "evt_b"}) || events[0].Count != 2 {
 		t.Fatalf("ListDeferred after restart = %+v, want evt_r (twice) then evt_b", events)
 	}

@@ -597,12 +597,12 @@ func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([
 }
 
 // CountDeferred counts the durable tier's open and lost deferrals.
-func (s *Store) CountDeferred(ctx context.Context, lostBefore map[string]time.Time) (deferred, lost int, err error) {
+func (s *Store) CountDeferred(ctx context.Context, cutoffs map[string]tiers.DeferredCutoffs) (tiers.DeferredCounts, error) {
 	en, err := s.entities()
 	if err != nil {
-		return 0, 0, err
+		return tiers.DeferredCounts{}, err
 	}
-	return en.CountDeferred(ctx, lostBefore)
+	return en.CountDeferred(ctx, cutoffs)
 }
 
 // Ping reports the durable tier's health: without it nothing can be decided,
