@@ -5,6 +5,7 @@ made by `claimd token new` and certificates by a throwaway CA (testca)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import subprocess
 import threading
 import time
@@ -378,3 +379,29 @@ def test_certificate_without_key_is_refused() -> None:
 @pytest.mark.parametrize("target", ["127.0.0.1:1", "localhost:1", "[::1]:1", "dns:///localhost:1", "unix:/tmp/x.sock"])
 def test_loopback_targets_stay_plaintext(target: str) -> None:
     Client(target, token=SECRET).close()
+
+
+def test_powertools_layer_with_the_claim_role_only(secured: Secured, caplog: pytest.LogCaptureFixture) -> None:
+    """ClaimdPersistenceLayer under a principal that may claim but not read
+    providers (mesh): it keeps the provider's window, says why at warning
+    level, and every call still works."""
+    from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+
+    from claimd.powertools import ClaimdPersistenceLayer
+
+    with secured.client(cert=secured.mesh) as client:
+        store = ClaimdPersistenceLayer(client, namespace=SECURE_NS, provider="stripe")
+        config = IdempotencyConfig(event_key_jmespath="id", expires_after_seconds=100 * 3600)
+        runs: list[int] = []
+
+        @idempotent_function(data_keyword_argument="order", config=config, persistence_store=store)
+        def process(order: dict[str, str]) -> int:
+            runs.append(1)
+            return len(runs)
+
+        order = {"id": evt()}
+        with caplog.at_level(logging.WARNING, logger="claimd.powertools"):
+            assert process(order=order) == 1
+            assert process(order=order) == 1
+        assert runs == [1]
+        assert any("grant the read role, or pass window=" in r.getMessage() for r in caplog.records)
