@@ -438,3 +438,47 @@ def test_address_and_import_guard(pt_server: ClaimdServer, ns: str) -> None:
         store.client.close()
     with pytest.raises(TypeError):
         ClaimdPersistenceLayer(store.client, namespace=ns, provider="lambda", timeout=1.0)
+
+
+def test_abandoned_claims_are_forgotten(pt_client: Client, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call Powertools never finishes (its output serializer raised before
+    the update) leaves its record in progress and its claim held; once over
+    the bound, claims whose lease ended ABANDONED_AFTER ago are dropped."""
+    import claimd.powertools as cp
+
+    monkeypatch.setattr(cp, "_MAX_HELD", 1)
+    monkeypatch.setattr(cp, "ABANDONED_AFTER", timedelta(0))
+    store = ClaimdPersistenceLayer(pt_client, namespace=ns, provider="lambda-short")
+
+    class Broken:
+        def to_dict(self, data: Any) -> dict[str, Any]:
+            raise ValueError("cannot serialize")
+
+        def from_dict(self, data: dict[str, Any]) -> Any:
+            return data
+
+    @idempotent_function(
+        data_keyword_argument="order",
+        persistence_store=store,
+        config=IdempotencyConfig(event_key_jmespath="id"),
+        output_serializer=Broken(),
+    )
+    def process(order: dict[str, str]) -> str:
+        return "done"
+
+    first = {"id": uuid.uuid4().hex}
+    with pytest.raises(IdempotencyPersistenceLayerError):
+        process(order=first)
+    key = store._get_hashed_idempotency_key(first)
+    assert key in store._held, "the unfinished call's claim is held"
+    rec = only_record(pt_client, ns, "lambda-short", store, first)
+    assert rec.state == EventState.PROCESSING, "nothing was stored for the unfinished call"
+    assert rec.lease_expires_at is not None
+    deadline = time.monotonic() + 10
+    while time.time() <= rec.lease_expires_at.timestamp():  # the lease's end is the condition
+        assert time.monotonic() < deadline, "the lease did not end within 10s"
+        time.sleep(0.05)
+    with pytest.raises(IdempotencyPersistenceLayerError):
+        process(order={"id": uuid.uuid4().hex})
+    assert key not in store._held, "the abandoned claim must be forgotten once over the bound"
+    assert len(store._held) == 1

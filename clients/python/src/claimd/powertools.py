@@ -73,6 +73,12 @@ __all__ = ["ClaimdPersistenceLayer"]
 
 log = logging.getLogger("claimd.powertools")
 
+_MAX_HELD = 1024
+"""_MAX_HELD: past this many claims held at once, abandoned ones are dropped."""
+
+ABANDONED_AFTER = timedelta(minutes=15)
+"""ABANDONED_AFTER: how long past its lease's end a held claim is kept."""
+
 _COMPLETED = STATUS_CONSTANTS["COMPLETED"]
 _INPROGRESS = STATUS_CONSTANTS["INPROGRESS"]
 
@@ -164,6 +170,8 @@ class ClaimdPersistenceLayer(BasePersistenceLayer):
         )
         if claim.acquired:
             with self._lock:
+                if len(self._held) >= _MAX_HELD:
+                    self._forget_abandoned()
                 self._held[key] = claim
             return
         if claim.outcome == Outcome.PAYLOAD_MISMATCH:
@@ -224,6 +232,17 @@ class ClaimdPersistenceLayer(BasePersistenceLayer):
         super()._validate_payload(data_payload=data_payload, stored_data_record=stored_data_record)
 
     # --- claimd's side -------------------------------------------------------------
+
+    def _forget_abandoned(self) -> None:
+        """_forget_abandoned drops the claims of calls Powertools never
+        finished (its own serializer raised before the update: the record
+        stays in progress until its lease ends), once their lease ended
+        ABANDONED_AFTER ago: a lapsed lease keeps its token until another
+        holder takes over, so a slow call is given that long."""
+        cutoff = datetime.now(timezone.utc) - ABANDONED_AFTER
+        for k, c in list(self._held.items()):
+            if c.lease_expires_at is not None and c.lease_expires_at < cutoff:
+                del self._held[k]
 
     def _take(self, key: str) -> Claim | None:
         with self._lock:
