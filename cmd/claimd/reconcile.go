@@ -45,6 +45,7 @@ type reconcileConfig struct {
 	apiClientConfig
 	Namespace, Provider string
 	Events              string
+	Types               string
 	JSON, All           bool
 	MinAge, StuckAfter  time.Duration
 	MaxEvents           int
@@ -58,6 +59,8 @@ func bindReconcile(fs *flag.FlagSet, c *reconcileConfig) {
 	fs.StringVar(&c.Provider, "provider", "", "provider (or group) the handlers claim under; its key rule keys the events; required")
 	fs.StringVar(&c.Events, "events", "", "the provider's events: Stripe's GET /v1/events list pages as JSON (one or several, "+
 		"concatenated or one per line), or JSONL with one event object a line (any provider; Adyen: notifications or NotificationRequestItems); - reads stdin; required")
+	fs.StringVar(&c.Types, "types", "", "compare only events of these `TYPES`, comma-separated, a trailing * for a prefix (charge.*,payment_intent.succeeded): "+
+		"the types your webhook endpoint subscribes to, as a provider's list holds every event of the account; default: all")
 	fs.BoolVar(&c.JSON, "json", false, "print the findings as one JSON object instead of a table")
 	fs.BoolVar(&c.All, "all", false, "list every event, not only those that need a person")
 	fs.DurationVar(&c.MinAge, "min-age", 10*time.Minute, "an event younger than this without a record is too_recent, not never_delivered: its first delivery may be on its way")
@@ -120,6 +123,17 @@ func (c *reconcileConfig) check() error {
 	return nil
 }
 
+// typePatterns splits --types.
+func (c *reconcileConfig) typePatterns() []string {
+	var out []string
+	for _, p := range strings.Split(c.Types, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // reconcileRun does the work; errors are the run's, mismatches are in the
 // summary.
 func reconcileRun(ctx context.Context, c *reconcileConfig, stdout io.Writer) (reconcile.Summary, error) {
@@ -153,6 +167,7 @@ func reconcileRun(ctx context.Context, c *reconcileConfig, stdout io.Writer) (re
 	if err != nil {
 		return nil, fmt.Errorf("--events %s: %w", c.Events, err)
 	}
+	events = reconcile.FilterTypes(events, c.typePatterns())
 	records, err := c.listClaims(ctx, pb.NewInspectServiceClient(conn), events)
 	if err != nil {
 		return nil, err

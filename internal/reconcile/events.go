@@ -269,3 +269,24 @@ func firstTime(fields map[string]json.RawMessage, names ...string) time.Time {
 	}
 	return time.Time{}
 }
+
+// FilterTypes keeps the events whose Type matches one of patterns: a type
+// ("charge.succeeded"), or a prefix and * ("charge.*", "*"). No patterns
+// keep every event. A provider's list holds every event of the account,
+// those no webhook endpoint subscribes to included (Stripe's /v1/events
+// does): those were never meant to be delivered.
+func FilterTypes(events []Event, patterns []string) []Event {
+	if len(patterns) == 0 {
+		return events
+	}
+	var out []Event
+	for _, e := range events {
+		for _, p := range patterns {
+			if prefix, wild := strings.CutSuffix(p, "*"); (wild && strings.HasPrefix(e.Type, prefix)) || e.Type == p {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	return out
+}

@@ -175,3 +175,27 @@ func TestKeyRuleRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestFilterTypes: exact types and prefixes with *, in any number.
+func TestFilterTypes(t *testing.T) {
+	events := []Event{{Key: "1", Type: "charge.succeeded"}, {Key: "2", Type: "charge.refund.updated"}, {Key: "3", Type: "payment_intent.succeeded"}, {Key: "4", Type: "customer.created"}}
+	for _, c := range []struct {
+		patterns []string
+		want     string
+	}{
+		{nil, "1234"},
+		{[]string{"*"}, "1234"},
+		{[]string{"charge.*"}, "12"},
+		{[]string{"charge.succeeded", "payment_intent.*"}, "13"},
+		{[]string{"charge"}, ""},
+		{[]string{"charge.refund.*", "customer.created"}, "24"},
+	} {
+		got := ""
+		for _, e := range FilterTypes(events, c.patterns) {
+			got += e.Key
+		}
+		if got != c.want {
+			t.Errorf("FilterTypes(%q) kept %q, want %q", c.patterns, got, c.want)
+		}
+	}
+}
