@@ -128,6 +128,8 @@ var valueSets = []valueSet{
 		[]string{"Deployment", "Pod", "Service", "ServiceAccount"}},
 	{"mTLS scraping and alerts", []string{"helm/values/mtls-monitoring.yaml"}, true,
 		[]string{"Deployment", "HorizontalPodAutoscaler", "Job", "Pod", "PodDisruptionBudget", "PrometheusRule", "Service", "Service", "ServiceAccount", "ServiceMonitor"}},
+	{"reconcile CronJob: Stripe events, mTLS, Pushgateway", []string{"helm/values/reconcile.yaml"}, true,
+		[]string{"CronJob", "Deployment", "HorizontalPodAutoscaler", "Job", "Pod", "PodDisruptionBudget", "Service", "Service", "ServiceAccount"}},
 }
 
 // TestHelmChart lints the chart and renders it with each value set, as
@@ -160,6 +162,8 @@ func TestHelmChart(t *testing.T) {
 					checkDeployment(t, m, vs)
 				case "Job":
 					checkMigrateJob(t, m)
+				case "CronJob":
+					checkReconcileCronJob(t, m, vs)
 				case "Pod":
 					checkTestPod(t, m, vs)
 				case "ConfigMap":
@@ -213,7 +217,7 @@ func checkDeployment(t *testing.T, m manifest, vs valueSet) {
 
 	args := strs(t, get(c, "args"))
 	checkArgs(t, "serve", args)
-	checkFilesMounted(t, m)
+	checkFilesMounted(t, pod)
 	if vs.tls {
 		for _, want := range []string{"--tls-cert=", "--tls-key=", "--tls-client-ca=", "--auth-file="} {
 			if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, want) }) {
@@ -452,7 +456,7 @@ func TestHelmValuesToFlags(t *testing.T) {
 			}
 			ms := render(t, a)
 			dep := find(t, ms, "Deployment", "claimd")
-			checkFilesMounted(t, dep)
+			checkFilesMounted(t, get(dep, "spec", "template", "spec"))
 			serve := strs(t, get(dep, "spec", "template", "spec", "containers", 0, "args"))
 			migr := strs(t, get(find(t, ms, "Job", "-migrate"), "spec", "template", "spec", "containers", 0, "args"))
 			checkArgs(t, "serve", serve)
@@ -514,12 +518,11 @@ func TestHelmRefuses(t *testing.T) {
 	}
 }
 
-// checkFilesMounted: every file a flag of the Deployment's container names
+// checkFilesMounted: every file a flag of a pod's (first) container names
 // is in a volume mounted there; a Secret's is readable by its owner and
 // group alone (claimd refuses a secret file other users may read).
-func checkFilesMounted(t *testing.T, dep manifest) {
+func checkFilesMounted(t *testing.T, pod any) {
 	t.Helper()
-	pod := get(dep, "spec", "template", "spec")
 	c := get(pod, "containers", 0)
 	volumes := map[string]any{}
 	for _, v := range get(pod, "volumes").([]any) {
@@ -597,8 +600,8 @@ func flagsOf(t *testing.T, cmd string) map[string]string {
 	for _, m := range regexp.MustCompile(`(?m)^\s+--([a-z0-9-]+)(?: ([a-zA-Z]+))?\s+CLAIMD_`).FindAllStringSubmatch(string(out), -1) {
 		flags[m[1]] = m[2]
 	}
-	if _, ok := flags["postgres-schema"]; !ok {
-		t.Fatalf("claimd %s -h lists no --postgres-schema flag:\n%s", cmd, out)
+	if _, ok := flags["config"]; !ok {
+		t.Fatalf("claimd %s -h lists no --config flag:\n%s", cmd, out)
 	}
 	flagKinds.Store(cmd, flags)
 	return flags
