@@ -74,6 +74,8 @@ func commands() []command {
 			func(fs *flag.FlagSet) { bindEffectsSchema(fs, new(string)) }, runEffectsSchema},
 		{"reconcile", "compare a provider's own list of events (Stripe's /v1/events pages, JSONL) with a namespace's claims over the API; prints what needs a person, exits 1 when anything does",
 			func(fs *flag.FlagSet) { bindReconcile(fs, new(reconcileConfig)) }, runReconcile},
+		{"inspect", "show one key over the API: its record, what its next delivery would be answered and why, its audit trail (who asked, how), its entity; exits 1 when it has no record",
+			func(fs *flag.FlagSet) { bindInspect(fs, new(inspectConfig)) }, runInspect},
 		{"version", "print the version (as does claimd --version)", nil, runVersion},
 	}
 }

@@ -203,21 +203,21 @@ func nextAnswer(rec tiers.Record, now time.Time) *pb.NextAnswer {
 	case tiers.OutcomeDuplicate:
 		next.Until = ts(rec.WindowExpiresAt)
 		next.Explanation = fmt.Sprintf("%s; duplicates are suppressed until the window ends at %s, and answered with its result",
-			lower(rec.State), rec.WindowExpiresAt.Format(time.RFC3339))
+			lower(rec.State), rec.WindowExpiresAt.Format(time.RFC3339Nano))
 	case tiers.OutcomeInProgress:
 		next.Until = ts(rec.LeaseExpiresAt)
 		next.Explanation = fmt.Sprintf("held by %s (token %d, state %s) until its lease ends at %s; a delivery before then is answered IN_PROGRESS",
-			holder, rec.Token, rec.State, rec.LeaseExpiresAt.Format(time.RFC3339))
+			holder, rec.Token, rec.State, rec.LeaseExpiresAt.Format(time.RFC3339Nano))
 	case tiers.OutcomeAcquired:
 		switch res.Reason {
 		case tiers.ReasonWindowExpired:
 			next.Explanation = fmt.Sprintf("the window ended at %s; the next delivery opens a new one and is acquired (token %d) as if new: "+
-				"fall back on the domain's own idempotency", rec.WindowExpiresAt.Format(time.RFC3339), rec.Token+1)
+				"fall back on the domain's own idempotency", rec.WindowExpiresAt.Format(time.RFC3339Nano), rec.Token+1)
 		case tiers.ReasonReleased:
 			next.Explanation = fmt.Sprintf("released by %s; the next delivery acquires it (token %d) and starts again at RECEIVED", holder, rec.Token+1)
 		case tiers.ReasonLeaseExpired:
 			next.Explanation = fmt.Sprintf("the lease of %s ended at %s before it settled; the next delivery takes it over (token %d) in state %s, "+
-				"the state it reached", holder, rec.LeaseExpiresAt.Format(time.RFC3339), rec.Token+1, rec.State)
+				"the state it reached", holder, rec.LeaseExpiresAt.Format(time.RFC3339Nano), rec.Token+1, rec.State)
 		}
 	}
 	if rec.EntityID != "" && res.Outcome == tiers.OutcomeAcquired {
