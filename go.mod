@@ -7,6 +7,8 @@ require (
 	connectrpc.com/vanguard v0.4.0
 	github.com/KimMachineGun/automemlimit v1.0.0
 	github.com/anishathalye/porcupine v1.3.1
+	github.com/chromedp/cdproto v0.160.1
+	github.com/chromedp/chromedp v0.23.1
 	github.com/claimd/claimd/clients/go v0.0.0-00010101000000-000000000000
 	github.com/claimd/claimd/gen v0.0.0-00010101000000-000000000000
 	github.com/fsnotify/fsnotify v1.10.1
@@ -43,6 +45,7 @@ require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/edsrzf/mmap-go v1.2.1-0.20241212181136-fad1cd13edbd // indirect
 	github.com/facette/natsort v0.0.0-20181210072756-2cd4dd1e2dcb // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect

@@ -2,7 +2,9 @@
 # test-deps.sh makes sure the servers claimd's tests start themselves are
 # installed: redis-server and PostgreSQL (initdb, postgres). internal/testenv
 # runs them in temp dirs on random loopback ports, so the packaged services are
-# never needed and are kept stopped. The doc test also needs jq and grpcurl.
+# never needed and are kept stopped. The doc test also needs jq and grpcurl,
+# and the on-call page's browser test (cmd/claimd/ui_browser_test.go) Debian's
+# chromium, with a font for its screenshots.
 # Idempotent: quiet exit 0 when all is there.
 set -euo pipefail
 
@@ -25,13 +27,16 @@ have_postgres() {
 
 # redis-cli (Debian: redis-tools, a dependency of redis-server) creates the
 # test Redis Cluster; jq is in the documented commands the doc test runs.
-have_all() { command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v jq >/dev/null && have_postgres; }
+have_all() {
+	command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v jq >/dev/null && have_postgres &&
+		command -v chromium >/dev/null && [[ -d /usr/share/fonts/truetype/dejavu ]]
+}
 
 have_all && exit 0
 
-packages=(redis-server redis-tools postgresql jq)
+packages=(redis-server redis-tools postgresql jq chromium fonts-dejavu-core)
 if [[ $EUID -ne 0 ]] || ! command -v apt-get >/dev/null; then
-	echo "test-deps: redis-server, PostgreSQL (initdb, postgres) and jq are required by the tests." >&2
+	echo "test-deps: redis-server, PostgreSQL (initdb, postgres), jq and chromium are required by the tests." >&2
 	echo "test-deps: install them, e.g.: sudo apt-get install ${packages[*]}" >&2
 	exit 1
 fi
@@ -63,6 +68,6 @@ for svc in redis-server postgresql; do
 done
 
 if ! have_all; then
-	echo "test-deps: installed ${packages[*]} but redis-server, jq, initdb or postgres is still missing" >&2
+	echo "test-deps: installed ${packages[*]} but redis-server, jq, initdb, postgres or chromium is still missing" >&2
 	exit 1
 fi
