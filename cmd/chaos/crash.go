@@ -221,7 +221,11 @@ func (s *suite) crashSetup(mode, name, point string) (*crashWorld, error) {
 		if err != nil {
 			return nil, err
 		}
-		tierArgs = []string{"--redis-url", s.backends.servers.Redis.URL(), "--postgres-url", url}
+		keyFile, err := writeFastKey(dir)
+		if err != nil {
+			return nil, err
+		}
+		tierArgs = []string{"--redis-url", s.backends.servers.Redis.URL(), "--fast-tier-key-file", keyFile, "--postgres-url", url}
 	} else {
 		n = 1
 		tierArgs = []string{"--data-dir", filepath.Join(dir, "data")}

@@ -263,7 +263,11 @@ func (s *suite) setup(sc scenario) (*env, error) {
 			return nil, err
 		}
 		e.dbURL = url
-		tierArgs = []string{"--redis-url", s.backends.servers.Redis.URL(), "--postgres-url", url}
+		keyFile, err := writeFastKey(dir)
+		if err != nil {
+			return nil, err
+		}
+		tierArgs = []string{"--redis-url", s.backends.servers.Redis.URL(), "--fast-tier-key-file", keyFile, "--postgres-url", url}
 	case modeEmbedded:
 		n = 1
 		e.dataDir = filepath.Join(dir, "data")

@@ -13,6 +13,7 @@ import (
 	"github.com/claimd/claimd/internal/testenv/testcert"
 	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/redis"
+	"github.com/claimd/claimd/internal/tiers/seal"
 )
 
 // TestBackendTLS opens the tiers the way serve does, from its flags, on a
@@ -30,7 +31,7 @@ func TestBackendTLS(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	flags := func(args ...string) *commonConfig {
 		t.Helper()
-		var c commonConfig
+		c := commonConfig{FastKeyring: seal.Random()} // serve loads it from --fast-tier-key-file
 		fs := newFlagSet("serve")
 		bindCommon(fs, &c)
 		if err := parse(fs, args); err != nil {

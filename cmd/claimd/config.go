@@ -12,6 +12,7 @@ import (
 	"github.com/claimd/claimd/internal/janitor"
 	"github.com/claimd/claimd/internal/tiers/postgres"
 	"github.com/claimd/claimd/internal/tiers/redis"
+	"github.com/claimd/claimd/internal/tiers/seal"
 	"github.com/claimd/claimd/internal/tiers/sqlite"
 	"github.com/claimd/claimd/internal/tlsconfig"
 )
@@ -28,10 +29,13 @@ type commonConfig struct {
 	// fast tier (PostgreSQL takes its own in the URL: sslrootcert,
 	// sslcert, sslkey).
 	RedisCA, RedisCert, RedisKey string
-	Providers                    string
-	ReviewAge                    time.Duration
-	LogLevel                     string
-	LogFormat                    string
+	// FastKeyring seals the Redis fast tier's records; serve loads it
+	// (fastkey.go) before it opens the tiers.
+	FastKeyring *seal.Keyring
+	Providers   string
+	ReviewAge   time.Duration
+	LogLevel    string
+	LogFormat   string
 }
 
 // bindCommon registers the flags of serve's tiers, registry and log. The
@@ -101,7 +105,10 @@ func (c *commonConfig) redisTLS() bool {
 // redisConfig is the fast tier's configuration: the URL and, for rediss://,
 // the TLS files of the flags (go-redis's URL has no parameter for them).
 func (c *commonConfig) redisConfig(log *slog.Logger) (redis.Config, error) {
-	cfg := redis.Config{URL: c.RedisURL}
+	if c.FastKeyring == nil {
+		return redis.Config{}, fmt.Errorf("%w: --redis-url needs --fast-tier-key-file", errUsage)
+	}
+	cfg := redis.Config{URL: c.RedisURL, Keyring: c.FastKeyring}
 	if !c.redisTLS() {
 		return cfg, nil
 	}

@@ -33,7 +33,7 @@ func TestRedisEvictionPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tiersFlags := []string{"--redis-url", rd.URL(), "--postgres-url", pg.URL(), "--data-dir", t.TempDir(), "--log-format", "json"}
+	tiersFlags := []string{"--redis-url", rd.URL(), "--fast-tier-key-file", fastKeyFile(t), "--postgres-url", pg.URL(), "--data-dir", t.TempDir(), "--log-format", "json"}
 
 	setPolicy("allkeys-lru")
 	out, code := run(t, append(append([]string{"serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"}, tiersFlags...), "--require-noeviction")...)

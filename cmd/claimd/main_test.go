@@ -291,9 +291,10 @@ func TestReplicasOneKey(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			redisURL := tc.redisURL(t)
 			pg := testenv.StartPostgres(t, postgres.Migrate)
+			keyFile := fastKeyFile(t) // one key file, shared by the replicas
 			var clients []pb.ClaimServiceClient
 			for range tc.replicas {
-				p := start(t, "--redis-url", redisURL, "--postgres-url", pg.URL(), "--data-dir", t.TempDir(), "--log-format", "json")
+				p := start(t, "--redis-url", redisURL, "--fast-tier-key-file", keyFile, "--postgres-url", pg.URL(), "--data-dir", t.TempDir(), "--log-format", "json")
 				conn := p.conn(t)
 				waitServing(t, conn)
 				clients = append(clients, pb.NewClaimServiceClient(conn))

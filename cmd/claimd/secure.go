@@ -33,6 +33,9 @@ type securityConfig struct {
 	// principals by token hash or client certificate identity, their
 	// namespaces and roles.
 	AuthFile string
+	// FastTierKeyFile holds the keys that seal the Redis fast tier's
+	// records (internal/tiers/seal's format; fastkey.go).
+	FastTierKeyFile string
 	// Insecure waives the exposure check, with a warning at every start.
 	Insecure bool
 	// Reflection serves grpc.reflection (grpcurl list/describe).
@@ -46,7 +49,8 @@ func bindSecurity(fs *flag.FlagSet, s *securityConfig) {
 	fs.StringVar(&s.TLSIdentity, "tls-identity", string(auth.IdentityURI), "the one part of a client certificate that names its principal in the auth file: uri (its first URI SAN, as a SPIFFE ID), dns (its first DNS SAN) or cn (its subject common name); no other part is read, and a certificate whose identity names no principal is refused")
 	fs.StringVar(&s.TLSCRL, "tls-crl", "", "certificate revocation list of the --tls-client-ca CA (PEM or DER): a client certificate it lists is refused at the TLS handshake; re-read when it changes")
 	fs.StringVar(&s.AuthFile, "auth-file", "", "auth file (YAML): principals, their token hashes (optionally with expires:) or client certificate identities, namespaces and roles; re-read on SIGHUP and on change; with it, /metrics needs a principal with role metrics or admin. Empty: no authentication")
-	fs.BoolVar(&s.Insecure, "insecure", false, "waive the start-up checks (a non-loopback listener without TLS and authentication, --tls-client-ca without --auth-file, an auth file or TLS key that other users may read); logs a warning at every start")
+	fs.StringVar(&s.FastTierKeyFile, "fast-tier-key-file", "", "file of the keys that seal every record claimd keeps in Redis (HMAC-SHA-256), so that whoever can write to Redis cannot forge an answer: one hex key a line (openssl rand -hex 32), at least 32 bytes, # comments; the first key signs, every key verifies (rotate: add the new key first on every replica, remove the old one after the longest provider ttl). Required with --redis-url, the same file on every replica; with --insecure and none, one is generated into --data-dir")
+	fs.BoolVar(&s.Insecure, "insecure", false, "waive the start-up checks (a non-loopback listener without TLS and authentication, --tls-client-ca without --auth-file, an auth file, TLS key or fast-tier key file that other users may read, --redis-url without --fast-tier-key-file); logs a warning at every start")
 	fs.BoolVar(&s.Reflection, "reflection", true, "serve gRPC server reflection (grpcurl list/describe)")
 }
 
@@ -80,7 +84,8 @@ func (s *securityConfig) unboundCA() string {
 		s.TLSClientCA, s.TLSIdentity)
 }
 
-// looseFiles lists the secret files (--auth-file, --tls-key) that other
+// looseFiles lists the secret files (--auth-file, --tls-key,
+// --fast-tier-key-file) that other
 // users of the host may read or write, or that their group may write, each
 // with the chmod that fixes it. Group read is allowed: it is how a
 // Kubernetes secret volume (root:fsGroup 0440) or a host's ssl-cert group
@@ -88,7 +93,7 @@ func (s *securityConfig) unboundCA() string {
 // to the loader, which names it.
 func (s *securityConfig) looseFiles() []string {
 	var out []string
-	for _, f := range []struct{ flag, path string }{{"--auth-file", s.AuthFile}, {"--tls-key", s.TLSKey}} {
+	for _, f := range []struct{ flag, path string }{{"--auth-file", s.AuthFile}, {"--tls-key", s.TLSKey}, {"--fast-tier-key-file", s.FastTierKeyFile}} {
 		if f.path == "" {
 			continue
 		}

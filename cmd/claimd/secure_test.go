@@ -239,12 +239,12 @@ func TestLooseFiles(t *testing.T) {
 		{0o666, "other users of the host may read, write it and its group may write it"},
 	} {
 		path := withMode(t, key, tc.mode)
-		got := strings.Join((&securityConfig{TLSKey: path, AuthFile: path}).looseFiles(), "\n")
+		got := strings.Join((&securityConfig{TLSKey: path, AuthFile: path, FastTierKeyFile: path}).looseFiles(), "\n")
 		switch {
 		case tc.want == "" && got != "":
 			t.Errorf("looseFiles() of mode %04o = %q, want none", tc.mode, got)
-		case tc.want != "" && (!strings.Contains(got, tc.want) || !strings.Contains(got, "--auth-file "+path) || !strings.Contains(got, "--tls-key "+path)):
-			t.Errorf("looseFiles() of mode %04o = %q, want --auth-file and --tls-key named, saying %q", tc.mode, got, tc.want)
+		case tc.want != "" && (!strings.Contains(got, tc.want) || !strings.Contains(got, "--auth-file "+path) || !strings.Contains(got, "--tls-key "+path) || !strings.Contains(got, "--fast-tier-key-file "+path)):
+			t.Errorf("looseFiles() of mode %04o = %q, want --auth-file, --tls-key and --fast-tier-key-file named, saying %q", tc.mode, got, tc.want)
 		}
 	}
 }

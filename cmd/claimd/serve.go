@@ -107,6 +107,9 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if err := c.securityConfig.check(); err != nil {
 		return err
 	}
+	if err := c.checkFastKey(); err != nil {
+		return err
+	}
 	if c.MaxRequestBytes <= 0 || c.HTTPIdleTimeout <= 0 {
 		return fmt.Errorf("%w: --max-request-bytes and --http-idle-timeout must be positive", errUsage)
 	}
@@ -165,6 +168,9 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	}
 	certs, err := c.reloader(log)
 	if err != nil {
+		return err
+	}
+	if c.FastKeyring, err = c.fastKeyring(log); err != nil {
 		return err
 	}
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
@@ -94,6 +96,9 @@ type bench struct {
 	// (the first line of tokenFile) every load client sends: the figures
 	// include authentication and the principal's rate limiter.
 	authFile, tokenFile, token string
+	// fastKeyFile is claimd's --fast-tier-key-file, shared by every claimd
+	// that uses the bench's Redis.
+	fastKeyFile string
 }
 
 // writeAuth writes the auth file and the token file into the work
@@ -104,6 +109,12 @@ func (b *bench) writeAuth() error {
 	b.tokenFile = filepath.Join(b.opts.workDir, "bench.token")
 	b.authFile = filepath.Join(b.opts.workDir, "auth.yaml")
 	if err := os.WriteFile(b.tokenFile, []byte(b.token+"\n"), 0o600); err != nil {
+		return err
+	}
+	b.fastKeyFile = filepath.Join(b.opts.workDir, "fast-tier.key")
+	key := make([]byte, 32)
+	rand.Read(key)
+	if err := os.WriteFile(b.fastKeyFile, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
 		return err
 	}
 	conf := fmt.Sprintf(`version: 1
@@ -303,7 +314,7 @@ func (b *bench) startTarget(id string) (*target, error) {
 		}
 		args = claimdArgs(t.addr, fmt.Sprintf("127.0.0.1:%d", httpPort), b.authFile)
 		if id == targetClaimd || id == targetPython {
-			args = append(args, "--redis-url", b.redisURL(0), "--postgres-url", b.pgURL(b.dbs[id]))
+			args = append(args, "--redis-url", b.redisURL(0), "--fast-tier-key-file", b.fastKeyFile, "--postgres-url", b.pgURL(b.dbs[id]))
 			t.meters = []meter{b.redisMeter(), b.pgMeter()}
 		} else {
 			args = append(args, "--data-dir", filepath.Join(b.opts.workDir, id))
@@ -438,7 +449,7 @@ func (b *bench) runReplicas(n int) (err error) {
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		args := append(claimdArgs(addr, fmt.Sprintf("127.0.0.1:%d", httpPort), b.authFile),
-			"--redis-url", b.redisURL(0), "--postgres-url", b.pgURL("replicas"))
+			"--redis-url", b.redisURL(0), "--fast-tier-key-file", b.fastKeyFile, "--postgres-url", b.pgURL("replicas"))
 		p, err := startProc(fmt.Sprintf("%s-%d", id, i), b.bin("claimd"), args, filepath.Join(b.opts.workDir, fmt.Sprintf("%s-%d.log", id, i)), b.env())
 		if err != nil {
 			return err

@@ -34,6 +34,7 @@ const (
 	fUpdated
 	fSalt
 	fSecretHash
+	fMAC
 	nFields
 )
 
@@ -61,33 +62,43 @@ func windowEndMillis(t time.Time) int64 {
 	return ms
 }
 
-// decodeReserve builds the fast tier's answer from reserve.lua's reply.
-func decodeReserve(k tiers.Key, v []any) (tiers.FastResult, error) {
+// reply is reserve.lua's answer, decoded.
+type reply struct {
+	res tiers.FastResult
+	// record: the verdict was reached on a record, whose fields came back
+	// (res.Record), with its seal (mac). The verdict stands only once the
+	// seal verifies (fast.go).
+	record bool
+	mac    string
+	// bad is why the record's fields do not decode (a value the scripts
+	// never write): the record is no more trusted than one whose seal fails.
+	bad error
+}
+
+// decodeReserve decodes reserve.lua's reply. An error is a reply of the
+// wrong shape; a record whose fields do not decode is reply.bad.
+func decodeReserve(k tiers.Key, v []any) (reply, error) {
 	if len(v) == 0 {
-		return tiers.FastResult{}, errors.New("empty reply")
+		return reply{}, errors.New("empty reply")
 	}
 	verdict, ok := v[0].(int64)
 	if !ok {
-		return tiers.FastResult{}, fmt.Errorf("verdict %v (%T), want an integer", v[0], v[0])
+		return reply{}, fmt.Errorf("verdict %v (%T), want an integer", v[0], v[0])
 	}
 	switch verdict {
 	case verdictReserved:
-		return tiers.FastResult{Verdict: tiers.FastReserved, Record: tiers.Record{Key: k}}, nil
+		return reply{res: tiers.FastResult{Verdict: tiers.FastReserved, Record: tiers.Record{Key: k}}}, nil
 	case verdictAskDurable:
 		if len(v) != 2 {
-			return tiers.FastResult{}, fmt.Errorf("ask reply of %d values, want 2", len(v))
+			return reply{}, fmt.Errorf("ask reply of %d values, want 2", len(v))
 		}
-		return tiers.FastResult{Verdict: tiers.FastAskDurable, Record: tiers.Record{Key: k}, Marker: str(v[1])}, nil
+		return reply{res: tiers.FastResult{Verdict: tiers.FastAskDurable, Record: tiers.Record{Key: k}, Marker: str(v[1])}}, nil
 	}
 	if len(v) != 1+nFields {
-		return tiers.FastResult{}, fmt.Errorf("reply of %d values, want %d", len(v), 1+nFields)
+		return reply{}, fmt.Errorf("reply of %d values, want %d", len(v), 1+nFields)
 	}
 	f := v[1:]
-	rec, err := decodeRecord(k, f)
-	if err != nil {
-		return tiers.FastResult{}, err
-	}
-	res := tiers.FastResult{Verdict: tiers.FastDecided, Record: rec}
+	res := tiers.FastResult{Verdict: tiers.FastDecided}
 	switch verdict {
 	case verdictTakeover:
 		res.Verdict = tiers.FastTakeover
@@ -96,13 +107,18 @@ func decodeReserve(k tiers.Key, v []any) (tiers.FastResult, error) {
 	case verdictDuplicate:
 		res.Outcome = tiers.OutcomeDuplicate
 	case verdictAgain:
-		res.Outcome, res.Reason = tiers.OutcomeAcquired, rec.Reason
+		res.Outcome = tiers.OutcomeAcquired
 	case verdictBusy:
 		res.Outcome = tiers.OutcomeInProgress
 	default:
-		return tiers.FastResult{}, fmt.Errorf("unknown verdict %d", verdict)
+		return reply{}, fmt.Errorf("unknown verdict %d", verdict)
 	}
-	return res, nil
+	rec, err := decodeRecord(k, f)
+	res.Record = rec
+	if verdict == verdictAgain {
+		res.Reason = rec.Reason
+	}
+	return reply{res: res, record: true, mac: str(f[fMAC]), bad: err}, nil
 }
 
 // decodeRecord builds a record from the hash's values in FIELDS order.
@@ -136,7 +152,7 @@ func decodeRecord(k tiers.Key, f []any) (tiers.Record, error) {
 var fieldNames = [nFields]string{
 	"pending", "pending_until", "state", "token", "version", "attempt", "reason", "released",
 	"holder", "attempt_id", "payload", "result", "first_seen", "lease", "window", "updated",
-	"salt", "secret_hash",
+	"salt", "secret_hash", "mac",
 }
 
 func parseInt(f []any, pos int) (int64, error) {

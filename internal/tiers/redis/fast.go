@@ -24,6 +24,8 @@ var (
 	putLua string
 	//go:embed abort.lua
 	abortLua string
+	//go:embed discard.lua
+	discardLua string
 )
 
 // Verdicts of reserve.lua (see its header).
@@ -56,7 +58,12 @@ func (s *Store) key(k tiers.Key) string {
 }
 
 // Reserve decides a claim from the cached record in one round trip
-// (reserve.lua).
+// (reserve.lua). A verdict reached on a record stands only when the record's
+// seal verifies under the Store's keyring; one that does not (forged,
+// copied from another key, edited, or sealed with a key this Store does not
+// know) is discarded (discard.lua, a second round trip, only then) and
+// answered FastTakeover with Unverified set: the durable tier decides, and
+// its answer is put in the record's place.
 func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastResult, error) {
 	if p.Nonce == "" {
 		// An empty nonce could never be aborted: refuse it rather than
@@ -69,13 +76,25 @@ func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastR
 	if err != nil {
 		return tiers.FastResult{}, s.fail(ctx, "reserve", key, err)
 	}
-	res, err := decodeReserve(p.Key, v)
+	r, err := decodeReserve(p.Key, v)
 	if err != nil {
-		// A value the scripts never write: someone else's data under our
-		// prefix. The durable tier can still answer.
+		// A reply the script never gives. The durable tier can still
+		// answer.
 		return tiers.FastResult{}, tiers.Unavailable("redis", fmt.Errorf("reserve %s: %w", key, err))
 	}
-	return res, nil
+	if !r.record || (r.bad == nil && s.keys.Verify(&r.res.Record, []byte(r.mac))) {
+		return r.res, nil
+	}
+	// Not a record claimd wrote: discard it, so that the durable tier's
+	// answer can take its place (a Put would not replace a forged record
+	// that claims a newer version). A failed discard changes nothing the
+	// answer depends on: the next Reserve of the key finds the record again.
+	if err := s.run(ctx, s.discard, []string{key}, r.mac).Err(); err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return tiers.FastResult{}, ctxErr
+		}
+	}
+	return tiers.FastResult{Verdict: tiers.FastTakeover, Record: tiers.Record{Key: p.Key}, Unverified: true}, nil
 }
 
 // Put caches rec until its window ends, unless Redis holds the same or a
@@ -120,6 +139,7 @@ func (s *Store) putRecord(ctx context.Context, rec tiers.Record, marker string) 
 		rec.Salt,
 		rec.SecretHash,
 		marker,
+		s.keys.Sign(&rec),
 	).Int64()
 	if err != nil {
 		return false, s.fail(ctx, "put", key, err)

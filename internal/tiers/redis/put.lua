@@ -9,6 +9,7 @@
 --           'pending_until', 'version' excepted; times in unix microseconds)
 -- ARGV[18]  "" (tiers.Fast.Put), or the nonce of a pending marker
 --           (tiers.Fast.Fill): then the record replaces that marker only
+-- ARGV[19]  the record's seal (internal/tiers/seal), stored as 'mac'
 --
 -- Returns 1 when it wrote the record, 0 when the key holds the same or a
 -- newer version (for a Fill: anything but that marker).
@@ -22,6 +23,10 @@
 -- prune a key claimed anew starts again at version 1. The key expires at the record's window end (PEXPIREAT,
 -- rounded up to the millisecond), so the fast tier never outlives the durable
 -- record's window; a window already over deletes the key at once.
+--
+-- The script cannot tell a forged record from a sealed one: a forged record
+-- that claims a newer version keeps this Put out until the next Reserve of
+-- the key finds that its seal fails and discards it (fast.go, discard.lua).
 
 local key = KEYS[1]
 local version = tonumber(ARGV[1])
@@ -33,8 +38,8 @@ if ARGV[18] ~= '' and (cur[1] or cur[3] ~= ARGV[18]) then
   return 0
 end
 if cur[1] then
-  local curWindow = tonumber(cur[2])
-  if curWindow > window or (curWindow == window and tonumber(cur[1]) >= version) then
+  local curWindow = tonumber(cur[2]) or 0
+  if curWindow > window or (curWindow == window and (tonumber(cur[1]) or 0) >= version) then
     return 0
   end
 end
@@ -60,7 +65,8 @@ redis.call('HSET', key,
   'window', ARGV[14],
   'updated', ARGV[15],
   'salt', ARGV[16],
-  'secret_hash', ARGV[17])
+  'secret_hash', ARGV[17],
+  'mac', ARGV[19])
 if not cur[1] then
   -- No record yet: the key may hold a pending marker, which the record
   -- replaces (a record and a marker never share a key).

@@ -10,8 +10,8 @@
 -- ARGV[5]  attempt_id      or ""
 --
 -- Returns {verdict} when verdict is RESERVED, {ASK, nonce} for ASK, else
--- {verdict, v1, ..., v18}
--- where v1..v18 are the key's fields in the order of FIELDS (nil if unset).
+-- {verdict, v1, ..., v19}
+-- where v1..v19 are the key's fields in the order of FIELDS (nil if unset).
 -- Verdicts (the Go side names the same numbers in fast.go):
 --   1 RESERVED   the key was absent, held an expired marker, or held our own
 --                marker (a retried call); our marker stands there now
@@ -40,6 +40,14 @@
 -- pending_until is). Only an absent key or a dead marker is written; a record
 -- is never changed here, only by put.lua.
 --
+-- Integrity. The script cannot check a record's seal (the 'mac' field, an
+-- HMAC under a key Redis never sees), so a verdict on a record is only a
+-- proposal: the Go side (fast.go) verifies the record it comes back with
+-- and, when the seal fails, discards the record (discard.lua) and lets the
+-- durable tier decide. That is why a verdict on a record never writes, and
+-- why values a forger may have mangled read as numbers with a fallback
+-- rather than failing the script.
+--
 -- Numbers: Lua numbers are doubles, exact up to 2^53; unix microseconds stay
 -- below that until the year 2255. Stored values are the strings Go sent, so
 -- reading them back is exact whatever Lua does.
@@ -49,7 +57,8 @@ local FIELDS = {
   'state', 'token', 'version', 'attempt', 'reason', 'released',
   'holder', 'attempt_id', 'payload', 'result',
   'first_seen', 'lease', 'window', 'updated', -- unix microseconds
-  'salt', 'secret_hash', -- the owner's; last, so the positions above stay put
+  'salt', 'secret_hash', -- the owner's; after the others, so their positions stay put
+  'mac', -- the record's seal (internal/tiers/seal), checked by the Go side
 }
 local RESERVED, TAKEOVER, MISMATCH, DUPLICATE, AGAIN, BUSY, ASK = 1, 3, 4, 5, 6, 7, 8
 
@@ -67,7 +76,7 @@ local function reserve()
   return {RESERVED}
 end
 
--- A first delivery finds no key: reserve without reading 18 fields back.
+-- A first delivery finds no key: reserve without reading 19 fields back.
 if redis.call('EXISTS', key) == 0 then
   return reserve()
 end
@@ -86,8 +95,8 @@ if not v[3] then
   return {ASK, v[1]}
 end
 
-local lease = tonumber(v[14])
-local window = tonumber(v[15])
+local lease = tonumber(v[14]) or 0
+local window = tonumber(v[15]) or 0
 local released = v[8] == '1'
 local lease_live = not released and now < lease
 

@@ -31,6 +31,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/claimd/claimd/internal/tiers"
+	"github.com/claimd/claimd/internal/tiers/seal"
 )
 
 // DefaultKeyPrefix prefixes every key of the fast tier.
@@ -78,6 +79,13 @@ type Config struct {
 	// NoPipelining sends every script on its own round trip instead of
 	// coalescing concurrent ones into pipelines (pipeline.go).
 	NoPipelining bool
+	// Keyring seals every record Put (internal/tiers/seal) and verifies
+	// every record Reserve decides from. Every process that shares the
+	// Redis must hold the same signing key: a record sealed by a key a
+	// Store does not know is treated as absent there. Nil: a random key
+	// of this Store's own, for a single process only (tests, a
+	// development server).
+	Keyring *seal.Keyring
 }
 
 // Store is the Redis fast tier. It is safe for concurrent use.
@@ -87,8 +95,9 @@ type Store struct {
 	kind   Deployment // what URL named; 0 for a Client passed in
 	prefix string
 
-	reserve, put, abort *goredis.Script
-	coalesce            *coalescer // nil with Config.NoPipelining
+	reserve, put, abort, discard *goredis.Script
+	coalesce                     *coalescer // nil with Config.NoPipelining
+	keys                         *seal.Keyring
 }
 
 var _ tiers.Fast = (*Store)(nil)
@@ -121,6 +130,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		reserve: goredis.NewScript(reserveLua),
 		put:     goredis.NewScript(putLua),
 		abort:   goredis.NewScript(abortLua),
+		discard: goredis.NewScript(discardLua),
+		keys:    cfg.Keyring,
+	}
+	if s.keys == nil {
+		s.keys = seal.Random()
 	}
 	if s.prefix == "" {
 		s.prefix = DefaultKeyPrefix
@@ -212,7 +226,7 @@ func applyConfig(opts *goredis.Options, cfg Config) {
 // loadScripts loads the scripts into Redis's script cache (SCRIPT LOAD; on a
 // cluster client, into every primary). It stops at the first error.
 func (s *Store) loadScripts(ctx context.Context) error {
-	for _, src := range []string{reserveLua, putLua, abortLua} {
+	for _, src := range []string{reserveLua, putLua, abortLua, discardLua} {
 		// go-redis's Script hashes its source as Redis does (SHA-1), so
 		// EVALSHA then finds what SCRIPT LOAD put there.
 		if err := s.client.ScriptLoad(ctx, src).Err(); err != nil {

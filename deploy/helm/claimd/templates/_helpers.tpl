@@ -53,6 +53,9 @@ the mistake shows at helm install rather than as a crash loop.
 {{- if and (not .Values.insecure) (not .Values.tls.clientCA) -}}
 {{- fail "tls.clientCA is required unless insecure=true: claimd serves /metrics on a non-loopback address only to scrapers with a client certificate" -}}
 {{- end -}}
+{{- if and .Values.redis.existingSecret (not .Values.redis.fastTierKey.existingSecret) (not .Values.insecure) -}}
+{{- fail "redis.fastTierKey.existingSecret is required with Redis unless insecure=true: the key that seals the fast tier's records, the same on every replica" -}}
+{{- end -}}
 {{- if and .Values.redis.tls.existingSecret (not .Values.redis.existingSecret) -}}
 {{- fail "redis.tls.existingSecret needs redis.existingSecret: it is the TLS material of the Redis fast tier" -}}
 {{- end -}}
