@@ -8,7 +8,9 @@
 #                          byte for byte, from a fresh generation
 #
 # The gRPC method descriptors are not generated: protoc-gen-grpc-java's native
-# binary is not served to this project's machines, so
+# binary is not served to this project's machines (its linux-x86_64 exe of
+# 1.85.1, the pom's grpc.version, and of 1.85.0 were both missing from Maven
+# Central as this project's machines reach it, tried 2026-12-03), so
 # src/main/java/dev/claimd/client/ClaimdMethods.java declares them by hand and
 # ClaimdMethodsTest checks them against the generated service descriptors.
 set -euo pipefail

@@ -9,6 +9,10 @@ import dev.claimd.idempotency.v1.GetProviderRequest;
 import dev.claimd.idempotency.v1.GetProviderResponse;
 import dev.claimd.idempotency.v1.GetRequest;
 import dev.claimd.idempotency.v1.GetResponse;
+import dev.claimd.idempotency.v1.ListAuditRequest;
+import dev.claimd.idempotency.v1.ListAuditResponse;
+import dev.claimd.idempotency.v1.ListClaimsRequest;
+import dev.claimd.idempotency.v1.ListClaimsResponse;
 import dev.claimd.idempotency.v1.ListDeferredRequest;
 import dev.claimd.idempotency.v1.ListDeferredResponse;
 import dev.claimd.idempotency.v1.ListProvidersRequest;
@@ -24,7 +28,7 @@ import io.grpc.protobuf.ProtoUtils;
 import java.util.List;
 
 /**
- * ClaimdMethods are the gRPC methods of claimd's three services, for calls the
+ * ClaimdMethods are the gRPC methods of claimd's four services, for calls the
  * typed client does not wrap ({@code io.grpc.stub.ClientCalls} with a channel,
  * or a server in tests).
  *
@@ -43,6 +47,8 @@ public final class ClaimdMethods {
   public static final String PROVIDER_SERVICE = "idempotency.v1.ProviderService";
   /** ENTITY_SERVICE is the full name of the service of ListDeferred and GetEntity. */
   public static final String ENTITY_SERVICE = "idempotency.v1.EntityService";
+  /** INSPECT_SERVICE is the full name of the service of ListClaims and ListAudit. */
+  public static final String INSPECT_SERVICE = "idempotency.v1.InspectService";
 
   /** CLAIM is ClaimService/Claim. */
   public static final MethodDescriptor<ClaimRequest, ClaimResponse> CLAIM =
@@ -72,9 +78,17 @@ public final class ClaimdMethods {
   public static final MethodDescriptor<GetEntityRequest, GetEntityResponse> GET_ENTITY =
       unary(ENTITY_SERVICE, "GetEntity", GetEntityRequest.getDefaultInstance(), GetEntityResponse.getDefaultInstance());
 
+  /** LIST_CLAIMS is InspectService/ListClaims. */
+  public static final MethodDescriptor<ListClaimsRequest, ListClaimsResponse> LIST_CLAIMS =
+      unary(INSPECT_SERVICE, "ListClaims", ListClaimsRequest.getDefaultInstance(), ListClaimsResponse.getDefaultInstance());
+  /** LIST_AUDIT is InspectService/ListAudit. */
+  public static final MethodDescriptor<ListAuditRequest, ListAuditResponse> LIST_AUDIT =
+      unary(INSPECT_SERVICE, "ListAudit", ListAuditRequest.getDefaultInstance(), ListAuditResponse.getDefaultInstance());
+
   /** ALL lists every method above. */
   public static final List<MethodDescriptor<?, ?>> ALL =
-      List.of(CLAIM, TRANSITION, RENEW, RELEASE, GET, LIST_PROVIDERS, GET_PROVIDER, LIST_DEFERRED, GET_ENTITY);
+      List.of(CLAIM, TRANSITION, RENEW, RELEASE, GET, LIST_PROVIDERS, GET_PROVIDER, LIST_DEFERRED, GET_ENTITY,
+          LIST_CLAIMS, LIST_AUDIT);
 
   private static <Q extends Message, R extends Message> MethodDescriptor<Q, R> unary(
       String service, String method, Q request, R response) {
