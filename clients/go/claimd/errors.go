@@ -3,6 +3,8 @@ package claimd
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -45,6 +47,13 @@ var (
 	ErrorReasonMethodDenied    = pb.ErrorReason_METHOD_DENIED.String()    // the method is open to no role
 	// RESOURCE_EXHAUSTED carries this, with a RetryInfo (Error.RetryDelay):
 	ErrorReasonRateLimited = pb.ErrorReason_RATE_LIMITED.String()
+
+	// Reasons of the HTTP front door (the gateway), for clients that speak
+	// HTTP/JSON or Connect to it:
+	ErrorReasonRequestTooLarge        = pb.ErrorReason_REQUEST_TOO_LARGE.String()        // the body is past its bound (RESOURCE_EXHAUSTED, 413)
+	ErrorReasonHostNotAllowed         = pb.ErrorReason_HOST_NOT_ALLOWED.String()         // Host is not one of --http-allowed-hosts (421)
+	ErrorReasonOriginNotAllowed       = pb.ErrorReason_ORIGIN_NOT_ALLOWED.String()       // Origin's host is not allowed (403)
+	ErrorReasonContentTypeUnsupported = pb.ErrorReason_CONTENT_TYPE_UNSUPPORTED.String() // a write neither JSON nor protobuf (415)
 )
 
 // Sentinels matched by errors.Is against the *Error that every call returns.
@@ -114,6 +123,9 @@ type Error struct {
 	// RetryDelay is the google.rpc.RetryInfo delay claimd sent with
 	// RESOURCE_EXHAUSTED: how long until the rate limit admits a call.
 	RetryDelay time.Duration
+	// Fields are the fields a google.rpc.BadRequest names
+	// ("ClaimRequest.lease"); empty when claimd sent none.
+	Fields []string
 
 	st *status.Status
 }
@@ -169,11 +181,45 @@ func newError(op string, err error, attempts int) *Error {
 	st, _ := status.FromError(err)
 	e := &Error{Op: op, Code: st.Code(), Message: st.Message(), Attempts: attempts, RetryDelay: retryDelay(st), st: st}
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
-			e.Reason, e.Metadata = info.GetReason(), info.GetMetadata()
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			if d.GetDomain() == ErrorDomain {
+				e.Reason, e.Metadata = d.GetReason(), d.GetMetadata()
+			}
+		case *errdetails.BadRequest:
+			for _, v := range d.GetFieldViolations() {
+				e.Fields = append(e.Fields, v.GetField())
+			}
 		}
 	}
 	return e
+}
+
+// deliveryFields are the ClaimRequest fields that carry what the provider
+// sent (GUARD.md rows 4 and 25).
+var deliveryFields = []string{
+	"ClaimRequest.delivery", "ClaimRequest.event_id", "ClaimRequest.key",
+	"ClaimRequest.entity_id", "ClaimRequest.event_type",
+}
+
+// rejectsDelivery reports whether err is an INVALID_ARGUMENT whose
+// BadRequest names only deliveryFields: a delivery claimd can never accept
+// (400). Any other field, or none, is the receiver's own configuration: only
+// what claimd says was wrong with the delivery may tell a provider to stop
+// retrying (GUARD.md row 25).
+func rejectsDelivery(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) || e.Code != codes.InvalidArgument || len(e.Fields) == 0 {
+		return false
+	}
+	for _, f := range e.Fields {
+		if !slices.ContainsFunc(deliveryFields, func(d string) bool {
+			return f == d || strings.HasPrefix(f, d+" ") || strings.HasPrefix(f, d+".")
+		}) {
+			return false
+		}
+	}
+	return true
 }
 
 // retryDelay is the RetryInfo delay of st, 0 when it carries none.

@@ -61,6 +61,7 @@ func TestErrorReasonsAreTheProtoNames(t *testing.T) {
 		ErrorReasonCredentialsMissing, ErrorReasonTokenMalformed, ErrorReasonTokenUnknown, ErrorReasonIdentityUnknown,
 		ErrorReasonPrincipalConflict, ErrorReasonNamespaceDenied, ErrorReasonRoleDenied, ErrorReasonMethodDenied,
 		ErrorReasonRateLimited,
+		ErrorReasonRequestTooLarge, ErrorReasonHostNotAllowed, ErrorReasonOriginNotAllowed, ErrorReasonContentTypeUnsupported,
 	} {
 		exported[r] = true
 	}

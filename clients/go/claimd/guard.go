@@ -69,10 +69,12 @@ const (
 	// work), or this receiver is over its rate limit (RESOURCE_EXHAUSTED,
 	// RetryAfter from claimd's RetryInfo); fn did not run (503).
 	Unavailable
-	// Rejected: claimd refused the request: a bad field (400), an unknown
-	// provider, missing or unknown credentials (UNAUTHENTICATED) or a
-	// namespace or role the credentials do not grant (PERMISSION_DENIED)
-	// (500, so that the provider retries once it is fixed); fn did not run.
+	// Rejected: claimd refused the request: a delivery it can never accept
+	// (400), or the receiver's configuration: a field of its own settings (a
+	// lease over max_lease), an unknown provider, missing or unknown
+	// credentials (UNAUTHENTICATED) or a namespace or role the credentials do
+	// not grant (PERMISSION_DENIED) (500, so that the provider retries once
+	// it is fixed); fn did not run.
 	Rejected
 	// Settled: fn succeeded and the event is SETTLED (200, fn's result).
 	// Also when fn had already ended the event itself through the typed
@@ -457,13 +459,15 @@ func (c *Client) failedCall(err error, cl Claim) Outcome {
 			Status: http.StatusServiceUnavailable, Body: []byte("claimd rate limit reached; retry later\n"),
 			RetryAfter: wait, Disposition: Unavailable, Claim: cl, Err: err,
 		}
-	case errors.Is(err, ErrInvalidArgument):
+	case rejectsDelivery(err):
 		return Outcome{Status: http.StatusBadRequest, Body: []byte("delivery rejected by claimd\n"), Disposition: Rejected, Claim: cl, Err: err}
 	}
-	// UNAUTHENTICATED and PERMISSION_DENIED land here too: this receiver's
-	// credentials or grants are wrong, which only an operator fixes. The
+	// UNAUTHENTICATED and PERMISSION_DENIED land here too, and an
+	// INVALID_ARGUMENT naming the receiver's own settings (a lease over
+	// max_lease, a window below the provider's: GUARD.md row 25): this
+	// receiver's configuration is wrong, which only an operator fixes. The
 	// answer is a 500 and not a 4xx, so that the provider keeps the delivery
-	// and retries it once they are fixed: fn did not run.
+	// and retries it once it is fixed: fn did not run.
 	c.opts.logger.Error("claimd: call failed", "err", err)
 	return Outcome{Status: http.StatusInternalServerError, Body: []byte("claimd refused the delivery\n"), Disposition: Rejected, Claim: cl, Err: err}
 }

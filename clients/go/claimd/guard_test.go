@@ -455,7 +455,10 @@ func TestGuardRejected(t *testing.T) {
 		want       error
 	}{
 		{desc: "unknown provider", req: claimd.ClaimRequest{Namespace: namespace, Provider: "nosuchprovider", EventID: "evt_1"}, wantStatus: 500, want: claimd.ErrProviderNotFound},
-		{desc: "bad namespace", req: claimd.ClaimRequest{Namespace: "Billing", Provider: "stripe", EventID: "evt_1"}, wantStatus: 400, want: claimd.ErrInvalidArgument},
+		// The receiver's own settings are a 500 (GUARD.md row 25): the provider keeps the delivery.
+		{desc: "bad namespace", req: claimd.ClaimRequest{Namespace: "Billing", Provider: "stripe", EventID: "evt_1"}, wantStatus: 500, want: claimd.ErrInvalidArgument},
+		{desc: "lease over max_lease", req: claimd.ClaimRequest{Namespace: namespace, Provider: "stripe", EventID: "evt_1", Lease: time.Hour}, wantStatus: 500, want: claimd.ErrInvalidArgument},
+		// Only what claimd says is wrong with the delivery is a 400.
 		{desc: "no key", req: claimd.ClaimRequest{Namespace: namespace, Provider: "stripe"}, wantStatus: 400, want: claimd.ErrInvalidArgument},
 	}
 	for _, tt := range tests {
