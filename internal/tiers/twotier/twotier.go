@@ -224,6 +224,9 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 		s.remember(fr.Record)
 		return res, nil
 	case tiers.FastTakeover:
+		if fr.Unverified {
+			return s.replaceUnverified(ctx, p)
+		}
 		return s.claimDurable(ctx, p, true, "")
 	case tiers.FastAskDurable:
 		return s.claimDurable(ctx, p, true, fr.Marker)
@@ -359,6 +362,22 @@ func (s *Store) claimDurable(ctx context.Context, p tiers.ClaimParams, fastUp bo
 		s.remember(res.Record)
 	}
 	return res, nil
+}
+
+// replaceUnverified answers a claim whose key held a record that failed its
+// integrity check (the fast tier withdrew it) from the durable tier, and
+// puts the durable tier's record in its place: an acquisition or a
+// terminal record as claimDurable always does, and here a record only read
+// (IN_PROGRESS, PAYLOAD_MISMATCH) too, so the key is answered from a sealed
+// copy again at once. A read copy is safe to put: if it lands after a newer
+// record was put and erased, the copy is older than the row, and every
+// answer from a copy in progress is confirmed against the row (confirm).
+func (s *Store) replaceUnverified(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
+	res, err := s.claimDurable(ctx, p, true, "")
+	if err == nil && fillable(res) {
+		s.repair(ctx, res.Record)
+	}
+	return res, err
 }
 
 // confirm answers a claim that the fast tier decided from a record that is
