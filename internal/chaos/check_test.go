@@ -165,6 +165,16 @@ func TestCheck(t *testing.T) {
 			want:   []string{CheckLinearizable},
 		},
 		{
+			desc: "a claim that starts in PROCESSING",
+			ops: []Op{
+				func() Op { o := acquired(claimOp(1, "a1", 0, 2), 1); o.Start, o.AckState = true, processing; return o }(),
+				inState(claimOp(2, "a2", 3, 4), "a1", processing),
+				transitionOp(1, 1, settledSt, "r1", 5, 6),
+				duplicate(claimOp(2, "a3", 7, 8), "r1"),
+			},
+			grants: grantsOf("a1", 1, 1),
+		},
+		{
 			desc:   "two owners at once",
 			ops:    append(happy()[:1], acquired(claimOp(2, "a2", 1, 3), 1)),
 			grants: grantsOf("a1", 1, 0),

@@ -55,6 +55,7 @@ type Op struct {
 
 	// The request.
 	AttemptID string        // Claim: the delivery's attempt_id (also sent as holder)
+	Start     bool          // Claim: asked to start in PROCESSING (ClaimRequest.start)
 	Token     uint64        // Transition, Release: the fencing token presented
 	To        pb.EventState // Transition: the target state
 	Result    string        // Transition to SETTLED: the result stored

@@ -88,16 +88,20 @@ func stepClaim(r register, in, out *Op) (bool, register) {
 	answered := func(outcome pb.Outcome, token uint64, state pb.EventState) bool {
 		return out.Outcome == outcome && out.AckToken == token && out.AckState == state
 	}
+	first := pb.EventState_EVENT_STATE_RECEIVED // the state a new holder starts in
+	if in.Start {
+		first = pb.EventState_EVENT_STATE_PROCESSING
+	}
 	switch {
 	case !r.Exists:
-		next := register{Exists: true, Token: 1, State: pb.EventState_EVENT_STATE_RECEIVED, AttemptID: in.AttemptID}
+		next := register{Exists: true, Token: 1, State: first, AttemptID: in.AttemptID}
 		return out == nil || answered(pb.Outcome_OUTCOME_ACQUIRED, 1, next.State), next
 	case terminal(r.State):
 		return out == nil || (out.Outcome == pb.Outcome_OUTCOME_DUPLICATE && out.AckResult == r.Result && out.AckState == r.State), r
 	case in.AttemptID != "" && in.AttemptID == r.AttemptID && !r.Released:
 		return out == nil || answered(pb.Outcome_OUTCOME_ACQUIRED, r.Token, r.State), r
 	case r.Released:
-		next := register{Exists: true, Token: r.Token + 1, State: pb.EventState_EVENT_STATE_RECEIVED, AttemptID: in.AttemptID}
+		next := register{Exists: true, Token: r.Token + 1, State: first, AttemptID: in.AttemptID}
 		return out == nil || answered(pb.Outcome_OUTCOME_ACQUIRED, next.Token, next.State), next
 	}
 	return out == nil || (out.Outcome == pb.Outcome_OUTCOME_IN_PROGRESS && out.AckHolder == r.AttemptID && out.AckState == r.State), r
