@@ -50,8 +50,18 @@ export class ClaimdError extends Error {
    * limit's RESOURCE_EXHAUSTED); undefined without one.
    */
   readonly retryAfterMs: number | undefined;
+  /**
+   * fields are the fields a google.rpc.BadRequest names
+   * ("ClaimRequest.lease"); empty when the server sent none.
+   */
+  readonly fields: readonly string[];
 
-  constructor(code: Code, message: string, info?: ErrorInfo, options?: { cause?: unknown; retryAfterMs?: number }) {
+  constructor(
+    code: Code,
+    message: string,
+    info?: ErrorInfo,
+    options?: { cause?: unknown; retryAfterMs?: number; fields?: readonly string[] },
+  ) {
     super(`[${codeName(code)}]${info ? ` ${info.reason}:` : ""} ${message}`, options);
     this.name = new.target.name;
     this.code = code;
@@ -59,6 +69,7 @@ export class ClaimdError extends Error {
     this.metadata = info?.metadata ?? {};
     this.rawMessage = message;
     this.retryAfterMs = options?.retryAfterMs;
+    this.fields = options?.fields ?? [];
   }
 
   /**
@@ -172,7 +183,8 @@ export function toClaimdError(err: unknown): ClaimdError {
   const info = errorInfo(ce);
   const Class = (info && byReason[info.reason]) || byCode[ce.code] || ClaimdError;
   const retryAfterMs = retryDelayMs(ce);
-  return new Class(ce.code, ce.rawMessage, info, retryAfterMs === undefined ? { cause: err } : { cause: err, retryAfterMs });
+  const options = retryAfterMs === undefined ? { cause: err } : { cause: err, retryAfterMs };
+  return new Class(ce.code, ce.rawMessage, info, { ...options, fields: badFields(ce) });
 }
 
 /**
@@ -214,6 +226,47 @@ function retryDelayMs(err: ConnectError): number | undefined {
     }
   }
   return undefined;
+}
+
+/** badFields are the fields of err's google.rpc.BadRequest detail, if any. */
+function badFields(err: ConnectError): string[] {
+  for (const d of err.details) {
+    if ("type" in d && d.type === "google.rpc.BadRequest") {
+      try {
+        return decodeBadRequestFields(d.value);
+      } catch {
+        return [];
+      }
+    }
+  }
+  return [];
+}
+
+/**
+ * decodeBadRequestFields reads the field names of google.rpc.BadRequest from
+ * its wire form: field_violations = 1, each a FieldViolation (field = 1,
+ * description = 2).
+ */
+export function decodeBadRequestFields(bytes: Uint8Array): string[] {
+  const fields: string[] = [];
+  const r = new BinaryReader(bytes);
+  while (r.pos < r.len) {
+    const [no, wt] = r.tag();
+    if (no === 1 && wt === WireType.LengthDelimited) {
+      const v = new BinaryReader(r.bytes());
+      while (v.pos < v.len) {
+        const [vno, vwt] = v.tag();
+        if (vno === 1 && vwt === WireType.LengthDelimited) {
+          fields.push(v.string());
+        } else {
+          v.skip(vwt);
+        }
+      }
+    } else {
+      r.skip(wt);
+    }
+  }
+  return fields;
 }
 
 /**

@@ -273,10 +273,12 @@ export function describeGuardResult(r: GuardResult): string {
  *                      event of an entity lifecycle that came too early:
  *                      the provider's retry is the replay); handler not called.
  *   SUPERSEDED       → 200 (the entity is past the event); handler not called.
- *   INVALID_ARGUMENT (a delivery claimd cannot key) → 400; handler not called.
+ *   INVALID_ARGUMENT naming only the delivery (one claimd cannot key) → 400;
+ *                      naming the receiver's settings (a lease over max_lease)
+ *                      → 500 and an error log; handler not called.
  *   claimd unreachable or too slow → 503, Retry-After 5; handler not called.
  *   rate limited (RESOURCE_EXHAUSTED) → 503, Retry-After from claimd's RetryInfo.
- *   UNAUTHENTICATED, PERMISSION_DENIED → 500 and a warning; handler not called.
+ *   UNAUTHENTICATED, PERMISSION_DENIED → 500 and an error log; handler not called.
  *
  * guard never throws for claimd's or the handler's failures: they are in the
  * result. It throws only for a programming error (a bad ClaimInput shape).
@@ -300,8 +302,15 @@ export async function guard(
     }
     const answer = failed(e, undefined, false);
     if (answer.status === 500) {
-      // Refused credentials or grants, an unknown provider: an operator must see it.
-      log.warn("claimd: claim refused", { namespace: request.namespace, provider: request.provider, error: e.message });
+      // Refused credentials or grants, an unknown provider, a lease or window
+      // the provider does not allow: the receiver's configuration, which an
+      // operator must see (GUARD.md row 25), at error level where the logger has one.
+      const fields = { namespace: request.namespace, provider: request.provider, error: e.message };
+      if (log.error) {
+        log.error("claimd: claim refused (configuration)", fields);
+      } else {
+        log.warn("claimd: claim refused (configuration)", fields);
+      }
     }
     return answer;
   }
@@ -590,16 +599,44 @@ function notOurs(err: ClaimdError): boolean {
 }
 
 /**
- * failed answers a claimd error before the handler ran (GUARD.md rows 4-9):
- * 400 for a request claimd will never accept (a delivery it cannot key), 503
+ * DELIVERY_FIELDS are the ClaimRequest fields that carry what the provider
+ * sent: an INVALID_ARGUMENT naming only these rejects the delivery itself
+ * (GUARD.md row 4); any other field is the receiver's own configuration (row 25).
+ */
+const DELIVERY_FIELDS = [
+  "ClaimRequest.delivery",
+  "ClaimRequest.event_id",
+  "ClaimRequest.key",
+  "ClaimRequest.entity_id",
+  "ClaimRequest.event_type",
+];
+
+/**
+ * rejectsDelivery reports whether err is an INVALID_ARGUMENT whose
+ * BadRequest names only DELIVERY_FIELDS. One without a BadRequest is not:
+ * only what claimd says was wrong with the delivery may tell a provider to
+ * stop retrying.
+ */
+function rejectsDelivery(err: ClaimdError): boolean {
+  return (
+    err instanceof InvalidArgumentError &&
+    err.fields.length > 0 &&
+    err.fields.every((f) => DELIVERY_FIELDS.some((d) => f === d || f.startsWith(`${d} `) || f.startsWith(`${d}.`)))
+  );
+}
+
+/**
+ * failed answers a claimd error before the handler ran (GUARD.md rows 4-9,
+ * 25): 400 for a delivery claimd will never accept (one it cannot key), 503
  * when claimd did not answer or this principal is over its rate limit
  * (Retry-After: claimd's RetryInfo delay), 500 when it refused (a
- * misconfiguration that must be seen: an unknown provider, UNAUTHENTICATED,
- * PERMISSION_DENIED). A 5xx, so that the provider delivers again.
+ * misconfiguration that must be seen: a lease over max_lease, an unknown
+ * provider, UNAUTHENTICATED, PERMISSION_DENIED). A 5xx, so that the provider
+ * delivers again.
  */
 function failed(err: ClaimdError, claim: ClaimResponse | undefined, ran: boolean): GuardResult {
   const base = { outcome: claim?.outcome, ran, error: err, ...(claim ? { claim } : {}) };
-  if (err instanceof InvalidArgumentError) {
+  if (rejectsDelivery(err)) {
     return { ...base, status: 400, body: text(answers.rejected) };
   }
   if (err instanceof ResourceExhaustedError) {

@@ -78,3 +78,18 @@ test("ErrorReason is the generated enum's names, each its own value", () => {
   assert.equal(ErrorReason.STALE_TOKEN, "STALE_TOKEN");
   assert.ok(Object.isFrozen(ErrorReason));
 });
+
+test("a BadRequest's fields are read into ClaimdError.fields (GUARD.md rows 4 and 25 tell them apart)", () => {
+  const violation = (field: string) =>
+    new BinaryWriter().tag(1, WireType.LengthDelimited).string(field).tag(2, WireType.LengthDelimited).string("why").finish();
+  const bad = new BinaryWriter()
+    .tag(1, WireType.LengthDelimited)
+    .bytes(violation("ClaimRequest.lease"))
+    .tag(1, WireType.LengthDelimited)
+    .bytes(violation("ClaimRequest.delivery (derived key)"))
+    .finish();
+  const err = new ConnectError("bad", Code.InvalidArgument);
+  err.details.push({ type: "google.rpc.BadRequest", value: bad });
+  assert.deepEqual(toClaimdError(err).fields, ["ClaimRequest.lease", "ClaimRequest.delivery (derived key)"]);
+  assert.deepEqual(toClaimdError(new ConnectError("bare", Code.InvalidArgument)).fields, []);
+});
