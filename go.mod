@@ -11,7 +11,6 @@ require (
 	github.com/chromedp/chromedp v0.23.1
 	github.com/claimd/claimd/clients/go v0.0.0-00010101000000-000000000000
 	github.com/claimd/claimd/gen v0.0.0-00010101000000-000000000000
-	github.com/fsnotify/fsnotify v1.10.1
 	github.com/google/go-cmp v0.7.0
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.1
 	github.com/hashicorp/golang-lru/v2 v2.0.7

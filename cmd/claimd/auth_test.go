@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -71,7 +72,7 @@ func TestServeWithAuthFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := start(t, "--data-dir", t.TempDir(), "--auth-file", path, "--log-format", "json")
+	p := start(t, "--data-dir", t.TempDir(), "--auth-file", path, "--log-format", "json", "--file-check-interval", "50ms")
 	conn := p.conn(t)
 	waitServing(t, conn) // health stays open without credentials
 	claims := pb.NewClaimServiceClient(conn)
@@ -137,16 +138,22 @@ func TestServeWithAuthFile(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	seen := 0
-	p.logs.wait(t, "after the edit", func(r map[string]any) bool {
-		if r["msg"] == "auth file reloaded" {
-			seen++
+	// The first call after the check interval reads the edit and is
+	// decided by it: the new token is let in within a few intervals.
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for err := claim(with(token2), "billing"); err != nil; err = claim(with(token2), "billing") {
+		if status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("Claim with the new token error = %v, want nil once the edit is read", err)
 		}
-		return seen == 2
-	})
-	if err := claim(with(token2), "billing"); err != nil {
-		t.Errorf("Claim with the new token error = %v, want nil", err)
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("Claim with the new token still refused 10s after the edit (check interval 50ms): %v", err)
+		}
 	}
+	p.logs.wait(t, "after the edit", func(r map[string]any) bool { return r["msg"] == "auth file reloaded" })
 	if err := claim(with(token), "billing"); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("Claim with the replaced token error = %v, want Unauthenticated", err)
 	}

@@ -9,11 +9,13 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/claimd/claimd/internal/auth"
+	"github.com/claimd/claimd/internal/filewatch"
 	"github.com/claimd/claimd/internal/tlsconfig"
 )
 
@@ -40,6 +42,9 @@ type securityConfig struct {
 	Insecure bool
 	// Reflection serves grpc.reflection (grpcurl list/describe).
 	Reflection bool
+	// FileCheckInterval is how often, at most, the TLS and auth files are
+	// checked for a replacement (internal/filewatch).
+	FileCheckInterval time.Duration
 }
 
 func bindSecurity(fs *flag.FlagSet, s *securityConfig) {
@@ -48,10 +53,12 @@ func bindSecurity(fs *flag.FlagSet, s *securityConfig) {
 	fs.StringVar(&s.TLSClientCA, "tls-client-ca", "", "PEM CA bundle: gRPC callers, HTTP API callers and /metrics scrapers must present a certificate it signed (mTLS); re-read when it changes")
 	fs.StringVar(&s.TLSIdentity, "tls-identity", string(auth.IdentityURI), "the one part of a client certificate that names its principal in the auth file: uri (its first URI SAN, as a SPIFFE ID), dns (its first DNS SAN) or cn (its subject common name); no other part is read, and a certificate whose identity names no principal is refused")
 	fs.StringVar(&s.TLSCRL, "tls-crl", "", "certificate revocation list of the --tls-client-ca CA (PEM or DER): a client certificate it lists is refused at the TLS handshake; re-read when it changes")
-	fs.StringVar(&s.AuthFile, "auth-file", "", "auth file (YAML): principals, their token hashes (optionally with expires:) or client certificate identities, namespaces and roles; re-read on SIGHUP and on change; with it, /metrics needs a principal with role metrics or admin. Empty: no authentication")
+	fs.StringVar(&s.AuthFile, "auth-file", "", "auth file (YAML): principals, their token hashes (optionally with expires:) or client certificate identities, namespaces and roles; re-read on SIGHUP and when it changes (see --file-check-interval); with it, /metrics needs a principal with role metrics or admin. Empty: no authentication")
 	fs.StringVar(&s.FastTierKeyFile, "fast-tier-key-file", "", "file of the keys that seal every record claimd keeps in Redis (HMAC-SHA-256), so that whoever can write to Redis cannot forge an answer: one hex key a line (openssl rand -hex 32), at least 32 bytes, # comments; the first key signs, every key verifies (rotate: add the new key first on every replica, remove the old one after the longest provider ttl). Required with --redis-url, the same file on every replica; with --insecure and none, one is generated into --data-dir")
 	fs.BoolVar(&s.Insecure, "insecure", false, "waive the start-up checks (a non-loopback listener without TLS and authentication, --tls-client-ca without --auth-file, an auth file, TLS key or fast-tier key file that other users may read, --redis-url without --fast-tier-key-file); logs a warning at every start")
 	fs.BoolVar(&s.Reflection, "reflection", true, "serve gRPC server reflection (grpcurl list/describe)")
+	fs.DurationVar(&s.FileCheckInterval, "file-check-interval", filewatch.DefaultInterval,
+		"how often, at most, the TLS files and the auth file are checked for a replacement (on the next handshake or call after it); SIGHUP re-reads them at once")
 }
 
 // check validates the flags that go together.
@@ -214,8 +221,9 @@ func (s *securityConfig) reloader(log *slog.Logger) (*tlsconfig.Reloader, error)
 		return nil, nil
 	}
 	r, err := tlsconfig.New(tlsconfig.Config{
-		Files:  tlsconfig.Files{Cert: s.TLSCert, Key: s.TLSKey, CA: s.TLSClientCA, CRL: s.TLSCRL},
-		Logger: log,
+		Files:         tlsconfig.Files{Cert: s.TLSCert, Key: s.TLSKey, CA: s.TLSClientCA, CRL: s.TLSCRL},
+		CheckInterval: s.FileCheckInterval,
+		Logger:        log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("--tls-cert, --tls-key, --tls-client-ca, --tls-crl: %w", err)

@@ -183,7 +183,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	mcfg := metrics.Config{Providers: reg, ReviewAge: c.ReviewAge, Clock: clk, MaxNamespaces: c.MaxNamespaces}
 	var authn *auth.Authenticator
 	if c.AuthFile != "" {
-		if authn, err = auth.Load(c.AuthFile, auth.Options{Registerer: promReg, Logger: log, Clock: clk, Identity: c.identityKind()}); err != nil {
+		if authn, err = auth.Load(c.AuthFile, auth.Options{Registerer: promReg, Logger: log, Clock: clk, Identity: c.identityKind(), CheckInterval: c.FileCheckInterval}); err != nil {
 			return err
 		}
 		mcfg.NamespaceLabel = authn.NamespaceLabel
@@ -268,11 +268,11 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		background.Wait()
 	}()
 	background.Go(func() { met.RunSampler(bgCtx, c.SampleInterval, st.sources, log) })
-	if authn != nil {
+	if authn != nil || certs != nil {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
-		background.Go(func() { authn.Watch(bgCtx, hup) })
+		background.Go(func() { reloadOn(bgCtx, hup, authn, certs) })
 	}
 	if c.JanitorInterval > 0 {
 		j, err := c.retentionConfig.janitor(st, janitor.Config{
@@ -477,4 +477,24 @@ func setHealth(hs *health.Server, s healthpb.HealthCheckResponse_ServingStatus) 
 	hs.SetServingStatus(pb.ProviderService_ServiceDesc.ServiceName, s)
 	hs.SetServingStatus(pb.EntityService_ServiceDesc.ServiceName, s)
 	hs.SetServingStatus(pb.InspectService_ServiceDesc.ServiceName, s)
+}
+
+// reloadOn re-reads the files claimd serves by — the auth file and the
+// listeners' TLS files — whenever a value arrives on hup (SIGHUP), until ctx
+// ends; each logs its outcome. A change on disk needs no signal: it is seen
+// on the request path within the check interval (internal/filewatch).
+func reloadOn(ctx context.Context, hup <-chan os.Signal, authn *auth.Authenticator, certs *tlsconfig.Reloader) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if authn != nil {
+				authn.Reload() // logged and counted
+			}
+			if certs != nil {
+				certs.Reload() // logged
+			}
+		}
+	}
 }

@@ -1,23 +1,19 @@
 package auth
 
 import (
-	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"strings"
-	"sync"
 	"sync/atomic"
+	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/filewatch"
 )
 
 // Options configures Load. Zero values mean the defaults.
@@ -26,9 +22,12 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Logger receives refusals and reloads. Default slog.Default().
 	Logger *slog.Logger
-	// Clock feeds the rate limiters and decides when a token has expired.
-	// Default clock.Real.
+	// Clock feeds the rate limiters, decides when a token has expired and
+	// when the file is due for another check. Default clock.Real.
 	Clock clock.Clock
+	// CheckInterval is the least time between two checks of the file on
+	// the request path. Default filewatch.DefaultInterval.
+	CheckInterval time.Duration
 	// Identity is the one part of a client certificate that names its
 	// principal (--tls-identity). Default IdentityURI.
 	Identity IdentityKind
@@ -38,7 +37,9 @@ type Options struct {
 }
 
 // Authenticator authenticates and authorizes gRPC calls against an auth
-// file, which it re-reads on Reload and while Watch runs. It is safe for
+// file, which it re-reads when it changed (checked at most once per
+// CheckInterval, on the request path) and on Reload (SIGHUP): the way
+// claimd notices every replaced file (internal/filewatch). It is safe for
 // concurrent use.
 type Authenticator struct {
 	path  string
@@ -46,11 +47,10 @@ type Authenticator struct {
 	rules map[string]rule
 	met   *authMetrics
 
-	cur      atomic.Pointer[state]
-	reloadMu sync.Mutex // one reload at a time, so limiters carry over in order
-	// failedSum is the hash of the last file that failed to load (guarded
-	// by reloadMu): the several events of one edit report it once.
-	failedSum [sha256.Size]byte
+	cur atomic.Pointer[state]
+	// files reads the auth file, one reload at a time (so that limiters
+	// carry over in order), reporting a broken edit once.
+	files *filewatch.Files
 
 	// unauthLog bounds the log lines of unauthenticated calls: anybody
 	// who can reach the port can make them.
@@ -68,6 +68,9 @@ func Load(path string, opts Options) (*Authenticator, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
+	if opts.CheckInterval <= 0 {
+		opts.CheckInterval = filewatch.DefaultInterval
+	}
 	if opts.Identity == "" {
 		opts.Identity = IdentityURI
 	}
@@ -80,14 +83,14 @@ func Load(path string, opts Options) (*Authenticator, error) {
 		rules:     methodRules(),
 		met:       newAuthMetrics(),
 		unauthLog: rate.NewLimiter(10, 20),
+		files:     filewatch.New(opts.Clock, opts.CheckInterval, path),
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("auth file: %w", err)
-	}
-	st, err := a.build(data, nil)
-	if err != nil {
-		return nil, err
+	var st *state
+	if err := a.files.Load(func(c [][]byte) (err error) {
+		st, err = a.build(c[0], nil)
+		return err
+	}); err != nil {
+		return nil, readError(err)
 	}
 	a.cur.Store(st)
 	if opts.Registerer != nil {
@@ -119,110 +122,65 @@ func (a *Authenticator) build(data []byte, prev *state) (*state, error) {
 	return newState(cfg, sha256.Sum256(data), prev, a.opts.Identity, a.opts.Clock), nil
 }
 
-// Reload re-reads the auth file. A file that does not load leaves the
-// previous one in force; the error says why (every broken rule, with its
-// line) and is logged.
+// Reload re-reads the auth file now, changed or not (SIGHUP). A file that
+// does not load leaves the previous one in force; the error says why (every
+// broken rule, with its line) and is logged.
 func (a *Authenticator) Reload() error {
-	return a.reload(false)
+	err := readError(a.files.Load(a.swap))
+	a.reported(err)
+	return err
 }
 
-// reload re-reads the file; onlyChanged skips a file whose bytes are those
-// in force or those that last failed (the several events of one edit).
-func (a *Authenticator) reload(onlyChanged bool) error {
-	a.reloadMu.Lock()
-	defer a.reloadMu.Unlock()
-	prev := a.cur.Load()
-	data, err := os.ReadFile(a.path)
-	var st *state
-	if err != nil && onlyChanged && errors.Is(err, fs.ErrNotExist) {
-		// Mid-replace (an editor moved it aside), or deleted: its return
-		// will be seen; until then the file in force stays.
-		a.opts.Logger.Warn("auth file is gone; the one loaded stays in force", "file", a.path)
-		return nil
+// current returns the state in force, after checking the file when it is
+// due. A call never waits for another's check.
+func (a *Authenticator) current() *state {
+	if ran, err := a.files.Poll(a.swap); ran {
+		if errors.Is(err, fs.ErrNotExist) {
+			// Mid-replace (an editor moved it aside), or deleted: its
+			// return will be seen; until then the file in force stays.
+			a.opts.Logger.Warn("auth file is gone; the one loaded stays in force", "file", a.path)
+		} else {
+			a.reported(readError(err))
+		}
 	}
+	return a.cur.Load()
+}
+
+// swap builds the state of the file's new contents and puts it in force,
+// carrying the rate limiters over.
+func (a *Authenticator) swap(c [][]byte) error {
+	st, err := a.build(c[0], a.cur.Load())
 	if err != nil {
-		err = fmt.Errorf("auth file: %w", err)
-	} else {
-		sum := sha256.Sum256(data)
-		if onlyChanged && (sum == prev.sum || sum == a.failedSum) {
-			return nil
-		}
-		if st, err = a.build(data, prev); err != nil {
-			a.failedSum = sum
-		}
+		return err
 	}
+	a.cur.Store(st)
+	a.met.loaded(st)
+	a.warnUnmatchable(st)
+	a.opts.Logger.Info("auth file reloaded", "file", a.path, "principals", len(st.principals))
+	return nil
+}
+
+// reported counts and logs the outcome of a reload, and tells the tests.
+func (a *Authenticator) reported(err error) {
 	if err != nil {
 		a.met.reloadFailed()
 		a.opts.Logger.Error("auth file reload failed; the previous one stays in force", "file", a.path, "err", err)
 	} else {
-		a.cur.Store(st)
-		a.met.loaded(st)
 		a.met.reloadDone()
-		a.warnUnmatchable(st)
-		a.opts.Logger.Info("auth file reloaded", "file", a.path, "principals", len(st.principals))
 	}
 	if a.opts.Reloaded != nil {
 		a.opts.Reloaded(err)
 	}
+}
+
+// readError names a read error as the auth file's; a parse error already
+// names the file and line.
+func readError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("auth file: %w", err)
+	}
 	return err
-}
-
-// Watch reloads the auth file whenever a value arrives on hup (the caller
-// subscribes it to SIGHUP) and whenever the file's directory reports a
-// change that alters the file (an edit, a rename over it, the symlink swap
-// of a Kubernetes ConfigMap). It returns when ctx ends. When the directory
-// cannot be watched, it says so in the log and reloads on hup only.
-func (a *Authenticator) Watch(ctx context.Context, hup <-chan os.Signal) {
-	var (
-		events <-chan fsnotify.Event
-		errs   <-chan error
-	)
-	if w, err := a.watchDir(); err != nil {
-		a.opts.Logger.Warn("cannot watch the auth file for changes; it reloads on SIGHUP only", "file", a.path, "err", err)
-	} else {
-		defer w.Close()
-		events, errs = w.Events, w.Errors
-	}
-	base := filepath.Base(a.path)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-			a.Reload()
-		case ev, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			if name := filepath.Base(ev.Name); name == base || strings.HasPrefix(name, "..") {
-				a.reload(true)
-			}
-		case err, ok := <-errs:
-			switch {
-			case !ok:
-				errs = nil
-			case errors.Is(err, fsnotify.ErrEventOverflow):
-				a.reload(true) // events were lost; one of them may have been ours
-			default:
-				a.opts.Logger.Warn("watching the auth file", "file", a.path, "err", err)
-			}
-		}
-	}
-}
-
-// watchDir watches the auth file's directory, not the file: editors and
-// ConfigMaps replace the file, and a watch on the old inode would go quiet.
-func (a *Authenticator) watchDir() (*fsnotify.Watcher, error) {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, err
-	}
-	if err := w.Add(filepath.Dir(a.path)); err != nil {
-		w.Close()
-		return nil, err
-	}
-	return w, nil
 }
 
 // NamespaceLabel returns the metric label of a (validated) namespace: the
@@ -230,5 +188,5 @@ func (a *Authenticator) watchDir() (*fsnotify.Watcher, error) {
 // matches it ("payouts-*"), or "other". The auth file bounds the label's
 // values; internal/metrics takes this as its NamespaceLabel.
 func (a *Authenticator) NamespaceLabel(ns string) string {
-	return a.cur.Load().label(ns)
+	return a.current().label(ns)
 }

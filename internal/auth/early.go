@@ -17,7 +17,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, method string) error {
 	if open(method) {
 		return nil
 	}
-	if _, _, reason, msg := authenticate(ctx, a.cur.Load()); reason != "" {
+	if _, _, reason, msg := authenticate(ctx, a.current()); reason != "" {
 		return a.unauthenticated(ctx, method, reason, msg)
 	}
 	return nil

@@ -22,7 +22,7 @@ import (
 // only an admitted request spends the principal's budget.
 func (a *Authenticator) RequireRole(role Roles, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st := a.cur.Load()
+		st := a.current()
 		p, via, reason, msg := st.authenticate(r.Header.Values("Authorization"), verifiedLeafOf(r))
 		ctx := httpPeer(r)
 		if reason != "" {

@@ -108,7 +108,7 @@ func (c call) principal() Principal { return c.p.context(c.via) }
 // check passed). Server reflection needs an authenticated caller and no
 // particular role.
 func (a *Authenticator) admit(ctx context.Context, method string) (call, error) {
-	st := a.cur.Load()
+	st := a.current()
 	c := call{method: method}
 	var reason, msg string
 	c.p, c.via, reason, msg = authenticate(ctx, st)

@@ -1,18 +1,16 @@
 package auth_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/auth"
+	"github.com/claimd/claimd/internal/filewatch"
 )
 
 // withHooksToken is the test file with billing-hooks' token replaced by tok.
@@ -71,69 +69,76 @@ func TestReload(t *testing.T) {
 	e.noSecrets(t)
 }
 
-// waitReload waits for the next reload whose outcome satisfies ok, and
-// fails t after 10s. Reloads that do not satisfy ok (a second event of the
-// same edit) are passed over.
-func (e *env) waitReload(t *testing.T, what string, ok func(error) bool) {
-	t.Helper()
-	timeout := time.After(10 * time.Second)
+// reloads returns the outcomes of the reloads since the last call.
+func (e *env) reloads() []error {
+	var out []error
 	for {
 		select {
 		case err := <-e.reloaded:
-			if ok(err) {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("no reload: %s", what)
+			out = append(out, err)
+		default:
+			return out
 		}
 	}
 }
 
-func succeeded(err error) bool { return err == nil }
-func failed(err error) bool    { return err != nil }
-
-func TestWatch(t *testing.T) {
+// TestReloadWhenChanged: a change on disk is seen, without a signal, by
+// the first call after the check interval, and decides that call; a broken
+// edit is reported once however often it is checked; a file gone
+// mid-replace leaves the one in force.
+func TestReloadWhenChanged(t *testing.T) {
 	e := newEnv(t)
 	e.conns = e.conn(t, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	hup := make(chan os.Signal, 1)
-	done := make(chan struct{})
-	go func() {
-		e.a.Watch(ctx, hup)
-		close(done)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-
-	// SIGHUP reloads, even a file that did not change. Once it has, the
-	// watch on the directory is in place.
-	hup <- syscall.SIGHUP
-	e.waitReload(t, "after SIGHUP", succeeded)
-
-	// An edit on disk is picked up without a signal.
 	newTok := auth.NewToken()
 	e.write(t, withHooksToken(newTok))
-	e.waitReload(t, "after the file changed", succeeded)
+	if err := e.get(newTok); codeOf(err) != codes.Unauthenticated {
+		t.Fatalf("the new token within the check interval: error = %v, want Unauthenticated (not looked at yet)", err)
+	}
+	e.clk.Advance(filewatch.DefaultInterval)
 	if err := e.get(newTok); err != nil {
-		t.Errorf("the new token after the file changed: error = %v, want nil", err)
+		t.Fatalf("the new token on the first call after the interval: error = %v, want nil", err)
+	}
+	if got := e.reloads(); len(got) != 1 || got[0] != nil {
+		t.Fatalf("reloads after the change = %v, want one success", got)
 	}
 
-	// A broken edit keeps the file in force.
+	// A broken edit keeps the file in force, reported once.
 	e.write(t, brokenFile)
-	e.waitReload(t, "after a broken edit", failed)
-	if err := e.get(newTok); err != nil {
-		t.Errorf("the token of the file in force after a broken edit: error = %v, want nil", err)
+	for range 3 {
+		e.clk.Advance(filewatch.DefaultInterval)
+		if err := e.get(newTok); err != nil {
+			t.Fatalf("the token of the file in force after a broken edit: error = %v, want nil", err)
+		}
+	}
+	if got := e.reloads(); len(got) != 1 || got[0] == nil {
+		t.Fatalf("reloads after a broken edit checked 3 times = %v, want one failure", got)
+	}
+	if got := e.metric(t, "claimd_auth_reloads_total", "result", "failure"); got != 1 {
+		t.Errorf(`claimd_auth_reloads_total{result="failure"} = %v, want 1`, got)
 	}
 
-	// Fixing it puts the fix in force.
+	// Gone mid-replace: the file in force stays, and a warning says so.
+	if err := os.Remove(e.path); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(filewatch.DefaultInterval)
+	if err := e.get(newTok); err != nil {
+		t.Errorf("the token of the file in force while the file is gone: error = %v, want nil", err)
+	}
+	if lines := e.logLines("auth file is gone; the one loaded stays in force"); len(lines) != 1 {
+		t.Errorf("log lines while the file is gone = %q, want one warning", lines)
+	}
+
+	// Its fixed return puts the fix in force.
 	e.write(t, testFile())
-	e.waitReload(t, "after the fix", succeeded)
+	e.clk.Advance(filewatch.DefaultInterval)
 	if err := e.get(hooksToken); err != nil {
 		t.Errorf("the token of the fixed file: error = %v, want nil", err)
 	}
 	if err := e.get(newTok); codeOf(err) != codes.Unauthenticated {
 		t.Errorf("the token the fix removed: error = %v, want Unauthenticated", err)
+	}
+	if got := e.reloads(); len(got) != 1 || got[0] != nil {
+		t.Errorf("reloads after the fix = %v, want one success", got)
 	}
 }

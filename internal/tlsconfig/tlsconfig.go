@@ -6,33 +6,28 @@
 //
 // A Reloader checks the files on the TLS handshake path, at most once per
 // CheckInterval of an injected clock, and re-parses them only when their
-// contents changed. This was chosen over an fsnotify watch: a watch on a
-// file misses the symlink swap of a Kubernetes secret volume (the watched
-// inode never changes), a watch on the directory sees every rename and
-// chmod and still has to re-read to know what changed, and either needs a
-// goroutine and tests that wait for asynchronous events. Reading three
-// small files at most every few seconds costs nothing measurable, works
-// with any way of replacing them, and is tested deterministically with a
-// fake clock. A replacement that does not load (a new certificate with the
-// old key half-way through a rotation, a truncated file, an expired
-// certificate) keeps the previous material and logs why.
+// contents changed; SIGHUP re-reads them at once. That is claimd's one way
+// of noticing a replaced file (internal/filewatch says why it polls rather
+// than watches), shared with the auth file. A replacement that does not load
+// (a new certificate with the old key half-way through a rotation, a
+// truncated file, an expired certificate) keeps the previous material and
+// logs why, once per distinct content.
 package tlsconfig
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
-	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/filewatch"
 )
 
 // MinVersion is the oldest TLS version any config of this package accepts.
@@ -41,7 +36,7 @@ const MinVersion = tls.VersionTLS12
 // DefaultCheckInterval is how often, at most, a handshake re-reads the
 // files. A rotation is seen within it; certificate managers renew long
 // before expiry, so seconds are plenty.
-const DefaultCheckInterval = 10 * time.Second
+const DefaultCheckInterval = filewatch.DefaultInterval
 
 // Files names PEM files.
 type Files struct {
@@ -78,20 +73,16 @@ type Config struct {
 // Reloader holds the current certificate and CA pool read from Files and
 // re-reads them when they change. It is safe for concurrent use.
 type Reloader struct {
-	cfg Config
-	cur atomic.Pointer[material]
-
-	mu         sync.Mutex // held while the files are read; handshakes only TryLock it
-	next       time.Time  // when the files are due for a check
-	lastFailed [sha256.Size]byte
+	cfg   Config
+	cur   atomic.Pointer[material]
+	files *filewatch.Files // Cert, Key, CA, CRL
 }
 
 // material is one consistent reading of the files.
 type material struct {
-	certPEM, keyPEM, caPEM, crlBytes []byte
-	cert                             *tls.Certificate // nil without Cert/Key
-	pool                             *x509.CertPool   // nil without CA
-	revoked                          *revocations     // nil without CRL
+	cert    *tls.Certificate // nil without Cert/Key
+	pool    *x509.CertPool   // nil without CA
+	revoked *revocations     // nil without CRL
 }
 
 // New reads the files once and fails, naming the file, when they do not
@@ -115,23 +106,28 @@ func New(cfg Config) (*Reloader, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	r := &Reloader{cfg: cfg}
-	m, err := r.read()
-	if err != nil {
-		return nil, err
+	r := &Reloader{cfg: cfg, files: filewatch.New(cfg.Clock, cfg.CheckInterval, cfg.Cert, cfg.Key, cfg.CA, cfg.CRL)}
+	if err := r.files.Load(func(c [][]byte) error {
+		m, err := r.parse(c[0], c[1], c[2], c[3])
+		if err == nil {
+			r.cur.Store(m)
+		}
+		return err
+	}); err != nil {
+		return nil, wrapRead(err)
 	}
-	r.cur.Store(m)
-	r.next = cfg.Clock.Now().Add(cfg.CheckInterval)
 	return r, nil
 }
 
-// Reload re-reads the files now, whatever the interval. On an error the
-// previous material stays in use; the error says why.
+// Reload re-reads the files now, whatever the interval and whether they
+// changed (SIGHUP). On an error the previous material stays in use; the
+// error says why, and is logged.
 func (r *Reloader) Reload() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.next = r.cfg.Clock.Now().Add(r.cfg.CheckInterval)
-	return r.reloadLocked()
+	err := wrapRead(r.files.Load(r.swap))
+	if err != nil {
+		r.cfg.Logger.Warn("TLS files do not load; keeping the previous ones", "err", err)
+	}
+	return err
 }
 
 // Leaf returns the certificate currently served, nil without Files.Cert.
@@ -146,39 +142,21 @@ func (r *Reloader) Leaf() *x509.Certificate {
 // the files when they are due. A handshake never waits for another one's
 // check: it then uses the material as it stands.
 func (r *Reloader) current() *material {
-	if r.mu.TryLock() {
-		if now := r.cfg.Clock.Now(); !now.Before(r.next) {
-			r.next = now.Add(r.cfg.CheckInterval)
-			_ = r.reloadLocked() // logged; the previous material stays
-		}
-		r.mu.Unlock()
+	if _, err := r.files.Poll(r.swap); err != nil {
+		// Once per distinct content: a file left broken is not logged at
+		// every check.
+		r.cfg.Logger.Warn("TLS files changed but do not load; keeping the previous ones", "err", wrapRead(err))
 	}
 	return r.cur.Load()
 }
 
-// reloadLocked reads the files and swaps in what they hold when it
-// changed and loads. A failure is logged once per distinct content, not on
-// every check, so a file left broken does not flood the log.
-func (r *Reloader) reloadLocked() error {
-	prev := r.cur.Load()
-	certPEM, keyPEM, caPEM, crlBytes, err := r.readFiles()
-	if err == nil && bytes.Equal(certPEM, prev.certPEM) && bytes.Equal(keyPEM, prev.keyPEM) && bytes.Equal(caPEM, prev.caPEM) && bytes.Equal(crlBytes, prev.crlBytes) {
-		return nil
-	}
-	var m *material
-	if err == nil {
-		m, err = r.parse(certPEM, keyPEM, caPEM, crlBytes)
-	}
+// swap parses a reading of the files and puts it in force.
+func (r *Reloader) swap(c [][]byte) error {
+	m, err := r.parse(c[0], c[1], c[2], c[3])
 	if err != nil {
-		sum := sha256.Sum256([]byte(err.Error() + "\x00" + string(certPEM) + "\x00" + string(keyPEM) + "\x00" + string(caPEM) + "\x00" + string(crlBytes)))
-		if sum != r.lastFailed {
-			r.lastFailed = sum
-			r.cfg.Logger.Warn("TLS files changed but do not load; keeping the previous ones", "err", err)
-		}
 		return err
 	}
 	r.cur.Store(m)
-	r.lastFailed = [sha256.Size]byte{}
 	attrs := []any{"cert", r.cfg.Cert, "ca", r.cfg.CA}
 	if m.revoked != nil {
 		attrs = append(attrs, "crl", r.cfg.CRL, "revoked", m.revoked.count)
@@ -191,42 +169,20 @@ func (r *Reloader) reloadLocked() error {
 	return nil
 }
 
-func (r *Reloader) read() (*material, error) {
-	certPEM, keyPEM, caPEM, crlBytes, err := r.readFiles()
-	if err != nil {
-		return nil, err
+// wrapRead prefixes a read error (an *fs.PathError names the file) with
+// the package; parse's errors already carry it.
+func wrapRead(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("tlsconfig: %w", err)
 	}
-	return r.parse(certPEM, keyPEM, caPEM, crlBytes)
-}
-
-func (r *Reloader) readFiles() (certPEM, keyPEM, caPEM, crlBytes []byte, err error) {
-	read := func(path string) ([]byte, error) {
-		if path == "" {
-			return nil, nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("tlsconfig: %w", err) // *PathError names the file
-		}
-		return b, nil
-	}
-	if certPEM, err = read(r.cfg.Cert); err != nil {
-		return
-	}
-	if keyPEM, err = read(r.cfg.Key); err != nil {
-		return
-	}
-	if caPEM, err = read(r.cfg.CA); err != nil {
-		return
-	}
-	crlBytes, err = read(r.cfg.CRL)
-	return
+	return err
 }
 
 // parse checks a reading: the key matches the certificate, the
 // certificate has not expired, the CA file holds certificates only.
 func (r *Reloader) parse(certPEM, keyPEM, caPEM, crlBytes []byte) (*material, error) {
-	m := &material{certPEM: certPEM, keyPEM: keyPEM, caPEM: caPEM, crlBytes: crlBytes}
+	m := &material{}
 	if certPEM != nil {
 		c, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
