@@ -2,12 +2,15 @@ package dev.claimd.client;
 
 import com.google.protobuf.Any;
 import com.google.protobuf.InvalidProtocolBufferException;
+import com.google.rpc.BadRequest;
 import com.google.rpc.ErrorInfo;
 import com.google.rpc.RetryInfo;
 import dev.claimd.idempotency.v1.ErrorReason;
 import io.grpc.Status;
 import io.grpc.protobuf.StatusProto;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 
 /**
@@ -29,6 +32,7 @@ public class ClaimdException extends RuntimeException {
   private final transient Map<String, String> metadata;
   private final int attempts;
   private final Duration retryDelay;
+  private List<String> fields = List.of();
 
   ClaimdException(String op, Status.Code code, String reasonName, Map<String, String> metadata, String message,
       int attempts, Duration retryDelay, Throwable cause) {
@@ -98,10 +102,37 @@ public class ClaimdException extends RuntimeException {
   }
 
   /**
+   * fields are the fields a google.rpc.BadRequest names
+   * ("ClaimRequest.lease"), empty when claimd sent none.
+   */
+  public List<String> fields() {
+    return fields;
+  }
+
+  /**
    * from turns a failure of a gRPC call into the ClaimdException subclass its
-   * reason and code name.
+   * reason and code name, with the fields its BadRequest names.
    */
   static ClaimdException from(String op, Throwable t, int attempts) {
+    ClaimdException e = classify(op, t, attempts);
+    List<String> named = new ArrayList<>();
+    com.google.rpc.Status details = StatusProto.fromThrowable(t);
+    if (details != null) {
+      for (Any any : details.getDetailsList()) {
+        if (any.is(BadRequest.class)) {
+          try {
+            any.unpack(BadRequest.class).getFieldViolationsList().forEach(v -> named.add(v.getField()));
+          } catch (InvalidProtocolBufferException ignored) {
+            // A detail that does not parse names no field.
+          }
+        }
+      }
+    }
+    e.fields = List.copyOf(named);
+    return e;
+  }
+
+  private static ClaimdException classify(String op, Throwable t, int attempts) {
     Status st = Status.fromThrowable(t);
     String reason = "";
     Map<String, String> metadata = Map.of();

@@ -10,6 +10,7 @@ import java.lang.System.Logger.Level;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.time.Duration;
+import java.util.List;
 import java.util.Objects;
 import java.util.OptionalLong;
 import java.util.concurrent.CancellationException;
@@ -465,14 +466,37 @@ public final class Guard {
       long wait = e.retryDelay().isZero() ? UNAVAILABLE_RETRY_AFTER_S : Claim.ceilSeconds(e.retryDelay());
       return answer(503, bytes(RATE_LIMITED_BODY), wait, Disposition.UNAVAILABLE, cl, false, e);
     }
-    if (e instanceof ClaimdException.InvalidArgument) {
+    if (rejectsDelivery(e)) {
       return answer(400, bytes(REJECTED_BODY), null, Disposition.REJECTED, cl, false, e);
     }
-    // UNAUTHENTICATED, PERMISSION_DENIED, an unknown provider: only an
-    // operator fixes them. A 500 (not a 4xx) keeps the delivery at the
-    // provider, retried once they are fixed; the handler did not run.
+    // UNAUTHENTICATED, PERMISSION_DENIED, an unknown provider, an
+    // INVALID_ARGUMENT naming the receiver's own settings (a lease over
+    // max_lease: GUARD.md row 25): only an operator fixes them. A 500 (not a
+    // 4xx) keeps the delivery at the provider, retried once they are fixed;
+    // the handler did not run.
     client.logger().log(Level.ERROR, "claimd: call failed", e);
     return answer(500, bytes(REFUSED_BODY), null, Disposition.REJECTED, cl, false, e);
+  }
+
+  /**
+   * DELIVERY_FIELDS are the ClaimRequest fields that carry what the provider
+   * sent: an INVALID_ARGUMENT naming only these rejects the delivery itself
+   * (GUARD.md row 4); any other field is the receiver's configuration (row 25).
+   */
+  static final List<String> DELIVERY_FIELDS = List.of(
+      "ClaimRequest.delivery", "ClaimRequest.event_id", "ClaimRequest.key",
+      "ClaimRequest.entity_id", "ClaimRequest.event_type");
+
+  /**
+   * rejectsDelivery reports whether e is an INVALID_ARGUMENT whose BadRequest
+   * names only DELIVERY_FIELDS. One without a BadRequest is not: only what
+   * claimd says was wrong with the delivery may tell a provider to stop retrying.
+   */
+  static boolean rejectsDelivery(ClaimdException e) {
+    return e instanceof ClaimdException.InvalidArgument
+        && !e.fields().isEmpty()
+        && e.fields().stream().allMatch(f -> DELIVERY_FIELDS.stream()
+            .anyMatch(d -> f.equals(d) || f.startsWith(d + " ") || f.startsWith(d + ".")));
   }
 
   private GuardResult takenOver(Claim cl, Throwable e, boolean ran) {
