@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -390,6 +391,33 @@ func TestReconcileRefusesStrangers(t *testing.T) {
 		if _, err := os.Stat(textfile); !os.IsNotExist(err) {
 			t.Errorf("%s: a refused run wrote %s (%v)", tc.desc, textfile, err)
 		}
+	}
+	p.stop(t)
+}
+
+// TestReconcileOverMTLS: as the chart's CronJob runs it, against a claimd
+// with TLS, client certificates required and an auth file: the job's CA
+// file, client certificate and read token get it through; without the
+// certificate the handshake is refused and the command exits 2.
+func TestReconcileOverMTLS(t *testing.T) {
+	f := newServerFiles(t)
+	token := auth.NewToken()
+	authFile := writeFile(t, "auth.yaml", "version: 1\nprincipals:\n  reconcile:\n    tokens: [\""+auth.HashToken(token)+"\"]\n    namespaces: [billing]\n    roles: [read]\n")
+	p := start(t, "--tls-cert", f.cert.CertFile, "--tls-key", f.cert.KeyFile, "--tls-client-ca", f.ca.File(),
+		"--auth-file", authFile, "--data-dir", t.TempDir(), "--log-format", "json")
+	job := f.ca.Issue(t, "spiffe://claimd.test/reconcile")
+	events := writeFile(t, "events.jsonl", `{"id":"evt_tls","object":"event","type":"charge.succeeded","created":`+strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10)+`}`+"\n")
+	base := []string{"reconcile", "--address", p.grpc, "--namespace", "billing", "--provider", "stripe", "--events", events, "--ca-file", f.ca.File()}
+	env := []string{"CLAIMD_TOKEN=" + token}
+
+	r := runEnv(t, env, append(base, "--cert-file", job.CertFile, "--key-file", job.KeyFile)...)
+	if r.code != 1 || !strings.Contains(r.stdout, "1 events of stripe compared with namespace billing: 1 never_delivered") {
+		t.Errorf("claimd reconcile over mTLS with a token = exit %d\n%s%s; want exit 1 and the event never delivered", r.code, r.stdout, r.stderr)
+	}
+	// The handshake fails at every attempt until --timeout.
+	r = runEnv(t, env, append(base, "--timeout", "2s")...)
+	if r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, "not reachable") {
+		t.Errorf("claimd reconcile without a client certificate = exit %d\n%s%s; want exit 2, no findings, claimd not reachable", r.code, r.stdout, r.stderr)
 	}
 	p.stop(t)
 }
