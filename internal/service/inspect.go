@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
@@ -48,13 +49,30 @@ func (s *Service) ListClaims(ctx context.Context, req *pb.ListClaimsRequest) (*p
 	if err != nil {
 		return nil, s.finish(ctx, r, start, pageTokenErr("ListClaimsRequest", storeErr(ctx, err)))
 	}
-	resp := &pb.ListClaimsResponse{Records: make([]*pb.Record, len(recs)), NextPageToken: next}
+	resp := &pb.ListClaimsResponse{Records: make([]*pb.Record, 0, len(recs)), NextPageToken: next}
+	size := 0
 	for i, rec := range recs {
-		resp.Records[i] = pbRecord(rec)
+		m := pbRecord(rec)
+		if size += proto.Size(m); i > 0 && size > MaxListResponseBytes {
+			// A page of records with large results: end it here, and let
+			// the next page start after the last record sent.
+			last := recs[i-1]
+			resp.NextPageToken = tiers.EncodeClaimsCursor(f, tiers.ClaimsPosition{
+				FirstSeenAt: last.FirstSeenAt, Provider: last.Key.Provider, Key: last.Key.Key})
+			break
+		}
+		resp.Records = append(resp.Records, m)
 	}
 	_ = s.finish(ctx, r, start, nil)
 	return resp, nil
 }
+
+// MaxListResponseBytes bounds the records of one ListClaims page: a
+// thousand records of 64 KiB results would be 64 MiB, past every gRPC
+// client's default limit on a message received (4 MiB). A page that
+// would exceed it ends early, with a next_page_token, as a page may;
+// it holds at least one record.
+const MaxListResponseBytes = 3 << 20
 
 func (s *Service) validateListClaims(req *pb.ListClaimsRequest) (tiers.ClaimFilter, tiers.Page, error) {
 	c := &checker{msg: "ListClaimsRequest"}

@@ -2,11 +2,13 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
@@ -257,4 +259,58 @@ func TestGetNext(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("released", "evt_2", pb.Outcome_OUTCOME_ACQUIRED, pb.Reason_REASON_RELEASED, time.Time{}, `released by "pod-a"`)
+}
+
+// TestListClaimsPagesBoundedInBytes: sixty settled records with 64 KiB
+// results (3.75 MiB) do not fit one page under MaxListResponseBytes: the
+// first page ends early with a token, the second holds the rest, each
+// record is listed once, and no page comes near a gRPC client's default
+// 4 MiB receive limit (a thousand such records would be 64 MiB).
+func TestListClaimsPagesBoundedInBytes(t *testing.T) {
+	clk := clock.NewFake(time.Now())
+	svc := newTestService(t, embedded(t), clk)
+	conn := dialConn(t, svc)
+	claims, inspect := pb.NewClaimServiceClient(conn), pb.NewInspectServiceClient(conn)
+	ctx := context.Background()
+	result := []byte(strings.Repeat("r", MaxResultBytes))
+	const n = 60
+	for i := range n {
+		clk.Advance(time.Millisecond)
+		res, err := claims.Claim(ctx, claimReq(func(r *pb.ClaimRequest) {
+			r.Key = &pb.ClaimRequest_EventId{EventId: fmt.Sprintf("evt_%02d", i)}
+			r.Start = true
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := claims.Transition(ctx, &pb.TransitionRequest{Namespace: "billing", Provider: "stripe", Key: res.GetKey(),
+			FencingToken: res.GetFencingToken(), LeaseSecret: res.GetLeaseSecret(), To: pb.EventState_EVENT_STATE_SETTLED, Result: result}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	req := &pb.ListClaimsRequest{Namespace: "billing", PageSize: 1000}
+	var pages []int
+	for {
+		resp, err := inspect.ListClaims(ctx, req)
+		if err != nil {
+			t.Fatalf("ListClaims(page %d) error = %v", len(pages), err)
+		}
+		pages = append(pages, len(resp.GetRecords()))
+		if sz := proto.Size(resp); sz > MaxListResponseBytes+MaxResultBytes+4096 {
+			t.Errorf("ListClaims page %d is %d bytes, want at most about %d", len(pages), sz, MaxListResponseBytes)
+		}
+		for _, r := range resp.GetRecords() {
+			if seen[r.GetKey()] || len(r.GetResult()) != MaxResultBytes {
+				t.Fatalf("ListClaims listed %q twice, or without its result", r.GetKey())
+			}
+			seen[r.GetKey()] = true
+		}
+		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" {
+			break
+		}
+	}
+	if len(seen) != n || len(pages) < 2 {
+		t.Fatalf("ListClaims pages = %v (%d records), want every one of %d records over at least two pages", pages, len(seen), n)
+	}
 }

@@ -14,8 +14,9 @@
 -- the transaction that decides. Unlike the BRIN index, whose entries follow
 -- the append order, these land wherever the key sorts, so the index's pages
 -- are spread over the whole month's key space: about the size of the
--- text columns it holds (namespace, provider, key, plus 16 bytes) per row,
--- more WAL (a full-page image of each index page first touched after a
+-- text columns it holds (namespace, provider, key, plus 16 bytes) per row
+-- (measured: 119 bytes an entry for 20-byte keys, beside 141 bytes of the
+-- row itself), more WAL (a full-page image of each index page first touched after a
 -- checkpoint) and one more random page write per decision. Each monthly
 -- partition has its own copy, dropped with its partition by retention.
 --
