@@ -109,6 +109,9 @@ type Claim struct {
 	Provider  string
 	// AttemptID that was sent (generated when the request had none).
 	AttemptID string
+	// Cached reports that the answer came from the client's duplicate
+	// cache (WithLocalCache), not from claimd.
+	Cached bool
 }
 
 // Acquired reports whether the caller owns the delivery and must do the work.
@@ -223,12 +226,20 @@ func (c *Client) Claim(ctx context.Context, r ClaimRequest) (Claim, error) {
 	if r.AttemptID == "" {
 		r.AttemptID = newAttemptID()
 	}
+	if c.cache != nil {
+		if answer := c.cache.lookup(r); answer != nil {
+			return Claim{ClaimResponse: answer, Namespace: r.Namespace, Provider: r.Provider, AttemptID: r.AttemptID, Cached: true}, nil
+		}
+	}
 	req := r.proto(c.opts.holder)
 	resp, err := call(ctx, c, "Claim", r.Wait, func(ctx context.Context) (*pb.ClaimResponse, error) {
 		return c.claims.Claim(ctx, req)
 	})
 	if err != nil {
 		return Claim{}, err
+	}
+	if c.cache != nil {
+		c.cache.rememberClaim(r, resp)
 	}
 	return Claim{ClaimResponse: resp, Namespace: r.Namespace, Provider: r.Provider, AttemptID: r.AttemptID}, nil
 }
@@ -267,6 +278,9 @@ func (c *Client) Transition(ctx context.Context, r TransitionRequest) (rec *pb.R
 	})
 	if err != nil {
 		return nil, false, err
+	}
+	if c.cache != nil {
+		c.cache.rememberRecord(resp.GetRecord())
 	}
 	return resp.GetRecord(), resp.GetChanged(), nil
 }

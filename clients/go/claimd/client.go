@@ -22,6 +22,7 @@ type Client struct {
 	conn   *grpc.ClientConn
 	claims pb.ClaimServiceClient
 	opts   options
+	cache  *duplicateCache // WithLocalCache; nil when off
 }
 
 // Dial connects to claimd at target ("host:port" or any gRPC target) and,
@@ -68,6 +69,9 @@ func Dial(ctx context.Context, target string, opts ...Option) (*Client, error) {
 		return nil, &Error{Op: "Dial", Code: codes.InvalidArgument, Message: err.Error(), st: status.New(codes.InvalidArgument, err.Error())}
 	}
 	c := &Client{conn: conn, claims: pb.NewClaimServiceClient(conn), opts: o}
+	if o.localCache > 0 {
+		c.cache = newDuplicateCache(o.localCache, o.now)
+	}
 	if o.lazy {
 		return c, nil
 	}

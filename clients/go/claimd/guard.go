@@ -98,7 +98,10 @@ const (
 	// Unreleased: fn failed retryably on a key taken over from a holder
 	// that had reached PROCESSING (500). Releasing would reset the state to
 	// RECEIVED and hide from the next holder that the side effect may have
-	// happened, so the key is left to its lease instead.
+	// happened, so the key is left to its lease instead. Likewise when fn
+	// returned an error wrapping ErrResultNotStorable (Idempotent's value
+	// could not be stored): fn ran, so the key is neither released nor
+	// settled empty.
 	Unreleased
 	// Deferred: the event belongs to an entity lifecycle and arrived before
 	// its prerequisite (claimd's DEFERRED); fn did not run and nothing is
@@ -293,6 +296,15 @@ func (c *Client) run(ctx context.Context, req ClaimRequest, cl Claim, fn GuardFu
 			tr:      TransitionRequest{Lease: lease, To: StateFailed, Result: text},
 			outcome: Outcome{Status: http.StatusOK, Body: text, Disposition: Failed, Err: fnErr},
 		})
+	case errors.Is(fnErr, ErrResultNotStorable):
+		// fn returned, so its side effect may have happened: never release,
+		// and never settle it empty. The key waits for its lease; the next
+		// holder is told LEASE_EXPIRED from PROCESSING.
+		c.opts.logger.Error("claimd: result cannot be stored; leaving the key to its lease", "key", lease.Key, "err", fnErr)
+		o = Outcome{
+			Status: http.StatusInternalServerError, Body: []byte("processing failed; retry later\n"),
+			Disposition: Unreleased, Claim: cl, Ran: true, Err: fnErr,
+		}
 	case mayHaveHappened(cl):
 		// Logged here, once: the guard turns fn's error into a 500 for the
 		// provider, so no caller up the stack sees it unless they read Err.

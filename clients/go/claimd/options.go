@@ -78,6 +78,7 @@ type options struct {
 	holder           string
 	logger           *slog.Logger
 	now              func() time.Time
+	localCache       int // WithLocalCache's size; 0: off
 
 	// Transport security and credentials; see security.go.
 	token      TokenSource
@@ -172,6 +173,21 @@ func WithLazyConnect() Option {
 // claimd for audit). Default "<hostname>/<pid>".
 func WithHolder(holder string) Option {
 	return func(o *options) { o.holder = holder }
+}
+
+// WithLocalCache keeps up to size settled answers in the client (least
+// recently used go first) and answers a Claim by event id for one of them
+// without asking claimd, until the record's window ends: a provider's
+// retries of a delivery this client settled, or was told is a DUPLICATE.
+// Only SETTLED and FAILED records are kept, never an owned or in-progress
+// key, so a cached answer never runs a handler nor keeps one from running;
+// claims of a raw Delivery or of an entity lifecycle always ask claimd, and
+// so does one whose PayloadSHA256 differs from the stored one. A cached
+// answer's Claim.Cached is true. Off by default: a record settled by
+// another process is learned only from claimd, and claimd's audit (and
+// metrics) see no cached duplicate. size <= 0 turns it off.
+func WithLocalCache(size int) Option {
+	return func(o *options) { o.localCache = max(size, 0) }
 }
 
 // WithLogger sets where Guard reports what needs a human: payload
