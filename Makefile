@@ -39,8 +39,10 @@ API_MODULE := gen
 # v0.1.0 once the repository has it, until then the commit 0.1.0 was cut
 # from (the last of 2026-11-30's first session, before the lease secret).
 RELEASE_REF ?= $(shell git rev-parse -q --verify 'refs/tags/v0.1.0^{commit}' || echo bbfbc472e4ce84fb6322820fb8624a4a61011d08)
-# VERSION is what `claimd version` prints (and the traces' service.version).
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# VERSION is what `claimd version` prints (and the traces' service.version):
+# the semver that scripts/version.sh derives from git, the one make dist
+# stamps on every artifact (docs/development.md, "Versions").
+VERSION ?= $(shell ./scripts/version.sh semver 2>/dev/null || echo dev)
 
 # tool installs `go install`s a module at a version and leaves a stamp, so a
 # version bump here reinstalls it.
@@ -73,12 +75,12 @@ STATICCHECK := $(TOOLS_DIR)/stamps/staticcheck@$(STATICCHECK_VERSION)
 # path_hint tells how to run the installed tools by name.
 path_hint = echo "installed in $(TOOLS_BIN); to run by name: export PATH=\"$(TOOLS_BIN):\$$PATH\""
 
-.PHONY: help build run test generate checkgenerate lint tools buf protoc-gen-go protoc-gen-go-grpc grpcurl ghz helm-tool staticcheck bench chaos image helm clean
+.PHONY: help build run test dist dist-test generate checkgenerate lint tools buf protoc-gen-go protoc-gen-go-grpc grpcurl ghz helm-tool staticcheck bench chaos image helm clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-19s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## build bin/claimd, its version from git describe (VERSION=... to set it)
+build: ## build bin/claimd, its version from git (scripts/version.sh; VERSION=... to set it)
 	go build -ldflags "-X main.version=$(VERSION)" -o bin/claimd ./cmd/claimd
 
 run: build ## start claimd with embedded tiers on 127.0.0.1:50051 (ARGS="--flag ..." to add flags)
@@ -98,6 +100,12 @@ test: ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and Post
 	./clients/typescript/test.sh
 	@echo "== Java client and example"
 	./clients/java/test.sh
+
+dist: ## dist/: claimd, the Python wheel and sdist, the npm tarball and a Maven repository with the Java client, all of one version from git (scripts/version.sh)
+	./scripts/dist.sh
+
+dist-test: ## make dist, then install each artifact as its README says into a fresh project outside the repository and use it against dist/claimd (not in make test: about a minute of CPU; .ci/run runs it)
+	./scripts/dist-test.sh
 
 # GENERATED are the generated files of every language, all from proto/.
 GENERATED := gen clients/python/src/claimd/_gen clients/typescript/src/gen clients/java/src/generated/java
@@ -172,4 +180,4 @@ helm: ## helm lint --strict and helm template of deploy/helm/claimd (helm's Go p
 	cd $(DEPLOY_MODULE) && go test -count=1 -timeout 15m ./...
 
 clean: ## remove build outputs
-	rm -rf bin
+	rm -rf bin dist

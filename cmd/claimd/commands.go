@@ -19,7 +19,8 @@ import (
 )
 
 // version is set at build time: make build passes
-// -ldflags "-X main.version=$(git describe --always --dirty)".
+// -ldflags "-X main.version=$(scripts/version.sh semver)", the version
+// make dist stamps on every artifact.
 var version = "dev"
 
 // versionString is what claimd version and claimd --version print.
@@ -29,7 +30,7 @@ func versionString() string {
 }
 
 // describeBuild names a build: the version stamped with -ldflags when one
-// was (make build: git describe), else the main module's version as the
+// was (make build: scripts/version.sh), else the main module's version as the
 // Go toolchain recorded it (a go install at a tag, or the pseudo-version
 // go build derives from the checkout), else "dev"; then the commit when
 // the build recorded it, and the Go version.
@@ -49,7 +50,7 @@ func describeBuild(stamped string, bi *debug.BuildInfo) string {
 }
 
 // runVersion prints the version: main.version, set at build time (make
-// build passes git describe), and the commit when the build recorded it.
+// build passes scripts/version.sh semver), and the commit when the build recorded it.
 func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
 	if err := parse(bareFlagSet("version"), args); err != nil {
 		return err

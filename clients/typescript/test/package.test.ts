@@ -99,7 +99,8 @@ test("npm pack builds the package, and a fresh project outside the repo installs
     readFileSync(join(repoRoot, "LICENSE"), "utf8"),
     "clients/typescript/LICENSE differs from the repository's LICENSE",
   );
-  assert.match(readFileSync(join(pkgDir, "README.md"), "utf8"), /^# @claimd\/client\n+```sh\nnpm install @claimd\/client\n/);
+  // The README opens with the install line of make dist's tarball (make dist-test runs it).
+  assert.match(readFileSync(join(pkgDir, "README.md"), "utf8"), /^# @claimd\/client\n+```sh\nnpm install "\$CLAIMD"\/dist\/claimd-client-\*\.tgz /);
 
   // A fresh project that knows nothing of the repository.
   const app = join(work, "app");

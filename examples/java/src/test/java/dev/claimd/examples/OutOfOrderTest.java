@@ -3,6 +3,7 @@ package dev.claimd.examples;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import com.sun.net.httpserver.HttpServer;
 import dev.claimd.client.ClaimdClient;
@@ -17,6 +18,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -27,7 +29,13 @@ import org.junit.jupiter.api.Test;
  * lifecycles. The receiver has no ordering logic of its own.
  */
 class OutOfOrderTest {
-  static final Path FIXTURE = Path.of("..", "..", "internal", "horizon", "testdata", "lifecycles", "stripe", "out_of_order");
+  /**
+   * FIXTURE is the example's copy of the fixture, so that the example builds
+   * and passes anywhere, outside the repository too; ORIGINAL is where the
+   * repository keeps it, which sameAsTheRepositorysFixture holds it to.
+   */
+  static final Path FIXTURE = Path.of("src", "test", "resources", "out_of_order");
+  static final Path ORIGINAL = Path.of("..", "..", "internal", "horizon", "testdata", "lifecycles", "stripe", "out_of_order");
   static final String CHARGE = "ch_3QxOrd2eZvKYlo2C1Rk5Zt9B";
   static final String INTENT = "pi_3QxOrd2eZvKYlo2C1Nq0Pq7A";
 
@@ -49,6 +57,26 @@ class OutOfOrderTest {
     int entries = block.split("- file:", -1).length - 1;
     assertTrue(!steps.isEmpty() && steps.size() == entries, "sequence.yaml: read " + steps);
     return steps;
+  }
+
+  /**
+   * In a checkout (as make test runs it), the copy is the repository's
+   * fixture, file for file. A copy of the example outside the repository has
+   * no original to compare with: JUnit reports this test skipped there.
+   */
+  @Test
+  void sameAsTheRepositorysFixture() throws Exception {
+    assumeTrue(Files.isDirectory(ORIGINAL), "not in a claimd checkout: no " + ORIGINAL + " to compare with");
+    List<String> want, got;
+    try (Stream<Path> o = Files.list(ORIGINAL); Stream<Path> c = Files.list(FIXTURE)) {
+      want = o.map(p -> p.getFileName().toString()).sorted().toList();
+      got = c.map(p -> p.getFileName().toString()).sorted().toList();
+    }
+    assertEquals(want, got, FIXTURE + " lists other files than " + ORIGINAL + ": copy them again");
+    for (String f : want) {
+      assertEquals(Files.readString(ORIGINAL.resolve(f)), Files.readString(FIXTURE.resolve(f)),
+          FIXTURE.resolve(f) + " differs from " + ORIGINAL.resolve(f) + ": copy it again");
+    }
   }
 
   @Test
