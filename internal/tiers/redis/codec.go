@@ -32,8 +32,7 @@ const (
 	fLease
 	fWindow
 	fUpdated
-	fSalt
-	fSecretHash
+	fOwner
 	fMAC
 	nFields
 )
@@ -141,8 +140,9 @@ func decodeRecord(k tiers.Key, f []any) (tiers.Record, error) {
 	rec.FirstSeenAt, rec.LeaseExpiresAt = fromMicros(n[3]), fromMicros(n[4])
 	rec.WindowExpiresAt, rec.UpdatedAt = fromMicros(n[5]), fromMicros(n[6])
 	rec.Released = str(f[fReleased]) == "1"
-	rec.Salt = bytesOrNil(f[fSalt])
-	rec.SecretHash = bytesOrNil(f[fSecretHash])
+	if rec.Salt, rec.SecretHash, err = splitOwner(str(f[fOwner])); err != nil {
+		return rec, err
+	}
 	rec.PayloadHash = bytesOrNil(f[fPayload])
 	rec.Result = bytesOrNil(f[fResult])
 	return rec, nil
@@ -152,7 +152,34 @@ func decodeRecord(k tiers.Key, f []any) (tiers.Record, error) {
 var fieldNames = [nFields]string{
 	"pending", "pending_until", "state", "token", "version", "attempt", "reason", "released",
 	"holder", "attempt_id", "payload", "result", "first_seen", "lease", "window", "updated",
-	"salt", "secret_hash", "mac",
+	"owner", "mac",
+}
+
+// joinOwner packs a record's salt and secret hash into the one 'owner'
+// field: the salt's length (one byte), the salt, the secret hash. One field
+// instead of two keeps a record's hash a field smaller in Redis (each field
+// of a hash too large for a listpack costs about 60 bytes), which pays for
+// the seal's own. "" when both are empty.
+func joinOwner(salt, secretHash []byte) []byte {
+	if len(salt) == 0 && len(secretHash) == 0 {
+		return nil
+	}
+	b := make([]byte, 0, 1+len(salt)+len(secretHash))
+	b = append(b, byte(len(salt)))
+	b = append(b, salt...)
+	return append(b, secretHash...)
+}
+
+// splitOwner is the inverse of joinOwner; empty parts read back as nil.
+func splitOwner(v string) (salt, secretHash []byte, err error) {
+	if v == "" {
+		return nil, nil, nil
+	}
+	n := int(v[0])
+	if 1+n > len(v) {
+		return nil, nil, fmt.Errorf("field owner: a salt of %d bytes in %d", n, len(v)-1)
+	}
+	return bytesOrNil(v[1 : 1+n]), bytesOrNil(v[1+n:]), nil
 }
 
 func parseInt(f []any, pos int) (int64, error) {

@@ -136,10 +136,9 @@ func (s *Store) putRecord(ctx context.Context, rec tiers.Record, marker string) 
 		rec.LeaseExpiresAt.UnixMicro(),
 		rec.WindowExpiresAt.UnixMicro(),
 		rec.UpdatedAt.UnixMicro(),
-		rec.Salt,
-		rec.SecretHash,
-		marker,
+		joinOwner(rec.Salt, rec.SecretHash),
 		s.keys.Sign(&rec),
+		marker,
 	).Int64()
 	if err != nil {
 		return false, s.fail(ctx, "put", key, err)

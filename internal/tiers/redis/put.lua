@@ -4,12 +4,12 @@
 -- ARGV[1]   version of the record
 -- ARGV[2]   window end, unix milliseconds rounded up
 -- ARGV[3..] state, token, attempt, reason, released, holder, attempt_id,
---           payload, result, first_seen, lease, window, updated, salt,
---           secret_hash (the fields of reserve.lua's FIELDS after
---           'pending_until', 'version' excepted; times in unix microseconds)
+--           payload, result, first_seen, lease, window, updated, owner,
+--           mac (the fields of reserve.lua's FIELDS after 'pending_until',
+--           'version' excepted; times in unix microseconds; owner is the
+--           salt and secret hash in one value, mac the record's seal)
 -- ARGV[18]  "" (tiers.Fast.Put), or the nonce of a pending marker
 --           (tiers.Fast.Fill): then the record replaces that marker only
--- ARGV[19]  the record's seal (internal/tiers/seal), stored as 'mac'
 --
 -- Returns 1 when it wrote the record, 0 when the key holds the same or a
 -- newer version (for a Fill: anything but that marker).
@@ -33,7 +33,7 @@ local version = tonumber(ARGV[1])
 
 local window = tonumber(ARGV[14])
 
-local cur = redis.call('HMGET', key, 'version', 'window', 'pending')
+local cur = redis.call('HMGET', key, 'version', 'window', 'pending', 'salt')
 if ARGV[18] ~= '' and (cur[1] or cur[3] ~= ARGV[18]) then
   return 0
 end
@@ -64,9 +64,13 @@ redis.call('HSET', key,
   'lease', ARGV[13],
   'window', ARGV[14],
   'updated', ARGV[15],
-  'salt', ARGV[16],
-  'secret_hash', ARGV[17],
-  'mac', ARGV[19])
+  'owner', ARGV[16],
+  'mac', ARGV[17])
+if cur[4] then
+  -- A record of claimd 0.3 or earlier kept the owner's salt and secret
+  -- hash in fields of their own.
+  redis.call('HDEL', key, 'salt', 'secret_hash')
+end
 if not cur[1] then
   -- No record yet: the key may hold a pending marker, which the record
   -- replaces (a record and a marker never share a key).

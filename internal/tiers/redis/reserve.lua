@@ -10,8 +10,8 @@
 -- ARGV[5]  attempt_id      or ""
 --
 -- Returns {verdict} when verdict is RESERVED, {ASK, nonce} for ASK, else
--- {verdict, v1, ..., v19}
--- where v1..v19 are the key's fields in the order of FIELDS (nil if unset).
+-- {verdict, v1, ..., v18}
+-- where v1..v18 are the key's fields in the order of FIELDS (nil if unset).
 -- Verdicts (the Go side names the same numbers in fast.go):
 --   1 RESERVED   the key was absent, held an expired marker, or held our own
 --                marker (a retried call); our marker stands there now
@@ -21,7 +21,7 @@
 --   4 MISMATCH   PAYLOAD_MISMATCH
 --   5 DUPLICATE  the record is terminal within its window
 --   6 AGAIN      the same attempt_id holds a live lease: the same ACQUIRED
---                (the record's salt and secret_hash come back with it, so
+--                (the record's owner field, its salt and secret hash, comes back with it, so
 --                the service can give the owner the same lease secret)
 --   7 BUSY       another holder's lease is live: IN_PROGRESS
 --   8 ASK        another claim's marker is live: that claim may be in
@@ -57,7 +57,7 @@ local FIELDS = {
   'state', 'token', 'version', 'attempt', 'reason', 'released',
   'holder', 'attempt_id', 'payload', 'result',
   'first_seen', 'lease', 'window', 'updated', -- unix microseconds
-  'salt', 'secret_hash', -- the owner's; after the others, so their positions stay put
+  'owner', -- the owner's salt and secret hash, in one value (codec.go)
   'mac', -- the record's seal (internal/tiers/seal), checked by the Go side
 }
 local RESERVED, TAKEOVER, MISMATCH, DUPLICATE, AGAIN, BUSY, ASK = 1, 3, 4, 5, 6, 7, 8
@@ -76,7 +76,7 @@ local function reserve()
   return {RESERVED}
 end
 
--- A first delivery finds no key: reserve without reading 19 fields back.
+-- A first delivery finds no key: reserve without reading 18 fields back.
 if redis.call('EXISTS', key) == 0 then
   return reserve()
 end
