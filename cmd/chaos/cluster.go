@@ -31,7 +31,8 @@ const (
 	pollInterval = 50 * time.Millisecond
 )
 
-// providersYAML is the registry every replica of a run loads: one provider
+// providersYAML is the start of the registry every replica of a run loads
+// (lifecycleYAML adds the provider of the lifecycle scenarios): one provider
 // whose lease outlives any run, so that a lease never ends by itself and the
 // model need not know time (see RELIABILITY.md).
 const providersYAML = `version: 1
@@ -209,6 +210,7 @@ type target struct {
 	name string
 	cc   *grpc.ClientConn
 	c    pb.ClaimServiceClient
+	ent  pb.EntityServiceClient
 }
 
 // dial connects to addr. Reconnects are retried quickly (grpc-go's default
@@ -223,7 +225,7 @@ func dial(name, addr string) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &target{name: name, cc: cc, c: pb.NewClaimServiceClient(cc)}, nil
+	return &target{name: name, cc: cc, c: pb.NewClaimServiceClient(cc), ent: pb.NewEntityServiceClient(cc)}, nil
 }
 
 // freePort asks the kernel for an unused loopback port.

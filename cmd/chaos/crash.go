@@ -207,7 +207,7 @@ func (s *suite) crashSetup(mode, name, point string) (*crashWorld, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "providers.yaml"), []byte(providersYAML), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "providers.yaml"), s.providers, 0o644); err != nil {
 		return nil, err
 	}
 	w := &crashWorld{key: name + "-key", attempt: "a", client: 1}

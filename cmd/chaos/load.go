@@ -25,6 +25,7 @@ type loadConfig struct {
 	maxKeys     int           // stop starting keys after this many
 	releaseRate float64       // share of owners that give the key back instead of settling
 	callTimeout time.Duration // the deadline of an ordinary call
+	provider    string        // of every call; "" is provider
 }
 
 // load drives callers through the whole lifecycle of many keys and records
@@ -47,6 +48,9 @@ type load struct {
 }
 
 func newLoad(cfg loadConfig, targets []*target) *load {
+	if cfg.provider == "" {
+		cfg.provider = provider
+	}
 	return &load{cfg: cfg, targets: targets, h: &chaos.History{}}
 }
 
@@ -194,7 +198,7 @@ func (l *load) claimOn(ctx context.Context, t *target, client int, key, attempt 
 	op.Deadline = int64(d)
 	op.Invoke = time.Now().UnixNano()
 	resp, err := t.c.Claim(cctx, &pb.ClaimRequest{
-		Namespace: namespace, Provider: provider,
+		Namespace: namespace, Provider: l.cfg.provider,
 		Key:       &pb.ClaimRequest_EventId{EventId: key},
 		Holder:    attempt, // the holder names the delivery: an IN_PROGRESS says whose
 		AttemptId: attempt,
@@ -229,7 +233,7 @@ func (l *load) call(ctx context.Context, client int, key string, req chaos.Op, g
 	case chaos.KindTransition:
 		var resp *pb.TransitionResponse
 		resp, err = t.c.Transition(cctx, &pb.TransitionRequest{
-			Namespace: namespace, Provider: provider, Key: key,
+			Namespace: namespace, Provider: l.cfg.provider, Key: key,
 			FencingToken: req.Token, To: req.To, Result: []byte(req.Result),
 			LeaseSecret: grant.GetLeaseSecret(), // the owner's capability, with the token
 		})
@@ -237,7 +241,7 @@ func (l *load) call(ctx context.Context, client int, key string, req chaos.Op, g
 	case chaos.KindRelease:
 		var resp *pb.ReleaseResponse
 		resp, err = t.c.Release(cctx, &pb.ReleaseRequest{
-			Namespace: namespace, Provider: provider, Key: key, FencingToken: req.Token,
+			Namespace: namespace, Provider: l.cfg.provider, Key: key, FencingToken: req.Token,
 			LeaseSecret: grant.GetLeaseSecret(), // the owner's capability, with the token
 		})
 		rec = resp.GetRecord()

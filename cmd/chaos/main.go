@@ -22,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/claimd/claimd/internal/horizon"
 )
 
 // options are the suite's flags.
@@ -50,6 +52,8 @@ type suite struct {
 	backends    *backends
 	claimd      string // production build
 	claimdChaos string // -tags chaos build
+	providers   []byte // the registry every replica loads
+	lifecycles  map[string]*horizon.Lifecycle
 }
 
 func main() {
@@ -105,6 +109,14 @@ func run(o options) (int, error) {
 	defer stop()
 	s := &suite{opts: o, ctx: ctx,
 		claimd: filepath.Join(o.binDir, "claimd"), claimdChaos: filepath.Join(o.binDir, "claimd-chaos")}
+	lc, err := lifecycleYAML()
+	if err != nil {
+		return 0, err
+	}
+	s.providers = []byte(providersYAML + lc)
+	if s.lifecycles, err = lifecycles(s.providers); err != nil {
+		return 0, fmt.Errorf("the suite's providers.yaml: %w", err)
+	}
 	rep := report{Started: time.Now().UTC(), Options: o, Machine: machine()}
 
 	b, err := startBackends(o.workDir)

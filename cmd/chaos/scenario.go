@@ -31,7 +31,22 @@ type scenario struct {
 	// inject performs the fault and returns when it is over (the restart
 	// done, the window closed); start and end bound it.
 	inject func(ctx context.Context, e *env) (start, end time.Time, err error)
+	// proxy puts the reply-losing proxy before r0.
+	proxy bool
+	// lifecycle drives entity events (lifecycle.go) instead of the claim
+	// register's load.
+	lifecycle bool
 }
+
+// The faults, each of which one or more scenarios inject.
+var (
+	faultFlush = "Redis FLUSHALL, twice"
+	faultKill  = "Redis kill -9, restarted empty"
+	faultStop  = "PostgreSQL immediate stop (SIGQUIT to the postmaster), restarted with crash recovery, twice"
+	faultR1    = "kill -9 of replica r1, restarted"
+	faultShort = "client deadlines of 0.1–3 ms (replies lost after commit)"
+	faultLost  = "proxy before r0 swallows 20% of replies after the server sent them, closing the connection"
+)
 
 // scenarios lists every scenario in run order.
 func scenarios() []scenario {
@@ -43,62 +58,66 @@ func scenarios() []scenario {
 		off()
 		return start, time.Now(), nil
 	}
+	flushRedis := func(ctx context.Context, e *env) (time.Time, time.Time, error) {
+		start := time.Now()
+		if err := e.b.flushRedis(ctx); err != nil {
+			return start, start, err
+		}
+		sleep(ctx, e.hold)
+		return start, time.Now(), e.b.flushRedis(ctx)
+	}
+	killRedis := func(ctx context.Context, e *env) (time.Time, time.Time, error) {
+		start := time.Now()
+		if err := e.b.servers.Redis.Crash(syscall.SIGKILL); err != nil {
+			return start, start, err
+		}
+		sleep(ctx, e.hold)
+		return start, time.Now(), e.b.servers.Redis.Restart()
+	}
+	stopPostgres := func(ctx context.Context, e *env) (time.Time, time.Time, error) {
+		start := time.Now()
+		for i := range 2 {
+			if i > 0 {
+				sleep(ctx, e.hold/2)
+			}
+			if err := e.b.servers.Postgres.Crash(syscall.SIGQUIT); err != nil {
+				return start, time.Now(), err
+			}
+			sleep(ctx, e.hold/2)
+			if err := e.b.servers.Postgres.Restart(); err != nil {
+				return start, time.Now(), err
+			}
+		}
+		return start, time.Now(), nil
+	}
+	killReplica := func(ctx context.Context, e *env) (time.Time, time.Time, error) {
+		start := time.Now()
+		if err := e.replicas[1].kill(); err != nil {
+			return start, start, err
+		}
+		sleep(ctx, e.hold)
+		err := e.replicas[1].start(ctx)
+		return start, time.Now(), err
+	}
+	shortDeadlines := func(ctx context.Context, e *env) (time.Time, time.Time, error) {
+		return window(e, func() { e.load.short.Store(int64(3 * time.Millisecond)) }, func() { e.load.short.Store(0) })
+	}
+	loseReplies := func(ctx context.Context, e *env) (time.Time, time.Time, error) {
+		return window(e, func() { e.proxy.SetDropRate(0.2) }, func() { e.proxy.SetDropRate(0) })
+	}
 	return []scenario{
 		{name: "baseline", mode: modeProduction, fault: "none",
 			inject: func(context.Context, *env) (time.Time, time.Time, error) { return now() }},
-		{name: "redis-flushall", mode: modeProduction, fault: "Redis FLUSHALL, twice",
-			inject: func(ctx context.Context, e *env) (time.Time, time.Time, error) {
-				start := time.Now()
-				if err := e.b.flushRedis(ctx); err != nil {
-					return start, start, err
-				}
-				sleep(ctx, e.hold)
-				return start, time.Now(), e.b.flushRedis(ctx)
-			}},
-		{name: "redis-kill", mode: modeProduction, fault: "Redis kill -9, restarted empty",
-			inject: func(ctx context.Context, e *env) (time.Time, time.Time, error) {
-				start := time.Now()
-				if err := e.b.servers.Redis.Crash(syscall.SIGKILL); err != nil {
-					return start, start, err
-				}
-				sleep(ctx, e.hold)
-				return start, time.Now(), e.b.servers.Redis.Restart()
-			}},
-		{name: "postgres-stop", mode: modeProduction, fault: "PostgreSQL immediate stop (SIGQUIT to the postmaster), restarted with crash recovery, twice",
-			inject: func(ctx context.Context, e *env) (time.Time, time.Time, error) {
-				start := time.Now()
-				for i := range 2 {
-					if i > 0 {
-						sleep(ctx, e.hold/2)
-					}
-					if err := e.b.servers.Postgres.Crash(syscall.SIGQUIT); err != nil {
-						return start, time.Now(), err
-					}
-					sleep(ctx, e.hold/2)
-					if err := e.b.servers.Postgres.Restart(); err != nil {
-						return start, time.Now(), err
-					}
-				}
-				return start, time.Now(), nil
-			}},
-		{name: "replica-kill", mode: modeProduction, fault: "kill -9 of replica r1, restarted",
-			inject: func(ctx context.Context, e *env) (time.Time, time.Time, error) {
-				start := time.Now()
-				if err := e.replicas[1].kill(); err != nil {
-					return start, start, err
-				}
-				sleep(ctx, e.hold)
-				err := e.replicas[1].start(ctx)
-				return start, time.Now(), err
-			}},
-		{name: "short-deadlines", mode: modeProduction, fault: "client deadlines of 0.1–3 ms (replies lost after commit)",
-			inject: func(ctx context.Context, e *env) (time.Time, time.Time, error) {
-				return window(e, func() { e.load.short.Store(int64(3 * time.Millisecond)) }, func() { e.load.short.Store(0) })
-			}},
-		{name: "lost-replies", mode: modeProduction, fault: "proxy before r0 swallows 20% of replies after the server sent them, closing the connection",
-			inject: func(ctx context.Context, e *env) (time.Time, time.Time, error) {
-				return window(e, func() { e.proxy.SetDropRate(0.2) }, func() { e.proxy.SetDropRate(0) })
-			}},
+		{name: "redis-flushall", mode: modeProduction, fault: faultFlush, inject: flushRedis},
+		{name: "redis-kill", mode: modeProduction, fault: faultKill, inject: killRedis},
+		{name: "postgres-stop", mode: modeProduction, fault: faultStop, inject: stopPostgres},
+		{name: "replica-kill", mode: modeProduction, fault: faultR1, inject: killReplica},
+		{name: "short-deadlines", mode: modeProduction, fault: faultShort, inject: shortDeadlines},
+		{name: "lost-replies", mode: modeProduction, fault: faultLost, inject: loseReplies, proxy: true},
+		{name: "lifecycle-replica-kill", mode: modeProduction, fault: faultR1, inject: killReplica, lifecycle: true},
+		{name: "lifecycle-postgres-stop", mode: modeProduction, fault: faultStop, inject: stopPostgres, lifecycle: true},
+		{name: "lifecycle-redis-flushall", mode: modeProduction, fault: faultFlush, inject: flushRedis, lifecycle: true},
+		{name: "lifecycle-lost-replies", mode: modeProduction, fault: faultLost, inject: loseReplies, proxy: true, lifecycle: true},
 		{name: "embedded-kill", mode: modeEmbedded, fault: "kill -9 of the one claimd, restarted on the same data dir, twice",
 			inject: func(ctx context.Context, e *env) (time.Time, time.Time, error) {
 				start := time.Now()
@@ -115,10 +134,7 @@ func scenarios() []scenario {
 				}
 				return start, time.Now(), nil
 			}},
-		{name: "embedded-short-deadlines", mode: modeEmbedded, fault: "client deadlines of 0.1–3 ms (replies lost after commit)",
-			inject: func(ctx context.Context, e *env) (time.Time, time.Time, error) {
-				return window(e, func() { e.load.short.Store(int64(3 * time.Millisecond)) }, func() { e.load.short.Store(0) })
-			}},
+		{name: "embedded-short-deadlines", mode: modeEmbedded, fault: faultShort, inject: shortDeadlines},
 	}
 }
 
@@ -146,6 +162,7 @@ type scenarioResult struct {
 	Check             chaos.Result
 	Recover           time.Duration // -1: no fault, or no failure after it
 	Dropped           int64
+	Lifecycle         *chaos.LifecycleResult // a lifecycle scenario's model
 	Took              time.Duration
 	Err               string // the scenario could not run
 }
@@ -164,17 +181,32 @@ func (s *suite) runScenario(sc scenario) (res scenarioResult) {
 		res.Err = err.Error()
 		return res
 	}
-	e.load = newLoad(loadConfig{
+	cfg := loadConfig{
 		prefix: sc.name, groups: s.opts.groups, racers: s.opts.racers, maxKeys: s.opts.maxKeys,
 		releaseRate: s.opts.releaseRate, callTimeout: 3 * time.Second,
-	}, e.targets)
+	}
+	var ll *lifecycleLoad
+	if sc.lifecycle {
+		cfg.provider = lifecycleProvider
+		ll = newLifecycleLoad(cfg, e.targets, s.lifecycles)
+		e.load = ll.load
+	} else {
+		e.load = newLoad(cfg, e.targets)
+	}
 
 	stopKeys, cancelKeys := context.WithTimeout(s.ctx, s.opts.duration)
 	defer cancelKeys()
 	hard, cancelHard := context.WithTimeout(s.ctx, s.opts.duration+s.opts.converge)
 	defer cancelHard()
 	done := make(chan struct{})
-	go func() { e.load.run(stopKeys, hard); close(done) }()
+	go func() {
+		if ll != nil {
+			ll.run(stopKeys, hard)
+		} else {
+			e.load.run(stopKeys, hard)
+		}
+		close(done)
+	}()
 
 	sleep(s.ctx, s.opts.duration/3)
 	logf("%s: %s", sc.name, sc.fault)
@@ -184,7 +216,11 @@ func (s *suite) runScenario(sc scenario) (res scenarioResult) {
 	}
 	<-done
 	logf("%s: load done (%d keys); probing every key on every replica", sc.name, e.load.keys())
-	e.probe(s.ctx)
+	if ll != nil {
+		ll.probe(s.ctx, e.direct)
+	} else {
+		e.probe(s.ctx)
+	}
 	if e.proxy != nil {
 		res.Dropped = e.proxy.Dropped()
 	}
@@ -211,6 +247,14 @@ func (s *suite) runScenario(sc scenario) (res scenarioResult) {
 		VizDir: filepath.Join(s.opts.vizDir, sc.name),
 	})
 	res.Violations = res.Check.Violations
+	if ll != nil {
+		lr := chaos.CheckLifecycles(chaos.LifecycleInput{
+			Ops: ops, Events: ll.events, Reads: ll.reads, Lifecycles: s.lifecycles,
+			Orphaned: res.Check.Orphaned, Replicas: names,
+		})
+		res.Violations = append(lr.Excuse(res.Violations), lr.Violations...)
+		res.Lifecycle = &lr
+	}
 	if err := writeHistories(filepath.Join(s.opts.vizDir, sc.name), ops, res.Violations); err != nil {
 		logf("%s: writing histories: %v", sc.name, err)
 	}
@@ -218,6 +262,9 @@ func (s *suite) runScenario(sc scenario) (res scenarioResult) {
 		res.Violations = append(res.Violations, chaos.Violation{Check: chaos.CheckAudit, Key: "-", Detail: "audit log not read: " + aerr.Error()})
 	}
 	res.Keys, res.Calls = e.load.keys(), len(ops)
+	if ll != nil {
+		res.Keys = len(ll.events)
+	}
 	res.Errors = map[string]int{}
 	var lastErr int64
 	for _, o := range ops {
@@ -237,7 +284,17 @@ func (s *suite) runScenario(sc scenario) (res scenarioResult) {
 	if o := res.Check.Orphaned; len(o) > 0 {
 		logf("%s: held by an orphaned grant until its lease ends: %v", sc.name, o)
 	}
+	if lr := res.Lifecycle; lr != nil {
+		logf("%s: %d entities, %d events: %d applied, %d superseded, %d waiting, %d DEFERRED answers, %d ready rows seen, %d reads",
+			sc.name, lr.Entities, lr.Events, lr.Applied, lr.Superseded, lr.Waiting, lr.DeferredAnswers, lr.ReadyRows, lr.Reads)
+	}
 	logf("%s: %d keys, %d calls, %d violations", sc.name, res.Keys, res.Calls, len(res.Violations))
+	for i, v := range res.Violations {
+		if i == 20 {
+			break
+		}
+		logf("%s: %s", sc.name, v)
+	}
 	return res
 }
 
@@ -248,7 +305,7 @@ func (s *suite) setup(sc scenario) (*env, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "providers.yaml"), []byte(providersYAML), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "providers.yaml"), s.providers, 0o644); err != nil {
 		return nil, err
 	}
 	var tierArgs []string
@@ -289,7 +346,7 @@ func (s *suite) setup(sc scenario) (*env, error) {
 		e.direct = append(e.direct, t)
 	}
 	e.targets = append([]*target(nil), e.direct...)
-	if sc.name == "lost-replies" {
+	if sc.proxy {
 		p, err := chaos.NewProxy(e.replicas[0].addr)
 		if err != nil {
 			return e, err

@@ -59,6 +59,11 @@ type Op struct {
 	Token     uint64        // Transition, Release: the fencing token presented
 	To        pb.EventState // Transition: the target state
 	Result    string        // Transition to SETTLED: the result stored
+
+	// Claim of an entity event (the lifecycle scenarios): its entity and
+	// type, sent as entity_id and event_type.
+	Lifecycle, EntityID, EventType string
+
 	Deadline  int64         // the call's deadline in nanoseconds (0: none)
 	Invoke    int64         // unix nanoseconds before the call
 	Complete  int64         // unix nanoseconds after it returned
@@ -72,6 +77,8 @@ type Op struct {
 	AckState  pb.EventState // the record's state in the answer
 	Changed   bool          // Transition: changed
 	ServedBy  pb.Tier       // Claim: served_by
+	EntState  string        // Claim of an entity event: entity.state, where the entity stood when it was decided
+	BusyWith  string        // Claim DEFERRED: entity.busy_with, the event type holding the entity
 	Released  bool          // Release, Transition: record.released
 	Message   string        // the error message (clipped), for the report
 }
@@ -126,6 +133,12 @@ func (o *Op) AnswerString() string {
 				s += " (pending marker)"
 			} else {
 				s += " held by " + o.AckHolder
+			}
+		}
+		if o.EntityID != "" && o.EntState != "" {
+			s += " in " + o.EntState
+			if o.BusyWith != "" {
+				s += " busy with " + o.BusyWith
 			}
 		}
 		return s + " via " + tierName(o.ServedBy)

@@ -92,6 +92,13 @@ func stepClaim(r register, in, out *Op) (bool, register) {
 	if in.Start {
 		first = pb.EventState_EVENT_STATE_PROCESSING
 	}
+	if ordered(out) {
+		// DEFERRED or SUPERSEDED: the entity's order refused what the key
+		// alone would have granted (it is absent or released), and the
+		// record stays as it was (claim.proto, Lifecycles). Whether the
+		// entity's state justified it is the lifecycle checks' question.
+		return in.EntityID != "" && (!r.Exists || (r.Released && !terminal(r.State))), r
+	}
 	switch {
 	case !r.Exists:
 		next := register{Exists: true, Token: 1, State: first, AttemptID: in.AttemptID}
@@ -105,6 +112,12 @@ func stepClaim(r register, in, out *Op) (bool, register) {
 		return out == nil || answered(pb.Outcome_OUTCOME_ACQUIRED, next.Token, next.State), next
 	}
 	return out == nil || (out.Outcome == pb.Outcome_OUTCOME_IN_PROGRESS && out.AckHolder == r.AttemptID && out.AckState == r.State), r
+}
+
+// ordered reports whether out is a Claim answered by an entity's order
+// instead of by the key: DEFERRED or SUPERSEDED.
+func ordered(out *Op) bool {
+	return out != nil && (out.Outcome == pb.Outcome_OUTCOME_DEFERRED || out.Outcome == pb.Outcome_OUTCOME_SUPERSEDED)
 }
 
 // refused is the answer of a fenced call the register refuses.
@@ -175,6 +188,9 @@ func Model() porcupine.Model {
 func (o *Op) requestString() string {
 	switch o.Kind {
 	case KindClaim:
+		if o.EventType != "" {
+			return fmt.Sprintf("Claim(%s, %s)", o.AttemptID, o.EventType)
+		}
 		return fmt.Sprintf("Claim(%s)", o.AttemptID)
 	case KindTransition:
 		return fmt.Sprintf("Transition(t%d→%s)", o.Token, stateName(o.To))
