@@ -18,13 +18,23 @@ import (
 type crashPoint struct {
 	point  string
 	killed string // where the process dies, for the report
+	// env is the point claimd is armed with when it is not point itself.
+	env string
+	// entity: the key is an entity event (crash_entity.go).
+	entity bool
 }
 
 var crashPoints = []crashPoint{
-	{"reserve", "after the fast-tier reserve, before the durable claim"},
-	{"claim-commit", "after the durable claim committed ACQUIRED, before the fast tier and the reply"},
-	{"transition-commit", "during Transition: SETTLED committed, before the fast tier and the reply"},
-	{"release-commit", "during Release: committed, before the fast tier and the reply"},
+	{point: "reserve", killed: "after the fast-tier reserve, before the durable claim"},
+	{point: "claim-commit", killed: "after the durable claim committed ACQUIRED, before the fast tier and the reply"},
+	{point: "transition-commit", killed: "during Transition: SETTLED committed, before the fast tier and the reply"},
+	{point: "release-commit", killed: "during Release: committed, before the fast tier and the reply"},
+	{point: "entity-settle-before", entity: true,
+		killed: "during an entity event's SETTLED, inside its transaction: the entity row not yet updated"},
+	{point: "entity-settle-after", entity: true,
+		killed: "during an entity event's SETTLED, inside its transaction: the entity row updated, not committed"},
+	{point: "entity-settle-commit", env: "transition-commit", entity: true,
+		killed: "during an entity event's SETTLED: committed (record and entity), before the fast tier and the reply"},
 }
 
 // crashStep is one call after the crash and what it had to answer.
@@ -84,7 +94,11 @@ type crashWorld struct {
 func (s *suite) crashRow(mode string, cp crashPoint) (row crashRow) {
 	row = crashRow{Mode: mode, Point: cp.point, Killed: cp.killed}
 	name := "crash-" + mode[:5] + "-" + cp.point
-	w, err := s.crashSetup(mode, name, cp.point)
+	env := cp.point
+	if cp.env != "" {
+		env = cp.env
+	}
+	w, err := s.crashSetup(mode, name, env)
 	if w != nil {
 		defer func() {
 			for _, t := range w.targets {
@@ -98,6 +112,9 @@ func (s *suite) crashRow(mode string, cp crashPoint) (row crashRow) {
 	if err != nil {
 		row.Err = err.Error()
 		return row
+	}
+	if cp.entity {
+		return s.crashEntity(row, w)
 	}
 	ctx := s.ctx
 	l, key := w.l, w.key

@@ -22,6 +22,8 @@ import (
 //	claim-commit       the durable tier committed an ACQUIRED claim; no fast-tier copy, no reply
 //	transition-commit  the durable tier committed a terminal Transition; no fast-tier refresh, no reply
 //	release-commit     the durable tier committed a Release; no fast-tier refresh, no reply
+//	entity-settle-before  inside an entity settle's transaction, before the entity row's update
+//	entity-settle-after   inside it, the entity row updated, before the commit
 //
 // The kill is SIGKILL to itself: no deferred function, drain or flush runs,
 // as with kill -9 from outside.
@@ -50,6 +52,16 @@ func crashPoints(f tiers.Fast, d tiers.Durable) (tiers.Fast, tiers.Durable) {
 type reads interface {
 	tiers.Entities
 	tiers.Inspector
+}
+
+// crashStep returns the durable tiers' Config.Step: the points inside an
+// entity settle's transaction (the entity-settle-* above), or nil.
+func crashStep() func(string, tiers.Key) {
+	point, key, ok := strings.Cut(os.Getenv(crashEnv), ":")
+	if !ok || !strings.HasPrefix(point, "entity-settle-") {
+		return nil
+	}
+	return crasher{point: point, key: key}.at
 }
 
 type crasher struct{ point, key string }

@@ -51,7 +51,7 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 		return nil, err
 	}
 	if c.PostgresURL != "" {
-		pg, err := postgres.New(ctx, postgres.Config{URL: c.PostgresURL, Schema: c.PostgresSchema, Migrate: true})
+		pg, err := postgres.New(ctx, postgres.Config{URL: c.PostgresURL, Schema: c.PostgresSchema, Migrate: true, Step: crashStep()})
 		if err != nil {
 			return nil, fmt.Errorf("postgres: %w", err)
 		}
@@ -93,7 +93,7 @@ func openStores(ctx context.Context, c *commonConfig, obs twotier.Observer, log 
 		return nil, err
 	}
 	path := filepath.Join(c.DataDir, "claimd.db")
-	lite, err := sqlite.New(ctx, sqlite.Config{Path: path, Durability: durability})
+	lite, err := sqlite.New(ctx, sqlite.Config{Path: path, Durability: durability, Step: crashStep()})
 	if err != nil {
 		lock.unlock()
 		return nil, fmt.Errorf("sqlite %s: %w", path, err)

@@ -253,12 +253,14 @@ func (s *Store) entityWrite(ctx context.Context, k tiers.Key, cur tiers.Record, 
 			return refusal{fmt.Errorf("%w: token %d no longer holds entity %s of %s (its lease ran out and another event took it)",
 				tiers.ErrStaleToken, r.Token, cur.EntityID, cur.Lifecycle)}
 		case settle:
+			s.atStep("entity-settle-before", k)
 			// The new version is returned but not needed: Scan(nil) skips it
 			// and still fails when no row comes back.
 			if err := tx.QueryRow(ctx, entitySettleSQL, k.Namespace, k.Provider, cur.Lifecycle, cur.EntityID,
 				k.Key, int64(r.Token), now, state).Scan(nil); err != nil {
 				return err // ErrNoRows cannot happen: the holder was checked under the lock
 			}
+			s.atStep("entity-settle-after", k)
 		case held:
 			if _, err := tx.Exec(ctx, entityFreeSQL, k.Namespace, k.Provider, cur.Lifecycle, cur.EntityID,
 				k.Key, int64(r.Token)); err != nil {
@@ -272,6 +274,13 @@ func (s *Store) entityWrite(ctx context.Context, k tiers.Key, cur tiers.Record, 
 		return tiers.Record{}, false, nil
 	}
 	return rec, ok, err
+}
+
+// atStep calls Config.Step, if set.
+func (s *Store) atStep(step string, k tiers.Key) {
+	if s.step != nil {
+		s.step(step, k)
+	}
 }
 
 // refusal carries an answer of the state machine out of a write's

@@ -91,6 +91,14 @@ type Config struct {
 	// the same WAL flush, which costs the server more for no more claims a
 	// second (measured in BENCHMARKS.md's setup).
 	BatchFlushers int
+	// Step, when set, is called at named steps inside the transaction of
+	// an entity settle (entityWrite): "entity-settle-before" once the
+	// record is written and before the entity row is updated,
+	// "entity-settle-after" once the entity row is updated and before the
+	// commit. It is the fault suite's crash points (cmd/claimd's
+	// crashpoint_chaos.go, built with -tags chaos); nil in every
+	// production build.
+	Step func(step string, k tiers.Key)
 }
 
 // Store is the PostgreSQL durable tier. It is safe for concurrent use.
@@ -100,7 +108,8 @@ type Store struct {
 	writes     *writeBatcher // nil when batching is off
 	reads      *reader       // nil when batching is off
 	schema     string
-	janitorKey int64 // JanitorLockKey(schema)
+	janitorKey int64                   // JanitorLockKey(schema)
+	step       func(string, tiers.Key) // Config.Step
 }
 
 // New opens a pool on cfg.URL, migrates the schema when cfg.Migrate is set,
@@ -126,7 +135,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open pool: %w", err)
 	}
-	s := &Store{pool: pool, schema: schema, janitorKey: JanitorLockKey(schema)}
+	s := &Store{pool: pool, schema: schema, janitorKey: JanitorLockKey(schema), step: cfg.Step}
 	if err := s.checkSchema(ctx); err != nil {
 		pool.Close()
 		return nil, err

@@ -101,7 +101,7 @@ func (c *committer) commit(batch []*writeReq) {
 		}
 		return
 	}
-	t := &txn{ctx: ctx, tx: tx, st: c.s.wst}
+	t := &txn{ctx: ctx, tx: tx, st: c.s.wst, step: c.s.step}
 	var written []*writeReq // run in the transaction, to be answered at COMMIT
 	for i, q := range run {
 		// Checked again: BEGIN IMMEDIATE may have waited for the lock.

@@ -189,6 +189,9 @@ func (t *txn) moveEntity(k tiers.Key, now time.Time, token uint64, next tiers.Re
 			WHERE namespace = ? AND provider = ? AND lifecycle = ? AND entity_id = ?`, args...)
 		return nil, err
 	}
+	if t.step != nil {
+		t.step("entity-settle-before", k)
+	}
 	if _, err := t.tx.ExecContext(t.ctx, `UPDATE entities
 		SET state = ?, version = version + 1, updated_at = ?, busy_key = '', busy_token = 0,
 			expires_at = max(expires_at, ?)
@@ -204,6 +207,9 @@ func (t *txn) moveEntity(k tiers.Key, now time.Time, token uint64, next tiers.Re
 	}
 	_, err = t.tx.ExecContext(t.ctx, `UPDATE deferrals SET applied = 1
 		WHERE namespace = ? AND provider = ? AND key = ?`, k.Namespace, k.Provider, k.Key)
+	if err == nil && t.step != nil {
+		t.step("entity-settle-after", k)
+	}
 	return nil, err
 }
 

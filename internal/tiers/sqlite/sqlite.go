@@ -118,6 +118,13 @@ type Config struct {
 	// commit, batch.go). Zero means 64; 1 gives every write its own
 	// transaction and fsync.
 	MaxBatch int
+	// Step, when set, is called at named steps inside the transaction of
+	// an entity settle (moveEntity): "entity-settle-before" before the
+	// entity row is updated, "entity-settle-after" once it is and before
+	// the record's write and the commit. It is the fault suite's crash
+	// points (cmd/claimd's crashpoint_chaos.go, built with -tags chaos);
+	// nil in every production build.
+	Step func(step string, k tiers.Key)
 }
 
 // Store is the SQLite durable tier. It is safe for concurrent use.
@@ -128,6 +135,7 @@ type Store struct {
 	r      *sql.DB    // read-only connections
 	rst    *sql.Stmt
 	closed atomic.Bool
+	step   func(string, tiers.Key) // Config.Step
 
 	migrated migrations.Result // what New's migration run did
 }
@@ -212,7 +220,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	r.SetMaxOpenConns(readConns)
 	r.SetMaxIdleConns(readConns)
-	s := &Store{w: w, r: r, migrated: migrated}
+	s := &Store{w: w, r: r, migrated: migrated, step: cfg.Step}
 	if s.wst, err = prepare(ctx, w); err == nil {
 		s.rst, err = r.PrepareContext(ctx, selectRecord)
 	}

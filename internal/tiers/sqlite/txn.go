@@ -54,6 +54,8 @@ type txn struct {
 	ctx context.Context
 	tx  *sql.Tx
 	st  *stmts
+	// step is Config.Step: the fault suite's crash points; nil otherwise.
+	step func(string, tiers.Key)
 }
 
 // exec runs one of the prepared statements that take no arguments.
