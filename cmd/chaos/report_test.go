@@ -48,3 +48,38 @@ func TestReportVerdict(t *testing.T) {
 		})
 	}
 }
+
+// A lifecycle scenario gets its row in the Lifecycles table, its
+// violations counted there, and every check its plain sentence.
+func TestReportLifecycles(t *testing.T) {
+	lr := &chaos.LifecycleResult{Entities: 3, Events: 7, Applied: 5, Superseded: 1, Waiting: 1, DeferredAnswers: 9, ReadyRows: 2, Reads: 20}
+	r := report{Scenarios: []scenarioResult{
+		{Name: "baseline", Recover: -1},
+		{Name: "lifecycle-replica-kill", Recover: 0, Lifecycle: lr,
+			Violations: []chaos.Violation{{Check: chaos.CheckOrder, Key: "k", Detail: "x"}, {Check: chaos.CheckConverge, Key: "k", Detail: "y"}}},
+	}}
+	path := filepath.Join(t.TempDir(), "RELIABILITY.md")
+	if err := r.writeMarkdown(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	row := "| lifecycle-replica-kill | 3 | 7 | 5 | 1 | 1 | 9 | 2 | 20 | **1** (lifecycle-order 1) | 0 |"
+	if !strings.Contains(md, row) {
+		t.Errorf("report lacks the lifecycle row %q:\n%s", row, md)
+	}
+	for _, c := range append(append([]struct{ Name, Asserts string }{}, chaos.Checks...), chaos.LifecycleChecks...) {
+		if plainCheck[c.Name] == "" {
+			t.Errorf("check %s has no plain sentence", c.Name)
+		}
+		if !strings.Contains(md, "| `"+c.Name+"` | "+plainCheck[c.Name]+" |") {
+			t.Errorf("report does not explain %s", c.Name)
+		}
+	}
+	if !strings.Contains(md, "## What is not covered") {
+		t.Error("report says nothing of what is not covered")
+	}
+}

@@ -196,7 +196,11 @@ func (s *suite) runScenario(sc scenario) (res scenarioResult) {
 
 	stopKeys, cancelKeys := context.WithTimeout(s.ctx, s.opts.duration)
 	defer cancelKeys()
-	hard, cancelHard := context.WithTimeout(s.ctx, s.opts.duration+s.opts.converge)
+	// The callers' bound: converge after the load and the fault have both
+	// ended (a PostgreSQL crash recovery may outlast the load on a busy
+	// machine), set once the fault is over.
+	loadEnd := time.Now().Add(s.opts.duration)
+	hard, cancelHard := context.WithCancel(s.ctx)
 	defer cancelHard()
 	done := make(chan struct{})
 	go func() {
@@ -211,6 +215,11 @@ func (s *suite) runScenario(sc scenario) (res scenarioResult) {
 	sleep(s.ctx, s.opts.duration/3)
 	logf("%s: %s", sc.name, sc.fault)
 	fstart, fend, ferr := sc.inject(s.ctx, e)
+	if fend.After(loadEnd) {
+		loadEnd = fend
+	}
+	bound := time.AfterFunc(time.Until(loadEnd.Add(s.opts.converge)), cancelHard)
+	defer bound.Stop()
 	if ferr != nil {
 		res.Err = "fault: " + ferr.Error()
 	}
