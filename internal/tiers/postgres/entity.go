@@ -156,9 +156,10 @@ func claimEntityTx(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) (tiers.C
 	if err := forgetEntity(ctx, tx, p, state); err != nil {
 		return tiers.ClaimResult{}, false, err
 	}
-	// The audit row names no record: none was written or changed.
+	// The audit row names the key's record as it stands, unchanged (state
+	// and token 0 when it has none), as the SQLite tier's does.
 	if _, err := tx.Exec(ctx, auditClaimSQL, p.Now, p.Key.Namespace, p.Key.Provider, p.Key.Key,
-		int16(outcome), int16(0), int16(0), int64(0), int64(0), p.Holder, p.AttemptID, p.PayloadHash,
+		int16(outcome), int16(0), int16(rec.State), int64(rec.Token), int64(rec.Version), p.Holder, p.AttemptID, p.PayloadHash,
 		p.Actor.Principal, p.Actor.Transport); err != nil {
 		return tiers.ClaimResult{}, false, err
 	}

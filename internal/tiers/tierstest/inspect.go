@@ -30,6 +30,7 @@ var durableInspectCases = []struct {
 	run  func(t *testing.T, d tiers.Durable, e *env)
 }{
 	{"inspect: ListAudit lists every claim answered, pages, and refuses another key's cursor", testListAuditClaims},
+	{"inspect: a claim turned away by its entity is audited with the key's record as it stands", testListAuditOrdered},
 }
 
 // inspector is the store's tiers.Inspector.
@@ -388,4 +389,26 @@ func testListAuditClaims(t *testing.T, _ tiers.Durable, e *env) {
 	wantErr(t, "ListAudit(another key's cursor)", err, tiers.ErrInvalidCursor)
 	_, _, err = e.inspector().ListClaims(e.ctx(), tiers.ClaimFilter{Namespace: e.ns}, tiers.Page{Size: 1, After: next})
 	wantErr(t, "ListClaims(a ListAudit cursor)", err, tiers.ErrInvalidCursor)
+}
+
+// testListAuditOrdered: a retry of a key that has a record, turned away by
+// its entity (SUPERSEDED: the entity moved past it), writes an audit row
+// that names the record unchanged, its state and token; a DEFERRED claim of
+// a key without a record names none (testListAuditClaims).
+func testListAuditOrdered(t *testing.T, _ tiers.Durable, e *env) {
+	e.atMicro()
+	const id = "pi_audit"
+	a := e.acquire(e.event("evt_a", id, evProcessing), piInitial)
+	e.mustTransition("evt_a", ownerOf(a.Record), tiers.StateProcessing)
+	e.clk.Advance(lease) // evt_a's holder vanished: its hold ends with its lease
+	e.apply("evt_b", id, evCanceled, piInitial)
+	e.ordered(e.event("evt_a", id, evProcessing), tiers.OutcomeSuperseded, "canceled", "", 0)
+	log := e.audit("evt_a", 10)
+	want := tiers.AuditEntry{At: e.clk.Now(), Op: tiers.AuditClaim, Outcome: tiers.OutcomeSuperseded, State: tiers.StateProcessing, Token: 1, Holder: "pod-a"}
+	if len(log) != 3 {
+		t.Fatalf("ListAudit(evt_a) = %+v, want its claim, its transition and the superseded retry", log)
+	}
+	if diff := cmp.Diff(want, log[2]); diff != "" {
+		t.Errorf("ListAudit(evt_a) last entry (-want +got):\n%s", diff)
+	}
 }
