@@ -131,6 +131,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
+	// No connection opened before an outage is used after it (outage.go).
+	new(outageWatch).install(pcfg)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open pool: %w", err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -22,7 +24,10 @@ const maxRounds = 8
 // answers of the state machine, errors included, are the caller's to keep).
 // A unique violation is another claim winning a race: decide again. A write
 // whose month has no audit partition creates the partition, once, and
-// retries.
+// retries. A statement that failed before anything was sent
+// (pgconn.SafeToRetry: a connection found closed or broken before use) is
+// sent again on another connection (outage.go): nothing of it reached the
+// server.
 func (s *Store) rounds(ctx context.Context, op string, k tiers.Key, now time.Time, round func() (done bool, err error)) error {
 	healed := false
 	for range maxRounds {
@@ -31,6 +36,7 @@ func (s *Store) rounds(ctx context.Context, op string, k tiers.Key, now time.Tim
 		case err == nil && done:
 			return nil
 		case err == nil, isUniqueViolation(err):
+		case pgconn.SafeToRetry(err) && ctx.Err() == nil:
 		case isMissingAuditPartition(err) && !healed:
 			healed = true
 			if err := s.EnsureAuditPartitions(ctx, now, 0); err != nil {
