@@ -96,7 +96,7 @@ async function render() {
       case 'rates': node = await rates.render(ns); break;
       default:
         node = h('article', { id: 'search-help' }, h('h2', {}, 'Find a delivery'),
-          h('p', {}, 'Give the namespace and provider, then a key (the provider\'s event id, as claimd was given it; a scoped key is the event id, a colon and the scope) or an entity id (pi_…, ch_…).'),
+          h('p', {}, 'Give the namespace and provider, then a key (the provider\'s event id, as claimd was given it; a scoped key is the event id, the unit separator U+001F and the scope: open it by its link, key=evt_…%1Fscope) or an entity id (pi_…, ch_…).'),
           h('p', {}, 'Deferred lists the events that came before their prerequisite; Overdue the keys whose holder\'s lease ended before it settled; Rates the outcomes claimd answers per second.'));
     }
   } catch (err) {
