@@ -250,7 +250,10 @@ type FastResult struct {
 // beyond its window or prefer an older version of a record over a newer one.
 type Fast interface {
 	// Reserve decides atomically from what the tier holds under p.Key, as
-	// DecideFast does, and writes the pending marker when it says so.
+	// DecideFast does, and writes the pending marker when it says so. A
+	// tier that others can write (Redis) decides only from a record whose
+	// integrity it verified; any other record it treats as absent and
+	// withdraws, answering FastTakeover with Unverified set.
 	Reserve(ctx context.Context, p ReserveParams) (FastResult, error)
 	// Put caches rec until rec.WindowExpiresAt, replacing a pending marker or
 	// an older record, never a newer one. Records are ordered by window

@@ -3,8 +3,11 @@
 //
 // Each record is one Redis hash under <prefix>{<namespace>:<provider>:<key>};
 // the hash tag keeps a record on one Redis Cluster slot. Its fields are those
-// of tiers.Record (times in unix microseconds); a pending marker is the same
-// key holding only pending=<nonce> and pending_until=<unix µs>. Every step
+// of tiers.Record (times in unix microseconds; the owner's salt and secret
+// hash in one 'owner' field) and 'mac', the record's seal
+// (internal/tiers/seal), which Reserve verifies before it answers from the
+// record; a pending marker is the same key holding only pending=<nonce> and
+// pending_until=<unix µs>. Every step
 // that reads and writes a key is one Lua script (reserve.lua, put.lua,
 // abort.lua), run in one round trip.
 //
