@@ -68,6 +68,10 @@ tarball="$(only "$out/claimd-client-*.tgz")"
 [[ "$tarball" == "$out/claimd-client-$semver.tgz" ]] || fail "npm tarball $tarball, want version $semver"
 pom="$(only "$out/maven/dev/claimd/claimd-client/$maven/claimd-client-*.pom")"
 grep -q "<version>$maven</version>" "$pom" || fail "$pom does not name version $maven"
+jar="${pom%.pom}.jar"
+manifest="$(unzip -p "$jar" META-INF/MANIFEST.MF | tr -d '\r')"
+grep -qx "Claimd-Version: $semver" <<<"$manifest" || fail "$jar's manifest has no Claimd-Version: $semver:
+$manifest"
 if grep -qF "<version>\${revision}</version>" "$pom"; then
 	fail "$pom still says \${revision}: a consumer cannot resolve it"
 fi

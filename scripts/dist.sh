@@ -88,8 +88,9 @@ echo "== the Maven repository dist/maven"
 source "$repo/clients/java/mvn.sh"
 mkdir -p "$maven_repo"
 # deploy into a file: repository holds the jar, the test jar (TestClaimd)
-# and the flattened pom, with the metadata that resolves a -SNAPSHOT.
-(cd "$repo/clients/java" && mvn "${maven_flags[@]}" -Drevision="$maven" -DskipTests -Dmaven.install.skip=true \
+# and the flattened pom, with the metadata that resolves a -SNAPSHOT; the
+# jar's manifest names the semver (Claimd-Version), which -SNAPSHOT cannot.
+(cd "$repo/clients/java" && mvn "${maven_flags[@]}" -Drevision="$maven" -Dclaimd.build="$semver" -DskipTests -Dmaven.install.skip=true \
 	-DaltDeploymentRepository="claimd-dist::file://$out/maven" deploy 2>&1) | strip_resets
 
 echo "== dist holds:"
