@@ -90,8 +90,10 @@ mkdir -p "$maven_repo"
 # deploy into a file: repository holds the jar, the test jar (TestClaimd)
 # and the flattened pom, with the metadata that resolves a -SNAPSHOT; the
 # jar's manifest names the semver (Claimd-Version), which -SNAPSHOT cannot.
+# clean first: the jar plugin keeps a jar whose classes did not change, with
+# the manifest of the build that made it.
 (cd "$repo/clients/java" && mvn "${maven_flags[@]}" -Drevision="$maven" -Dclaimd.build="$semver" -DskipTests -Dmaven.install.skip=true \
-	-DaltDeploymentRepository="claimd-dist::file://$out/maven" deploy 2>&1) | strip_resets
+	-DaltDeploymentRepository="claimd-dist::file://$out/maven" clean deploy 2>&1) | strip_resets
 
 echo "== dist holds:"
 (cd "$out" && find . -maxdepth 1 -type f -printf '%P\n' | sort && echo "maven/ (dev.claimd:claimd-client:$maven)")
