@@ -104,7 +104,7 @@ test: ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and Post
 dist: ## dist/: claimd, the Python wheel and sdist, the npm tarball and a Maven repository with the Java client, all of one version from git (scripts/version.sh)
 	./scripts/dist.sh
 
-dist-test: ## make dist, then install each artifact as its README says into a fresh project outside the repository and use it against dist/claimd (not in make test: about a minute of CPU; .ci/run runs it)
+dist-test: ## make dist, then install each artifact as its README says into a fresh project outside the repository and use it against dist/claimd (not in make test: about 1.5 minutes of CPU when warm; .ci/run runs it)
 	./scripts/dist-test.sh
 
 # GENERATED are the generated files of every language, all from proto/.
