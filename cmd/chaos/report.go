@@ -336,6 +336,6 @@ var notCovered = []string{
 	"**Events the provider never sends.** An event waiting for one that never comes is counted as waiting (its entity's state must still allow it); the suite never reaches the retry horizon, so `lost` is never shown, and `retry_after` is not honoured (redeliveries come after 20–80 ms).",
 	"**Raw deliveries.** Callers send event_id, entity_id and event_type; reading them from a raw body by the provider's rules is covered by unit tests only. Only Stripe's lifecycles are driven (not Adyen's).",
 	"**Other faults.** No network partition between claimd and its stores (only processes killed or stopped), no clock skew or jumps, no full or slow disk, no PostgreSQL failover to a standby, no Redis Sentinel or Cluster, no memory pressure or Redis eviction.",
-	"**Other paths.** Calls go over plaintext gRPC on loopback without authentication; the HTTP gateway, TLS, tokens, rate limits, the janitor and prune run in no scenario.",
+	"**Other paths.** Calls go over plaintext gRPC on loopback without authentication: the HTTP gateway, TLS, tokens and rate limits are in no scenario, and what prune and the janitor remove is not checked under faults.",
 	"**Scale.** Two replicas, a few dozen callers and a few thousand keys per scenario on a small shared machine: contention at production rates is measured in BENCHMARKS.md, not here.",
 }
