@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/claimd/claimd/internal/clock"
+	"github.com/claimd/claimd/internal/testenv"
 	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/postgres"
 )
@@ -577,5 +578,47 @@ func TestMigrateEntitiesOnPartitionedClaims(t *testing.T) {
 	e.settle("evt_p", res.Record.Token)
 	if diff := cmp.Diff([]string{"created", "processing"}, e.applied("pi_part")); diff != "" {
 		t.Errorf("applied (-want +got):\n%s", diff)
+	}
+}
+
+// TestStepInsideEntitySettle: Config.Step (the fault suite's crash points)
+// is called before and after the entity row's update of a settle, both
+// inside its transaction: at either step another connection still reads
+// the entity as it was. No other write calls it.
+func TestStepInsideEntitySettle(t *testing.T) {
+	type seen struct {
+		Step, Key, State string
+		Version          uint64
+	}
+	var steps []seen
+	url := testenv.Postgres(t, postgres.Migrate)
+	var s *postgres.Store
+	s, err := postgres.New(context.Background(), postgres.Config{URL: url, Step: func(step string, k tiers.Key) {
+		ent, err := s.GetEntity(context.Background(), tiers.EntityKey{Namespace: "billing", Provider: "stripe", Lifecycle: "payment", EntityID: "pay_1"})
+		if err != nil {
+			t.Errorf("GetEntity at %s: %v", step, err)
+		}
+		steps = append(steps, seen{step, k.Key, ent.State, ent.Version})
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	e := &env{t: t, url: url, store: s, db: openDB(t, url, postgres.DefaultSchema), clk: clock.NewFake(time.Now())}
+
+	plain := e.claim(e.params("evt_plain"))
+	e.settle("evt_plain", plain.Record.Token)
+	c := e.claim(e.entityParams("evt_c", "pay_1", "created"))
+	e.transition("evt_c", c.Record.Token, tiers.StateProcessing)
+	if len(steps) != 0 {
+		t.Fatalf("steps before the entity settle: %v", steps)
+	}
+	e.transition("evt_c", c.Record.Token, tiers.StateSettled)
+	want := []seen{{"entity-settle-before", "evt_c", "new", 0}, {"entity-settle-after", "evt_c", "new", 0}}
+	if diff := cmp.Diff(want, steps); diff != "" {
+		t.Errorf("steps (-want +got):\n%s", diff)
+	}
+	if ent := e.entity("pay_1"); ent.State != "created" || ent.Version != 1 {
+		t.Errorf("after the commit: %s version %d, want created version 1", ent.State, ent.Version)
 	}
 }

@@ -166,3 +166,45 @@ func TestUpgradeGivesEntityRowsAnExpiry(t *testing.T) {
 		}
 	}
 }
+
+// TestStepInsideEntitySettle: Config.Step (the fault suite's crash points)
+// is called before and after the entity row's update of a settle, both
+// inside its transaction: at either step another connection still reads
+// the entity as it was. No other write calls it.
+func TestStepInsideEntitySettle(t *testing.T) {
+	type seen struct {
+		Step, Key, State string
+		Version          uint64
+	}
+	var steps []seen
+	var s *Store
+	path := tempPath(t)
+	s, err := New(context.Background(), Config{Path: path, Step: func(step string, k tiers.Key) {
+		e, err := s.GetEntity(context.Background(), entityKeyOf(k, evProcessing.Lifecycle, evProcessing.EntityID))
+		if err != nil {
+			t.Errorf("GetEntity at %s: %v", step, err)
+		}
+		steps = append(steps, seen{step, k.Key, e.State, e.Version})
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	plain := mustClaim(t, s, claimAt("evt_plain", t0))
+	mustTransition(t, s, "evt_plain", plain.Record.Token, t0, tiers.StateProcessing, nil)
+	mustTransition(t, s, "evt_plain", plain.Record.Token, t0, tiers.StateSettled, []byte("ok"))
+	p := mustClaim(t, s, lifecycleClaim("evt_p", t0, evProcessing))
+	mustTransition(t, s, "evt_p", p.Record.Token, t0, tiers.StateProcessing, nil)
+	if len(steps) != 0 {
+		t.Fatalf("steps before the entity settle: %v", steps)
+	}
+	mustTransition(t, s, "evt_p", p.Record.Token, t0.Add(time.Second), tiers.StateSettled, []byte("ok"))
+	want := []seen{{"entity-settle-before", "evt_p", "created", 0}, {"entity-settle-after", "evt_p", "created", 0}}
+	if diff := cmp.Diff(want, steps); diff != "" {
+		t.Errorf("steps (-want +got):\n%s", diff)
+	}
+	e, err := s.GetEntity(context.Background(), entityKeyOf(p.Record.Key, evProcessing.Lifecycle, evProcessing.EntityID))
+	if err != nil || e.State != "processing" || e.Version != 1 {
+		t.Errorf("after the commit: %+v, %v; want processing, version 1", e, err)
+	}
+}
