@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Codec turns a guarded function's value into the bytes claimd stores with
@@ -18,15 +19,25 @@ type Codec[T any] interface {
 	Decode(b []byte) (T, error)
 }
 
-// JSONCodec is the default Codec: encoding/json, compact, with <, > and &
-// kept as they are (clients/GUARD.md, Results: what the other guards store
-// for the same value). A type controls its own form with json.Marshaler and
-// json.Unmarshaler (time.Time is RFC 3339; a decimal type should marshal as
-// a string so that nothing rounds it).
+// JSONCodec is the default Codec, the guards' result rule (clients/GUARD.md,
+// Results): a []byte as it is, a string as its UTF-8, anything else as
+// compact JSON by encoding/json with <, > and & kept as they are (what the
+// other guards store for the same value). A type controls its own form with
+// json.Marshaler and json.Unmarshaler (time.Time is RFC 3339; a decimal
+// type should marshal as a string so that nothing rounds it).
 type JSONCodec[T any] struct{}
 
 // Encode implements Codec.
 func (JSONCodec[T]) Encode(v T) ([]byte, error) {
+	switch x := any(v).(type) {
+	case []byte:
+		return x, nil
+	case string:
+		if !utf8.ValidString(x) {
+			return nil, errors.New("a string that is not UTF-8 cannot be stored as text")
+		}
+		return []byte(x), nil
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -39,6 +50,17 @@ func (JSONCodec[T]) Encode(v T) ([]byte, error) {
 // Decode implements Codec.
 func (JSONCodec[T]) Decode(b []byte) (T, error) {
 	var v T
+	switch p := any(&v).(type) {
+	case *[]byte:
+		*p = b
+		return v, nil
+	case *string:
+		*p = string(b)
+		return v, nil
+	}
+	if len(b) == 0 {
+		return v, nil // nothing stored: the zero value
+	}
 	err := json.Unmarshal(b, &v)
 	return v, err
 }

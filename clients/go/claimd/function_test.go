@@ -136,7 +136,7 @@ func TestIdempotentNotStorable(t *testing.T) {
 	}{
 		{"a channel", func(context.Context, claimd.Claim) (any, error) { return map[string]any{"c": make(chan int)}, nil }},
 		{"over 64 KiB", func(context.Context, claimd.Claim) (any, error) {
-			return strings.Repeat("x", claimd.MaxResultBytes), nil
+			return strings.Repeat("x", claimd.MaxResultBytes+1), nil
 		}},
 	}
 	for _, tc := range cases {
@@ -296,5 +296,28 @@ func BenchmarkDuplicate(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestJSONCodecFollowsTheResultRule: bytes as they are, a string as its
+// UTF-8 (as the other guards store them), anything else as compact JSON.
+func TestJSONCodecFollowsTheResultRule(t *testing.T) {
+	if b, _ := (claimd.JSONCodec[string]{}).Encode("paid <ok>"); string(b) != "paid <ok>" {
+		t.Errorf("JSONCodec[string].Encode = %q, want the text itself", b)
+	}
+	if s, _ := (claimd.JSONCodec[string]{}).Decode([]byte("123")); s != "123" {
+		t.Errorf("JSONCodec[string].Decode(123) = %q, want the text", s)
+	}
+	if b, _ := (claimd.JSONCodec[[]byte]{}).Encode([]byte{0xff, 0}); string(b) != "\xff\x00" {
+		t.Errorf("JSONCodec[[]byte].Encode = %q, want the bytes", b)
+	}
+	if _, err := (claimd.JSONCodec[string]{}).Encode("\xff"); err == nil {
+		t.Errorf("JSONCodec[string].Encode(invalid UTF-8) error = nil, want one")
+	}
+	if b, _ := (claimd.JSONCodec[map[string]any]{}).Encode(map[string]any{"b": 1, "a": "<&>"}); string(b) != `{"a":"<&>","b":1}` {
+		t.Errorf("JSONCodec[map].Encode = %s", b)
+	}
+	if v, err := (claimd.JSONCodec[*charge]{}).Decode(nil); v != nil || err != nil {
+		t.Errorf("JSONCodec[*charge].Decode(empty) = %v, %v; want nil, nil", v, err)
 	}
 }
