@@ -19,13 +19,24 @@ public final class Claim {
   private final ClaimResponse response;
   private final Duration requestedLease;
   private final Instant askedAt;
+  private final boolean cached;
 
   Claim(String namespace, String provider, ClaimResponse response, Duration requestedLease, Instant askedAt) {
+    this(namespace, provider, response, requestedLease, askedAt, false);
+  }
+
+  Claim(String namespace, String provider, ClaimResponse response, Duration requestedLease, Instant askedAt, boolean cached) {
+    this.cached = cached;
     this.namespace = namespace;
     this.provider = provider;
     this.response = Objects.requireNonNull(response, "response");
     this.requestedLease = requestedLease;
     this.askedAt = askedAt;
+  }
+
+  /** cached reports that the answer came from the client's duplicate cache ({@link ClaimdClient.Builder#localCache}), not from claimd. */
+  public boolean cached() {
+    return cached;
   }
 
   /** response is the ClaimResponse as claimd sent it. */

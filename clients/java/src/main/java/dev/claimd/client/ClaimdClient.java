@@ -32,12 +32,14 @@ import io.grpc.TlsChannelCredentials;
 import io.grpc.stub.ClientCalls;
 import java.io.IOException;
 import java.net.InetAddress;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.security.SecureRandom;
 import java.time.Clock;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Locale;
@@ -81,6 +83,7 @@ public final class ClaimdClient implements AutoCloseable {
   private final Sleeper sleeper;
   private final System.Logger logger;
   private final ScheduledExecutorService heartbeats;
+  private final DuplicateCache cache; // null unless Builder.localCache
 
   private ClaimdClient(Builder b, ManagedChannel managed, Channel channel) {
     this.managed = managed;
@@ -91,6 +94,7 @@ public final class ClaimdClient implements AutoCloseable {
     this.clock = b.clock;
     this.sleeper = b.sleeper;
     this.logger = b.logger;
+    this.cache = b.localCache > 0 ? new DuplicateCache(b.localCache, b.clock) : null;
     // Renewals block for at most two heartbeat intervals; a few threads keep
     // one slow renewal from delaying the other guards' in flight.
     ScheduledThreadPoolExecutor ex = new ScheduledThreadPoolExecutor(HEARTBEAT_THREADS, r -> {
@@ -130,7 +134,16 @@ public final class ClaimdClient implements AutoCloseable {
     ClaimRequest req = b.build();
     Duration wait = req.hasWait() ? duration(req.getWait()) : Duration.ZERO;
     Instant askedAt = clock.instant();
+    if (cache != null) {
+      ClaimResponse hit = cache.lookup(req);
+      if (hit != null) {
+        return new Claim(req.getNamespace(), req.getProvider(), hit, null, askedAt, true);
+      }
+    }
     ClaimResponse resp = call("Claim", ClaimdMethods.CLAIM, req, wait, retry);
+    if (cache != null) {
+      cache.rememberClaim(req, resp);
+    }
     return new Claim(req.getNamespace(), req.getProvider(), resp, req.hasLease() ? duration(req.getLease()) : null, askedAt);
   }
 
@@ -160,7 +173,11 @@ public final class ClaimdClient implements AutoCloseable {
     if (result != null) {
       b.setResult(ByteString.copyFrom(result));
     }
-    return call("Transition", ClaimdMethods.TRANSITION, b.build(), Duration.ZERO, retry);
+    TransitionResponse resp = call("Transition", ClaimdMethods.TRANSITION, b.build(), Duration.ZERO, retry);
+    if (cache != null) {
+      cache.rememberRecord(resp.getRecord());
+    }
+    return resp;
   }
 
   /** start moves the event to PROCESSING: the side effect is under way. */
@@ -235,6 +252,94 @@ public final class ClaimdClient implements AutoCloseable {
    */
   public GuardResult guard(ClaimRequest request, Guard.Handler handler) {
     return new Guard(this).run(request, handler);
+  }
+
+  /** Function is a function guarded by {@link #idempotent}: the side effect, returning its value. */
+  @FunctionalInterface
+  public interface Function<T> {
+    /** call does the work; {@code ctx} is the guard's (claim, cancellation, effect). */
+    T call(Guard.GuardContext ctx) throws Exception;
+  }
+
+  /**
+   * idempotent runs {@code fn} once per delivery of {@code request} and returns
+   * its value: the first call runs it under {@link #guard} (heartbeat, fencing,
+   * settle) and stores the value through {@code codec}; a duplicate returns the
+   * stored value decoded, as a {@code T}, without running it. Exceptions
+   * propagate: what {@code fn} throws releases the key (a {@link
+   * PermanentException} fails it, and every duplicate throws a
+   * PermanentException with its text); a call it did not run for throws {@link
+   * NotRunException}; a claimd failure its {@link ClaimdException}. A value the
+   * codec cannot encode, or over {@link Guard#MAX_RESULT_BYTES} encoded, throws
+   * {@link ResultNotStorableException} before anything is settled: never an
+   * empty stored result, and never released (fn ran), so the key waits for its
+   * lease. The request's scope keeps two functions guarded by one event id
+   * apart; its window asks for a dedup window longer than the provider's.
+   */
+  public <T> T idempotent(ClaimRequest request, Codec<T> codec, Function<T> fn) throws Exception {
+    Objects.requireNonNull(codec, "codec");
+    Object[] value = new Object[1];
+    GuardResult r = guard(request, ctx -> {
+      T v = fn.call(ctx);
+      value[0] = v;
+      byte[] stored;
+      try {
+        stored = codec.encode(v);
+      } catch (Exception e) {
+        throw new ResultNotStorableException("claimd: the result cannot be encoded: " + e.getMessage(), e);
+      }
+      if (stored == null) {
+        stored = new byte[0];
+      }
+      if (stored.length > Guard.MAX_RESULT_BYTES) {
+        throw new ResultNotStorableException(
+            "claimd: the result is " + stored.length + " bytes encoded, over " + Guard.MAX_RESULT_BYTES, null);
+      }
+      return stored;
+    });
+    Claim cl = r.claim();
+    switch (r.disposition()) {
+      case DUPLICATE -> {
+        if (cl.state() == EventState.EVENT_STATE_FAILED) {
+          throw new PermanentException(new String(r.body(), StandardCharsets.UTF_8));
+        }
+        return codec.decode(r.body());
+      }
+      case IN_PROGRESS, PAYLOAD_MISMATCH, DEFERRED, SUPERSEDED -> throw new NotRunException(r);
+      case SETTLED -> {
+        if (r.error() instanceof ClaimdException) {
+          // fn ended the event itself with another outcome (GUARD.md row 18):
+          // what claimd stored stands, as a duplicate would get it.
+          Record rec = get(cl.namespace(), cl.provider(), cl.key());
+          if (rec.getState() == EventState.EVENT_STATE_FAILED) {
+            throw new PermanentException(rec.getResult().toStringUtf8());
+          }
+          return codec.decode(rec.getResult().toByteArray());
+        }
+        byte[] mine = codec.encode(uncheckedCast(value[0]));
+        if (!Arrays.equals(mine, r.body())) {
+          return codec.decode(r.body()); // an earlier holder's effect committed: its result stands (row 23)
+        }
+        @SuppressWarnings("unchecked")
+        T v = (T) value[0];
+        return v;
+      }
+      default -> {
+      }
+    }
+    Throwable err = r.error();
+    if (err instanceof Exception e) {
+      throw e;
+    }
+    if (err instanceof Error e) {
+      throw e;
+    }
+    throw new IllegalStateException("claimd: guard answered " + r.status() + " (" + r.disposition() + ")");
+  }
+
+  @SuppressWarnings("unchecked")
+  private static <T> T uncheckedCast(Object o) {
+    return (T) o;
   }
 
   /** channel is the channel calls go through (with the client's interceptors), for other RPCs. */
@@ -418,6 +523,7 @@ public final class ClaimdClient implements AutoCloseable {
     private Clock clock = Clock.systemUTC();
     private Sleeper sleeper = d -> TimeUnit.NANOSECONDS.sleep(d.toNanos());
     private System.Logger logger = System.getLogger("dev.claimd.client");
+    private int localCache;
 
     private Builder(String target) {
       this.target = target;
@@ -510,6 +616,21 @@ public final class ClaimdClient implements AutoCloseable {
      */
     public Builder channel(Channel channel) {
       this.channel = Objects.requireNonNull(channel, "channel");
+      return this;
+    }
+
+    /**
+     * localCache keeps up to {@code size} settled answers in the client (least
+     * recently used go first) and answers a claim by event id for one of them
+     * without asking claimd, until the record's window ends: a provider's
+     * retries of a delivery this client settled, or was told is a DUPLICATE.
+     * Only SETTLED and FAILED records are kept, never an owned or in-progress
+     * key; a claim by delivery, of an entity lifecycle or with another
+     * payload_sha256 always asks claimd. {@link Claim#cached()} tells a cached
+     * answer. Off by default (0).
+     */
+    public Builder localCache(int size) {
+      this.localCache = Math.max(size, 0);
       return this;
     }
 

@@ -349,6 +349,14 @@ public final class Guard {
       }
       return record(cl, lease, settled(lease, value));
     }
+    if (failure instanceof ResultNotStorableException) {
+      // The function returned (idempotent could not store its value): its side
+      // effect may have happened, so the key is neither released nor settled
+      // empty. It waits for its lease; the next holder takes over from PROCESSING.
+      client.logger().log(Level.ERROR,
+          "claimd: result cannot be stored; leaving the key to its lease: " + lease, failure);
+      return answer(500, bytes(PROCESSING_FAILED_BODY), null, Disposition.UNRELEASED, cl, true, failure);
+    }
     PermanentException permanent = permanentIn(failure);
     if (permanent != null) {
       return record(cl, lease, failed(permanent, failure));
