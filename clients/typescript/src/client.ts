@@ -24,6 +24,7 @@ import {
   TransitionRequestSchema,
   type TransitionResponse,
 } from "./gen/idempotency/v1/claim_pb.js";
+import { DuplicateCache } from "./cache.js";
 import { type Provider, ProviderService } from "./gen/idempotency/v1/provider_pb.js";
 import { type ResolvedRetryPolicy, type RetryPolicy, resolveRetryPolicy, withRetry } from "./retry.js";
 import {
@@ -67,6 +68,16 @@ export interface ClientOptions {
     timeoutMs?: number;
   };
   /** retry bounds retries on UNAVAILABLE and friends; see RetryPolicy. */
+  /**
+   * localCache keeps up to this many settled answers (least recently used
+   * go first) and answers a claim by event id for one of them without
+   * asking claimd, until the record's window ends: a provider's retries of
+   * a delivery this client settled, or was told is a DUPLICATE. Only
+   * SETTLED and FAILED records are kept, never an owned or in-progress key;
+   * a raw delivery, an entity lifecycle and another payloadSha256 always ask
+   * claimd. fromLocalCache(claim) tells a cached answer. Off by default.
+   */
+  localCache?: number;
   retry?: RetryPolicy;
   /** holder is the default ClaimRequest.holder. Default "<hostname>/<pid>". */
   holder?: string;
@@ -147,6 +158,15 @@ export interface ClaimInput {
   eventType?: string;
   /** start records an ACQUIRED claim already in PROCESSING (one call instead of two). */
   start?: boolean;
+  /**
+   * windowMs asks for a dedup window longer than the provider's (its retry
+   * horizon plus margin), for callers whose own retries outlive the
+   * provider's. claimd refuses one shorter than the provider's or over 400
+   * days (INVALID_ARGUMENT naming ClaimRequest.window; a guard answers 500).
+   * It applies when the claim opens a window; a duplicate is answered within
+   * the window its first claim opened.
+   */
+  windowMs?: number;
 }
 
 /** RecordRef names one record: the canonical key that Claim returned. */
@@ -302,6 +322,7 @@ export function createClient(target: string, opts: ClientOptions = {}): ClaimdCl
     resolveRetryPolicy(opts.retry),
     opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
     opts.holder ?? `${hostname()}/${process.pid}`,
+    opts.localCache === undefined ? undefined : new DuplicateCache(opts.localCache),
   );
 }
 
@@ -349,6 +370,7 @@ class Claimd implements ClaimdClient {
     private readonly policy: ResolvedRetryPolicy,
     private readonly timeoutMs: number,
     readonly holder: string,
+    private readonly cache: DuplicateCache | undefined,
   ) {}
 
   private call<T>(opts: CallOptions | undefined, fn: (o: { timeoutMs: number; signal?: AbortSignal }) => Promise<T>): Promise<T> {
@@ -362,6 +384,10 @@ class Claimd implements ClaimdClient {
   async claim(req: ClaimInput, opts?: CallOptions): Promise<ClaimResponse> {
     if (req.eventId !== undefined && req.delivery !== undefined) {
       throw new TypeError("claim: give exactly one of eventId or delivery");
+    }
+    const hit = this.cache?.lookup(req);
+    if (hit !== undefined) {
+      return hit;
     }
     // One attempt_id for every retry of this logical claim: a retry whose
     // first attempt did reach the server gets the same ACQUIRED and token
@@ -384,10 +410,13 @@ class Claimd implements ClaimdClient {
       entityId: req.entityId ?? "",
       eventType: req.eventType ?? "",
       start: req.start ?? false,
+      window: duration(req.windowMs),
     });
     // A wait holds the call open on the server; give it that much more time.
     const waited = req.waitMs ? { ...opts, timeoutMs: (opts?.timeoutMs ?? this.timeoutMs) + req.waitMs } : opts;
-    return this.call(waited, (o) => this.claims.claim(msg, o));
+    const resp = await this.call(waited, (o) => this.claims.claim(msg, o));
+    this.cache?.rememberClaim(req, resp);
+    return resp;
   }
 
   async transition(req: TransitionInput, opts?: CallOptions): Promise<TransitionResponse> {
@@ -398,7 +427,9 @@ class Claimd implements ClaimdClient {
       extendLease: duration(req.extendLeaseMs),
       effectRecovered: req.effectRecovered ?? false,
     });
-    return this.call(opts, (o) => this.claims.transition(msg, o));
+    const resp = await this.call(opts, (o) => this.claims.transition(msg, o));
+    this.cache?.rememberRecord(resp.record);
+    return resp;
   }
 
   async renew(req: RenewInput, opts?: CallOptions): Promise<ClaimRecord> {

@@ -40,6 +40,21 @@ export class PermanentError extends Error {
   }
 }
 
+/**
+ * ResultNotStorableError: a guarded function returned a value that cannot
+ * be stored (its codec failed, or it encodes to more than MAX_RESULT_BYTES).
+ * idempotent throws it before anything is settled. A handler that throws it
+ * is treated as one that returned: the key is neither released nor settled
+ * empty, and waits for its lease (the side effect may have happened), so
+ * the next delivery after the lease takes it over with state PROCESSING.
+ */
+export class ResultNotStorableError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "ResultNotStorableError";
+  }
+}
+
 /** permanent wraps err as a PermanentError (keeping it as the cause). */
 export function permanent(err: unknown): PermanentError {
   if (err instanceof PermanentError) {
@@ -441,11 +456,18 @@ async function runAcquired(
   if (!threw) {
     return withEffect(await record(client, ref, claim, settlement(returned, effect, claim, log), log, request));
   }
+  const failedAnswer = { outcome: claim.outcome, claim, ran: true, status: 500, body: text(answers.handlerFailed), error: handlerErr };
+  if (handlerErr instanceof ResultNotStorableError) {
+    // The handler returned (idempotent could not store its value): its side
+    // effect may have happened, so the key is neither released nor settled
+    // empty. It waits for its lease; the next holder takes over from PROCESSING.
+    handlerFailed(log, "claimd: result cannot be stored; leaving the key to its lease", claim, handlerErr);
+    return withEffect(failedAnswer);
+  }
   if (handlerErr instanceof PermanentError) {
     const why = truncate(handlerErr.message, MAX_FAILURE_BYTES);
     return withEffect(await record(client, ref, claim, { to: EventState.FAILED, stored: why, body: why, error: handlerErr, recovered: false }, log, request));
   }
-  const failedAnswer = { outcome: claim.outcome, claim, ran: true, status: 500, body: text(answers.handlerFailed), error: handlerErr };
   if (takenOverFromProcessing(claim)) {
     handlerFailed(log, "claimd: handler failed on a key taken over from PROCESSING; leaving it to its lease", claim, handlerErr);
     return withEffect(failedAnswer);

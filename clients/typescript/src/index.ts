@@ -60,6 +60,7 @@ export {
   MAX_RESULT_BYTES,
   permanent,
   PermanentError,
+  ResultNotStorableError,
   SUPERSEDED_RETRY_AFTER_S,
   UNAVAILABLE_RETRY_AFTER_S,
   type GuardContext,
@@ -68,6 +69,8 @@ export {
   type GuardOptions,
   type GuardResult,
 } from "./guard.js";
+export { fromLocalCache } from "./cache.js";
+export { idempotent, jsonCodec, NotRunError, payloadDigest, type Codec, type IdempotentOptions, type JsonCodecOptions } from "./function.js";
 export { backoffMs, resolveRetryPolicy, type RetryPolicy } from "./retry.js";
 export {
   EventState,
