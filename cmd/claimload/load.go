@@ -84,6 +84,56 @@ type Config struct {
 	// Token, when set, is sent as "authorization: Bearer <token>" on every
 	// call, so that the server's authentication is inside every figure.
 	Token string
+	// Rate, when positive, makes the run an open loop: requests (events)
+	// are due at Rate per second, and latency counts from when each was
+	// due (see pacer). Callers then bounds the requests in flight.
+	Rate float64
+}
+
+// lateAfter is how far past its due time a request may go out and still
+// count as on time.
+const lateAfter = time.Millisecond
+
+// pacer is the schedule of an open loop: request n is due at start +
+// n×interval, whichever caller takes it. A caller waits for a request that
+// is not due yet; one that is overdue (every caller was busy) goes out at
+// once, and its latency still counts from when it was due, so the time it
+// waited for a caller is in the figures (no coordinated omission). A nil
+// pacer is the closed loop: each request is due when its caller is free.
+type pacer struct {
+	start    time.Time
+	interval time.Duration
+	end      time.Time // nothing is due at or after end
+}
+
+func newPacer(cfg *Config, start time.Time) *pacer {
+	if cfg.Rate <= 0 {
+		return nil
+	}
+	return &pacer{start: start, interval: time.Duration(float64(time.Second) / cfg.Rate), end: start.Add(cfg.Duration)}
+}
+
+// due is when request n is due.
+func (p *pacer) due(n uint64) time.Time { return p.start.Add(time.Duration(n) * p.interval) }
+
+// wait returns when request n was due, after waiting for that time if it
+// has not come yet; ok is false when n falls after the run's end. The
+// closed loop's request is due now. lag is how late it goes out.
+func (p *pacer) wait(n uint64, stopped *atomic.Bool) (due time.Time, lag time.Duration, ok bool) {
+	if p == nil {
+		return time.Now(), 0, true
+	}
+	due = p.due(n)
+	if !due.Before(p.end) {
+		return due, 0, false
+	}
+	if d := time.Until(due); d > 0 {
+		time.Sleep(d) // the schedule itself, not a stand-in for an event
+		if stopped.Load() {
+			return due, 0, false
+		}
+	}
+	return due, time.Since(due), true
 }
 
 // AppendKey appends the event id of request number n to dst.
@@ -119,10 +169,17 @@ type Summary struct {
 	P50        float64          `json:"p50_ms"`
 	P90        float64          `json:"p90_ms"`
 	P99        float64          `json:"p99_ms"`
+	P999       float64          `json:"p999_ms"`
 	Max        float64          `json:"max_ms"`
-	Outcomes   map[string]int64 `json:"outcomes"`
-	ServedBy   map[string]int64 `json:"served_by"`
-	RPCs       map[string]RPC   `json:"rpcs,omitempty"`
+	// Rate is the open loop's requests due per second (0: closed loop);
+	// Late counts the requests that went out more than lateAfter after
+	// they were due, MaxLag the latest.
+	Rate     float64          `json:"rate,omitempty"`
+	Late     int64            `json:"late,omitempty"`
+	MaxLag   float64          `json:"max_lag_ms,omitempty"`
+	Outcomes map[string]int64 `json:"outcomes"`
+	ServedBy map[string]int64 `json:"served_by"`
+	RPCs     map[string]RPC   `json:"rpcs,omitempty"`
 }
 
 // RPC is the latency of one RPC of a lifecycle event.
@@ -130,14 +187,18 @@ type RPC struct {
 	Calls int64   `json:"calls"` // answered without error
 	P50   float64 `json:"p50_ms"`
 	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p999_ms"`
 }
 
 func (s Summary) String() string {
-	out := fmt.Sprintf("%s: %d requests in %.2fs, %.0f rps, p50 %.2fms p90 %.2fms p99 %.2fms max %.2fms, %d errors %v, outcomes %v, served by %v",
-		s.Scenario, s.Requests, s.Seconds, s.RPS, s.P50, s.P90, s.P99, s.Max, s.Errors, s.ErrorCodes, s.Outcomes, s.ServedBy)
+	out := fmt.Sprintf("%s: %d requests in %.2fs, %.0f rps, p50 %.2fms p90 %.2fms p99 %.2fms p99.9 %.2fms max %.2fms, %d errors %v, outcomes %v, served by %v",
+		s.Scenario, s.Requests, s.Seconds, s.RPS, s.P50, s.P90, s.P99, s.P999, s.Max, s.Errors, s.ErrorCodes, s.Outcomes, s.ServedBy)
+	if s.Rate > 0 {
+		out += fmt.Sprintf("; open loop at %.0f/s: %d late, max lag %.2fms", s.Rate, s.Late, s.MaxLag)
+	}
 	for _, n := range rpcNames {
 		if r, ok := s.RPCs[n]; ok {
-			out += fmt.Sprintf("; %s p50 %.2fms p99 %.2fms", n, r.P50, r.P99)
+			out += fmt.Sprintf("; %s p50 %.2fms p99 %.2fms p99.9 %.2fms", n, r.P50, r.P99, r.P999)
 		}
 	}
 	return out
@@ -149,6 +210,8 @@ type caller struct {
 	lat      []time.Duration // successful calls (lifecycle: events) only
 	rpcLat   [len(rpcNames)][]time.Duration
 	calls    int64
+	late     int64
+	maxLag   time.Duration
 	errCodes map[string]int64
 	outcomes [5]int64 // by pb.Outcome
 	served   [4]int64 // by pb.Tier
@@ -178,6 +241,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	)
 	callers := make([]*caller, cfg.Callers)
 	start := time.Now()
+	pace := newPacer(&cfg, start)
 	for i := range callers {
 		c := &caller{lat: make([]time.Duration, 0, 1<<16), errCodes: map[string]int64{}}
 		callers[i] = c
@@ -187,10 +251,10 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			for r := range c.rpcLat {
 				c.rpcLat[r] = make([]time.Duration, 0, 1<<15)
 			}
-			wg.Go(func() { c.lifecycle(cctx, cc, &cfg, &seq, &stopped) })
+			wg.Go(func() { c.lifecycle(cctx, cc, &cfg, pace, &seq, &stopped) })
 			continue
 		}
-		wg.Go(func() { c.loop(cctx, cc, &cfg, &seq, &stopped) })
+		wg.Go(func() { c.loop(cctx, cc, &cfg, pace, &seq, &stopped) })
 	}
 	timer := time.NewTimer(cfg.Duration)
 	select {
@@ -207,16 +271,31 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	return summarize(cfg, callers, elapsed), nil
 }
 
-func (c *caller) loop(ctx context.Context, cc *grpc.ClientConn, cfg *Config, seq *atomic.Uint64, stopped *atomic.Bool) {
+// next takes the next request number and returns when it was due (after
+// waiting for it in an open loop); ok is false when the run is over.
+func (c *caller) next(pace *pacer, seq *atomic.Uint64, stopped *atomic.Bool) (n uint64, due time.Time, ok bool) {
+	n = seq.Add(1) - 1
+	due, lag, ok := pace.wait(n, stopped)
+	if lag > lateAfter {
+		c.late++
+	}
+	c.maxLag = max(c.maxLag, lag)
+	return n, due, ok
+}
+
+func (c *caller) loop(ctx context.Context, cc *grpc.ClientConn, cfg *Config, pace *pacer, seq *atomic.Uint64, stopped *atomic.Bool) {
 	req := &pb.ClaimRequest{Namespace: cfg.Namespace, Provider: cfg.Provider, Holder: cfg.Holder}
 	key := &pb.ClaimRequest_EventId{}
 	req.Key = key
 	resp := &pb.ClaimResponse{}
 	var buf []byte
 	for !stopped.Load() && ctx.Err() == nil {
-		buf = cfg.AppendKey(buf[:0], seq.Add(1)-1)
+		n, t0, ok := c.next(pace, seq, stopped)
+		if !ok {
+			return
+		}
+		buf = cfg.AppendKey(buf[:0], n)
 		key.EventId = string(buf)
-		t0 := time.Now()
 		err := cc.Invoke(ctx, pb.ClaimService_Claim_FullMethodName, req, resp)
 		d := time.Since(t0)
 		c.calls++
@@ -248,7 +327,11 @@ func withToken(ctx context.Context, token string) context.Context {
 // Transition to SETTLED with a small result. An event counts when all its
 // RPCs succeeded; a Claim that does not acquire is an error
 // ("NOT_ACQUIRED"), since every key is new.
-func (c *caller) lifecycle(ctx context.Context, cc *grpc.ClientConn, cfg *Config, seq *atomic.Uint64, stopped *atomic.Bool) {
+//
+// In an open loop the Claim's latency, and the event's, count from when the
+// event was due; each Transition's from when it was sent, right after the
+// answer before it.
+func (c *caller) lifecycle(ctx context.Context, cc *grpc.ClientConn, cfg *Config, pace *pacer, seq *atomic.Uint64, stopped *atomic.Bool) {
 	start := cfg.Scenario == ScenarioLifecycleStart
 	req := &pb.ClaimRequest{Namespace: cfg.Namespace, Provider: cfg.Provider, Holder: cfg.Holder, Start: start}
 	key := &pb.ClaimRequest_EventId{}
@@ -257,8 +340,8 @@ func (c *caller) lifecycle(ctx context.Context, cc *grpc.ClientConn, cfg *Config
 	tr := &pb.TransitionRequest{Namespace: cfg.Namespace, Provider: cfg.Provider}
 	tresp := &pb.TransitionResponse{}
 	var buf []byte
-	invoke := func(rpc int, method string, in, out any) bool {
-		t0 := time.Now()
+	invoke := func(rpc int, from time.Time, method string, in, out any) bool {
+		t0 := from
 		err := cc.Invoke(ctx, method, in, out)
 		d := time.Since(t0)
 		c.calls++
@@ -270,10 +353,13 @@ func (c *caller) lifecycle(ctx context.Context, cc *grpc.ClientConn, cfg *Config
 		return true
 	}
 	for !stopped.Load() && ctx.Err() == nil {
-		buf = cfg.AppendKey(buf[:0], seq.Add(1)-1)
+		n, t0, ok := c.next(pace, seq, stopped)
+		if !ok {
+			return
+		}
+		buf = cfg.AppendKey(buf[:0], n)
 		key.EventId = string(buf)
-		t0 := time.Now()
-		if !invoke(0, pb.ClaimService_Claim_FullMethodName, req, resp) {
+		if !invoke(0, t0, pb.ClaimService_Claim_FullMethodName, req, resp) {
 			continue
 		}
 		if o := int(resp.GetOutcome()); o < len(c.outcomes) {
@@ -289,7 +375,7 @@ func (c *caller) lifecycle(ctx context.Context, cc *grpc.ClientConn, cfg *Config
 		tr.Key, tr.FencingToken, tr.LeaseSecret = resp.GetKey(), resp.GetFencingToken(), resp.GetLeaseSecret()
 		if !start {
 			tr.To, tr.Result = pb.EventState_EVENT_STATE_PROCESSING, nil
-			if !invoke(1, pb.ClaimService_Transition_FullMethodName, tr, tresp) {
+			if !invoke(1, time.Now(), pb.ClaimService_Transition_FullMethodName, tr, tresp) {
 				continue
 			}
 		}
@@ -297,7 +383,7 @@ func (c *caller) lifecycle(ctx context.Context, cc *grpc.ClientConn, cfg *Config
 		tr.Result = append(tr.Result[:0], `{"charge":"ch_`...)
 		tr.Result = append(tr.Result, buf...)
 		tr.Result = append(tr.Result, `"}`...)
-		if !invoke(2, pb.ClaimService_Transition_FullMethodName, tr, tresp) {
+		if !invoke(2, time.Now(), pb.ClaimService_Transition_FullMethodName, tr, tresp) {
 			continue
 		}
 		c.lat = append(c.lat, time.Since(t0))
@@ -309,6 +395,7 @@ func summarize(cfg Config, callers []*caller, elapsed time.Duration) Summary {
 		Scenario: cfg.Scenario.String(),
 		Callers:  cfg.Callers,
 		Seconds:  elapsed.Seconds(),
+		Rate:     cfg.Rate,
 		Outcomes: map[string]int64{},
 		ServedBy: map[string]int64{},
 	}
@@ -317,6 +404,8 @@ func summarize(cfg Config, callers []*caller, elapsed time.Duration) Summary {
 	for _, c := range callers {
 		lat = append(lat, c.lat...)
 		s.Calls += c.calls
+		s.Late += c.late
+		s.MaxLag = max(s.MaxLag, ms(c.maxLag))
 		for r := range rpcLat {
 			rpcLat[r] = append(rpcLat[r], c.rpcLat[r]...)
 		}
@@ -349,7 +438,7 @@ func summarize(cfg Config, callers []*caller, elapsed time.Duration) Summary {
 				continue
 			}
 			slices.Sort(l)
-			s.RPCs[rpcNames[r]] = RPC{Calls: int64(len(l)), P50: ms(Percentile(l, 50)), P99: ms(Percentile(l, 99))}
+			s.RPCs[rpcNames[r]] = RPC{Calls: int64(len(l)), P50: ms(Percentile(l, 50)), P99: ms(Percentile(l, 99)), P999: ms(Percentile(l, 99.9))}
 			all = append(all, l...)
 		}
 		s.RPS = float64(len(lat)) / elapsed.Seconds()
@@ -358,7 +447,7 @@ func summarize(cfg Config, callers []*caller, elapsed time.Duration) Summary {
 		s.RPS = float64(s.Requests) / elapsed.Seconds()
 	}
 	slices.Sort(lat)
-	s.P50, s.P90, s.P99 = ms(Percentile(lat, 50)), ms(Percentile(lat, 90)), ms(Percentile(lat, 99))
+	s.P50, s.P90, s.P99, s.P999 = ms(Percentile(lat, 50)), ms(Percentile(lat, 90)), ms(Percentile(lat, 99)), ms(Percentile(lat, 99.9))
 	if len(lat) > 0 {
 		s.Max = ms(lat[len(lat)-1])
 	}

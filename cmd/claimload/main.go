@@ -23,7 +23,15 @@
 //	lifecycle-start  the same with Claim(start) then SETTLED (one RPC fewer)
 //
 // In the lifecycle scenarios the rate is events per second and the summary
-// has the p50 and p99 of each RPC. -addr takes a comma-separated list of
+// has the p50, p99 and p99.9 of each RPC.
+//
+// Open loop: with -rate R, requests (events, in a lifecycle scenario) are
+// due at a fixed arrival rate, request n at start + n/R, whoever sends it;
+// -c bounds how many are in flight. Each latency is measured from the time
+// the request was due, not from when a caller got round to sending it, so
+// a server that falls behind is charged for the wait of every request
+// queued behind it (no coordinated omission). The summary then says how
+// many requests went out late and by how much at most. -addr takes a comma-separated list of
 // replicas; -token-file a bearer token sent on every call.
 //
 // With -settle it first claims and settles the dup-keys keys, so that dup
@@ -38,6 +46,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -58,7 +67,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	var cfg Config
 	addrs := fs.String("addr", "127.0.0.1:50051", "server address, or several (replicas) separated by commas")
 	tokenFile := fs.String("token-file", "", "file whose first line is a bearer token to send on every call")
-	fs.IntVar(&cfg.Callers, "c", 50, "concurrent callers")
+	fs.IntVar(&cfg.Callers, "c", 50, "concurrent callers (with -rate: the most requests in flight)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: requests (lifecycle: events) due per second, latency measured from when each was due; 0: closed loop")
 	fs.DurationVar(&cfg.Duration, "d", 15*time.Second, "duration of the run")
 	fs.IntVar(&cfg.Conns, "conns", 1, "gRPC connections shared by the callers (round robin)")
 	scenario := fs.String("scenario", "new", "new, dup, mix, contend, lifecycle or lifecycle-start")
@@ -129,6 +139,10 @@ func (c *Config) validate() error {
 		return errors.New("-conns must be at least 1")
 	case c.DupKeys < 1:
 		return errors.New("-dup-keys must be at least 1")
+	case c.Rate < 0 || math.IsInf(c.Rate, 0) || math.IsNaN(c.Rate):
+		return errors.New("-rate must be a positive number of requests per second, or 0 for a closed loop")
+	case c.Rate > 0 && time.Duration(float64(time.Second)/c.Rate) < time.Microsecond:
+		return errors.New("-rate is over a million requests per second")
 	}
 	return nil
 }
