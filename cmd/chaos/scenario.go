@@ -46,6 +46,7 @@ var (
 	faultR1    = "kill -9 of replica r1, restarted"
 	faultShort = "client deadlines of 0.1–3 ms (replies lost after commit)"
 	faultLost  = "proxy before r0 swallows 20% of replies after the server sent them, closing the connection"
+	faultForge = "Redis records forged while the load runs: settled with another result, copied from another key, a later token and holder"
 )
 
 // scenarios lists every scenario in run order.
@@ -105,6 +106,11 @@ func scenarios() []scenario {
 	loseReplies := func(ctx context.Context, e *env) (time.Time, time.Time, error) {
 		return window(e, func() { e.proxy.SetDropRate(0.2) }, func() { e.proxy.SetDropRate(0) })
 	}
+	forgeRedis := func(ctx context.Context, e *env) (time.Time, time.Time, error) {
+		start := time.Now()
+		_, err := e.b.forgeRedis(ctx, e.hold)
+		return start, time.Now(), err
+	}
 	return []scenario{
 		{name: "baseline", mode: modeProduction, fault: "none",
 			inject: func(context.Context, *env) (time.Time, time.Time, error) { return now() }},
@@ -114,6 +120,7 @@ func scenarios() []scenario {
 		{name: "replica-kill", mode: modeProduction, fault: faultR1, inject: killReplica},
 		{name: "short-deadlines", mode: modeProduction, fault: faultShort, inject: shortDeadlines},
 		{name: "lost-replies", mode: modeProduction, fault: faultLost, inject: loseReplies, proxy: true},
+		{name: "redis-forgery", mode: modeProduction, fault: faultForge, inject: forgeRedis},
 		{name: "lifecycle-replica-kill", mode: modeProduction, fault: faultR1, inject: killReplica, lifecycle: true},
 		{name: "lifecycle-postgres-stop", mode: modeProduction, fault: faultStop, inject: stopPostgres, lifecycle: true},
 		{name: "lifecycle-redis-flushall", mode: modeProduction, fault: faultFlush, inject: flushRedis, lifecycle: true},
