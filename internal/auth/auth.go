@@ -186,7 +186,9 @@ func readError(err error) error {
 // NamespaceLabel returns the metric label of a (validated) namespace: the
 // namespace itself when the auth file names it, the file's pattern that
 // matches it ("payouts-*"), or "other". The auth file bounds the label's
-// values; internal/metrics takes this as its NamespaceLabel.
+// values; internal/metrics takes this as its NamespaceLabel. It reads the
+// file in force without checking it again: the call it labels was
+// authenticated a moment before, and that check is enough.
 func (a *Authenticator) NamespaceLabel(ns string) string {
-	return a.current().label(ns)
+	return a.cur.Load().label(ns)
 }
