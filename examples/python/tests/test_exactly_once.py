@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -64,6 +65,23 @@ class Gated:
 
     def signal(self, sig: signal.Signals) -> None:
         os.kill(self.proc.pid, sig)
+        if sig == signal.SIGSTOP:
+            self._stopped()
+
+    def _stopped(self) -> None:
+        """_stopped returns once the kernel reports the process stopped. kill
+        returns when SIGSTOP is queued, not delivered: a receiver still
+        running on the other core could read the line go() writes next and
+        start its effect's transaction before it stops, holding the ledger's
+        write lock for the whole pause (seen 1 run in 5)."""
+        stat = Path(f"/proc/{self.proc.pid}/stat")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            # /proc/PID/stat: "pid (comm) state …"; comm may hold spaces.
+            if stat.read_text().rsplit(")", 1)[1].split()[0] == "T":
+                return
+            time.sleep(0.001)  # polling the observable state, bounded above
+        raise AssertionError(f"receiver {self.proc.pid} not stopped 10 s after SIGSTOP")
 
     def end(self) -> None:
         if self.proc.poll() is None:
