@@ -63,8 +63,14 @@ type RPCLatency struct {
 	P99   float64 `json:"p99_ms"`
 }
 
-// load runs one scenario under one client against t.
+// load runs one scenario under one client against t for the run's
+// duration.
 func (b *bench) load(t *target, scenario, client string) (Result, error) {
+	return b.loadFor(t, scenario, client, b.opts.duration)
+}
+
+// loadFor runs one scenario under one client against t for d.
+func (b *bench) loadFor(t *target, scenario, client string, d time.Duration) (Result, error) {
 	callers := b.opts.callers
 	if scenario == scenarioContend {
 		callers = b.opts.contend
@@ -78,9 +84,9 @@ func (b *bench) load(t *target, scenario, client string) (Result, error) {
 	cpu, busy, err := measure(t.meters, func() (err error) {
 		switch client {
 		case clientGhz:
-			res, cmd, err = b.ghz(t.addr, scenario, callers, prefix, t.claimd)
+			res, cmd, err = b.ghz(t.addr, scenario, callers, prefix, t.claimd, d)
 		case clientClaimload:
-			res, cmd, err = b.claimload(t.addrs(), scenario, callers, prefix, t.claimd)
+			res, cmd, err = b.claimload(t.addrs(), scenario, callers, prefix, t.claimd, d)
 		default:
 			err = fmt.Errorf("unknown client %q", client)
 		}
@@ -137,11 +143,11 @@ type ghzReport struct {
 	} `json:"latencyDistribution"`
 }
 
-func (b *bench) ghz(addr, scenario string, callers int, prefix string, authn bool) (Result, *exec.Cmd, error) {
+func (b *bench) ghz(addr, scenario string, callers int, prefix string, authn bool, d time.Duration) (Result, *exec.Cmd, error) {
 	data := fmt.Sprintf(`{"namespace":%q,"provider":%q,"holder":"ghz","event_id":"%s"}`,
 		benchNamespace, benchProvider, b.eventIDTemplate(scenario, prefix))
 	args := []string{"--insecure", "--call", "idempotency.v1.ClaimService.Claim",
-		"-c", strconv.Itoa(callers), "-z", b.opts.duration.String(), "--duration-stop", "wait",
+		"-c", strconv.Itoa(callers), "-z", d.String(), "--duration-stop", "wait",
 		"--format", "json", "-d", data}
 	if authn {
 		// The calls and the reflection request that finds the method
@@ -195,8 +201,8 @@ type claimloadSummary struct {
 	RPCs       map[string]RPCLatency `json:"rpcs"`
 }
 
-func (b *bench) claimload(addrs []string, scenario string, callers int, prefix string, authn bool) (Result, *exec.Cmd, error) {
-	args := []string{"-addr", strings.Join(addrs, ","), "-c", strconv.Itoa(callers), "-d", b.opts.duration.String(),
+func (b *bench) claimload(addrs []string, scenario string, callers int, prefix string, authn bool, d time.Duration) (Result, *exec.Cmd, error) {
+	args := []string{"-addr", strings.Join(addrs, ","), "-c", strconv.Itoa(callers), "-d", d.String(),
 		"-scenario", scenario, "-namespace", benchNamespace, "-provider", benchProvider,
 		"-prefix", prefix, "-dup-prefix", dupPrefix, "-dup-keys", strconv.Itoa(b.opts.dupKeys), "-json"}
 	if authn {

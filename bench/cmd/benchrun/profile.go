@@ -146,10 +146,20 @@ func attribute(r io.Reader) (map[string]float64, int, error) {
 	return shares, total, nil
 }
 
-// profileSeconds is how long perf records within a load run of d: from 2 s
-// in (past the connections' warm-up) to at least 1 s before its end.
+// profileRun is how long the profiled load run lasts when the measured
+// runs last d: as long, but never under minProfileRun, so that a smoke run
+// (BENCH_DURATION=2s) still has a middle for perf to sample.
+func profileRun(d time.Duration) time.Duration {
+	return max(d, minProfileRun)
+}
+
+const minProfileRun = 6 * time.Second
+
+// profileSeconds is how long perf records within the profiled run when the
+// measured runs last d: from 2 s in (past the connections' warm-up) to at
+// least 1 s before its end.
 func profileSeconds(d time.Duration) int {
-	return max(1, min(10, int(d.Seconds())-3))
+	return max(1, min(10, int(profileRun(d).Seconds())-3))
 }
 
 // profile runs scenario once more on t under claimload, with perf recording
@@ -173,7 +183,7 @@ func (b *bench) profile(t *target, scenario string) error {
 		}
 		recorded <- nil
 	}()
-	res, err := b.load(t, scenario, clientClaimload)
+	res, err := b.loadFor(t, scenario, clientClaimload, profileRun(b.opts.duration))
 	if rerr := <-recorded; err == nil {
 		err = rerr
 	}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 // perfScript is `perf script` output of five samples: claimd's code, gRPC
@@ -61,5 +62,20 @@ func TestProfileTable(t *testing.T) {
 	}
 	if profileTable(&Report{}) != "" {
 		t.Error("a report without profiles has a profile table")
+	}
+}
+
+// TestProfileWindowInsideTheRun: perf starts 2 s into the profiled run and
+// must stop at least a second before it ends, whatever the measured runs
+// last; a smoke run's 2 s once left perf sampling an idle server.
+func TestProfileWindowInsideTheRun(t *testing.T) {
+	for _, d := range []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 15 * time.Second, time.Minute} {
+		run, secs := profileRun(d), profileSeconds(d)
+		if run < d {
+			t.Errorf("measured runs of %v: profiled run %v is shorter", d, run)
+		}
+		if end := 2*time.Second + time.Duration(secs)*time.Second; end > run-time.Second || secs < 1 {
+			t.Errorf("measured runs of %v: perf records %d s from 2 s into a run of %v", d, secs, run)
+		}
 	}
 }
