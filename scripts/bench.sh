@@ -10,7 +10,12 @@
 #                   (claimd-embedded-relaxed runs the new scenario only)
 #   BENCH_CLIENTS   subset of claimload,ghz (ghz is installed only when used)
 #   BENCH_SCENARIOS subset of lifecycle,lifecycle-start,new,dup,mix,contend
-#                   (the lifecycle ones run under claimload only)
+#                   (the lifecycle ones run under claimload only). With
+#                   lifecycle-start, the naive handler and both claimd tier
+#                   modes also run it from 8 callers, counting Redis commands
+#                   and PostgreSQL writes; with lifecycle and the naive
+#                   handler, both tier modes run it once more in an open loop
+#                   at half the naive handler's rate (claimload -rate)
 #   BENCH_REPLICAS  claimd replica counts of the scaling runs (default 1,2,4;
 #                   empty for none)
 #   BENCH_PYTHON    false to skip the Python baseline (claimd's Python guard

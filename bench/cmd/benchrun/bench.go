@@ -237,7 +237,7 @@ func (b *bench) measured(t string) bool {
 	if t == targetPython {
 		return len(b.report.Python) > 0
 	}
-	for _, x := range slices.Concat(b.report.Runs, b.report.Scaling, b.report.Python) {
+	for _, x := range slices.Concat(b.report.Runs, b.report.Scaling, b.report.Python, b.report.Low, b.report.OpenLoop) {
 		if x.Target == t {
 			return true
 		}
@@ -402,6 +402,11 @@ func (b *bench) runTarget(id string) (err error) {
 			logf("%-16s %-8s %-10s %8.0f %s  p50 %6.2fms  p99 %6.2fms  errors %d  cpu %s %s",
 				id, sc, cl, res.Rate, res.Unit, res.P50, res.P99, res.Errors, fmtCPU(res.CPU), res.Check)
 			b.report.Runs = append(b.report.Runs, res)
+		}
+	}
+	if slices.Contains(lowTargets, id) && slices.Contains(b.opts.scenarios, scenarioLifecycleStart) && slices.Contains(b.opts.clients, clientClaimload) {
+		if err := b.runLow(t); err != nil {
+			return err
 		}
 	}
 	if b.opts.perf == "" || id != targetClaimd || !slices.Contains(b.opts.clients, clientClaimload) {

@@ -95,6 +95,13 @@ func TestReport(t *testing.T) {
 		{Target: pyPowertools, Scenario: pyFirst, Seconds: 1, Requests: 2000, Rate: 2000, P50: 2, CPU: map[string]float64{"redis": 0.1}},
 		{Target: pyClaimd, Scenario: pyFirst, Seconds: 1, Requests: 1000, Rate: 1000, P50: 4, CPU: map[string]float64{"server": 0.2}},
 	}
+	r.Low = []Result{{Target: targetClaimd, Scenario: scenarioLifecycleStart, Callers: 8, Seconds: 1, Requests: 1000, Rate: 1000,
+		RPCs:          map[string]RPCLatency{"claim": {P50: 1.5, P99: 3}, "settle": {P50: 2, P99: 4}},
+		CPU:           map[string]float64{"server": 0.1, "redis": 0.05, "postgres": 0.1},
+		RedisCommands: 2500, ScriptCalls: 2000, PGWrites: 1100}}
+	r.OpenLoop = []Result{{Target: targetEmbedded, Scenario: scenarioLifecycle, Seconds: 1, Requests: 1000, Rate: 998, Due: 1000, Late: 2, MaxLag: 3.5,
+		RPCs: map[string]RPCLatency{"claim": {P50: 1, P99: 4, P999: 9}, "settle": {P50: 1, P99: 6, P999: 25}},
+		CPU:  map[string]float64{"server": 0.2}}}
 	dir := t.TempDir()
 	md, svg := filepath.Join(dir, "BENCHMARKS.md"), filepath.Join(dir, "results.svg")
 	if err := writeSVG(svg, r); err != nil {
@@ -108,13 +115,22 @@ func TestReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"## Targets", "new keys ≥ 3× naive rps", "| all new keys | claimd Redis+PG | claimload | 5000 |",
+		"## Targets", "| all new keys | claimd Redis+PG | claimload | 5000 |",
+		"| lifecycle: Claim → PROCESSING → SETTLED: CPU per event ≤ 0.35× the naive handler's | claimload | 500 / 500 µs = 1.00× | – / – | 300.0 / 300.0 | **no** |",
+		"| 8 callers, Claim(start) → SETTLED: CPU per event ≤ 300 µs | claimload | 250 µs (claimd 100, Redis 50, PostgreSQL 100) | – | – | yes |",
+		"| 8 callers, Claim(start) → SETTLED: Redis commands per event ≤ 3 | claimload | 2.50 (2.00 of them scripts; a script's own calls count) | – | – | yes |",
+		"| 8 callers, Claim(start) → SETTLED: PostgreSQL commits per event ≤ 1.0 | claimload | 1.10 (transactions that wrote, each a WAL flush) | – | – | **no** |",
+		"| 8 callers, Claim(start) → SETTLED: p50 per event ≤ 4 ms | claimload | 3.50 ms (the sum of its RPCs' p50s) | – | – | yes |",
+		"| Python guard, 8 threads, first deliveries: p50 ≤ 1.5× Powertools' (Redis, appendfsync always) | python | 4.00 / 2.00 ms = 2.00× | – / – | – | **no** |",
+		"| open loop, claimd embedded at 1000 events/s due (half the naive handler's): p99 per RPC ≤ 5 ms | claimload | 6.00 ms (2 late, max lag 3.5 ms) | – | – | **no** |",
+		"| open loop, claimd embedded: p99.9 per RPC ≤ 20 ms | claimload | 25.00 ms (settle) | – | – | **no** |",
+		"| claimd embedded | 1000 | 998 | 1.00 / 4.00 / 9.00 | – | 1.00 / 6.00 / 25.00 | 2 | 3.5 | 0 | 200 |",
+		"| claimd Redis+PG | 1000 | 1.50 / 3.00 | 2.00 / 4.00 | 3.50 | 0 | 100 | 50 | 100 | – | 250 | 2.50 | 2.00 | 1.10 |",
 		"| embedded new keys: fsync per commit (full) ≥ 0.8× relaxed rps | claimload | 3000 / 4000 rps = 0.75× | – / – | 300.0 / 300.0 | **no** |",
 		"| all new keys | claimd embedded relaxed | claimload | 4000 |",
 		"![rate and p99 by scenario](results.svg)",
 		"## Lifecycle: whole webhook events",
 		"| lifecycle: Claim → PROCESSING → SETTLED | claimd Redis+PG | 5000 | 1.00 / 4.00 | – | 2.00 / 12.00 | 0 | 500 | – | – | 300 | 500 |",
-		"| lifecycle: Claim → PROCESSING → SETTLED: p99 per RPC ≤ 10 ms | claimload | 12.00 ms (settle, the slowest) | – | 300.0 | **no** |",
 		"| 2 | 500 | 3.00 | – | – | 0 | 200 | – | – | – | 200 |",
 		"| first | claimd guard | 1000 | 4.00 | 0.00 | 0 | 200 | – | – | – | 200 |",
 		"First deliveries: claimd's guard at 0.50× Powertools' events/s and 2.00× its p50",
@@ -250,5 +266,17 @@ func TestBudget(t *testing.T) {
 	wantContains(t, "budget, naive at 10000 claims/s", report(10000), "The floors alone exceed the budget")
 	if got := report(0); got != "" {
 		t.Errorf("budget without a naive rate = %q, want nothing", got)
+	}
+}
+
+// TestCommandCounts sums INFO commandstats' calls, the scripts apart, and
+// leaves out the harness's own INFO.
+func TestCommandCounts(t *testing.T) {
+	info := "# Commandstats\r\ncmdstat_get:calls=3,usec=3,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_evalsha:calls=2,usec=97,usec_per_call=48.50,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_info:calls=7,usec=70,usec_per_call=10.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_config|resetstat:calls=1,usec=130,usec_per_call=130.00,rejected_calls=0,failed_calls=0\r\n"
+	if cmds, scripts := commandCounts(info); cmds != 6 || scripts != 2 {
+		t.Fatalf("commandCounts() = %d, %d; want 6, 2", cmds, scripts)
 	}
 }

@@ -35,7 +35,21 @@ type Result struct {
 	Unit       string             `json:"unit"`
 	P50        float64            `json:"p50_ms"`
 	P99        float64            `json:"p99_ms"`
+	P999       float64            `json:"p999_ms,omitempty"`
 	CPU        map[string]float64 `json:"cpu_seconds"`
+	// Due is an open loop's events (requests) due per second, Late how many
+	// went out more than claimload's lateAfter after they were due, MaxLag
+	// the latest (ms); latencies count from when each was due.
+	Due    float64 `json:"due_rate,omitempty"`
+	Late   int64   `json:"late,omitempty"`
+	MaxLag float64 `json:"max_lag_ms,omitempty"`
+	// RedisCommands and PGWrites are what the servers did over the run:
+	// commands Redis executed (INFO commandstats, a script's own calls
+	// included; ScriptCalls counts the scripts) and PostgreSQL
+	// transactions that wrote (transaction ids assigned, cluster-wide).
+	RedisCommands int64 `json:"redis_commands,omitempty"`
+	ScriptCalls   int64 `json:"redis_script_calls,omitempty"`
+	PGWrites      int64 `json:"pg_write_transactions,omitempty"`
 	// MachineBusy is the CPU seconds the whole machine was busy over the
 	// run (/proc/stat): CPU beyond the processes in CPU was other work.
 	MachineBusy float64          `json:"machine_busy_seconds,omitempty"`
@@ -61,20 +75,35 @@ type RPCLatency struct {
 	Calls int64   `json:"calls"`
 	P50   float64 `json:"p50_ms"`
 	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p999_ms,omitempty"`
 }
 
-// load runs one scenario under one client against t for the run's
-// duration.
-func (b *bench) load(t *target, scenario, client string) (Result, error) {
-	return b.loadFor(t, scenario, client, b.opts.duration)
+// spec is how one load run goes: its callers, how long it lasts, and in an
+// open loop the events (requests) due per second.
+type spec struct {
+	callers  int
+	duration time.Duration
+	rate     float64 // 0: a closed loop
 }
 
-// loadFor runs one scenario under one client against t for d.
-func (b *bench) loadFor(t *target, scenario, client string, d time.Duration) (Result, error) {
-	callers := b.opts.callers
+// spec is the standard run of scenario: the run's duration, and its
+// callers (the contended key has its own number).
+func (b *bench) spec(scenario string) spec {
+	s := spec{callers: b.opts.callers, duration: b.opts.duration}
 	if scenario == scenarioContend {
-		callers = b.opts.contend
+		s.callers = b.opts.contend
 	}
+	return s
+}
+
+// load runs one scenario under one client against t as the standard run.
+func (b *bench) load(t *target, scenario, client string) (Result, error) {
+	return b.loadWith(t, scenario, client, b.spec(scenario))
+}
+
+// loadWith runs one scenario under one client against t as s says.
+func (b *bench) loadWith(t *target, scenario, client string, s spec) (Result, error) {
+	callers := s.callers
 	// New keys (and the contended key) are unique to this run.
 	prefix := fmt.Sprintf("%s-%s-%s", scenario, client, strconv.FormatInt(time.Now().UnixNano(), 36))
 	var (
@@ -84,9 +113,12 @@ func (b *bench) loadFor(t *target, scenario, client string, d time.Duration) (Re
 	cpu, busy, err := measure(t.meters, func() (err error) {
 		switch client {
 		case clientGhz:
-			res, cmd, err = b.ghz(t.addr, scenario, callers, prefix, t.claimd, d)
+			if s.rate > 0 {
+				return fmt.Errorf("ghz runs closed loops only")
+			}
+			res, cmd, err = b.ghz(t.addr, scenario, callers, prefix, t.claimd, s.duration)
 		case clientClaimload:
-			res, cmd, err = b.claimload(t.addrs(), scenario, callers, prefix, t.claimd, d)
+			res, cmd, err = b.claimload(t.addrs(), scenario, callers, prefix, t.claimd, s)
 		default:
 			err = fmt.Errorf("unknown client %q", client)
 		}
@@ -196,17 +228,24 @@ type claimloadSummary struct {
 	RPS        float64               `json:"rps"`
 	P50        float64               `json:"p50_ms"`
 	P99        float64               `json:"p99_ms"`
+	P999       float64               `json:"p999_ms"`
+	Rate       float64               `json:"rate"`
+	Late       int64                 `json:"late"`
+	MaxLag     float64               `json:"max_lag_ms"`
 	Outcomes   map[string]int64      `json:"outcomes"`
 	ServedBy   map[string]int64      `json:"served_by"`
 	RPCs       map[string]RPCLatency `json:"rpcs"`
 }
 
-func (b *bench) claimload(addrs []string, scenario string, callers int, prefix string, authn bool, d time.Duration) (Result, *exec.Cmd, error) {
-	args := []string{"-addr", strings.Join(addrs, ","), "-c", strconv.Itoa(callers), "-d", d.String(),
+func (b *bench) claimload(addrs []string, scenario string, callers int, prefix string, authn bool, s spec) (Result, *exec.Cmd, error) {
+	args := []string{"-addr", strings.Join(addrs, ","), "-c", strconv.Itoa(callers), "-d", s.duration.String(),
 		"-scenario", scenario, "-namespace", benchNamespace, "-provider", benchProvider,
 		"-prefix", prefix, "-dup-prefix", dupPrefix, "-dup-keys", strconv.Itoa(b.opts.dupKeys), "-json"}
 	if authn {
 		args = append(args, "-token-file", b.tokenFile)
+	}
+	if s.rate > 0 {
+		args = append(args, "-rate", strconv.FormatFloat(s.rate, 'f', 1, 64))
 	}
 	cmd := exec.CommandContext(b.ctx, b.bin("claimload"), args...)
 	cmd.Env = b.env()
@@ -215,13 +254,14 @@ func (b *bench) claimload(addrs []string, scenario string, callers int, prefix s
 	if err := cmd.Run(); err != nil {
 		return Result{}, nil, fmt.Errorf("claimload: %w\n%s", err, stderr.String())
 	}
-	var s claimloadSummary
-	if err := json.Unmarshal(stdout.Bytes(), &s); err != nil {
+	var sum claimloadSummary
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
 		return Result{}, nil, fmt.Errorf("claimload summary: %w\n%s", err, stdout.String())
 	}
 	return Result{
-		Seconds: s.Seconds, Requests: s.Requests, Errors: s.Errors, ErrorCodes: s.ErrorCodes,
-		Rate: s.RPS, P50: s.P50, P99: s.P99, Outcomes: s.Outcomes, ServedBy: s.ServedBy, RPCs: s.RPCs,
+		Seconds: sum.Seconds, Requests: sum.Requests, Errors: sum.Errors, ErrorCodes: sum.ErrorCodes,
+		Rate: sum.RPS, P50: sum.P50, P99: sum.P99, P999: sum.P999, Outcomes: sum.Outcomes, ServedBy: sum.ServedBy, RPCs: sum.RPCs,
+		Due: sum.Rate, Late: sum.Late, MaxLag: sum.MaxLag,
 	}, cmd, nil
 }
 

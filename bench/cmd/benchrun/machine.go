@@ -29,6 +29,11 @@ type Report struct {
 	// Python are the Python baseline's runs: claimd's guard and
 	// Powertools' idempotency on Redis, first deliveries and duplicates.
 	Python []Result `json:"python,omitempty"`
+	// Low are the low-concurrency runs: Claim(start) → SETTLED from
+	// lowCallers callers, with what Redis and PostgreSQL did.
+	Low []Result `json:"low,omitempty"`
+	// OpenLoop are the lifecycle runs at a fixed arrival rate.
+	OpenLoop []Result `json:"open_loop,omitempty"`
 	// Profiles say where claimd's CPU went in some scenarios (profile.go).
 	Profiles []Profile `json:"profiles,omitempty"`
 }

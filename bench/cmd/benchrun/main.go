@@ -178,6 +178,10 @@ func run(o options) (err error) {
 			return err
 		}
 	}
+	// After the baselines: its rate is half the naive handler's.
+	if err := b.runOpenLoop(); err != nil {
+		return err
+	}
 	b.report.Finished = time.Now().UTC()
 	b.report.Machine.LoadAfter = loadAvg()
 

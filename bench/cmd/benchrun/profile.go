@@ -183,7 +183,9 @@ func (b *bench) profile(t *target, scenario string) error {
 		}
 		recorded <- nil
 	}()
-	res, err := b.loadFor(t, scenario, clientClaimload, profileRun(b.opts.duration))
+	run := b.spec(scenario)
+	run.duration = profileRun(run.duration)
+	res, err := b.loadWith(t, scenario, clientClaimload, run)
 	if rerr := <-recorded; err == nil {
 		err = rerr
 	}

@@ -14,7 +14,9 @@ import (
 // and behind AWS Lambda Powertools' idempotency utility on Redis, driven
 // by bench/python/guard_vs_powertools.py from N threads, first deliveries
 // and duplicates, in the same run on the same Redis (Powertools keeps its
-// records only there; claimd's guard goes to claimd on Redis + PostgreSQL).
+// records only there, so its runs have Redis fsync every write, as
+// PostgreSQL does claimd's; claimd's guard goes to claimd on Redis +
+// PostgreSQL).
 const (
 	pyClaimd     = "claimd"
 	pyPowertools = "powertools"
@@ -42,6 +44,9 @@ func (b *bench) runPython() (err error) {
 	}()
 	for _, mode := range []string{pyFirst, pyDup} {
 		for _, impl := range []string{pyPowertools, pyClaimd} {
+			if err := b.redisAppendFsync(impl == pyPowertools); err != nil {
+				return fmt.Errorf("python %s %s: %w", impl, mode, err)
+			}
 			res, err := b.python(t, impl, mode)
 			if err != nil {
 				return fmt.Errorf("python %s %s: %w", impl, mode, err)
