@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/janitor"
+	"github.com/claimd/claimd/internal/server"
 	"github.com/claimd/claimd/internal/tiers/migrations"
 	"github.com/claimd/claimd/internal/tiers/postgres"
 )
@@ -102,15 +104,22 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	st, err := openStores(ctx, &c, nil, log)
+	st, err := openTiers(ctx, &c.TierConfig, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if m, ok := st.durable.(interface{ Migrated() migrations.Result }); ok {
-		fmt.Fprintf(stdout, "%s: %s\n", st.mode, m.Migrated())
+	if m, ok := st.Durable.(interface{ Migrated() migrations.Result }); ok {
+		fmt.Fprintf(stdout, "%s: %s\n", st.Mode, m.Migrated())
 	}
 	return nil
+}
+
+// openTiers opens the tiers of migrate and prune, which serve opens
+// itself (server.New): both with the crash points of a -tags chaos build.
+func openTiers(ctx context.Context, c *server.TierConfig, log *slog.Logger) (*server.Tiers, error) {
+	withCrashPoints(c)
+	return server.OpenTiers(ctx, c, nil, log)
 }
 
 // providersConfig is the providers command's flags.
@@ -199,14 +208,14 @@ func runTokenNew(_ context.Context, args []string, stdout, _ io.Writer) error {
 // pruneConfig is the prune command's flags.
 type pruneConfig struct {
 	commonConfig
-	retentionConfig
+	server.RetentionConfig
 	DryRun bool
 }
 
 func bindPrune(fs *flag.FlagSet, c *pruneConfig) {
 	bindDurable(fs, &c.commonConfig)
 	bindLog(fs, &c.commonConfig)
-	bindRetention(fs, &c.retentionConfig)
+	bindRetention(fs, &c.RetentionConfig)
 	fs.BoolVar(&c.DryRun, "dry-run", false, "count what a pass would delete, delete nothing")
 }
 
@@ -217,19 +226,19 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := c.retentionConfig.check(); err != nil {
+	if err := c.RetentionConfig.Check(); err != nil {
 		return err
 	}
 	log, err := c.logger(stderr)
 	if err != nil {
 		return err
 	}
-	st, err := openStores(ctx, &c.commonConfig, nil, log)
+	st, err := openTiers(ctx, &c.TierConfig, log)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	j, err := c.retentionConfig.janitor(st, janitor.Config{Clock: clock.Real{}, Logger: log})
+	j, err := st.Janitor(c.RetentionConfig, janitor.Config{Clock: clock.Real{}, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -243,7 +252,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // printPass reports a pass for an operator: what went (or would go), and
 // the cutoffs that decided it. lockKey is the janitor's advisory lock.
-func printPass(w io.Writer, st *stores, rep janitor.Report, lockKey int64) {
+func printPass(w io.Writer, st *server.Tiers, rep janitor.Report, lockKey int64) {
 	if rep.Skipped {
 		fmt.Fprintf(w, "skipped: another replica's janitor holds the lock (PostgreSQL advisory lock %d); nothing done\n", lockKey)
 		return
@@ -257,7 +266,7 @@ func printPass(w io.Writer, st *stores, rep janitor.Report, lockKey int64) {
 	fmt.Fprintf(w, "claims %s: %d (window ended before %s)\n", verb, rep.Claims, cutoff)
 	fmt.Fprintf(w, "entities %s: %d, with %d applied events (last window ended before %s)\n", verb, rep.Entities, rep.EntityEvents, cutoff)
 	fmt.Fprintf(w, "deferrals %s: %d (last window ended before %s)\n", verb, rep.Deferrals, cutoff)
-	if st.durableKind == "postgres" {
+	if st.DurableKind == "postgres" {
 		if rep.DryRun {
 			verb = "would drop"
 		} else {

@@ -10,32 +10,19 @@ import (
 
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/janitor"
+	"github.com/claimd/claimd/internal/server"
 	"github.com/claimd/claimd/internal/tiers/postgres"
-	"github.com/claimd/claimd/internal/tiers/redis"
-	"github.com/claimd/claimd/internal/tiers/seal"
 	"github.com/claimd/claimd/internal/tiers/sqlite"
-	"github.com/claimd/claimd/internal/tlsconfig"
 )
 
 // commonConfig is what the commands that touch the tiers or the registry
 // need. Zero values are never used: defaults come from the flags.
 type commonConfig struct {
-	DataDir          string
-	SQLiteDurability string
-	RedisURL         string
-	PostgresURL      string
-	PostgresSchema   string
-	// RedisCA, RedisCert and RedisKey are the TLS files of a rediss://
-	// fast tier (PostgreSQL takes its own in the URL: sslrootcert,
-	// sslcert, sslkey).
-	RedisCA, RedisCert, RedisKey string
-	// FastKeyring seals the Redis fast tier's records; serve loads it
-	// (fastkey.go) before it opens the tiers.
-	FastKeyring *seal.Keyring
-	Providers   string
-	ReviewAge   time.Duration
-	LogLevel    string
-	LogFormat   string
+	server.TierConfig
+	Providers string
+	ReviewAge time.Duration
+	LogLevel  string
+	LogFormat string
 }
 
 // bindCommon registers the flags of serve's tiers, registry and log. The
@@ -80,49 +67,6 @@ func bindLog(fs *flag.FlagSet, c *commonConfig) {
 	fs.StringVar(&c.LogFormat, "log-format", "json", "log format: json or text")
 }
 
-// validate checks the flags that need no I/O, before anything is opened.
-func (c *commonConfig) validate() error {
-	if c.RedisURL != "" && c.PostgresURL == "" {
-		return fmt.Errorf("%w: --redis-url needs --postgres-url: Redis is a cache, PostgreSQL the source of truth", errUsage)
-	}
-	if c.redisTLS() && !strings.HasPrefix(c.RedisURL, "rediss://") {
-		return fmt.Errorf("%w: --redis-ca, --redis-cert and --redis-key need a rediss:// --redis-url", errUsage)
-	}
-	d, err := sqlite.ParseDurability(c.SQLiteDurability)
-	if err != nil {
-		return fmt.Errorf("%w: --sqlite-durability: %v", errUsage, err)
-	}
-	if d != sqlite.DurabilityFull && c.PostgresURL != "" {
-		return fmt.Errorf("%w: --sqlite-durability=%s applies to the embedded tier only; PostgreSQL's durability is its own fsync and synchronous_commit", errUsage, d)
-	}
-	return nil
-}
-
-func (c *commonConfig) redisTLS() bool {
-	return c.RedisCA != "" || c.RedisCert != "" || c.RedisKey != ""
-}
-
-// redisConfig is the fast tier's configuration: the URL and, for rediss://,
-// the TLS files of the flags (go-redis's URL has no parameter for them).
-func (c *commonConfig) redisConfig(log *slog.Logger) (redis.Config, error) {
-	if c.FastKeyring == nil {
-		return redis.Config{}, fmt.Errorf("%w: --redis-url needs --fast-tier-key-file", errUsage)
-	}
-	cfg := redis.Config{URL: c.RedisURL, Keyring: c.FastKeyring}
-	if !c.redisTLS() {
-		return cfg, nil
-	}
-	r, err := tlsconfig.New(tlsconfig.Config{
-		Files:  tlsconfig.Files{CA: c.RedisCA, Cert: c.RedisCert, Key: c.RedisKey},
-		Logger: log,
-	})
-	if err != nil {
-		return cfg, fmt.Errorf("--redis-ca, --redis-cert, --redis-key: %w", err)
-	}
-	cfg.TLS = r.ClientConfig()
-	return cfg, nil
-}
-
 func (c *commonConfig) logger(w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
@@ -149,37 +93,10 @@ func (c *commonConfig) registry() (*horizon.Registry, error) {
 	return horizon.Default()
 }
 
-// retentionConfig is what a janitor pass needs; serve runs passes in the
-// background, prune runs one.
-type retentionConfig struct {
-	Grace     time.Duration
-	Batch     int
-	Retention time.Duration
-}
-
 // bindRetention registers the retention flags, with the same names on serve
 // and prune so that a manual pass deletes what the background ones would.
-func bindRetention(fs *flag.FlagSet, r *retentionConfig) {
+func bindRetention(fs *flag.FlagSet, r *server.RetentionConfig) {
 	fs.DurationVar(&r.Grace, "grace", janitor.DefaultGrace, "keep claims this long past the end of their window before deleting them")
 	fs.IntVar(&r.Batch, "batch", janitor.DefaultBatchSize, "claims deleted per statement (each batch holds its locks briefly)")
 	fs.DurationVar(&r.Retention, "retention", janitor.DefaultRetention, "keep audit entries this long (PostgreSQL drops whole months once all of a month is older)")
-}
-
-func (r *retentionConfig) check() error {
-	switch {
-	case r.Grace < 0:
-		return fmt.Errorf("%w: --grace %v is negative", errUsage, r.Grace)
-	case r.Batch <= 0:
-		return fmt.Errorf("%w: --batch %d must be positive", errUsage, r.Batch)
-	case r.Retention <= 0:
-		return fmt.Errorf("%w: --retention %v must be positive", errUsage, r.Retention)
-	}
-	return nil
-}
-
-// janitor builds the janitor of st with these settings.
-func (r *retentionConfig) janitor(st *stores, cfg janitor.Config) (*janitor.Janitor, error) {
-	cfg.Target = st.target
-	cfg.Grace, cfg.BatchSize, cfg.Retention = r.Grace, r.Batch, r.Retention
-	return janitor.New(cfg)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/claimd/claimd/internal/server"
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -28,6 +29,13 @@ import (
 // The kill is SIGKILL to itself: no deferred function, drain or flush runs,
 // as with kill -9 from outside.
 const crashEnv = "CLAIMD_CHAOS_CRASH"
+
+// withCrashPoints plugs the crash points into the tiers c opens: the
+// wrappers around the fast and durable tier, and the steps inside the
+// durable tiers' transactions.
+func withCrashPoints(c *server.TierConfig) {
+	c.Wrap, c.Step = crashPoints, crashStep()
+}
 
 func crashPoints(f tiers.Fast, d tiers.Durable) (tiers.Fast, tiers.Durable) {
 	point, key, ok := strings.Cut(os.Getenv(crashEnv), ":")

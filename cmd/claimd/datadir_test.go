@@ -16,7 +16,7 @@ func TestDataDirOneProcess(t *testing.T) {
 	dataDir := t.TempDir()
 	first := start(t, "--data-dir", dataDir)
 	pid := first.cmd.Process.Pid
-	lockFile := filepath.Join(dataDir, dataDirLockName)
+	lockFile := filepath.Join(dataDir, "claimd.lock") // internal/server/datadir.go
 
 	tests := []struct {
 		desc string
@@ -53,26 +53,4 @@ func TestDataDirLockKilledHolder(t *testing.T) {
 	<-first.exited
 	second := start(t, "--data-dir", dataDir)
 	second.stop(t)
-}
-
-// TestLockDataDirInProcess: flock locks belong to an open file, so a
-// second lock in one process conflicts too, and unlock frees it.
-func TestLockDataDirInProcess(t *testing.T) {
-	dir := t.TempDir()
-	a, err := lockDataDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := fmt.Sprintf("(pid %d, which holds the lock on %s)", os.Getpid(), filepath.Join(dir, dataDirLockName))
-	if _, err := lockDataDir(dir); err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("lockDataDir(%q) while held = %v, want an error naming %q", dir, err, want)
-	}
-	if err := a.unlock(); err != nil {
-		t.Fatal(err)
-	}
-	b, err := lockDataDir(dir)
-	if err != nil {
-		t.Fatalf("lockDataDir(%q) after unlock = %v", dir, err)
-	}
-	b.unlock()
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/claimd/claimd/internal/server"
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -62,7 +63,7 @@ func TestFastTierKeyFileRefusals(t *testing.T) {
 func TestInsecureGeneratesFastTierKey(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dir := t.TempDir()
-	c := &serveConfig{commonConfig: commonConfig{RedisURL: "redis://127.0.0.1:1", DataDir: dir}, securityConfig: securityConfig{Insecure: true}}
+	c := &serveConfig{commonConfig: commonConfig{TierConfig: server.TierConfig{RedisURL: "redis://127.0.0.1:1", DataDir: dir}}, securityConfig: securityConfig{Insecure: true}}
 	if err := c.checkFastKey(); err != nil {
 		t.Fatalf("checkFastKey(--insecure, no key file) = %v, want nil", err)
 	}

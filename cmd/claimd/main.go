@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/claimd/claimd/internal/server"
 	"github.com/claimd/claimd/internal/textclip"
 )
 
@@ -38,7 +39,8 @@ func exitCode(err error) int {
 	return 1
 }
 
-var errUsage = errors.New("usage")
+// errUsage marks a usage error (exit 2); serve's checks return it too.
+var errUsage = server.ErrUsage
 
 // command is one subcommand of claimd.
 type command struct {

@@ -44,7 +44,7 @@ const outsideHeapHeadroom = 128 << 20
 // gcPolicy is claimd's GOGC for a fast tier of kind fastKind (stores.go),
 // and the least room between collections heapTuner keeps for it (0: none).
 func gcPolicy(fastKind string) (percent int, headroom uint64) {
-	if fastKind == fastInProcess {
+	if fastKind == "memory" { // the embedded tiers (internal/server)
 		return 100, 0
 	}
 	return outsideGCPercent, outsideHeapHeadroom

@@ -34,17 +34,17 @@ import (
 	"github.com/claimd/claimd/internal/gateway"
 	"github.com/claimd/claimd/internal/janitor"
 	"github.com/claimd/claimd/internal/metrics"
+	"github.com/claimd/claimd/internal/server"
 	"github.com/claimd/claimd/internal/service"
 	"github.com/claimd/claimd/internal/telemetry"
 	"github.com/claimd/claimd/internal/tiers"
-	"github.com/claimd/claimd/internal/tiers/redis"
 	"github.com/claimd/claimd/internal/tlsconfig"
 	"github.com/claimd/claimd/internal/ui"
 )
 
 type serveConfig struct {
 	commonConfig
-	retentionConfig
+	server.RetentionConfig
 	securityConfig
 	Listen     string
 	HTTPListen string
@@ -95,13 +95,13 @@ func bindServe(fs *flag.FlagSet, c *serveConfig) {
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", defaultHTTPIdleTimeout, "close an HTTP keep-alive connection idle this long")
 	fs.BoolVar(&c.RequireNoEviction, "require-noeviction", false, "refuse to start unless the Redis fast tier's maxmemory-policy is noeviction (read with CONFIG GET; a Redis that refuses it, or does not answer, fails the check); no effect without --redis-url")
 	fs.StringVar(&c.TimerSlack, "timer-slack", autoTimerSlack, "Linux: how late the kernel may wake claimd's sleeping threads to batch their wake-ups (at most 10ms); claimd executes itself once more at start (same PID) to apply it, so that the Go runtime's monitor thread has it too. auto: 1ms with --postgres-url, and the inherited slack with the embedded tiers; 0 keeps the inherited slack")
-	bindRetention(fs, &c.retentionConfig)
+	bindRetention(fs, &c.RetentionConfig)
 	bindSecurity(fs, &c.securityConfig)
 }
 
 // serve checks the flags that go together and serves until ctx is done.
 func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
-	if err := c.validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		return err
 	}
 	if err := c.securityConfig.check(); err != nil {
@@ -113,7 +113,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	if c.MaxRequestBytes <= 0 || c.HTTPIdleTimeout <= 0 {
 		return fmt.Errorf("%w: --max-request-bytes and --http-idle-timeout must be positive", errUsage)
 	}
-	if err := c.retentionConfig.check(); err != nil {
+	if err := c.RetentionConfig.Check(); err != nil {
 		return err
 	}
 	hosts, err := allowedHosts(c.HTTPAllowedHosts, c.HTTPListen)
@@ -204,7 +204,8 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		}
 	}()
 
-	st, err := openStores(ctx, &c.commonConfig, met, log)
+	withCrashPoints(&c.TierConfig)
+	st, err := server.OpenTiers(ctx, &c.TierConfig, met, log)
 	if err != nil {
 		return err
 	}
@@ -213,17 +214,17 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 			log.Error("closing stores", "err", err)
 		}
 	}()
-	met.SetTiers(st.fastKind, st.durableKind)
-	gc, headroom := gcPolicy(st.fastKind)
+	met.SetTiers(st.FastKind, st.DurableKind)
+	gc, headroom := gcPolicy(st.FastKind)
 	if _, _, tuner := tuneRuntime(gc, headroom, slack, memlimit.FromCgroup, log); tuner != nil {
 		defer tuner.stop()
 	}
-	if ents, ok := st.store.(tiers.Entities); ok {
-		st.sources.DeferredEvents = ents.CountDeferred // the deferred, overdue and lost gauges
+	if ents, ok := st.Store.(tiers.Entities); ok {
+		st.Sources.DeferredEvents = ents.CountDeferred // the deferred, overdue and lost gauges
 	}
-	st.announceDurability(met, log)
-	if c.RequireNoEviction && st.redis != nil {
-		if err := requireNoEviction(ctx, st.redis); err != nil {
+	st.Announce(met, log)
+	if c.RequireNoEviction {
+		if err := st.RequireNoEviction(ctx); err != nil {
 			return err
 		}
 	}
@@ -250,7 +251,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		opts = append(opts, authn.TapOption())
 	}
 	srv := grpc.NewServer(opts...)
-	service.New(service.Config{Store: st.store, Registry: reg, Clock: clk, ReviewAge: c.ReviewAge, Logger: log, Recorder: met}).Register(srv)
+	service.New(service.Config{Store: st.Store, Registry: reg, Clock: clk, ReviewAge: c.ReviewAge, Logger: log, Recorder: met}).Register(srv)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 	if c.Reflection {
@@ -267,7 +268,7 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		stopBackground()
 		background.Wait()
 	}()
-	background.Go(func() { met.RunSampler(bgCtx, c.SampleInterval, st.sources, log) })
+	background.Go(func() { met.RunSampler(bgCtx, c.SampleInterval, st.Sources, log) })
 	if authn != nil || certs != nil {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
@@ -275,8 +276,8 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 		background.Go(func() { reloadOn(bgCtx, hup, authn, certs) })
 	}
 	if c.JanitorInterval > 0 {
-		j, err := c.retentionConfig.janitor(st, janitor.Config{
-			Fast: st.sweeper, Clock: clk, Interval: c.JanitorInterval, Observer: met, Logger: log,
+		j, err := st.Janitor(c.RetentionConfig, janitor.Config{
+			Fast: st.Sweeper, Clock: clk, Interval: c.JanitorInterval, Observer: met, Logger: log,
 		})
 		if err != nil {
 			return err
@@ -331,8 +332,8 @@ func serve(ctx context.Context, c *serveConfig, stderr io.Writer) error {
 	} else {
 		go func() { errc <- httpSrv.Serve(httpLis) }()
 	}
-	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tls", c.tlsMode(), "auth_file", cmp.Or(c.AuthFile, "off"), "tiers", st.mode,
-		"durability", st.durability, "tracing", cmp.Or(tracing.Exporter(), "off"), "janitor_interval", c.JanitorInterval.String(), "version", versionString())
+	log.Info("claimd serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "tls", c.tlsMode(), "auth_file", cmp.Or(c.AuthFile, "off"), "tiers", st.Mode,
+		"durability", st.Durability, "tracing", cmp.Or(tracing.Exporter(), "off"), "janitor_interval", c.JanitorInterval.String(), "version", versionString())
 
 	// Readiness pings the stores, so it is background work too: it ends
 	// before they close. Draining waits for it to end before it turns
@@ -422,34 +423,15 @@ func allowedHosts(flagValue, listen string) ([]string, error) {
 	return hosts, nil
 }
 
-// requireNoEviction is --require-noeviction: Redis must answer that its
-// maxmemory-policy is noeviction. (Whatever the flag, the metrics sampler
-// reads the policy at start and on every sample, warns about one that may
-// evict claim keys and sets claimd_redis_eviction_policy_unsafe.)
-func requireNoEviction(ctx context.Context, rd *redis.Store) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	ev, err := redisEviction(ctx, rd)
-	switch {
-	case err != nil:
-		return fmt.Errorf("--require-noeviction: reading Redis's maxmemory-policy: %w", err)
-	case !ev.Known:
-		return errors.New("--require-noeviction: Redis refuses CONFIG GET, so its maxmemory-policy cannot be checked; grant the user +config|get or drop the flag")
-	case ev.Unsafe:
-		return fmt.Errorf("--require-noeviction: Redis's maxmemory-policy is %s, which may evict claim keys; set it to noeviction and do not share this Redis with a cache", ev.Policy)
-	}
-	return nil
-}
-
 // watchReady pings the durable tier and flips health and /readyz with its
 // answers. Liveness (/healthz) never depends on it: a database outage must
 // not get healthy replicas restarted.
-func watchReady(ctx context.Context, st *stores, hs *health.Server, ready *atomic.Bool, every time.Duration, log *slog.Logger) {
+func watchReady(ctx context.Context, st *server.Tiers, hs *health.Server, ready *atomic.Bool, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, every)
-		err := st.store.Ping(pctx)
+		err := st.Store.Ping(pctx)
 		cancel()
 		if ctx.Err() != nil {
 			return

@@ -1,7 +1,7 @@
-package main
+package server
 
 // The janitor's passes on each real durable tier, through the targets the
-// wiring builds for it (targets.go).
+// wiring builds for it (tier_postgres.go, tier_embedded.go).
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func janitorBackends() []janitorBackend {
 		{
 			desc: "postgres",
 			open: func(t *testing.T) (tiers.Durable, janitor.Target) {
-				s := openPostgres(t, testenv.Postgres(t, postgres.Migrate))
+				s := newPostgres(t, testenv.Postgres(t, postgres.Migrate))
 				return s, postgresTarget(s)
 			},
 		},
@@ -61,7 +61,7 @@ func janitorBackends() []janitorBackend {
 	}
 }
 
-func openPostgres(t *testing.T, url string) *postgres.Store {
+func newPostgres(t *testing.T, url string) *postgres.Store {
 	t.Helper()
 	s, err := postgres.New(context.Background(), postgres.Config{URL: url})
 	if err != nil {
@@ -227,7 +227,7 @@ func (c *countingTarget) PruneClaims(ctx context.Context, cutoff time.Time, limi
 // TestCreatesAuditPartitionsAhead: a pass prepares the audit partitions of
 // the janitor clock's month and PartitionsAhead more.
 func TestCreatesAuditPartitionsAhead(t *testing.T) {
-	s := openPostgres(t, testenv.Postgres(t, postgres.Migrate))
+	s := newPostgres(t, testenv.Postgres(t, postgres.Migrate))
 	clk := clock.NewFake(time.Date(2031, 5, 10, 0, 0, 0, 0, time.UTC))
 	j, err := janitor.New(janitor.Config{Target: postgresTarget(s), Clock: clk, PartitionsAhead: 2})
 	if err != nil {
@@ -254,7 +254,7 @@ func TestCreatesAuditPartitionsAhead(t *testing.T) {
 // deletes nothing; once it is done, the other may run.
 func TestTwoJanitorsOneActive(t *testing.T) {
 	url := testenv.Postgres(t, postgres.Migrate)
-	a, b := openPostgres(t, url), openPostgres(t, url) // two replicas: two pools
+	a, b := newPostgres(t, url), newPostgres(t, url) // two replicas: two pools
 	clk := clock.NewFake(time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC))
 	claimAt(t, a, "evt_old", clk.Now().Add(-claimTTL-2*time.Hour))
 
@@ -317,7 +317,7 @@ func (b *blockingTarget) PruneClaims(ctx context.Context, cutoff time.Time, limi
 // whose session is gone neither fails nor pools a broken connection.
 func TestLockGoesWithTheSession(t *testing.T) {
 	url := testenv.Postgres(t, postgres.Migrate)
-	a, b := openPostgres(t, url), openPostgres(t, url)
+	a, b := newPostgres(t, url), newPostgres(t, url)
 	release, ok, err := a.TryJanitorLock(testCtx(t))
 	if err != nil || !ok {
 		t.Fatalf("TryJanitorLock() = %v, %v; want the lock", ok, err)

@@ -1,7 +1,8 @@
-package main
+package server
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/url"
@@ -12,11 +13,13 @@ import (
 	"github.com/claimd/claimd/internal/testenv"
 	"github.com/claimd/claimd/internal/testenv/testcert"
 	"github.com/claimd/claimd/internal/tiers"
+	"github.com/claimd/claimd/internal/tiers/postgres"
 	"github.com/claimd/claimd/internal/tiers/redis"
 	"github.com/claimd/claimd/internal/tiers/seal"
+	"github.com/claimd/claimd/internal/tiers/sqlite"
 )
 
-// TestBackendTLS opens the tiers the way serve does, from its flags, on a
+// TestBackendTLS opens the tiers the way serve does, from its flags' values, on a
 // Redis that speaks only TLS and requires a client certificate and a
 // PostgreSQL that refuses connections without TLS, both verified against a
 // test CA (rediss:// with --redis-ca; sslmode=verify-full&sslrootcert=).
@@ -29,35 +32,29 @@ func TestBackendTLS(t *testing.T) {
 	pg := testenv.StartPostgresWith(t, testenv.Options{TLS: ca}, nil)
 	client := ca.Issue(t, "claimd")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	flags := func(args ...string) *commonConfig {
-		t.Helper()
-		c := commonConfig{FastKeyring: seal.Random()} // serve loads it from --fast-tier-key-file
-		fs := newFlagSet("serve")
-		bindCommon(fs, &c)
-		if err := parse(fs, args); err != nil {
-			t.Fatal(err)
-		}
+	// config is the flags' defaults with c's values (New loads the keyring
+	// from --fast-tier-key-file).
+	config := func(c TierConfig) *TierConfig {
+		c.SQLiteDurability, c.PostgresSchema, c.FastKeyring = sqlite.DurabilityFull.String(), postgres.DefaultSchema, seal.Random()
 		return &c
 	}
-	redisFlags := []string{"--redis-url", rd.URL(), "--redis-ca", ca.File(), "--redis-cert", client.CertFile, "--redis-key", client.KeyFile}
-
-	c := flags(append(redisFlags, "--postgres-url", pg.URL())...)
-	st, err := openStores(ctx, c, nil, log)
+	c := config(TierConfig{RedisURL: rd.URL(), RedisCA: ca.File(), RedisCert: client.CertFile, RedisKey: client.KeyFile, PostgresURL: pg.URL()})
+	st, err := OpenTiers(ctx, c, nil, log)
 	if err != nil {
-		t.Fatalf("openStores over TLS: %v", err)
+		t.Fatalf("OpenTiers over TLS: %v", err)
 	}
 	defer st.Close()
-	if st.mode != "redis+postgres" {
-		t.Fatalf("stores mode = %q, want redis+postgres", st.mode)
+	if st.Mode != "redis+postgres" {
+		t.Fatalf("tiers mode = %q, want redis+postgres", st.Mode)
 	}
-	res, err := st.store.Claim(ctx, tiers.ClaimParams{
+	res, err := st.Store.Claim(ctx, tiers.ClaimParams{
 		Key: tiers.Key{Namespace: "billing", Provider: "stripe", Key: "evt_tls"},
 		Now: time.Now(), Lease: time.Minute, TTL: time.Hour,
 	})
 	if err != nil || res.Outcome != tiers.OutcomeAcquired {
 		t.Fatalf("Claim over TLS = %+v, %v; want ACQUIRED", res, err)
 	}
-	if n, err := st.sources.FastLiveKeys(ctx); err != nil || n != 1 {
+	if n, err := st.Sources.FastLiveKeys(ctx); err != nil || n != 1 {
 		t.Errorf("Redis keys after a claim = %d, %v; want 1 (the claim went through the TLS fast tier)", n, err)
 	}
 
@@ -69,13 +66,13 @@ func TestBackendTLS(t *testing.T) {
 	q := u.Query()
 	q.Set("sslrootcert", other.File())
 	u.RawQuery = q.Encode()
-	if _, err := openStores(ctx, flags("--postgres-url", u.String()), nil, log); err == nil || !strings.Contains(err.Error(), "unknown authority") {
-		t.Errorf("openStores with PostgreSQL verified against another CA = %v, want certificate signed by unknown authority", err)
+	if _, err := OpenTiers(ctx, config(TierConfig{PostgresURL: u.String()}), nil, log); err == nil || !strings.Contains(err.Error(), "unknown authority") {
+		t.Errorf("OpenTiers with PostgreSQL verified against another CA = %v, want certificate signed by unknown authority", err)
 	}
 
 	// Redis's: the fast tier is optional at run time, so the store opens
 	// and its Ping reports the refused certificate.
-	wrong := flags("--redis-url", rd.URL(), "--redis-ca", other.File(), "--redis-cert", client.CertFile, "--redis-key", client.KeyFile)
+	wrong := config(TierConfig{RedisURL: rd.URL(), RedisCA: other.File(), RedisCert: client.CertFile, RedisKey: client.KeyFile})
 	rcfg, err := wrong.redisConfig(log)
 	if err != nil {
 		t.Fatal(err)
@@ -90,8 +87,8 @@ func TestBackendTLS(t *testing.T) {
 	}
 
 	// TLS files with a plaintext URL are a usage error, not plaintext.
-	plain := flags("--redis-url", strings.Replace(rd.URL(), "rediss://", "redis://", 1), "--redis-ca", ca.File(), "--postgres-url", pg.URL())
-	if err := plain.validate(); err == nil || !strings.Contains(err.Error(), "rediss://") {
-		t.Errorf("--redis-ca with a redis:// URL: validate = %v, want an error asking for rediss://", err)
+	plain := config(TierConfig{RedisURL: strings.Replace(rd.URL(), "rediss://", "redis://", 1), RedisCA: ca.File(), PostgresURL: pg.URL()})
+	if err := plain.Validate(); err == nil || !strings.Contains(err.Error(), "rediss://") || !errors.Is(err, ErrUsage) {
+		t.Errorf("--redis-ca with a redis:// URL: Validate = %v, want an error asking for rediss://", err)
 	}
 }

@@ -1,17 +1,47 @@
-package main
+package server
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/claimd/claimd/internal/janitor"
+	"github.com/claimd/claimd/internal/metrics"
 	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/postgres"
-	"github.com/claimd/claimd/internal/tiers/sqlite"
+	"github.com/claimd/claimd/internal/tiers/twotier"
 )
 
-// The janitor knows its Target interface, not the backends: the wiring
-// builds one for each durable tier here.
+// The PostgreSQL durable tier, alone (--postgres-url) or behind Redis
+// (tier_redis.go).
+
+func openPostgresAlone(ctx context.Context, c *TierConfig, _ twotier.Observer, _ *slog.Logger) (*Tiers, error) {
+	pg, err := openPostgres(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return postgresTiers(pg), nil
+}
+
+func openPostgres(ctx context.Context, c *TierConfig) (*postgres.Store, error) {
+	pg, err := postgres.New(ctx, postgres.Config{URL: c.PostgresURL, Schema: c.PostgresSchema, Migrate: true, Step: c.Step})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return pg, nil
+}
+
+// postgresTiers are the tiers of pg alone; a fast tier in front replaces
+// Store and FastKind.
+func postgresTiers(pg *postgres.Store) *Tiers {
+	return &Tiers{
+		Store: pg, Durable: pg, Mode: "postgres", Durability: "postgres",
+		FastKind: "none", DurableKind: "postgres",
+		Sources: metrics.Sources{DurableStats: pg.Stats},
+		Target:  postgresTarget(pg),
+	}
+}
 
 // postgresTarget is the janitor's view of the PostgreSQL durable tier:
 // passes exclude each other across replicas through the janitor advisory
@@ -54,46 +84,4 @@ func (t pgTarget) ExpireAudit(ctx context.Context, cutoff time.Time, _ int, dryR
 		names, err = t.s.DropAuditPartitionsBefore(ctx, cutoff)
 	}
 	return janitor.AuditExpiry{Partitions: names}, err
-}
-
-// sqliteTarget is the janitor's view of the embedded durable tier. One
-// process writes the file (claimd prune alongside the server waits for
-// SQLite's write lock per batch), so there is no janitor lock; the audit log
-// is one table, expired by rows in batches.
-func sqliteTarget(s *sqlite.Store) janitor.Target { return liteTarget{s} }
-
-type liteTarget struct{ s *sqlite.Store }
-
-func (liteTarget) TryLock(context.Context) (func(), bool, error) { return func() {}, true, nil }
-
-func (t liteTarget) PruneClaims(ctx context.Context, cutoff time.Time, limit int) (int, error) {
-	return t.s.Prune(ctx, cutoff, limit)
-}
-
-func (t liteTarget) PruneEntities(ctx context.Context, cutoff time.Time, limit int) (tiers.Pruned, error) {
-	return t.s.PruneEntities(ctx, cutoff, limit)
-}
-
-func (t liteTarget) Count(ctx context.Context, cutoff time.Time) (tiers.Pruned, error) {
-	return t.s.CountPrunable(ctx, cutoff)
-}
-
-func (liteTarget) PrepareAudit(context.Context, time.Time, int) error { return nil }
-
-func (t liteTarget) ExpireAudit(ctx context.Context, cutoff time.Time, limit int, dryRun bool) (janitor.AuditExpiry, error) {
-	if dryRun {
-		n, err := t.s.CountAuditBefore(ctx, cutoff)
-		return janitor.AuditExpiry{Rows: n}, err
-	}
-	var total int64
-	for {
-		n, err := t.s.PruneAudit(ctx, cutoff, limit)
-		total += int64(n)
-		if err != nil || n < limit {
-			return janitor.AuditExpiry{Rows: total}, err
-		}
-		if err := ctx.Err(); err != nil {
-			return janitor.AuditExpiry{Rows: total}, err
-		}
-	}
 }
