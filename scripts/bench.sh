@@ -23,6 +23,12 @@
 #                   virtualenv bench/python/.venv, made here from
 #                   bench/python/requirements.txt)
 #   BENCH_PY_THREADS threads of the Python baseline (default 8)
+#   BENCH_GROWTH    stored claims of the growth runs (default
+#                   100000,1000000,10000000: about 15 GB of PostgreSQL under
+#                   $TMPDIR and some minutes to load; empty for none): new keys
+#                   on claimd (Redis + PostgreSQL) at each size, Redis holding
+#                   a million settled records from that size on, then last
+#                   month's audit partition dropped by claimd prune under load
 #   BENCH_CORES     GOMAXPROCS of claimd, the handlers and the load clients
 #                   (default: every core), to rerun on bigger hardware
 #   BENCH_BASELINES false to skip redis-benchmark and pgbench
@@ -107,7 +113,7 @@ duration=${BENCH_DURATION:-15s}
 # The report quotes the command that reproduces it: make sets MAKELEVEL.
 command=scripts/bench.sh
 [[ -n ${MAKELEVEL:-} ]] && command="make bench"
-for v in BENCH_OUT BENCH_JSON BENCH_SVG BENCH_PROFILE BENCH_PYTHON BENCH_PY_THREADS BENCH_BASELINES BENCH_SCENARIOS BENCH_CLIENTS BENCH_TARGETS BENCH_CALLERS BENCH_CORES BENCH_REPLICAS BENCH_DURATION; do
+for v in BENCH_OUT BENCH_JSON BENCH_SVG BENCH_PROFILE BENCH_PYTHON BENCH_PY_THREADS BENCH_BASELINES BENCH_SCENARIOS BENCH_CLIENTS BENCH_TARGETS BENCH_CALLERS BENCH_CORES BENCH_REPLICAS BENCH_GROWTH BENCH_DURATION; do
 	[[ -n ${!v+x} ]] && command="$v=${!v} $command"
 done
 
@@ -121,6 +127,7 @@ done
 	-clients "$clients" \
 	-scenarios "${BENCH_SCENARIOS:-lifecycle,lifecycle-start,new,dup,mix,contend}" \
 	-replicas "${BENCH_REPLICAS-1,2,4}" \
+	-growth "${BENCH_GROWTH-100000,1000000,10000000}" \
 	-cores "${BENCH_CORES:-0}" \
 	-baselines="${BENCH_BASELINES:-true}" \
 	"${python_args[@]}" \

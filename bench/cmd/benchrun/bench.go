@@ -306,14 +306,14 @@ func (b *bench) startTarget(id string) (*target, error) {
 		bin = b.bin("naive")
 		args = []string{"--listen", t.addr, "--redis-url", b.redisURL(1), "--postgres-url", b.pgURL("naive")}
 		t.meters = []meter{b.redisMeter(), b.pgMeter()}
-	case targetEmbedded, targetEmbeddedRelaxed, targetClaimd, targetPython:
+	case targetEmbedded, targetEmbeddedRelaxed, targetClaimd, targetPython, targetGrowth:
 		t.claimd = true
 		httpPort, err := freePort()
 		if err != nil {
 			return nil, err
 		}
 		args = claimdArgs(t.addr, fmt.Sprintf("127.0.0.1:%d", httpPort), b.authFile)
-		if id == targetClaimd || id == targetPython {
+		if id == targetClaimd || id == targetPython || id == targetGrowth {
 			args = append(args, "--redis-url", b.redisURL(0), "--fast-tier-key-file", b.fastKeyFile, "--postgres-url", b.pgURL(b.dbs[id]))
 			t.meters = []meter{b.redisMeter(), b.pgMeter()}
 		} else {

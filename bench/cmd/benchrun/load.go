@@ -317,21 +317,31 @@ func (b *bench) settle(t *target) error {
 	ctx, cancel := context.WithTimeout(b.withToken(b.ctx), 5*time.Minute)
 	defer cancel()
 
+	return forEach(16, int64(b.opts.dupKeys), func(i int64) error {
+		return settleKey(ctx, client, t.claimd, fmt.Sprintf("%s-%d", dupPrefix, i))
+	})
+}
+
+// forEach calls fn for 0 ≤ i < n from workers goroutines and returns the
+// first error (the workers stop at it).
+func forEach(workers int, n int64, fn func(i int64) error) error {
 	var (
-		next  atomic.Int64
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
+		next   atomic.Int64
+		failed atomic.Bool
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		first  error
 	)
-	for range 16 {
+	for range workers {
 		wg.Go(func() {
-			for i := next.Add(1) - 1; i < int64(b.opts.dupKeys); i = next.Add(1) - 1 {
-				if err := settleKey(ctx, client, t.claimd, fmt.Sprintf("%s-%d", dupPrefix, i)); err != nil {
+			for i := next.Add(1) - 1; i < n && !failed.Load(); i = next.Add(1) - 1 {
+				if err := fn(i); err != nil {
 					mu.Lock()
 					if first == nil {
 						first = err
 					}
 					mu.Unlock()
+					failed.Store(true)
 					return
 				}
 			}

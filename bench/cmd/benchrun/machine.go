@@ -34,6 +34,10 @@ type Report struct {
 	Low []Result `json:"low,omitempty"`
 	// OpenLoop are the lifecycle runs at a fixed arrival rate.
 	OpenLoop []Result `json:"open_loop,omitempty"`
+	// Growth are the new-key runs at growing numbers of stored claims,
+	// PartitionDrop the drop of a month's audit partition under load.
+	Growth        []Growth       `json:"growth,omitempty"`
+	PartitionDrop *PartitionDrop `json:"partition_drop,omitempty"`
 	// Profiles say where claimd's CPU went in some scenarios (profile.go).
 	Profiles []Profile `json:"profiles,omitempty"`
 }

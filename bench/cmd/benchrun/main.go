@@ -48,8 +48,9 @@ type options struct {
 	pySrc     string // PYTHONPATH: claimd's Python client
 	pyThreads int
 	command   string
-	render    string // results JSON to render instead of measuring
-	perf      string // perf binary for the profiles of claimd; "" skips them
+	render    string  // results JSON to render instead of measuring
+	perf      string  // perf binary for the profiles of claimd; "" skips them
+	growth    []int64 // stored claims of the growth runs; none skips them
 }
 
 func main() {
@@ -76,6 +77,7 @@ func main() {
 	flag.StringVar(&o.pyScript, "py-script", "bench/python/guard_vs_powertools.py", "the Python baseline's script")
 	flag.StringVar(&o.pySrc, "py-src", "clients/python/src", "claimd's Python client source, put on PYTHONPATH")
 	flag.IntVar(&o.pyThreads, "py-threads", 8, "threads of the Python baseline")
+	growth := flag.String("growth", "100000,1000000,10000000", "stored claims (PostgreSQL) of the growth runs, new keys on claimd (Redis + PostgreSQL) at each; Redis holds 1000000 settled records from that size on; empty for none")
 	replicas := flag.String("replicas", "1,2,4", "claimd replica counts of the scaling runs (lifecycle scenario, claimload, one Redis and one PostgreSQL); empty for none")
 	flag.StringVar(&o.command, "command", "", "the command line to quote in the report")
 	flag.StringVar(&o.render, "render", "", "write the report and plot from this results JSON (of an earlier run) instead of measuring, e.g. after editing the notes")
@@ -88,6 +90,14 @@ func main() {
 			os.Exit(2)
 		}
 		o.replicas = append(o.replicas, n)
+	}
+	for _, g := range split(*growth) {
+		n, err := strconv.ParseInt(g, 10, 64)
+		if err != nil || n < 1 || (len(o.growth) > 0 && n <= o.growth[len(o.growth)-1]) {
+			fmt.Fprintf(os.Stderr, "benchrun: -growth: %q is not a count of claims larger than the one before\n", g)
+			os.Exit(2)
+		}
+		o.growth = append(o.growth, n)
 	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -181,6 +191,15 @@ func run(o options) (err error) {
 	// After the baselines: its rate is half the naive handler's.
 	if err := b.runOpenLoop(); err != nil {
 		return err
+	}
+	// Last: it leaves the most behind.
+	if len(o.growth) > 0 {
+		if err := b.settleServers(); err != nil {
+			return err
+		}
+		if err := b.runGrowth(o.growth); err != nil {
+			return fmt.Errorf("growth: %w", err)
+		}
 	}
 	b.report.Finished = time.Now().UTC()
 	b.report.Machine.LoadAfter = loadAvg()

@@ -74,6 +74,7 @@ func writeMarkdown(path string, r *Report, svg, jsonPath, notes string) error {
 	writeLow(&w, r)
 	writeOpenLoop(&w, r)
 	writePython(&w, r)
+	writeGrowth(&w, r)
 	writeBudget(&w, r)
 	writeLifecycleBudget(&w, r)
 	writeScaling(&w, r)
@@ -146,6 +147,21 @@ func writeTargets(w *strings.Builder, r *Report) {
 			display(displayNames, x.Target), x.Due, p99.v, x.Late, x.MaxLag, r.other(x), clientCost(x), yes(p99.v <= 5))
 		p("| open loop, %s: p99.9 per RPC ≤ 20 ms | claimload | %.2f ms (%s) | %s | %s | %s |\n",
 			display(displayNames, x.Target), p999.v, p999.rpc, r.other(x), clientCost(x), yes(p999.v <= 20))
+	}
+	if len(r.Growth) > 1 {
+		base := &r.Growth[0]
+		for i := range r.Growth[1:] {
+			g := &r.Growth[i+1]
+			cpu, p99 := serverCPU(&g.Run)/serverCPU(&base.Run), g.Run.P99/base.Run.P99
+			p("| growth: new-key claim at %s stored claims: CPU ≤ 1.2× at %s | claimload | %.0f / %.0f µs = %.2f× | %s / %s | %s / %s | %s |\n",
+				count(g.StoredClaims), count(base.StoredClaims), serverCPU(&g.Run), serverCPU(&base.Run), cpu, r.other(&g.Run), r.other(&base.Run), clientCost(&g.Run), clientCost(&base.Run), yes(cpu <= 1.2))
+			p("| growth: new-key claim at %s stored claims: p99 ≤ 1.2× at %s | claimload | %.2f / %.2f ms = %.2f× | %s / %s | %s / %s | %s |\n",
+				count(g.StoredClaims), count(base.StoredClaims), g.Run.P99, base.Run.P99, p99, r.other(&g.Run), r.other(&base.Run), clientCost(&g.Run), clientCost(&base.Run), yes(p99 <= 1.2))
+		}
+	}
+	if d := r.PartitionDrop; d != nil {
+		p("| dropping a month's audit partition (%s rows) under load < 1 s | claimload | %.2f s (`claimd prune`, start to exit) | %s | %s | %s |\n",
+			count(d.Rows), d.Seconds, r.other(&d.Run), clientCost(&d.Run), yes(d.Seconds < 1))
 	}
 	if peak, ok := r.peakRSS(targetClaimd); ok {
 		p("| claimd Redis+PG: peak RSS under the standard load ≤ 128 MiB | both | %.0f MiB | – | – | %s |\n", peak, yes(peak <= 128))
@@ -246,6 +262,66 @@ func (r *Report) peakRSS(target string) (float64, bool) {
 		}
 	}
 	return peak, peak > 0
+}
+
+// count writes n as 10^k when it is a power of ten, else with separators.
+func count(n int64) string {
+	k := 0
+	for m := n; m >= 10 && m%10 == 0; m /= 10 {
+		k++
+	}
+	if n > 0 && n == pow10(k) && k >= 3 {
+		return fmt.Sprintf("10^%d", k)
+	}
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func pow10(k int) int64 {
+	n := int64(1)
+	for range k {
+		n *= 10
+	}
+	return n
+}
+
+// writeGrowth is the new-key runs at growing stored work.
+func writeGrowth(w *strings.Builder, r *Report) {
+	if len(r.Growth) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("## Growth: cost against stored work\n\n")
+	p("New keys on one claimd (Redis + PostgreSQL), %d callers, claimload, %s, after its database was topped up to each size with settled claims copied from one claimd claimed and settled itself (every column, index and partition its own), each with its three audit rows, in last month's audit partition; then VACUUM ANALYZE and a checkpoint, as autovacuum would have done. ", r.Options.Callers, r.Options.Duration)
+	p("From %s stored claims on, Redis holds %s settled records, put there by claimd (a duplicate of each, answered from PostgreSQL, repairs its copy). Sizes are with indexes (pg_total_relation_size; Redis's used_memory).\n\n", count(growthRedisKeys), count(growthRedisKeys))
+	p("| stored claims | audit rows | Redis keys | claims GiB | audit GiB | Redis MiB | loaded in s | rps | p50 ms | p99 ms | errors | CPU µs/claim server | redis | postgres | client | server+redis+postgres | Redis commands/claim | PostgreSQL writes/claim |\n")
+	p("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for i := range r.Growth {
+		g := &r.Growth[i]
+		x := &g.Run
+		per := func(n int64) string {
+			if x.Requests == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.2f", float64(n)/float64(x.Requests))
+		}
+		p("| %s | %s | %s | %.2f | %.2f | %.0f | %.0f | %.0f | %.2f | %.2f | %s | %s | %s | %s | %s |\n", count(g.StoredClaims), count(g.AuditRows), count(g.RedisKeys),
+			float64(g.ClaimsBytes)/(1<<30), float64(g.AuditBytes)/(1<<30), float64(g.RedisBytes)/(1<<20), g.LoadSeconds,
+			x.Rate, x.P50, x.P99, errorsCell(x), perRequestCells(x), serverTotal(x), per(x.RedisCommands), per(x.PGWrites))
+	}
+	if n := len(r.Growth); n > 0 && r.Growth[n-1].StoredClaims > 0 {
+		g := &r.Growth[n-1]
+		p("\nAt %s stored claims: %.0f bytes per claim in PostgreSQL's claims table with its indexes, %.0f per audit row (the partitions with theirs).\n", count(g.StoredClaims),
+			float64(g.ClaimsBytes)/float64(g.StoredClaims), float64(g.AuditBytes)/float64(max(g.AuditRows, 1)))
+	}
+	if d := r.PartitionDrop; d != nil {
+		p("\nThen `claimd prune`, with a retention that ends at last month's end, dropped %s (%s rows, %.2f GiB) in %.2f s, start to exit, while a new-key load ran: %.0f rps, p99 %.2f ms, %s errors.\n",
+			d.Partition, count(d.Rows), float64(d.Bytes)/(1<<30), d.Seconds, d.Run.Rate, d.Run.P99, errorsCell(&d.Run))
+	}
+	p("\n")
 }
 
 // writeLow is the low-concurrency runs: a receiver's few workers, each
