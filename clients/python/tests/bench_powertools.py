@@ -1,7 +1,8 @@
 """bench_powertools: the client CPU of one idempotent function call, first
 and duplicate, under Powertools' @idempotent_function on Redis (its
 RedisCachePersistenceLayer) and on claimd (ClaimdPersistenceLayer), beside
-claimd's own decorator (claimd.idempotent), on the same machine and run.
+claimd's own decorator (claimd.idempotent, sync and claimd.aio's) over each
+transport (gRPC and Connect), on the same machine and run.
 
     python tests/bench_powertools.py [-n 1000] [--claimd-bin PATH] [--redis-server PATH]
 
@@ -15,6 +16,7 @@ time.perf_counter; prints µs per call. Not a test.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import socket
@@ -30,6 +32,7 @@ import redis
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 from aws_lambda_powertools.utilities.idempotency.persistence.redis import RedisCachePersistenceLayer
 
+import claimd.aio
 from claimd import Client
 from claimd.powertools import ClaimdPersistenceLayer
 from claimd.testing import ClaimdServer, build_claimd
@@ -79,6 +82,31 @@ def measure(name: str, fn: Callable[[str], Any], n: int) -> None:
     print(f"{name:44} first {fc:7.1f} / {fw:7.1f}   duplicate {dc:7.1f} / {dw:7.1f}")
 
 
+async def measure_async(name: str, fn: Callable[[str], Any], n: int) -> None:
+    ids = [uuid.uuid4().hex for _ in range(n)]
+    await fn(uuid.uuid4().hex)  # connect
+
+    async def timed_async(step: Callable[[int], Any]) -> tuple[float, float]:
+        cpu, wall = time.process_time(), time.perf_counter()
+        for i in range(n):
+            await step(i)
+        return (time.process_time() - cpu) / n * 1e6, (time.perf_counter() - wall) / n * 1e6
+
+    fc, fw = await timed_async(lambda i: fn(ids[i]))
+    dc, dw = await timed_async(lambda i: fn(ids[0]))
+    print(f"{name:44} first {fc:7.1f} / {fw:7.1f}   duplicate {dc:7.1f} / {dw:7.1f}")
+
+
+async def claimd_aio(target: str, n: int) -> None:
+    async with claimd.aio.Client(target) as client:
+
+        @client.idempotent(f"b{uuid.uuid4().hex[:8]}", "stripe", key="id")
+        async def process(order: dict[str, str]) -> dict[str, str]:
+            return {"charge": "ch_1"}
+
+        await measure_async(f"claimd.aio.idempotent ({client.transport})", lambda eid: process({"id": eid}), n)
+
+
 def powertools_fn(store: Any, cache: bool) -> Callable[[str], Any]:
     config = IdempotencyConfig(event_key_jmespath="id", use_local_cache=cache)
 
@@ -108,16 +136,21 @@ def main() -> None:
                 with Client(server.grpc_address) as client:
                     cstore = ClaimdPersistenceLayer(client, namespace=f"b{uuid.uuid4().hex[:8]}", provider="stripe")
                     measure("Powertools on claimd" + suffix, powertools_fn(cstore, cache), args.n)
+            targets = (server.grpc_address, f"http://{server.http_address}")
             for cache_size in (None, 1024):
-                with Client(server.grpc_address, local_cache=cache_size) as client:
-                    ns = f"b{uuid.uuid4().hex[:8]}"
+                for target in targets:
+                    with Client(target, local_cache=cache_size) as client:
+                        ns = f"b{uuid.uuid4().hex[:8]}"
 
-                    @client.idempotent(ns, "stripe", key="id")
-                    def process(order: dict[str, str]) -> dict[str, str]:
-                        return {"charge": "ch_1"}
+                        @client.idempotent(ns, "stripe", key="id")
+                        def process(order: dict[str, str]) -> dict[str, str]:
+                            return {"charge": "ch_1"}
 
-                    suffix = f" local_cache={cache_size}" if cache_size else ""
-                    measure("claimd.idempotent" + suffix, lambda eid: process({"id": eid}), args.n)
+                        suffix = f" local_cache={cache_size}" if cache_size else ""
+                        name = f"claimd.idempotent ({client.transport}){suffix}"
+                        measure(name, lambda eid: process({"id": eid}), args.n)
+            for target in targets:
+                asyncio.run(claimd_aio(target, args.n))
         finally:
             rproc.terminate()
             rproc.wait()

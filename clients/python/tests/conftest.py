@@ -32,9 +32,26 @@ def claimd_server(claimd_binary: Path, tmp_path_factory: pytest.TempPathFactory)
     assert code == 0, f"claimd exited {code} on SIGTERM, want 0:\n{server.tail()}"
 
 
+TRANSPORTS = ("grpc", "connect")
+"""TRANSPORTS are the Client's transports; the suites that take the
+transport fixture (or client) run once over each."""
+
+
+def target_for(server: ClaimdServer, transport: str) -> str:
+    """target_for is what a Client dials to reach server over transport:
+    the gRPC address, or the URL of the HTTP listener (Connect)."""
+    return server.grpc_address if transport == "grpc" else f"http://{server.http_address}"
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
 @pytest.fixture
-def client(claimd_server: ClaimdServer) -> Iterator[Client]:
-    with Client(claimd_server.grpc_address) as c:
+def client(claimd_server: ClaimdServer, transport: str) -> Iterator[Client]:
+    with Client(target_for(claimd_server, transport)) as c:
         yield c
 
 

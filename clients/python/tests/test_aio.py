@@ -14,6 +14,7 @@ import grpc
 import grpc.aio
 import guardspec_effects as fxspec
 import pytest
+from conftest import target_for
 from effectdb import EffectDB
 from test_guardspec import (
     CASES,
@@ -29,6 +30,7 @@ from test_guardspec import (
     check_effect_key,
     effect_db_for,
     fault_status,
+    faulty_client,
     handler_outcome,
     plain,
 )
@@ -150,6 +152,7 @@ async def test_scenario(
     sc: dict[str, Any],
     dialect: str | None,
     form: str,
+    transport: str,
     claimd_server: ClaimdServer,
     plain: SyncClient,
     ns: str,
@@ -158,24 +161,25 @@ async def test_scenario(
 ) -> None:
     run = Run(ns=ns, evt=evt, plain=plain, db=effect_db_for)
     faults = Faults(run.calls)
-    target = closed_port() if sc.get("unreachable") else claimd_server.grpc_address
-    async with Client(target, interceptors=[AioFaults(faults)]) as client:
-        for step in sc.get("arrange", []):
-            _arrange(run, step)
-        for i, d in enumerate(sc["deliveries"]):
-            run.calls.clear()
-            run.fx_done.clear()
-            faults.active = d.get("faults", [])
-            try:
-                result, ran = await _deliver(run, client, form, d)
-            finally:
-                faults.active = []
-            _check(run, f"delivery {i + 1}", result, ran, d["expect"])
+    unreachable = bool(sc.get("unreachable"))
+    with faulty_client(claimd_server, transport, faults, unreachable, Client, AioFaults(faults)) as made:
+        async with made as client:
+            for step in sc.get("arrange", []):
+                _arrange(run, step)
+            for i, d in enumerate(sc["deliveries"]):
+                run.calls.clear()
+                run.fx_done.clear()
+                faults.active = d.get("faults", [])
+                try:
+                    result, ran = await _deliver(run, client, form, d)
+                finally:
+                    faults.active = []
+                _check(run, f"delivery {i + 1}", result, ran, d["expect"])
     assert run.runs == sc["handler_runs"], f"handler runs = {run.runs}, want {sc['handler_runs']}"
 
 
-async def test_typed_calls(claimd_server: ClaimdServer, ns: str, evt: str) -> None:
-    async with Client(claimd_server.grpc_address) as client:
+async def test_typed_calls(claimd_server: ClaimdServer, transport: str, ns: str, evt: str) -> None:
+    async with Client(target_for(claimd_server, transport)) as client:
         c = await client.claim(ns, "stripe", event_id=evt, lease=30)
         assert (c.outcome, c.reason, c.fencing_token) == (Outcome.ACQUIRED, Reason.NEW, 1)
         assert (await client.transition(c, EventState.PROCESSING)).changed

@@ -9,6 +9,7 @@ PostgreSQL of $CLAIMD_TEST_POSTGRES_URL, which they fail without."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import random
 import time
@@ -22,6 +23,7 @@ from typing import Any
 import grpc
 import guardspec_effects as fxspec
 import pytest
+from connectproxy import ConnectProxy
 from effectdb import DIALECTS, EffectDB, effect_db
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
@@ -571,12 +573,43 @@ def effect_db_for(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ef
         yield db
 
 
+@contextlib.contextmanager
+def faulty_client(
+    server: ClaimdServer,
+    transport: str,
+    faults: Faults,
+    unreachable: bool,
+    make: Callable[..., Any] = Client,
+    interceptor: Any = None,
+) -> Iterator[Any]:
+    """faulty_client is a client of server over transport, made by make (the
+    sync Client or claimd.aio's), whose calls faults can fail: through
+    interceptor (gRPC; default faults itself), or a ConnectProxy that asks
+    faults (Connect). Unreachable, it dials a closed port. It keeps the
+    default retry policy: the contract's. The caller enters and closes it."""
+    if transport == "grpc":
+        target = closed_port() if unreachable else server.grpc_address
+        yield make(target, interceptors=[interceptor if interceptor is not None else faults])
+        return
+    if unreachable:
+        yield make(f"http://{closed_port()}")
+        return
+
+    def hook(method: str, request: Any) -> tuple[grpc.StatusCode, status_pb2.Status] | None:
+        f = faults.fault_for(method, request)
+        return fault_status(f) if f is not None else None
+
+    with ConnectProxy(server.http_address, hook) as proxy:
+        yield make(proxy.url)
+
+
 @pytest.mark.parametrize("form", ["decorator", "with-block"])
 @pytest.mark.parametrize(("sc", "dialect"), CASES)
 def test_scenario(
     sc: dict[str, Any],
     dialect: str | None,
     form: str,
+    transport: str,
     claimd_server: ClaimdServer,
     plain: Client,
     ns: str,
@@ -585,9 +618,7 @@ def test_scenario(
 ) -> None:
     run = Run(ns=ns, evt=evt, plain=plain, db=effect_db_for)
     faults = Faults(run.calls)
-    target = closed_port() if sc.get("unreachable") else claimd_server.grpc_address
-    # The guard's client keeps the default retry policy: the contract's.
-    with Client(target, interceptors=[faults]) as client:
+    with faulty_client(claimd_server, transport, faults, bool(sc.get("unreachable"))) as made, made as client:
         for step in sc.get("arrange", []):
             _arrange(run, step)
         for i, d in enumerate(sc["deliveries"]):

@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 import pytest
+from conftest import target_for
 from testca import CA, Leaf
 
 from claimd import (
@@ -61,10 +62,16 @@ class Secured:
     slow: str
     revoked: str  # listed by no principal
 
-    def client(self, *, cert: Leaf | None = None, **kwargs: Any) -> Client:
+    def client(self, *, cert: Leaf | None = None, transport: str = "grpc", **kwargs: Any) -> Client:
         leaf = cert or self.receiver
         tls = TLSConfig(ca_file=self.ca.ca_file, cert_file=leaf.cert_file, key_file=leaf.key_file)
-        return Client(self.server.grpc_address, tls=tls, **kwargs)
+        return Client(self.target(transport), tls=tls, **kwargs)
+
+    def target(self, transport: str) -> str:
+        """target is the gRPC address, or for Connect the URL of the HTTP
+        listener, which serves the same TLS and requires the same client
+        certificates."""
+        return self.server.grpc_address if transport == "grpc" else f"https://{self.server.http_address}"
 
 
 @pytest.fixture(scope="module")
@@ -136,10 +143,10 @@ def evt() -> str:
     return f"evt_{uuid.uuid4().hex}"
 
 
-def test_guard_round_trip_with_token_and_client_certificate(secured: Secured) -> None:
+def test_guard_round_trip_with_token_and_client_certificate(secured: Secured, transport: str) -> None:
     runs: list[str] = []
     event = evt()
-    with secured.client(token=secured.hooks) as client:
+    with secured.client(token=secured.hooks, transport=transport) as client:
         results = []
         for _ in range(2):
             with client.guard(SECURE_NS, "stripe", event_id=event) as g:
@@ -154,15 +161,15 @@ def test_guard_round_trip_with_token_and_client_certificate(secured: Secured) ->
     assert runs == [event], f"the guarded block ran {len(runs)} times, want once"
 
 
-def test_client_certificate_alone_names_principal_mesh(secured: Secured) -> None:
-    with secured.client(cert=secured.mesh) as client:
+def test_client_certificate_alone_names_principal_mesh(secured: Secured, transport: str) -> None:
+    with secured.client(cert=secured.mesh, transport=transport) as client:
         with client.guard(SECURE_NS, "stripe", event_id=evt()) as g:
             if g.acquired:
                 g.settle(b"ok")
     assert (g.result.status, g.result.outcome) == (200, Outcome.ACQUIRED), g.result
 
 
-def test_token_provider_is_asked_per_call(secured: Secured) -> None:
+def test_token_provider_is_asked_per_call(secured: Secured, transport: str) -> None:
     current = [secured.hooks]
     asked: list[int] = []
 
@@ -170,7 +177,7 @@ def test_token_provider_is_asked_per_call(secured: Secured) -> None:
         asked.append(1)
         return current[0]
 
-    with secured.client(token=provider) as client:
+    with secured.client(token=provider, transport=transport) as client:
         assert client.claim(SECURE_NS, "stripe", event_id=evt()).outcome == Outcome.ACQUIRED
         current[0] = secured.hooks_next
         assert client.claim(SECURE_NS, "stripe", event_id=evt()).outcome == Outcome.ACQUIRED
@@ -219,15 +226,29 @@ REFUSALS = [
 
 
 @pytest.mark.parametrize("case", REFUSALS, ids=lambda c: c.desc)
-def test_refusals_are_typed_write_nothing_and_guard_answers_500(secured: Secured, case: Refusal) -> None:
+def test_refusals_are_typed_write_nothing_and_guard_answers_500(
+    secured: Secured, case: Refusal, transport: str
+) -> None:
     event = evt()
     attempts: list[grpc.StatusCode] = []
-    with secured.client(token=case.token(secured), interceptors=[Recorder(attempts)]) as client:
+    # Connect has no interceptors: its attempts are counted on the token
+    # provider, asked once per attempt (the case without a token is gRPC's).
+    token: Any = case.token(secured)
+    if transport == "connect" and token is not None:
+        fixed = token
+
+        def token(fixed: str = fixed) -> str:
+            attempts.append(case.code)
+            return fixed
+
+    interceptors = [Recorder(attempts)] if transport == "grpc" else []
+    with secured.client(token=token, interceptors=interceptors, transport=transport) as client:
         with pytest.raises(case.error) as raised:
             client.claim(case.namespace, "stripe", event_id=event)
         err = raised.value
         assert (err.code, err.reason) == (case.code, case.reason), f"claim({event!r}) = {err}"
-        assert attempts == [case.code], f"attempts {attempts}: a refusal is not retried"
+        if transport == "grpc" or token is not None:
+            assert attempts == [case.code], f"attempts {attempts}: a refusal is not retried"
         if case.error is PermissionDenied:
             assert err.metadata.get("principal") == "hooks", err.metadata
         for token in (secured.hooks, secured.revoked):
@@ -301,12 +322,12 @@ def test_rate_limit_past_the_call_time_fails_at_once_and_guard_answers_503(secur
 
 
 @pytest.mark.parametrize(("server_name", "ok"), [("claimd.test", True), ("elsewhere.test", False)])
-def test_server_name_is_checked(secured: Secured, server_name: str, ok: bool) -> None:
+def test_server_name_is_checked(secured: Secured, server_name: str, ok: bool, transport: str) -> None:
     leaf = secured.receiver
     tls = TLSConfig(
         ca_file=secured.ca.ca_file, cert_file=leaf.cert_file, key_file=leaf.key_file, server_name=server_name
     )
-    with Client(secured.server.grpc_address, tls=tls, token=secured.hooks, connect_timeout=1.0) as client:
+    with Client(secured.target(transport), tls=tls, token=secured.hooks, connect_timeout=1.0) as client:
         if ok:
             client.wait_ready(10.0)
         else:
@@ -314,10 +335,10 @@ def test_server_name_is_checked(secured: Secured, server_name: str, ok: bool) ->
                 client.wait_ready(2.0)
 
 
-def test_system_roots_do_not_trust_the_test_ca(secured: Secured) -> None:
+def test_system_roots_do_not_trust_the_test_ca(secured: Secured, transport: str) -> None:
     leaf = secured.receiver
     tls = TLSConfig(cert_file=leaf.cert_file, key_file=leaf.key_file)
-    with Client(secured.server.grpc_address, tls=tls, token=secured.hooks, connect_timeout=1.0) as client:
+    with Client(secured.target(transport), tls=tls, token=secured.hooks, connect_timeout=1.0) as client:
         with pytest.raises(Unavailable):
             client.wait_ready(2.0)
 
@@ -328,7 +349,7 @@ def test_token_stays_out_of_reprs(secured: Secured) -> None:
     assert secured.hooks not in seen
 
 
-def test_plaintext_loopback_with_token(claimd_binary: Path, tmp_path: Path) -> None:
+def test_plaintext_loopback_with_token(claimd_binary: Path, tmp_path: Path, transport: str) -> None:
     """A token goes to a claimd on loopback without TLS (make run with an auth
     file): local credentials let it through after checking the peer."""
     token, line = new_token(claimd_binary)
@@ -338,12 +359,12 @@ def test_plaintext_loopback_with_token(claimd_binary: Path, tmp_path: Path) -> N
     )
     auth_file.chmod(0o600)  # claimd refuses an auth file other users may read
     with ClaimdServer.start(claimd_binary, tmp_path / "data", extra_args=("--auth-file", str(auth_file))) as server:
-        with Client(server.grpc_address, token=token) as client:
+        with Client(target_for(server, transport), token=token) as client:
             with client.guard("pylocal", "stripe", event_id=evt()) as g:
                 if g.acquired:
                     g.settle(b"ok")
             assert (g.result.status, g.result.outcome) == (200, Outcome.ACQUIRED), g.result
-        with Client(server.grpc_address) as anonymous:
+        with Client(target_for(server, transport)) as anonymous:
             with pytest.raises(Unauthenticated):
                 anonymous.claim("pylocal", "stripe", event_id=evt())
 
@@ -360,6 +381,14 @@ SECRET = "cl_not-a-real-token-but-secret-all-the-same"
         ("insecure with a token", "claimd.invalid:50051", {"insecure": True, "token": SECRET}, ["plaintext"]),
         ("token with a newline", "127.0.0.1:50051", {"token": SECRET + "\n"}, ["trailing newline"]),
         ("tls and insecure", "127.0.0.1:50051", {"tls": True, "insecure": True}, ["give one of"]),
+        ("Connect, remote host", "http://claimd.invalid:8080", {}, ["not a loopback address", "https://", "insecure"]),
+        ("Connect, remote, token", "http://192.0.2.1:8080", {"token": SECRET}, ["bearer token", "https://"]),
+        ("Connect, insecure, token", "http://claimd.invalid", {"insecure": True, "token": SECRET}, ["plaintext"]),
+        ("Connect, tls on http://", "http://127.0.0.1:8080", {"tls": True}, ["https://"]),
+        ("Connect, token newline", "http://127.0.0.1:8080", {"token": SECRET + "\n"}, ["trailing newline"]),
+        ("Connect, gRPC only", "http://127.0.0.1:8080", {"options": [("grpc.x", 1)]}, ["options", "gRPC channel"]),
+        ("a URL as gRPC", "http://127.0.0.1:8080", {"transport": "grpc"}, ["is a URL"]),
+        ("Connect, not a URL", "127.0.0.1:8080", {"transport": "connect"}, ["http:// or https:// URL"]),
     ],
 )
 def test_plaintext_off_loopback_is_refused(desc: str, target: str, kwargs: dict[str, Any], want: list[str]) -> None:
@@ -376,7 +405,18 @@ def test_certificate_without_key_is_refused() -> None:
         TLSConfig(cert_file="client.pem")
 
 
-@pytest.mark.parametrize("target", ["127.0.0.1:1", "localhost:1", "[::1]:1", "dns:///localhost:1", "unix:/tmp/x.sock"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "127.0.0.1:1",
+        "localhost:1",
+        "[::1]:1",
+        "dns:///localhost:1",
+        "unix:/tmp/x.sock",
+        "http://127.0.0.1:1",
+        "http://[::1]:1",
+    ],
+)
 def test_loopback_targets_stay_plaintext(target: str) -> None:
     Client(target, token=SECRET).close()
 

@@ -44,6 +44,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 import grpc
 import grpc.aio
 
+from claimd import _connect
 from claimd._cache import DuplicateCache
 from claimd._core import (
     Call,
@@ -82,7 +83,10 @@ class Client(ClientFront["Guard"]):
     each a coroutine. Make it inside the event loop that uses it (grpc.aio
     binds a channel to its loop) and close it with await close(), or use it
     as an async context manager. interceptors are grpc.aio client
-    interceptors."""
+    interceptors. transport="connect" (the default for an http:// or
+    https:// URL) makes the calls as Connect calls over asyncio streams, a
+    few kept-alive HTTP/1.1 connections bound to the loop that first uses
+    them; see claimd.Client."""
 
     def __init__(
         self,
@@ -100,16 +104,32 @@ class Client(ClientFront["Guard"]):
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
         options: Sequence[tuple[str, Any]] = (),
         local_cache: int | None = None,
+        transport: str | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"Client.timeout: {timeout} must be > 0")
-        creds, security_options = channel_credentials(
-            target, token=token, tls=tls, insecure=insecure, credentials=credentials
+        self.transport = _connect.choose(
+            target, transport, interceptors=interceptors, options=options, credentials=credentials
         )
         self.target = target
         self.timeout = timeout
         self.retry = retry if retry is not None else RetryPolicy()
         self.holder = default_holder() if holder is None else holder
+        self._cache = DuplicateCache(local_cache) if local_cache is not None else None
+        self._stub: Any
+        self._providers: Any
+        if self.transport == "connect":
+            ep = _connect.endpoint(target, token=token, tls=tls, insecure=insecure)
+            self._connect: _connect.AioTransport | None = _connect.AioTransport(
+                ep, _connect.Headers(ep, token, "claimd-python-aio"), connect_timeout
+            )
+            self._stub = _connect.Stub(self._connect, pb.DESCRIPTOR.services_by_name["ClaimService"])
+            self._providers = _connect.Stub(self._connect, provider_pb.DESCRIPTOR.services_by_name["ProviderService"])
+            return
+        self._connect = None
+        creds, security_options = channel_credentials(
+            target, token=token, tls=tls, insecure=insecure, credentials=credentials
+        )
         opts = channel_options(keepalive, connect_timeout, security_options, options)
         chain = list(interceptors) or None
         if creds is None:
@@ -117,12 +137,15 @@ class Client(ClientFront["Guard"]):
         else:
             self._channel = grpc.aio.secure_channel(target, creds, options=opts, interceptors=chain)
         self._stub = pb_grpc.ClaimServiceStub(self._channel)  # type: ignore[no-untyped-call]
-        self._cache = DuplicateCache(local_cache) if local_cache is not None else None
         self._providers = provider_grpc.ProviderServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
-        """close closes the channel; calls in flight fail with CANCELLED."""
-        await self._channel.close()
+        """close closes the channel (Connect: its idle connections); calls
+        in flight fail with CANCELLED (Connect: they finish)."""
+        if self._connect is not None:
+            await self._connect.close()
+        else:
+            await self._channel.close()
 
     async def __aenter__(self) -> Client:
         return self
@@ -138,6 +161,15 @@ class Client(ClientFront["Guard"]):
     async def wait_ready(self, timeout: float) -> None:
         """wait_ready waits until the channel is connected, or raises
         Unavailable after timeout seconds."""
+        if self._connect is not None:
+            try:
+                await self._connect.ready(timeout)
+            except grpc.RpcError as err:
+                raise Unavailable(
+                    f"no connection to {self.target} within {timeout}s: {err.details()}",
+                    code=grpc.StatusCode.UNAVAILABLE,
+                ) from err
+            return
         try:
             await asyncio.wait_for(self._channel.channel_ready(), timeout)
         except asyncio.TimeoutError as err:

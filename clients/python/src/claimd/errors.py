@@ -187,6 +187,11 @@ _BY_CODE: dict[grpc.StatusCode, type[ClaimdError]] = {
 
 
 def _details(err: grpc.RpcError) -> list[any_pb2.Any]:
+    # A Connect call's error (claimd._connect.ConnectError) carries the
+    # details of its error body; a gRPC call's are in its trailers.
+    status_details = getattr(err, "status_details", None)
+    if status_details is not None:
+        return list(status_details)
     trailing = getattr(err, "trailing_metadata", None)
     if trailing is None:
         return []
