@@ -2,10 +2,10 @@
 with and without the client's duplicate cache (Client(local_cache=N)), and
 what a first delivery costs, sync and asyncio, against a real claimd.
 
-    python tests/bench_duplicates.py [-n 2000] [--claimd-bin PATH]
+    python tests/bench_duplicates.py [-n 2000] [--claimd-bin PATH] [--sqlite-durability relaxed]
 
 Starts claimd (embedded tiers, free loopback ports; $CLAIMD_BIN or a build
-of this checkout), then, for each client, guards n first deliveries (Claim
+of this checkout), then, for each client and transport (gRPC, Connect), guards n first deliveries (Claim
 with start, Settle) and n duplicates of one settled delivery through
 Client.guarded, timed with time.process_time (this process's CPU, all
 threads: the client's share, not claimd's) and time.perf_counter (wall).
@@ -84,17 +84,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=2000, help="deliveries per measurement")
     ap.add_argument("--claimd-bin", default=os.environ.get("CLAIMD_BIN", ""))
+    ap.add_argument("--sqlite-durability", default="full", help="claimd's --sqlite-durability (full, relaxed)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         binary = Path(args.claimd_bin) if args.claimd_bin else build_claimd(REPO, Path(tmp) / "bin")
-        server = ClaimdServer.start(binary, Path(tmp) / "data")
+        extra = ("--sqlite-durability", args.sqlite_durability)
+        server = ClaimdServer.start(binary, Path(tmp) / "data", extra_args=extra)
         try:
             print(f"n={args.n}; µs per delivery, client process CPU (time.process_time) / wall")
             for label, cache in (("no cache", None), ("local_cache=1024", 1024)):
-                (fc, fw), (dc, dw) = sync_case(server.grpc_address, args.n, cache)
-                print(f"sync  {label:17} first {fc:7.1f} / {fw:7.1f}   duplicate {dc:7.1f} / {dw:7.1f}")
-                (fc, fw), (dc, dw) = asyncio.run(async_case(server.grpc_address, args.n, cache))
-                print(f"aio   {label:17} first {fc:7.1f} / {fw:7.1f}   duplicate {dc:7.1f} / {dw:7.1f}")
+                for target in (server.grpc_address, f"http://{server.http_address}"):
+                    kind = "connect" if target.startswith("http") else "grpc"
+                    (fc, fw), (dc, dw) = sync_case(target, args.n, cache)
+                    print(f"sync {kind:7} {label:17} first {fc:7.1f} / {fw:7.1f}   duplicate {dc:7.1f} / {dw:7.1f}")
+                    (fc, fw), (dc, dw) = asyncio.run(async_case(target, args.n, cache))
+                    print(f"aio  {kind:7} {label:17} first {fc:7.1f} / {fw:7.1f}   duplicate {dc:7.1f} / {dw:7.1f}")
         finally:
             server.stop()
 

@@ -174,11 +174,13 @@ def test_a_body_that_is_not_connects_is_named_by_its_status(status: int, code: g
 
 
 def test_responses_by_length_chunks_and_after_an_interim_one() -> None:
-    stream = io.BytesIO(
-        b"HTTP/1.1 100 Continue\r\n\r\n"
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/proto\r\nContent-Length: 3\r\n\r\nabc"
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\nde\r\n1\r\nf\r\n0\r\nTrailer: t\r\n\r\n"
-        b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    stream = io.BufferedReader(
+        io.BytesIO(
+            b"HTTP/1.1 100 Continue\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/proto\r\nContent-Length: 3\r\n\r\nabc"
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\nde\r\n1\r\nf\r\n0\r\nTrailer: t\r\n\r\n"
+            b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        )
     )
     head, body = read_response(stream)
     assert (head.status, head.content_type, body, head.keep) == (200, "application/proto", b"abc", True)
@@ -202,4 +204,4 @@ def test_responses_by_length_chunks_and_after_an_interim_one() -> None:
 )
 def test_a_broken_response_is_refused(raw: bytes) -> None:
     with pytest.raises(_Broken):
-        read_response(io.BytesIO(raw))
+        read_response(io.BufferedReader(io.BytesIO(raw)))

@@ -273,6 +273,27 @@ def test_the_heartbeat_keeps_the_lease_past_its_length(client: Client, ns: str, 
     assert (r.status, r.body) == (200, b"done"), r
 
 
+def test_a_short_lease_is_renewed_while_a_long_one_waits(client: Client, ns: str, evt: str) -> None:
+    """The heartbeat thread sleeps until the first renewal due; one due
+    sooner, scheduled while it sleeps, must wake it (and one due later need
+    not: that is what spares a thread switch per delivery)."""
+    with client.guard(ns, "stripe", event_id=evt + "-long", lease=300) as long_held:
+        assert long_held.acquired
+        with client.guard(ns, "stripe", event_id=evt, lease=1) as g:
+            assert g.acquired and g.claim.lease_expires_at is not None
+            original_expiry = g.claim.lease_expires_at
+            deadline = time.monotonic() + BOUND
+            while True:
+                rec = client.get(ns, "stripe", evt)
+                assert rec.updated_at is not None
+                if rec.updated_at > original_expiry:
+                    break
+                assert time.monotonic() < deadline, f"no renewal past {original_expiry}: {rec}"
+                g.cancelled.wait(0.05)
+            g.settle(b"done")
+    assert g.result.status == 200, g.result
+
+
 def test_a_takeover_cancels_the_handler_and_it_does_not_settle(client: Client, ns: str, evt: str) -> None:
     @client.guarded(ns, "stripe", lease=1)
     def handle(g: Guard) -> bytes:

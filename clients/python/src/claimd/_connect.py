@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import io
 import json
 import math
 import socket
@@ -30,7 +31,7 @@ import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 import grpc
 from google.protobuf import any_pb2, message, message_factory
@@ -246,6 +247,8 @@ class _Head:
     def __init__(self, line: bytes) -> None:
         version, _, rest = line.partition(b" ")
         try:
+            if not version.startswith(b"HTTP/"):
+                raise ValueError
             self.status = int(rest[:3])
         except ValueError:
             raise _Broken(f"not an HTTP response: {line[:60]!r}") from None
@@ -287,31 +290,55 @@ def _chunk_size(line: bytes) -> int:
     return size
 
 
-def _line(f: IO[bytes]) -> bytes:
+def _line(f: io.BufferedReader) -> bytes:
     line = f.readline(MAX_LINE_BYTES + 1)
     if not line.endswith(b"\n"):
         raise _Broken("the connection closed mid-response" if len(line) <= MAX_LINE_BYTES else "a line over 64 KiB")
     return line
 
 
-def _exactly(f: IO[bytes], n: int) -> bytes:
+def _exactly(f: io.BufferedReader, n: int) -> bytes:
     data = f.read(n)
     if len(data) != n:
         raise _Broken("the connection closed mid-body")
     return data
 
 
-def read_response(f: IO[bytes]) -> tuple[_Head, bytes]:
+def parse_head(block: bytes) -> _Head:
+    """parse_head reads a response's status line and headers, block being
+    all of them up to the blank line."""
+    lines = block.split(b"\n")
+    head = _Head(lines[0])
+    for line in lines[1:]:
+        line = line.rstrip(b"\r")
+        if line:
+            head.add(line)
+    return head
+
+
+def _head_block(f: io.BufferedReader) -> bytes:
+    # Usually the whole head is in the buffer after one read: take it in
+    # one piece rather than a line at a time.
+    buffered = f.peek(MAX_LINE_BYTES)
+    if not buffered:
+        raise EOFError
+    end = buffered.find(b"\r\n\r\n")
+    if end >= 0:
+        return f.read(end + 4)
+    lines: list[bytes] = []
+    size = 0
+    while (line := _line(f)) not in (b"\r\n", b"\n"):
+        lines.append(line)
+        size += len(line)
+        if size > MAX_LINE_BYTES:
+            raise _Broken("response headers over 64 KiB")
+    return b"".join(lines)
+
+
+def read_response(f: io.BufferedReader) -> tuple[_Head, bytes]:
     """read_response reads one response from f, skipping 1xx ones."""
     while True:
-        first = f.readline(MAX_LINE_BYTES + 1)
-        if not first:
-            raise EOFError
-        if not first.endswith(b"\n"):
-            raise _Broken("the connection closed mid-response")
-        head = _Head(first)
-        while (line := _line(f)) not in (b"\r\n", b"\n"):
-            head.add(line)
+        head = parse_head(_head_block(f))
         if head.status >= 200:
             break
     if head.chunked:
@@ -340,16 +367,13 @@ async def read_response_async(r: asyncio.StreamReader) -> tuple[_Head, bytes]:
     """read_response_async is read_response over an asyncio stream."""
     try:
         while True:
-            first = await r.readline()
-            if not first:
-                raise EOFError
-            if not first.endswith(b"\n"):
-                raise _Broken("the connection closed mid-response")
-            head = _Head(first)
-            while (line := await r.readline()) not in (b"\r\n", b"\n"):
-                if not line.endswith(b"\n"):
-                    raise _Broken("the connection closed mid-response")
-                head.add(line)
+            try:
+                block = await r.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as err:
+                if not err.partial:
+                    raise EOFError from None
+                raise
+            head = parse_head(block)
             if head.status >= 200:
                 break
         if head.chunked:
@@ -394,12 +418,13 @@ def _deadline(timeout: float) -> ConnectError:
 
 
 class _Conn:
-    __slots__ = ("file", "idle_since", "sock")
+    __slots__ = ("file", "idle_since", "sock", "timeout")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.file = sock.makefile("rb")
+        self.file: io.BufferedReader = sock.makefile("rb")
         self.idle_since = 0.0
+        self.timeout = sock.gettimeout()
 
     def close(self) -> None:
         self.file.close()
@@ -443,7 +468,9 @@ class Transport:
 
     def _exchange(self, conn: _Conn, request: bytes, timeout: float) -> bytes:
         try:
-            conn.sock.settimeout(timeout)
+            if conn.timeout != timeout:  # settimeout costs two system calls
+                conn.sock.settimeout(timeout)
+                conn.timeout = timeout
             conn.sock.sendall(request)
             head, body = read_response(conn.file)
         except TimeoutError:

@@ -49,6 +49,7 @@ import concurrent.futures
 import functools
 import heapq
 import itertools
+import math
 import threading
 import time
 import weakref
@@ -112,15 +113,21 @@ class _Scheduler:
         self._stopped = 0  # stopped heartbeats still in the heap
         self._thread: threading.Thread | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        # When the thread's wait ends of itself. A heartbeat due later needs
+        # no wake-up: waking the thread for every event (its heap often
+        # held only stopped heartbeats, so each new one was its first) cost
+        # a thread switch and a GIL hand-off per delivery.
+        self._wake_at = math.inf
 
     def schedule(self, hb: _Heartbeat, delay: float) -> None:
+        due = time.monotonic() + delay
         with self._cond:
-            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), hb))
+            heapq.heappush(self._heap, (due, next(self._seq), hb))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="claimd-heartbeats", daemon=True)
                 self._thread.start()
-            elif self._heap[0][2] is hb:
-                self._cond.notify()  # due before what the thread sleeps for
+            elif due < self._wake_at:
+                self._cond.notify()  # due before the thread wakes
 
     def stopped(self) -> None:
         # Stopped heartbeats leave the heap when due; when they are most of
@@ -147,7 +154,7 @@ class _Scheduler:
                         if now - idle_since >= self._IDLE:
                             self._thread = None
                             return
-                        self._cond.wait(self._IDLE - (now - idle_since))  # schedule() notifies
+                        self._wait(self._IDLE - (now - idle_since))  # schedule() notifies an earlier due
                         continue
                     idle_since = None
                     due, _, hb = self._heap[0]
@@ -155,12 +162,18 @@ class _Scheduler:
                     if wait <= 0:
                         heapq.heappop(self._heap)
                         break
-                    self._cond.wait(wait)
+                    self._wait(wait)
                 if self._pool is None:
                     self._pool = concurrent.futures.ThreadPoolExecutor(
                         max_workers=self._RENEWERS, thread_name_prefix="claimd-renew"
                     )
             self._pool.submit(hb.renew_once)
+
+    def _wait(self, seconds: float) -> None:
+        # Called with the lock held; schedule() reads _wake_at under it.
+        self._wake_at = time.monotonic() + seconds
+        self._cond.wait(seconds)
+        self._wake_at = -math.inf  # awake: it reads the heap before it waits again
 
 
 # _schedulers holds each client's scheduler for as long as the client lives.
