@@ -111,8 +111,9 @@ test("npm pack builds the package, and a fresh project outside the repo installs
     ["install", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error", tarball, devPin("typescript"), devPin("@types/node")],
     app,
   );
-  // The effect fence's drivers are optional peers: installing the client installs neither.
-  for (const driver of ["pg", "better-sqlite3"]) {
+  // The effect fence's drivers and Powertools (for "@claimd/client/powertools") are
+  // optional peers: installing the client installs none of them.
+  for (const driver of ["pg", "better-sqlite3", "@aws-lambda-powertools/idempotency"]) {
     assert.ok(!existsSync(join(app, "node_modules", driver)), `installing the client installed ${driver}`);
   }
   const installed = JSON.parse(readFileSync(join(app, "node_modules/@claimd/client/package.json"), "utf8")) as { license?: string; private?: boolean };
