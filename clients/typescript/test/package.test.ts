@@ -69,6 +69,31 @@ console.log(JSON.stringify({
 }));
 `;
 
+/** powertoolsConsumer swaps Powertools' store for claimd through the package's "@claimd/client/powertools". */
+const powertoolsConsumer = `
+import { makeIdempotent } from "@aws-lambda-powertools/idempotency";
+import { createClient } from "@claimd/client";
+import { ClaimdPersistenceLayer } from "@claimd/client/powertools";
+import { startClaimd } from "@claimd/client/testing";
+
+const server = await startClaimd({ bin: process.env["CLAIMD_BIN"] });
+const client = createClient(server.target);
+let runs = 0;
+const answers: number[] = [];
+try {
+  const persistenceStore = new ClaimdPersistenceLayer({ client, namespace: "pack-test", provider: "stripe" });
+  const double = makeIdempotent(async (order: { n: number }) => {
+    runs++;
+    return order.n * 2;
+  }, { persistenceStore });
+  answers.push(await double({ n: 21 }), await double({ n: 21 }));
+} finally {
+  client.close();
+  await server.stop();
+}
+console.log(JSON.stringify({ runs, answers }));
+`;
+
 test("npm pack builds the package, and a fresh project outside the repo installs it and runs a claim", { timeout: 300_000 }, () => {
   assert.ok(relative(repoRoot, work).startsWith(".."), `${work} is inside the repository ${repoRoot}`);
 
@@ -139,4 +164,21 @@ test("npm pack builds the package, and a fresh project outside the repo installs
       { status: 200, body: '{"charged":true}', outcome: "DUPLICATE" },
     ],
   });
+
+  // With Powertools installed beside it, its store swaps for claimd's from the subpath export.
+  run(
+    "npm",
+    ["install", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error", devPin("@aws-lambda-powertools/idempotency"), devPin("@types/aws-lambda")],
+    app,
+  );
+  writeFileSync(join(app, "powertools.ts"), powertoolsConsumer);
+  writeFileSync(
+    join(app, "tsconfig.json"),
+    JSON.stringify({
+      compilerOptions: { target: "ES2022", module: "NodeNext", moduleResolution: "NodeNext", strict: true, types: ["node"], outDir: "dist" },
+      files: ["main.ts", "powertools.ts"],
+    }),
+  );
+  run(join(app, "node_modules/.bin/tsc"), ["-p", "tsconfig.json"], app);
+  assert.deepEqual(JSON.parse(run("node", ["dist/powertools.js"], app, { CLAIMD_BIN: claimdBin() })), { runs: 1, answers: [42, 42] });
 });
