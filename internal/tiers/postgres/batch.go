@@ -3,6 +3,7 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -55,37 +56,37 @@ const (
 type batcher struct {
 	s     *Store
 	max   int
-	queue *tiers.Queue[*queuedClaim]
+	queue *tiers.Queue[tiers.ClaimParams, batchAnswer]
 
 	// Counters, for tests and metrics: claim_batch statements run, and
 	// claims they decided (inserted, or answered from a stored row).
 	statements, decided atomic.Int64
 }
 
-// queuedClaim is one caller waiting in the batcher.
-type queuedClaim struct {
-	ctx    context.Context
-	p      tiers.ClaimParams
-	answer chan batchAnswer // buffered: the flusher never waits for a caller that left
-}
+// queuedClaim is one caller's claim, as the flusher sees it.
+type queuedClaim = tiers.Call[tiers.ClaimParams, batchAnswer]
 
 // batchAnswer is what the batch decided for one claim. It is small (what
-// the common answer, an insert, needs) because every claim's channel holds
-// one: a record rides along by pointer only for the rarer answers.
+// the common answer, an insert, needs) because every caller waits for one:
+// a record rides along by pointer only for the rarer answers. The
+// statement's error (every caller of the batch gets it) is the call's.
 type batchAnswer struct {
 	inserted bool          // ACQUIRED/NEW: the record is insertedRecord's
 	seen     *tiers.Record // the key was stored before the statement: its row
-	err      error         // the statement failed (every caller of the batch gets it)
 
 	// single is set for a claim that was alone in its batch: the flusher
-	// ran claimRound for it, whose answer is single, done and err.
+	// ran claimRound for it, whose answer is single, done and the call's
+	// error.
 	single *tiers.ClaimResult
 	done   bool
 }
 
 // newBatcher returns a batcher whose queue fits flushers; start starts them.
+// A caller that leaves after its claim was taken returns at once: the claim
+// may still be inserted, and like any claim that committed unheard it then
+// holds the key under a lease, answered IN_PROGRESS, never DUPLICATE.
 func newBatcher(s *Store, maxBatch, flushers int) *batcher {
-	return &batcher{s: s, max: maxBatch, queue: tiers.NewQueue[*queuedClaim](batchQueueFactor * maxBatch * flushers)}
+	return &batcher{s: s, max: maxBatch, queue: tiers.NewQueue[tiers.ClaimParams, batchAnswer](batchQueueFactor*maxBatch*flushers, tiers.LeaveAtOnce)}
 }
 
 // start starts the flushers. Claims enqueued before wait for it.
@@ -102,44 +103,36 @@ func keyOrder(a, b tiers.Key) int {
 	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.Key, b.Key))
 }
 
-// flush runs one statement for batch and answers every caller in it.
+// flush runs one statement for batch and answers every caller in it. A
+// caller that already left is not in it (tiers.Queue): nobody would learn
+// of the acquisition, and the key would answer IN_PROGRESS until the lease
+// ran out.
 func (b *batcher) flush(batch []*queuedClaim) {
 	// The statement inserts its rows in the order of its arrays: keyOrder.
 	// Stable, so that a key's first claim stays the one the statement makes.
-	slices.SortStableFunc(batch, func(x, y *queuedClaim) int { return keyOrder(x.p.Key, y.p.Key) })
-	// A caller that already left is not claimed for: nobody would learn
-	// of the acquisition, and the key would answer IN_PROGRESS until the
-	// lease ran out.
+	slices.SortStableFunc(batch, func(x, y *queuedClaim) int { return keyOrder(x.Item.Key, y.Item.Key) })
 	args := newBatchArgs(len(batch))
 	first := make(map[tiers.Key]*queuedClaim, len(batch))
 	var later []*queuedClaim // second claims of a key in this batch
-	var deadline tiers.LatestDeadline
-	for _, q := range batch {
-		if q.ctx.Err() != nil {
+	for _, c := range batch {
+		if _, dup := first[c.Item.Key]; dup {
+			later = append(later, c)
 			continue
 		}
-		if _, dup := first[q.p.Key]; dup {
-			later = append(later, q)
-			continue
-		}
-		first[q.p.Key] = q
-		args.add(q.p)
-		deadline.Add(q.ctx)
+		first[c.Item.Key] = c
+		args.add(c.Item)
 	}
 	// The callers' second claims of a key run claim.sql after this
 	// statement has committed the first, so they see its row.
 	defer func() {
-		for _, q := range later {
-			q.answer <- batchAnswer{}
+		for _, c := range later {
+			c.Answer(batchAnswer{}, nil)
 		}
 	}()
-	if len(first) == 0 {
-		return
-	}
 	// The statement outlives any one caller: a caller that gives up must
 	// not fail the claims of the others. It is bounded by the latest
 	// deadline among them.
-	ctx, cancel := deadline.Context(batchTimeout)
+	ctx, cancel := tiers.BatchContext(batch, batchTimeout)
 	defer cancel()
 	if len(first) == 1 && len(later) == 0 {
 		// A claim alone gains nothing from a batch, and claim.sql decides
@@ -147,10 +140,9 @@ func (b *batcher) flush(batch []*queuedClaim) {
 		// lookup after its insert. The flusher runs it itself, so that the
 		// claims arriving meanwhile wait and form the next batch, as they
 		// would behind a batch statement.
-		for _, q := range first {
-			res, done, err := b.s.claimRound(ctx, q.p)
-			q.answer <- batchAnswer{single: &res, done: done, err: err}
-		}
+		c := batch[0]
+		res, done, err := b.s.claimRound(ctx, c.Item)
+		c.Answer(batchAnswer{single: &res, done: done}, err)
 		return
 	}
 	b.statements.Add(1)
@@ -158,12 +150,8 @@ func (b *batcher) flush(batch []*queuedClaim) {
 	if err == nil {
 		b.decided.Add(int64(len(answers)))
 	}
-	for k, q := range first {
-		if err != nil {
-			q.answer <- batchAnswer{err: err}
-			continue
-		}
-		q.answer <- answers[k] // the zero answer: not decided here
+	for k, c := range first {
+		c.Answer(answers[k], err) // the zero answer: not decided here
 	}
 }
 
@@ -295,27 +283,14 @@ func insertedRecord(p tiers.ClaimParams) tiers.Record {
 // did not decide p (queue full, a takeover, a row committed meanwhile, a
 // second claim of one key): the caller then runs claimRound.
 func (s *Store) claimBatched(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, bool, error) {
-	if err := ctx.Err(); err != nil {
-		return tiers.ClaimResult{}, false, err
-	}
-	q := &queuedClaim{ctx: ctx, p: p, answer: make(chan batchAnswer, 1)}
-	if !s.batch.queue.TryEnqueue(q) {
-		return tiers.ClaimResult{}, false, nil
-	}
-	var a batchAnswer
-	select {
-	case a = <-q.answer:
-	case <-ctx.Done():
-		// The claim may still be inserted by a statement already sent:
-		// like any claim that committed unheard, it then holds the key
-		// under a lease, answered IN_PROGRESS, never DUPLICATE.
-		return tiers.ClaimResult{}, false, ctx.Err()
-	}
+	a, err := s.batch.queue.TrySubmit(ctx, p)
 	switch {
+	case errors.Is(err, tiers.ErrNotQueued):
+		return tiers.ClaimResult{}, false, nil
 	case a.single != nil:
-		return *a.single, a.done, a.err
-	case a.err != nil:
-		return tiers.ClaimResult{}, false, a.err
+		return *a.single, a.done, err
+	case err != nil:
+		return tiers.ClaimResult{}, false, err
 	case a.inserted:
 		return tiers.ClaimResult{Outcome: tiers.OutcomeAcquired, Reason: tiers.ReasonNew, Record: insertedRecord(p)}, true, nil
 	case a.seen != nil:

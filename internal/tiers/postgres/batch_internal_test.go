@@ -310,23 +310,20 @@ func TestBatchQueueFull(t *testing.T) {
 	url := testenv.Postgres(t, Migrate)
 	s, _ := pausedStore(t, url)
 	clk := clock.NewFake(time.Now())
-	// Fill the queue with placeholders nobody waits for.
-	var fillers []*queuedClaim
-	for range s.batch.queue.Cap() {
-		q := &queuedClaim{ctx: context.Background(), p: batchParams(clk, "evt_filler_"+strconv.Itoa(len(fillers)), "pod-a"), answer: make(chan batchAnswer, 1)}
-		if !s.batch.queue.TryEnqueue(q) {
-			t.Fatalf("enqueue #%d of %d failed", len(fillers), s.batch.queue.Cap())
-		}
-		fillers = append(fillers, q)
+	// Fill the queue with claims waiting for the flusher.
+	ps := make([]tiers.ClaimParams, s.batch.queue.Cap())
+	for i := range ps {
+		ps[i] = batchParams(clk, "evt_filler_"+strconv.Itoa(i), "pod-a")
 	}
+	fillers := queueCalls(t, ps, s.batch.queue.TrySubmit, s.batch.queue.Len)
 	res, err := s.Claim(context.Background(), batchParams(clk, "evt_overflow", "pod-a"))
 	if err != nil || res.Outcome != tiers.OutcomeAcquired {
 		t.Fatalf("Claim(%q) with the queue full = %v, %v; want ACQUIRED from its own statement", "evt_overflow", res.Outcome, err)
 	}
 	s.batch.start(1)
 	for _, q := range fillers {
-		if a := <-q.answer; a.err != nil || !a.inserted {
-			t.Fatalf("filler %q answer = %+v, want inserted", q.p.Key.Key, a)
+		if <-q.done; q.err != nil || !q.res.inserted {
+			t.Fatalf("filler %q answer = %+v, %v; want inserted", q.p.Key.Key, q.res, q.err)
 		}
 	}
 }
@@ -413,23 +410,23 @@ func TestBatchLocksKeysInOrder(t *testing.T) {
 		t.Fatalf("claim of evt_c in the holding transaction: %v", err)
 	}
 
-	batch := func(holder string, keys ...string) []*queuedClaim {
-		qs := make([]*queuedClaim, len(keys))
-		for i, k := range keys {
-			qs[i] = &queuedClaim{ctx: ctx, p: batchParams(clk, k, holder), answer: make(chan batchAnswer, 1)}
+	// Each batch is queued in the order given, to a paused batcher of its
+	// own, whose flusher then runs it whole.
+	batch := func(holder string, keys ...string) (*batcher, []*queued[tiers.ClaimParams, batchAnswer]) {
+		b := newBatcher(s, defaultMaxBatch, 1)
+		var qs []*queued[tiers.ClaimParams, batchAnswer]
+		for _, k := range keys {
+			n := len(qs)
+			qs = append(qs, queueCalls(t, []tiers.ClaimParams{batchParams(clk, k, holder)}, b.queue.TrySubmit, func() int { return b.queue.Len() - n })...)
 		}
-		return qs
+		return b, qs
 	}
-	x := batch("pod-x", "evt_a", "evt_c", "evt_b")
-	y := batch("pod-y", "evt_b", "evt_c", "evt_a")
-	var wg sync.WaitGroup
-	for _, b := range [][]*queuedClaim{x, y} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.batch.flush(b)
-		}()
-	}
+	bx, x := batch("pod-x", "evt_a", "evt_c", "evt_b")
+	by, y := batch("pod-y", "evt_b", "evt_c", "evt_a")
+	bx.start(1)
+	by.start(1)
+	defer bx.queue.Close()
+	defer by.queue.Close()
 	// Both statements wait on a lock (on evt_c's holder, or one on the
 	// other) before the holder lets go.
 	for waiting := 0; waiting < 2; {
@@ -441,15 +438,14 @@ func TestBatchLocksKeysInOrder(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
 
 	inserted := map[string]int{}
 	for _, q := range append(x, y...) {
-		a := <-q.answer
-		if a.err != nil {
-			t.Errorf("%s's claim of %q: batch error %v, want an answer", q.p.Holder, q.p.Key.Key, a.err)
+		<-q.done
+		if q.err != nil {
+			t.Errorf("%s's claim of %q: batch error %v, want an answer", q.p.Holder, q.p.Key.Key, q.err)
 		}
-		if a.inserted {
+		if q.res.inserted {
 			inserted[q.p.Key.Key]++
 		}
 	}

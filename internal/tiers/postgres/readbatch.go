@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
 	"github.com/claimd/claimd/internal/tiers"
@@ -23,29 +24,21 @@ import (
 type reader struct {
 	s     *Store
 	max   int
-	queue *tiers.Queue[*queuedGet]
+	queue *tiers.Queue[tiers.Key, tiers.Record]
 
 	// statements counts the batch statements run (a read alone is not
 	// one), for tests.
 	statements atomic.Int64
 }
 
-// queuedGet is one caller of Get waiting in the reader.
-type queuedGet struct {
-	ctx    context.Context
-	key    tiers.Key
-	answer chan getAnswer // buffered: the flusher never waits for a caller that left
-}
+// queuedGet is one caller of Get, as the flusher sees it; it is answered
+// with the record, tiers.ErrNotFound, or the statement's raw error.
+type queuedGet = tiers.Call[tiers.Key, tiers.Record]
 
-// getAnswer is a read's answer: the record, tiers.ErrNotFound, or the
-// statement's raw error.
-type getAnswer struct {
-	rec tiers.Record
-	err error
-}
-
+// newReader returns a reader; a caller that leaves returns at once, since a
+// read changes nothing.
 func newReader(s *Store, maxBatch int) *reader {
-	return &reader{s: s, max: maxBatch, queue: tiers.NewQueue[*queuedGet](batchQueueFactor * maxBatch)}
+	return &reader{s: s, max: maxBatch, queue: tiers.NewQueue[tiers.Key, tiers.Record](batchQueueFactor*maxBatch, tiers.LeaveAtOnce)}
 }
 
 // start starts the one flusher: reads do not wait on the log, so one
@@ -56,34 +49,25 @@ func (r *reader) start() { r.queue.Start(1, r.max, r.flush) }
 func (r *reader) flush(batch []*queuedGet) {
 	waiting := make(map[tiers.Key][]*queuedGet, len(batch))
 	var args batchArgs
-	var deadline tiers.LatestDeadline
-	for _, q := range batch {
-		if q.ctx.Err() != nil {
-			continue // nobody to answer: its caller left
+	for _, c := range batch {
+		if _, ok := waiting[c.Item]; !ok {
+			args.namespaces = append(args.namespaces, c.Item.Namespace)
+			args.providers = append(args.providers, c.Item.Provider)
+			args.keys = append(args.keys, c.Item.Key)
 		}
-		if _, ok := waiting[q.key]; !ok {
-			args.namespaces = append(args.namespaces, q.key.Namespace)
-			args.providers = append(args.providers, q.key.Provider)
-			args.keys = append(args.keys, q.key.Key)
-		}
-		waiting[q.key] = append(waiting[q.key], q)
-		deadline.Add(q.ctx)
+		waiting[c.Item] = append(waiting[c.Item], c)
 	}
-	if len(waiting) == 0 {
-		return
-	}
-	ctx, cancel := deadline.Context(batchTimeout)
+	ctx, cancel := tiers.BatchContext(batch, batchTimeout)
 	defer cancel()
-	answer := func(k tiers.Key, a getAnswer) {
-		for _, q := range waiting[k] {
-			q.answer <- a
+	answer := func(k tiers.Key, rec tiers.Record, err error) {
+		for _, c := range waiting[k] {
+			c.Answer(rec, err)
 		}
 	}
 	if len(waiting) == 1 {
-		for k := range waiting {
-			rec, err := getOn(ctx, r.s.pool, k)
-			answer(k, getAnswer{rec: rec, err: err})
-		}
+		k := batch[0].Item
+		rec, err := getOn(ctx, r.s.pool, k)
+		answer(k, rec, err)
 		return
 	}
 	r.statements.Add(1)
@@ -92,11 +76,11 @@ func (r *reader) flush(batch []*queuedGet) {
 	for k := range waiting {
 		switch row, ok := found[k]; {
 		case err != nil:
-			answer(k, getAnswer{err: err})
+			answer(k, tiers.Record{}, err)
 		case ok:
-			answer(k, getAnswer{rec: *row.seen})
+			answer(k, *row.seen, nil)
 		default:
-			answer(k, getAnswer{err: notFound(k)})
+			answer(k, tiers.Record{}, notFound(k))
 		}
 	}
 }
@@ -105,17 +89,9 @@ func (r *reader) flush(batch []*queuedGet) {
 // or reads alone when the queue is full. It returns tiers.ErrNotFound or
 // the raw database error, as get does.
 func (s *Store) getBatched(ctx context.Context, k tiers.Key) (tiers.Record, error) {
-	if err := ctx.Err(); err != nil {
-		return tiers.Record{}, err
-	}
-	q := &queuedGet{ctx: ctx, key: k, answer: make(chan getAnswer, 1)}
-	if !s.reads.queue.TryEnqueue(q) {
+	rec, err := s.reads.queue.TrySubmit(ctx, k)
+	if errors.Is(err, tiers.ErrNotQueued) {
 		return s.get(ctx, k)
 	}
-	select {
-	case a := <-q.answer:
-		return a.rec, a.err
-	case <-ctx.Done():
-		return tiers.Record{}, ctx.Err()
-	}
+	return rec, err
 }

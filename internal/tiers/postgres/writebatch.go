@@ -34,33 +34,23 @@ import (
 type writeBatcher struct {
 	s     *Store
 	max   int
-	queue *tiers.Queue[*queuedWrite]
+	queue *tiers.Queue[queuedWrite, *writeAnswer]
 
 	// batches counts the batches of two or more statements sent, and
 	// transitionBatches those sent as one transition_batch.sql, for tests.
 	batches, transitionBatches atomic.Int64
 }
 
-// queuedWrite is one fenced UPDATE waiting in the batcher.
+// queuedWrite is one fenced UPDATE: its statement and arguments.
 type queuedWrite struct {
-	ctx        context.Context
 	key        tiers.Key
 	sql        string
-	args       []any             // sql's arguments; for a transition, made only when it runs alone (statementArgs)
-	transition *transitionRow    // set when the statement is transition.sql without the entity lock
-	answer     chan *writeAnswer // buffered: the flusher never waits for a caller that left
-	// state is writeQueued until the flusher takes the write into a batch
-	// (writeTaken: it will answer) or its caller leaves first
-	// (writeWithdrawn: nothing is sent).
-	state atomic.Int32
+	args       []any          // sql's arguments; for a transition, made only when it runs alone (statementArgs)
+	transition *transitionRow // set when the statement is transition.sql without the entity lock
 }
 
-// The states of a queuedWrite.
-const (
-	writeQueued int32 = iota
-	writeTaken
-	writeWithdrawn
-)
+// writeCall is one caller's write, as the flusher sees it.
+type writeCall = tiers.Call[queuedWrite, *writeAnswer]
 
 // transitionRow is one Transition's arguments: transition.sql's, or a row of
 // transition_batch.sql's arrays.
@@ -129,8 +119,7 @@ const transitionBatchPlan = `SELECT set_config('enable_hashjoin', 'off', true), 
 type writeAnswer struct {
 	rec   tiers.Record
 	ok    bool // the UPDATE matched: rec is the record it wrote
-	err   error
-	alone bool // not run (or its transaction failed): the caller runs it itself
+	alone bool // its transaction failed: the caller runs it itself
 }
 
 // runAlone is the answer that hands a statement back to its caller. It is
@@ -138,72 +127,65 @@ type writeAnswer struct {
 var runAlone = &writeAnswer{alone: true}
 
 // newWriteBatcher returns a batcher; start starts its flusher. Statements
-// enqueued before wait for it.
+// enqueued before wait for it. A caller that leaves once its write was
+// taken into a batch waits for the batch's answer (tiers.AwaitAnswer): the
+// statement may commit all the same, and only its answer can then bring the
+// fast tier up to date (tiers/twotier repairs from what a write returns).
+// Returning at once left a committed Release unrepaired, the fast tier
+// answering IN_PROGRESS by the released holder for the rest of its lease
+// (make chaos, lost-replies).
 func newWriteBatcher(s *Store, maxBatch int) *writeBatcher {
-	return &writeBatcher{s: s, max: maxBatch, queue: tiers.NewQueue[*queuedWrite](batchQueueFactor * maxBatch)}
+	return &writeBatcher{s: s, max: maxBatch, queue: tiers.NewQueue[queuedWrite, *writeAnswer](batchQueueFactor*maxBatch, tiers.AwaitAnswer)}
 }
 
 func (w *writeBatcher) start() { w.queue.Start(1, w.max, w.flush) }
 
 // flush runs batch's statements in one pipeline and answers each caller.
-func (w *writeBatcher) flush(batch []*queuedWrite) {
-	// A caller that already left is not written for: it reports its
-	// context's error, so the write must not happen behind its back.
-	live := batch[:0:0]
-	var deadline tiers.LatestDeadline
-	for _, q := range batch {
-		if q.ctx.Err() != nil || !q.state.CompareAndSwap(writeQueued, writeTaken) {
-			q.answer <- runAlone
-			continue
-		}
-		live = append(live, q)
-		deadline.Add(q.ctx)
-	}
-	if len(live) == 0 {
-		return
-	}
-	ctx, cancel := deadline.Context(batchTimeout)
+// A caller that already left is not in it (tiers.Queue): it reports its
+// context's error, so the write must not happen behind its back.
+func (w *writeBatcher) flush(batch []*writeCall) {
+	ctx, cancel := tiers.BatchContext(batch, batchTimeout)
 	defer cancel()
-	if len(live) == 1 {
+	if len(batch) == 1 {
 		// Alone: the flusher runs it itself, so that the statements
 		// arriving meanwhile wait and form the next batch.
-		q := live[0]
+		q := &batch[0].Item
 		rec, ok, err := updateRowOn(ctx, w.s.pool, q.key, q.sql, q.statementArgs()...) // ctx outlives the caller already
-		q.answer <- &writeAnswer{rec: rec, ok: ok, err: err}
+		batch[0].Answer(&writeAnswer{rec: rec, ok: ok}, err)
 		return
 	}
 	// One lock order for every batch: rows are locked in key order.
-	slices.SortStableFunc(live, func(a, b *queuedWrite) int { return keyOrder(a.key, b.key) })
+	slices.SortStableFunc(batch, func(a, b *writeCall) int { return keyOrder(a.Item.key, b.Item.key) })
 	w.batches.Add(1)
 	var answers []writeAnswer
 	var failed bool
-	if transitionsOnly(live) {
+	if transitionsOnly(batch) {
 		w.transitionBatches.Add(1)
-		answers, failed = w.s.transitionBatch(ctx, live)
+		answers, failed = w.s.transitionBatch(ctx, batch)
 	} else {
-		answers, failed = w.s.pipeline(ctx, live)
+		answers, failed = w.s.pipeline(ctx, batch)
 	}
-	for i, q := range live {
+	for i, c := range batch {
 		if failed {
-			q.answer <- runAlone
+			c.Answer(runAlone, nil)
 			continue
 		}
-		q.answer <- &answers[i]
+		c.Answer(&answers[i], nil)
 	}
 }
 
 // pipeline runs each statement of batch, in one pipeline and one
 // transaction. failed means the transaction did not commit (as far as
 // anyone knows).
-func (s *Store) pipeline(ctx context.Context, batch []*queuedWrite) (answers []writeAnswer, failed bool) {
+func (s *Store) pipeline(ctx context.Context, batch []*writeCall) (answers []writeAnswer, failed bool) {
 	var b pgx.Batch
-	for _, q := range batch {
-		b.Queue(q.sql, q.statementArgs()...)
+	for _, c := range batch {
+		b.Queue(c.Item.sql, c.Item.statementArgs()...)
 	}
 	answers = make([]writeAnswer, len(batch))
 	br := s.pool.SendBatch(ctx, &b)
-	for i, q := range batch {
-		rec, err := scanRecord(br.QueryRow(), q.key)
+	for i, c := range batch {
+		rec, err := scanRecord(br.QueryRow(), c.Item.key)
 		switch {
 		case err == nil:
 			answers[i] = writeAnswer{rec: rec, ok: true}
@@ -223,9 +205,9 @@ func (s *Store) pipeline(ctx context.Context, batch []*queuedWrite) (answers []w
 // only (sorted by key, so a repeated key is next to itself): one
 // transition_batch.sql can run it. Two transitions of one key must run one
 // after the other, as their callers sent them.
-func transitionsOnly(batch []*queuedWrite) bool {
-	for i, q := range batch {
-		if q.transition == nil || (i > 0 && batch[i-1].key == q.key) {
+func transitionsOnly(batch []*writeCall) bool {
+	for i, c := range batch {
+		if c.Item.transition == nil || (i > 0 && batch[i-1].Item.key == c.Item.key) {
 			return false
 		}
 	}
@@ -234,7 +216,7 @@ func transitionsOnly(batch []*queuedWrite) bool {
 
 // transitionBatch runs batch, Transitions of distinct keys sorted by key,
 // as one transition_batch.sql.
-func (s *Store) transitionBatch(ctx context.Context, batch []*queuedWrite) (answers []writeAnswer, failed bool) {
+func (s *Store) transitionBatch(ctx context.Context, batch []*writeCall) (answers []writeAnswer, failed bool) {
 	n := len(batch)
 	var (
 		namespaces, providers, keys = make([]string, n), make([]string, n), make([]string, n)
@@ -248,8 +230,8 @@ func (s *Store) transitionBatch(ctx context.Context, batch []*queuedWrite) (answ
 		recovered                   = make([]bool, n)
 		principals, transports      = make([]string, n), make([]string, n)
 	)
-	for i, q := range batch {
-		r := q.transition
+	for i, c := range batch {
+		r := c.Item.transition
 		namespaces[i], providers[i], keys[i] = r.key.Namespace, r.key.Provider, r.key.Key
 		nows[i], tos[i], terminal[i], results[i], leases[i] = r.now, int16(r.to), r.to.Terminal(), r.result, r.lease
 		tokens[i], froms[i], secretHashes[i], recovered[i] = r.token, r.fromMask(), r.secretHash, r.effectRecovered
@@ -273,7 +255,7 @@ func (s *Store) transitionBatch(ctx context.Context, batch []*queuedWrite) (answ
 				failed = true
 				break
 			}
-			rec.Key = batch[ord-1].key
+			rec.Key = batch[ord-1].Item.key
 			answers[ord-1] = writeAnswer{rec: rec, ok: true}
 		}
 		rows.Close()
@@ -291,53 +273,34 @@ func (s *Store) transitionBatch(ctx context.Context, batch []*queuedWrite) (answ
 // updateRow runs a fenced UPDATE … RETURNING statement: ok is false when it
 // matched no row. With batching on it joins the next group commit.
 func (s *Store) updateRow(ctx context.Context, k tiers.Key, sql string, args ...any) (tiers.Record, bool, error) {
-	return s.enqueueWrite(ctx, &queuedWrite{ctx: ctx, key: k, sql: sql, args: args})
+	return s.enqueueWrite(ctx, queuedWrite{key: k, sql: sql, args: args})
 }
 
 // updateTransition is updateRow of transition.sql for r, without the
 // entity's lock; in a batch of such transitions only, it is one row of
 // transition_batch.sql.
 func (s *Store) updateTransition(ctx context.Context, r transitionRow) (tiers.Record, bool, error) {
-	return s.enqueueWrite(ctx, &queuedWrite{ctx: ctx, key: r.key, sql: transitionSQL, transition: &r})
+	return s.enqueueWrite(ctx, queuedWrite{key: r.key, sql: transitionSQL, transition: &r})
 }
 
 // enqueueWrite queues q for the next group commit, or runs it alone when
-// batching is off or the queue is full.
-func (s *Store) enqueueWrite(ctx context.Context, q *queuedWrite) (tiers.Record, bool, error) {
+// batching is off, the queue is full, or its batch's transaction failed.
+func (s *Store) enqueueWrite(ctx context.Context, q queuedWrite) (tiers.Record, bool, error) {
 	if s.writes == nil {
 		return s.updateRowNow(ctx, q.key, q.sql, q.statementArgs()...)
 	}
-	if err := ctx.Err(); err != nil {
-		return tiers.Record{}, false, err
-	}
-	q.answer = make(chan *writeAnswer, 1)
-	if !s.writes.queue.TryEnqueue(q) {
+	a, err := s.writes.queue.TrySubmit(ctx, q)
+	switch {
+	case errors.Is(err, tiers.ErrNotQueued):
+		return s.updateRowNow(ctx, q.key, q.sql, q.statementArgs()...)
+	case err != nil && a == nil:
+		return tiers.Record{}, false, err // the caller left before its write was sent
+	case a.alone:
+		// updateRowNow answers a caller that left meanwhile with its
+		// context's error, and sends nothing.
 		return s.updateRowNow(ctx, q.key, q.sql, q.statementArgs()...)
 	}
-	select {
-	case a := <-q.answer:
-		if a.alone {
-			// The flusher is done with q (it answered): its arguments
-			// are the caller's again.
-			return s.updateRowNow(ctx, q.key, q.sql, q.statementArgs()...)
-		}
-		return a.rec, a.ok, a.err
-	case <-ctx.Done():
-		if q.state.CompareAndSwap(writeQueued, writeWithdrawn) {
-			return tiers.Record{}, false, ctx.Err() // never sent
-		}
-		// Taken into a batch, whose statement may commit all the same:
-		// only its answer can then bring the fast tier up to date
-		// (tiers/twotier repairs from what a write returns), so wait for
-		// it. Returning at once left a committed Release unrepaired, the
-		// fast tier answering IN_PROGRESS by the released holder for the
-		// rest of its lease (make chaos, lost-replies).
-		a := <-q.answer
-		if a.alone {
-			return tiers.Record{}, false, ctx.Err()
-		}
-		return a.rec, a.ok, a.err
-	}
+	return a.rec, a.ok, err
 }
 
 // updateRowNow runs the statement on its own. Once sent, it runs to its

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -28,22 +29,26 @@ const maxPipeline = 128
 // fast-tier repairs after a Redis restart: make chaos, redis-kill.)
 type coalescer struct {
 	client goredis.UniversalClient
-	queue  *tiers.Queue[*scriptCall]
+	queue  *tiers.Queue[scriptRun, *goredis.Cmd]
 }
 
-// scriptCall is one script run waiting in the coalescer.
-type scriptCall struct {
-	ctx    context.Context
+// scriptRun is one script run: what script.Run takes.
+type scriptRun struct {
 	script *goredis.Script
 	keys   []string
 	args   []any
-	cmd    *goredis.Cmd // the answer, once done is closed
-	alone  bool         // NOSCRIPT in the pipeline: the caller runs it itself (EVAL)
-	done   chan struct{}
 }
 
+// scriptCall is one caller's script run, as the flusher sees it.
+type scriptCall = tiers.Call[scriptRun, *goredis.Cmd]
+
+// newCoalescer returns a started coalescer. A caller that leaves once its
+// script was taken returns at once (tiers.LeaveAtOnce): the script may
+// still go out with its pipeline, as it may when a context ends during a
+// plain call, and every script is safe either way (put.lua by version,
+// reserve.lua and abort.lua by nonce).
 func newCoalescer(client goredis.UniversalClient) *coalescer {
-	c := &coalescer{client: client, queue: tiers.NewQueue[*scriptCall](4 * maxPipeline)}
+	c := &coalescer{client: client, queue: tiers.NewQueue[scriptRun, *goredis.Cmd](4*maxPipeline, tiers.LeaveAtOnce)}
 	c.queue.Start(1, maxPipeline, c.flush)
 	return c
 }
@@ -53,73 +58,47 @@ func (c *coalescer) close() { c.queue.Close() }
 
 // run runs script like script.Run, through the next pipeline.
 func (c *coalescer) run(ctx context.Context, script *goredis.Script, keys []string, args ...any) *goredis.Cmd {
-	if err := ctx.Err(); err != nil {
-		cmd := goredis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd
-	}
-	q := &scriptCall{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
-	if !c.queue.TryEnqueue(q) {
+	cmd, err := c.queue.TrySubmit(ctx, scriptRun{script: script, keys: keys, args: args})
+	switch {
+	case errors.Is(err, tiers.ErrNotQueued):
 		return script.Run(ctx, c.client, keys, args...)
+	case err != nil:
+		// Gone before its pipeline, or while it was out.
+		cmd = goredis.NewCmd(ctx)
+		cmd.SetErr(err)
+	case isNoScript(cmd.Err()):
+		// Redis answered NOSCRIPT for it in the pipeline: send the script
+		// itself, as script.Run would after its own EVALSHA.
+		return script.Eval(ctx, c.client, keys, args...)
 	}
-	select {
-	case <-q.done:
-		if q.alone {
-			// Redis answered NOSCRIPT for it in the pipeline: send the
-			// script itself, as script.Run would after its own EVALSHA.
-			return script.Eval(ctx, c.client, keys, args...)
-		}
-		return q.cmd
-	case <-ctx.Done():
-		// The script may still go out with its pipeline, as it may when a
-		// context ends during a plain call: every script is safe either
-		// way (put.lua by version, reserve.lua and abort.lua by nonce).
-		cmd := goredis.NewCmd(ctx)
-		cmd.SetErr(ctx.Err())
-		return cmd
-	}
+	return cmd
 }
 
-// flush sends batch and answers its callers.
+// isNoScript reports whether err is Redis's answer to an EVALSHA of a
+// script it does not hold.
+func isNoScript(err error) bool { return err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// flush sends batch and answers its callers. A caller whose context is
+// done before its pipeline goes out is not in it (tiers.Queue): nothing is
+// sent for it.
 func (c *coalescer) flush(batch []*scriptCall) {
-	live := batch[:0:0]
-	var deadline tiers.LatestDeadline
-	for _, q := range batch {
-		if err := q.ctx.Err(); err != nil {
-			// Gone before its pipeline: nothing is sent for it.
-			q.cmd = goredis.NewCmd(q.ctx)
-			q.cmd.SetErr(err)
-			close(q.done)
-			continue
-		}
-		live = append(live, q)
-		deadline.Add(q.ctx)
-	}
-	switch len(live) {
-	case 0:
-		return
-	case 1:
+	if len(batch) == 1 {
 		// Alone: exactly the plain call, on the caller's context.
-		q := live[0]
-		q.cmd = q.script.Run(q.ctx, c.client, q.keys, q.args...)
-		close(q.done)
+		q := batch[0]
+		q.Answer(q.Item.script.Run(q.Context(), c.client, q.Item.keys, q.Item.args...), nil)
 		return
 	}
 	// The pipeline outlives any one caller, bounded by the latest deadline
 	// among them (and by the client's read and write timeouts).
-	ctx, cancel := deadline.Context(0)
+	ctx, cancel := tiers.BatchContext(batch, 0)
 	defer cancel()
 	pipe := c.client.Pipeline()
-	cmds := make([]*goredis.Cmd, len(live))
-	for i, q := range live {
-		cmds[i] = pipe.EvalSha(ctx, q.script.Hash(), q.keys, q.args...)
+	cmds := make([]*goredis.Cmd, len(batch))
+	for i, q := range batch {
+		cmds[i] = pipe.EvalSha(ctx, q.Item.script.Hash(), q.Item.keys, q.Item.args...)
 	}
 	pipe.Exec(ctx) // each command carries its own error
-	for i, q := range live {
-		q.cmd = cmds[i]
-		if err := q.cmd.Err(); err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-			q.alone = true
-		}
-		close(q.done)
+	for i, q := range batch {
+		q.Answer(cmds[i], nil)
 	}
 }

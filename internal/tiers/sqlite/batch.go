@@ -50,21 +50,25 @@ const (
 type committer struct {
 	s     *Store
 	max   int
-	queue *tiers.Queue[*writeReq]
+	queue *tiers.Queue[writeFunc, struct{}]
 
 	// Counters, for tests: transactions run, and writes they committed.
 	batches, committed atomic.Int64
 }
 
-// writeReq is one caller's write waiting for the committer.
-type writeReq struct {
-	ctx  context.Context // the caller's: checked before fn runs, never passed to SQLite
-	fn   func(t *txn) error
-	done chan error // buffered: the committer never waits for a caller that left
-}
+// writeFunc is one caller's write: it runs on the committer's goroutine,
+// under the batch's context, never the caller's.
+type writeFunc func(t *txn) error
 
+// writeReq is one caller's write, as the committer sees it; it is answered
+// with the write's error, or the transaction's.
+type writeReq = tiers.Call[writeFunc, struct{}]
+
+// newCommitter returns a committer; start starts it. A caller that leaves
+// once its write was taken returns at once (tiers.LeaveAtOnce): the write
+// may still commit (txn.go's write says why that is safe).
 func newCommitter(s *Store, maxBatch int) *committer {
-	return &committer{s: s, max: maxBatch, queue: tiers.NewQueue[*writeReq](commitQueueFactor * maxBatch)}
+	return &committer{s: s, max: maxBatch, queue: tiers.NewQueue[writeFunc, struct{}](commitQueueFactor*maxBatch, tiers.LeaveAtOnce)}
 }
 
 // start starts the committer goroutine. Writes enqueued before wait for it.
@@ -76,37 +80,29 @@ func (c *committer) start() { c.queue.Start(1, c.max, c.commit) }
 // statement whose context ends, and SQLite answers an interrupted write
 // inside a transaction by rolling back the whole transaction — every other
 // caller's write with it. A caller's context is therefore checked only
-// before its write runs; a caller that left by then is answered with its
-// context's error and nothing is written for it. The only wait that is not
-// bounded by the work itself, another process's lock on the file (claimd
-// prune or migrate), is bounded by the busy timeout.
+// before its write runs (tiers.Queue leaves out the callers gone before the
+// batch, and each write is checked again before it starts); a caller that
+// left by then is answered with its context's error and nothing is written
+// for it. The only wait that is not bounded by the work itself, another
+// process's lock on the file (claimd prune or migrate), is bounded by the
+// busy timeout.
 func (c *committer) commit(batch []*writeReq) {
-	var run []*writeReq
-	for _, q := range batch {
-		if err := q.ctx.Err(); err != nil {
-			q.done <- err
-			continue
-		}
-		run = append(run, q)
-	}
-	if len(run) == 0 {
-		return
-	}
 	c.batches.Add(1)
 	ctx := context.Background()
 	tx, err := c.s.w.BeginTx(ctx, nil)
 	if err != nil {
-		for _, q := range run {
-			q.done <- err
+		for _, q := range batch {
+			q.Answer(struct{}{}, err)
 		}
 		return
 	}
 	t := &txn{ctx: ctx, tx: tx, st: c.s.wst, step: c.s.step}
 	var written []*writeReq // run in the transaction, to be answered at COMMIT
-	for i, q := range run {
-		// Checked again: BEGIN IMMEDIATE may have waited for the lock.
-		if err := q.ctx.Err(); err != nil {
-			q.done <- err
+	for i, q := range batch {
+		// Checked again: BEGIN IMMEDIATE may have waited for the lock,
+		// and so may the writes before this one.
+		if err := q.Context().Err(); err != nil {
+			q.Answer(struct{}{}, err)
 			continue
 		}
 		werr, err := c.write(t, q)
@@ -116,12 +112,12 @@ func (c *committer) commit(batch []*writeReq) {
 			// some errors: a full disk, an I/O error), so nothing of the
 			// batch commits: every caller not yet answered hears why.
 			tx.Rollback()
-			for _, q := range append(written, run[i:]...) {
-				q.done <- err
+			for _, q := range append(written, batch[i:]...) {
+				q.Answer(struct{}{}, err)
 			}
 			return
 		case werr != nil:
-			q.done <- werr // its statements were rolled back; the others go on
+			q.Answer(struct{}{}, werr) // its statements were rolled back; the others go on
 		default:
 			written = append(written, q)
 		}
@@ -143,7 +139,7 @@ func (c *committer) commit(batch []*writeReq) {
 		c.committed.Add(int64(len(written)))
 	}
 	for _, q := range written {
-		q.done <- err
+		q.Answer(struct{}{}, err)
 	}
 }
 
@@ -154,7 +150,7 @@ func (c *committer) write(t *txn, q *writeReq) (werr, err error) {
 	if err := t.exec(t.st.savepoint); err != nil {
 		return nil, err
 	}
-	if werr := q.fn(t); werr != nil {
+	if werr := q.Item(t); werr != nil {
 		if err := t.exec(t.st.rollbackTo); err != nil {
 			return nil, werr // the savepoint went with the transaction
 		}

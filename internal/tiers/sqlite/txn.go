@@ -101,29 +101,23 @@ func (s *Store) write(ctx context.Context, op string, fn func(t *txn) error) err
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	q := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
-	if err := s.commit.queue.Enqueue(ctx, q); err != nil {
+	// A caller that leaves gets its context's error (fail passes it on):
+	// before its write was queued, or before the committer took it,
+	// nothing is written. While its batch runs, it may have been written:
+	// the write may still commit, or have committed already, since the
+	// committer checks a caller's context only before running its write,
+	// and never stops a transaction for one caller. Like a claim whose
+	// answer was lost on the wire, an ACQUIRED that committed unheard holds
+	// the key under its lease (answered IN_PROGRESS, never DUPLICATE, until
+	// it runs out); a settling Transition repeated with the same token
+	// changes nothing.
+	if _, err := s.commit.queue.Submit(ctx, fn); err != nil {
 		if errors.Is(err, tiers.ErrQueueClosed) {
 			return tiers.Unavailable("sqlite", errClosed) // closed since the check above
 		}
-		return err // ctx's: the caller left before its write was queued
+		return s.fail(ctx, op, err)
 	}
-	select {
-	case err := <-q.done:
-		if err != nil {
-			return s.fail(ctx, op, err)
-		}
-		return nil
-	case <-ctx.Done():
-		// May have been written: the write may still commit, or have
-		// committed already, since the committer checks a caller's context only before running its
-		// write, and never stops a transaction for one caller. Like a
-		// claim whose answer was lost on the wire, an ACQUIRED that
-		// committed unheard holds the key under its lease (answered
-		// IN_PROGRESS, never DUPLICATE, until it runs out); a settling
-		// Transition repeated with the same token changes nothing.
-		return ctx.Err()
-	}
+	return nil
 }
 
 // fail translates a storage error; a store closed under a running call is
