@@ -34,6 +34,8 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyValidationError,
 )
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
+from conftest import target_for
+from connectproxy import ConnectProxy
 
 from claimd import Client, EventState
 from claimd.powertools import ClaimdPersistenceLayer
@@ -86,8 +88,18 @@ def counter() -> CountingInterceptor:
 
 
 @pytest.fixture
-def pt_client(pt_server: ClaimdServer, counter: CountingInterceptor) -> Iterator[Client]:
-    with Client(pt_server.grpc_address, interceptors=[counter]) as c:
+def pt_client(pt_server: ClaimdServer, counter: CountingInterceptor, transport: str) -> Iterator[Client]:
+    """pt_client is the layer's client over each transport; counter sees its
+    calls through the interceptor (gRPC) or a ConnectProxy (Connect)."""
+    if transport == "grpc":
+        with Client(pt_server.grpc_address, interceptors=[counter]) as c:
+            yield c
+        return
+
+    def count(method: str, request: Any) -> None:
+        counter.calls.append(method)
+
+    with ConnectProxy(pt_server.http_address, count) as proxy, Client(proxy.url) as c:
         yield c
 
 
@@ -422,11 +434,11 @@ def test_takeover_refuses_the_late_update(pt_client: Client, ns: str) -> None:
     assert rec.fencing_token == taken[0].fencing_token == 2
 
 
-def test_address_and_import_guard(pt_server: ClaimdServer, ns: str) -> None:
-    """A layer made from an address makes its own client; client options on a Client are refused."""
-    store = ClaimdPersistenceLayer(pt_server.grpc_address, namespace=ns, provider="lambda", timeout=3.0)
+def test_address_and_import_guard(pt_server: ClaimdServer, ns: str, transport: str) -> None:
+    """A layer made from an address (or a URL: Connect) makes its own client; client options on a Client are refused."""
+    store = ClaimdPersistenceLayer(target_for(pt_server, transport), namespace=ns, provider="lambda", timeout=3.0)
     try:
-        assert store.client.timeout == 3.0
+        assert (store.client.timeout, store.client.transport) == (3.0, transport)
 
         @idempotent_function(data_keyword_argument="x", persistence_store=store)
         def double(x: int) -> int:
