@@ -67,6 +67,11 @@ type Target interface {
 type AuditExpiry struct {
 	Partitions []string // dropped partitions, oldest first
 	Rows       int64    // deleted rows
+	// Exported are the files the dropped partitions were exported to
+	// first (--audit-export-dir), in Partitions' order; ExportFailed is
+	// the partition whose export failed and was kept, "" when none did.
+	Exported     []string
+	ExportFailed string
 }
 
 // Sweeper is a process-local fast tier whose expired entries only go when
@@ -254,7 +259,8 @@ func (j *Janitor) Run(ctx context.Context) {
 func (j *Janitor) log(ctx context.Context, rep Report, err error) {
 	if err != nil {
 		if ctx.Err() == nil {
-			j.cfg.Logger.Warn("janitor pass failed", "err", err, "claims_deleted", rep.Claims)
+			j.cfg.Logger.Warn("janitor pass failed", "err", err, "claims_deleted", rep.Claims,
+				"audit_partitions_dropped", rep.Audit.Partitions, "audit_export_failed", rep.Audit.ExportFailed)
 		}
 		return
 	}
@@ -267,6 +273,7 @@ func (j *Janitor) log(ctx context.Context, rep Report, err error) {
 		"dry_run", rep.DryRun, "skipped", rep.Skipped,
 		"claims_cutoff", rep.ClaimsCutoff, "claims_deleted", rep.Claims,
 		"entities_deleted", rep.Entities, "entity_events_deleted", rep.EntityEvents, "deferrals_deleted", rep.Deferrals,
-		"audit_cutoff", rep.AuditCutoff, "audit_partitions_dropped", rep.Audit.Partitions, "audit_rows_deleted", rep.Audit.Rows,
+		"audit_cutoff", rep.AuditCutoff, "audit_partitions_dropped", rep.Audit.Partitions, "audit_exported", rep.Audit.Exported,
+		"audit_rows_deleted", rep.Audit.Rows,
 		"fast_swept", rep.FastSwept, "duration_ms", rep.Duration.Milliseconds())
 }

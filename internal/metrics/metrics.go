@@ -109,6 +109,7 @@ type Metrics struct {
 	janitorClaims      prometheus.Counter
 	janitorPartitions  prometheus.Counter
 	janitorAuditRows   prometheus.Counter
+	janitorExports     *prometheus.CounterVec
 	janitorLastSuccess prometheus.Gauge
 
 	lifecycle *lifecycleMetrics
@@ -253,6 +254,10 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 			Name: "claimd_janitor_audit_rows_deleted_total",
 			Help: "Audit rows the janitor deleted on the embedded tier (past --retention).",
 		}),
+		janitorExports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "claimd_janitor_audit_exports_total",
+			Help: "Audit partitions the janitor exported before dropping them (--audit-export-dir), by result: done, failed (the partition was kept for the next pass).",
+		}, []string{"result"}),
 		janitorLastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "claimd_janitor_last_success_timestamp_seconds",
 			Help: "Unix time at which this replica last completed a janitor pass as the active janitor (0: never).",
@@ -264,7 +269,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		m.claims, m.claimDuration, m.transitions, m.invalidTransitions, m.staleTokens, m.takeovers,
 		m.falseNegatives, m.integrityFailures, m.repairsPending, m.repairsDropped, m.tierErrors, m.payloadMismatches, m.keyFallbacks, m.effectsRecovered,
 		m.fastLiveKeys, m.durableRows, m.auditPartitions, m.samplerErrors, m.providerTTL, m.reviewOverdue, m.tiersInfo, m.sqliteDurable, m.evictionPolicy,
-		m.janitorPasses, m.janitorClaims, m.janitorPartitions, m.janitorAuditRows, m.janitorLastSuccess,
+		m.janitorPasses, m.janitorClaims, m.janitorPartitions, m.janitorAuditRows, m.janitorExports, m.janitorLastSuccess,
 	}, slices.Concat(m.grpc.collectors(), m.lifecycle.collectors())...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -290,6 +295,9 @@ func (m *Metrics) initSeries() {
 	}
 	for _, r := range []string{"done", "skipped", "failed"} {
 		m.janitorPasses.WithLabelValues(r)
+	}
+	for _, r := range []string{"done", "failed"} {
+		m.janitorExports.WithLabelValues(r)
 	}
 	if p := m.cfg.Providers; p != nil {
 		for _, prov := range p.List() {
@@ -388,6 +396,10 @@ func (m *Metrics) JanitorPass(r janitor.Report, err error) {
 	m.janitorClaims.Add(float64(r.Claims))
 	m.janitorPartitions.Add(float64(len(r.Audit.Partitions)))
 	m.janitorAuditRows.Add(float64(r.Audit.Rows))
+	m.janitorExports.WithLabelValues("done").Add(float64(len(r.Audit.Exported)))
+	if r.Audit.ExportFailed != "" {
+		m.janitorExports.WithLabelValues("failed").Inc()
+	}
 	switch {
 	case err != nil:
 		m.janitorPasses.WithLabelValues("failed").Inc()

@@ -160,6 +160,13 @@ func (t *Tiers) Close() error {
 // Janitor builds the janitor of t with r's settings.
 func (t *Tiers) Janitor(r RetentionConfig, cfg janitor.Config) (*janitor.Janitor, error) {
 	cfg.Target = t.Target
+	if r.AuditExportDir != "" {
+		ex, ok := t.Target.(interface{ exportingTo(string) janitor.Target })
+		if !ok {
+			return nil, fmt.Errorf("%w: --audit-export-dir exports PostgreSQL's monthly audit partitions; the %s tier deletes its audit rows one by one", ErrUsage, t.DurableKind)
+		}
+		cfg.Target = ex.exportingTo(r.AuditExportDir)
+	}
 	cfg.Grace, cfg.BatchSize, cfg.Retention = r.Grace, r.Batch, r.Retention
 	return janitor.New(cfg)
 }
