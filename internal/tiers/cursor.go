@@ -138,6 +138,18 @@ func DecodeAuditCursor(k Key, c string) (AuditPosition, error) {
 	}, nil
 }
 
+// ClaimsCursor is the cursor of a ListClaims page of f whose last record is
+// last.
+func ClaimsCursor(f ClaimFilter, last Record) string {
+	return EncodeClaimsCursor(f, ClaimsPosition{FirstSeenAt: last.FirstSeenAt, Provider: last.Key.Provider, Key: last.Key.Key})
+}
+
+// DeferredCursor is the cursor of a ListDeferred page of p whose last
+// event is last.
+func DeferredCursor(p ListDeferredParams, last DeferredEvent) string {
+	return EncodeDeferredCursor(p, DeferredPosition{LastSeen: last.LastSeen, Key: last.Key})
+}
+
 // EncodeDeferredCursor is the cursor of a ListDeferred page of p that
 // ended at pos.
 func EncodeDeferredCursor(p ListDeferredParams, pos DeferredPosition) string {

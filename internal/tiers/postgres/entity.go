@@ -356,30 +356,22 @@ func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([
 	if err != nil {
 		return nil, "", fail(ctx, "list deferred", err)
 	}
-	var events []tiers.DeferredEvent
-	for rows.Next() {
+	defer rows.Close()
+	events, next, err := tiers.ScanPage(rows, limit, func() (tiers.DeferredEvent, error) {
 		var (
 			d     tiers.DeferredEvent
 			count int32
 		)
-		if err := rows.Scan(&d.Lifecycle, &d.EntityID, &d.EventType, &d.Key, &d.Superseded, &count,
-			&d.FirstSeen, &d.LastSeen, &d.Awaiting, &d.EntityState, &d.Applied); err != nil {
-			rows.Close()
-			return nil, "", fail(ctx, "list deferred", err)
-		}
+		err := rows.Scan(&d.Lifecycle, &d.EntityID, &d.EventType, &d.Key, &d.Superseded, &count,
+			&d.FirstSeen, &d.LastSeen, &d.Awaiting, &d.EntityState, &d.Applied)
 		d.Count = uint32(count)
 		d.FirstSeen, d.LastSeen = d.FirstSeen.UTC(), d.LastSeen.UTC()
-		events = append(events, d)
-	}
-	if err := rows.Err(); err != nil {
+		return d, err
+	}, func(page []tiers.DeferredEvent) string { return tiers.DeferredCursor(p, page[len(page)-1]) })
+	if err != nil {
 		return nil, "", fail(ctx, "list deferred", err)
 	}
-	if len(events) <= limit {
-		return events, "", nil
-	}
-	events = events[:limit]
-	last := events[limit-1]
-	return events, tiers.EncodeDeferredCursor(p, tiers.DeferredPosition{LastSeen: last.LastSeen, Key: last.Key}), nil
+	return events, next, nil
 }
 
 // CountDeferred counts the deferred events not applied of the providers in

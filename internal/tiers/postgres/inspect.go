@@ -78,26 +78,16 @@ LIMIT $` + strconv.Itoa(len(args))
 		return nil, "", fail(ctx, "list claims", err)
 	}
 	defer rows.Close()
-	var recs []tiers.Record
-	for rows.Next() {
+	recs, next, err := tiers.ScanPage(rows, limit, func() (tiers.Record, error) {
 		k := tiers.Key{Namespace: f.Namespace}
 		rec, err := scanRecord(rows, k, &k.Provider, &k.Key)
-		if err != nil {
-			return nil, "", fail(ctx, "list claims", err)
-		}
 		rec.Key = k // scanRecord copied k before its provider and key were read
-		recs = append(recs, rec)
-	}
-	if err := rows.Err(); err != nil {
+		return rec, err
+	}, func(page []tiers.Record) string { return tiers.ClaimsCursor(f, page[len(page)-1]) })
+	if err != nil {
 		return nil, "", fail(ctx, "list claims", err)
 	}
-	if len(recs) <= limit {
-		return recs, "", nil
-	}
-	recs = recs[:limit]
-	last := recs[limit-1]
-	return recs, tiers.EncodeClaimsCursor(f, tiers.ClaimsPosition{
-		FirstSeenAt: last.FirstSeenAt, Provider: last.Key.Provider, Key: last.Key.Key}), nil
+	return recs, next, nil
 }
 
 // timeBound is a filter's bound as a parameter: NULL for none, else rounded
@@ -129,11 +119,8 @@ func (s *Store) ListAudit(ctx context.Context, k tiers.Key, pg tiers.Page) ([]ti
 		return nil, "", fail(ctx, "list audit", err)
 	}
 	defer rows.Close()
-	var (
-		entries []tiers.AuditEntry
-		ids     []int64
-	)
-	for rows.Next() {
+	var ids []int64 // of the entries, for the cursor
+	entries, next, err := tiers.ScanPage(rows, limit, func() (tiers.AuditEntry, error) {
 		var (
 			e                      tiers.AuditEntry
 			id, token              int64
@@ -142,10 +129,11 @@ func (s *Store) ListAudit(ctx context.Context, k tiers.Key, pg tiers.Page) ([]ti
 		)
 		if err := rows.Scan(&id, &e.At, &op, &outcome, &reason, &state, &token, &e.Holder,
 			&e.Actor.Principal, &e.Actor.Transport, &e.EffectRecovered, &e.PayloadHash); err != nil {
-			return nil, "", fail(ctx, "list audit", err)
+			return e, err
 		}
+		var err error
 		if e.Op, err = tiers.ParseAuditOp(op); err != nil {
-			return nil, "", fmt.Errorf("postgres: list audit: row %d: %w", id, err)
+			return e, fmt.Errorf("row %d: %w", id, err)
 		}
 		// The columns hold the tiers values (0002_audit); a row of a
 		// DEFERRED or SUPERSEDED claim of a key without a record has state
@@ -155,15 +143,13 @@ func (s *Store) ListAudit(ctx context.Context, k tiers.Key, pg tiers.Page) ([]ti
 		if len(e.PayloadHash) == 0 {
 			e.PayloadHash = nil
 		}
-		entries = append(entries, e)
 		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
+		return e, nil
+	}, func(page []tiers.AuditEntry) string {
+		return tiers.EncodeAuditCursor(k, tiers.AuditPosition{At: page[len(page)-1].At, ID: ids[len(page)-1]})
+	})
+	if err != nil {
 		return nil, "", fail(ctx, "list audit", err)
 	}
-	if len(entries) <= limit {
-		return entries, "", nil
-	}
-	entries = entries[:limit]
-	return entries, tiers.EncodeAuditCursor(k, tiers.AuditPosition{At: entries[limit-1].At, ID: ids[limit-1]}), nil
+	return entries, next, nil
 }

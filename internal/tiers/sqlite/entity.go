@@ -293,8 +293,7 @@ func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([
 		return nil, "", translate(ctx, "list deferred", err)
 	}
 	defer rows.Close()
-	var events []tiers.DeferredEvent
-	for rows.Next() {
+	events, next, err := tiers.ScanPage(rows, limit, func() (tiers.DeferredEvent, error) {
 		var (
 			d                          tiers.DeferredEvent
 			superseded, applied, count int64
@@ -303,23 +302,17 @@ func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([
 		)
 		if err := rows.Scan(&d.Key, &d.Lifecycle, &d.EntityID, &d.EventType, &superseded, &count,
 			&first, &last, &awaiting, &d.EntityState, &applied); err != nil {
-			return nil, "", translate(ctx, "list deferred", err)
+			return d, err
 		}
 		if err := json.Unmarshal([]byte(awaiting), &d.Awaiting); err != nil {
-			return nil, "", fmt.Errorf("sqlite: list deferred: deferral %s: awaiting: %w", textclip.Cut(d.Key, maxEcho), err)
+			return d, fmt.Errorf("deferral %s: awaiting: %w", textclip.Cut(d.Key, maxEcho), err)
 		}
 		d.Superseded, d.Applied, d.Count = superseded != 0, applied != 0, uint32(count)
 		d.FirstSeen, d.LastSeen = fromMicros(first), fromMicros(last)
-		events = append(events, d)
-	}
-	if err := rows.Err(); err != nil {
+		return d, nil
+	}, func(page []tiers.DeferredEvent) string { return tiers.DeferredCursor(p, page[len(page)-1]) })
+	if err != nil {
 		return nil, "", translate(ctx, "list deferred", err)
-	}
-	var next string
-	if len(events) > limit {
-		events = events[:limit]
-		last := events[limit-1]
-		next = tiers.EncodeDeferredCursor(p, tiers.DeferredPosition{LastSeen: last.LastSeen, Key: last.Key})
 	}
 	return events, next, nil
 }

@@ -67,26 +67,19 @@ func (s *Store) ListClaims(ctx context.Context, f tiers.ClaimFilter, pg tiers.Pa
 		return nil, "", translate(ctx, "list claims", err)
 	}
 	defer rows.Close()
-	var recs []tiers.Record
-	for rows.Next() {
+	recs, next, err := tiers.ScanPage(rows, limit, func() (tiers.Record, error) {
 		k := tiers.Key{Namespace: f.Namespace}
 		rec, _, err := scanStored(rows, k, &k.Provider, &k.Key)
 		if err != nil {
-			return nil, "", translate(ctx, "list claims", err)
+			return tiers.Record{}, err
 		}
 		rec.Key = k
-		recs = append(recs, *rec)
-	}
-	if err := rows.Err(); err != nil {
+		return *rec, nil
+	}, func(page []tiers.Record) string { return tiers.ClaimsCursor(f, page[len(page)-1]) })
+	if err != nil {
 		return nil, "", translate(ctx, "list claims", err)
 	}
-	if len(recs) <= limit {
-		return recs, "", nil
-	}
-	recs = recs[:limit]
-	last := recs[limit-1]
-	return recs, tiers.EncodeClaimsCursor(f, tiers.ClaimsPosition{
-		FirstSeenAt: last.FirstSeenAt, Provider: last.Key.Provider, Key: last.Key.Key}), nil
+	return recs, next, nil
 }
 
 // marks is n comma-separated placeholders.
@@ -117,11 +110,8 @@ func (s *Store) ListAudit(ctx context.Context, k tiers.Key, pg tiers.Page) ([]ti
 		return nil, "", translate(ctx, "list audit", err)
 	}
 	defer rows.Close()
-	var (
-		entries []tiers.AuditEntry
-		ids     []int64
-	)
-	for rows.Next() {
+	var ids []int64 // of the entries, for the cursor
+	entries, next, err := tiers.ScanPage(rows, limit, func() (tiers.AuditEntry, error) {
 		var (
 			e                          tiers.AuditEntry
 			id, at, token, recovered   int64
@@ -130,23 +120,21 @@ func (s *Store) ListAudit(ctx context.Context, k tiers.Key, pg tiers.Page) ([]ti
 		)
 		if err := rows.Scan(&id, &at, &op, &outcome, &reason, &state, &token, &e.Holder,
 			&e.Actor.Principal, &e.Actor.Transport, &recovered, &payload); err != nil {
-			return nil, "", translate(ctx, "list audit", err)
+			return e, err
 		}
 		if err := readAuditNames(&e, op, outcome, reason, state); err != nil {
-			return nil, "", fmt.Errorf("sqlite: list audit: row %d: %w", id, err)
+			return e, fmt.Errorf("row %d: %w", id, err)
 		}
 		e.At, e.Token, e.EffectRecovered, e.PayloadHash = fromMicros(at), uint64(token), recovered != 0, nilIfEmpty(payload)
-		entries = append(entries, e)
 		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
+		return e, nil
+	}, func(page []tiers.AuditEntry) string {
+		return tiers.EncodeAuditCursor(k, tiers.AuditPosition{At: page[len(page)-1].At, ID: ids[len(page)-1]})
+	})
+	if err != nil {
 		return nil, "", translate(ctx, "list audit", err)
 	}
-	if len(entries) <= limit {
-		return entries, "", nil
-	}
-	entries = entries[:limit]
-	return entries, tiers.EncodeAuditCursor(k, tiers.AuditPosition{At: entries[limit-1].At, ID: ids[limit-1]}), nil
+	return entries, next, nil
 }
 
 // readAuditNames reads the names audit_log stores (audit.go): the op; the
