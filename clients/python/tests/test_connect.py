@@ -6,6 +6,7 @@ a call, and how responses and error bodies are read."""
 from __future__ import annotations
 
 import io
+import os
 import threading
 from typing import Any
 
@@ -115,6 +116,19 @@ async def test_a_dropped_idle_connection_is_redialled_asyncio(claimd_server: Cla
             for i in range(3):
                 c = await client.claim(ns, "stripe", event_id=f"{evt}-{i}")
                 assert c.outcome == Outcome.ACQUIRED
+
+
+def test_a_forked_child_dials_its_own_connections(
+    claimd_server: ClaimdServer, ns: str, evt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Client(f"http://{claimd_server.http_address}") as client:
+        client.wait_ready(5.0)  # one kept connection
+        transport = client._connect
+        assert transport is not None and len(transport._idle) == 1
+        kept = transport._idle[0]
+        monkeypatch.setattr(os, "getpid", lambda: -1)  # as in a child after fork()
+        assert client.claim(ns, "stripe", event_id=evt).outcome == Outcome.ACQUIRED
+        assert transport._idle and all(conn is not kept for conn in transport._idle)
 
 
 def test_field_violations_and_reason_come_from_the_error_body(claimd_server: ClaimdServer, ns: str, evt: str) -> None:
