@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"log"
-	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/claimd/claimd/internal/tiers"
+	"github.com/claimd/claimd/internal/tiers/redis"
 )
 
 // forgeRedis is the attacker with write access to Redis (issue 34, item 2):
@@ -17,7 +19,9 @@ import (
 // real delivery answered as another's duplicate), and a token and holder
 // forged (an owner who is not). claimd must verify each record's seal and
 // let PostgreSQL decide instead, so the history stays linearizable and no
-// answer names the forger. It returns how many records it forged, and an
+// answer names the forger. It knows the records' layout
+// (redis.DecodeRecord), as an attacker reading claimd's source would, and
+// keeps each record's seal. It returns how many records it forged, and an
 // error when it found none to forge (the scenario would prove nothing).
 func (b *backends) forgeRedis(ctx context.Context, hold time.Duration) (int, error) {
 	opts, err := goredis.ParseURL(b.servers.Redis.URL())
@@ -28,38 +32,40 @@ func (b *backends) forgeRedis(ctx context.Context, hold time.Duration) (int, err
 	defer c.Close()
 	forged := 0
 	end := time.Now().Add(hold)
-	var last map[string]string // the previous record read, to copy onto the next
+	var last []byte // the previous record read, to copy onto the next
 	for time.Now().Before(end) && ctx.Err() == nil {
 		keys, _, err := c.Scan(ctx, 0, "*", 200).Result()
 		if err != nil {
 			return forged, err
 		}
 		for _, k := range keys {
-			rec, err := c.HGetAll(ctx, k).Result()
-			if err != nil || rec["state"] == "" {
-				continue // not a record (a pending marker, another type), or gone
+			v, err := c.Get(ctx, k).Bytes()
+			if err != nil {
+				continue // gone, or another type
 			}
+			rec, mac, err := redis.DecodeRecord(tiers.Key{}, v)
+			if err != nil {
+				continue // not a record (a pending marker), or one forged before
+			}
+			var forgery []byte
 			switch forged % 3 {
 			case 0: // settled, with a result the handler never stored
-				err = c.HSet(ctx, k, "state", "4", "result", "forged").Err()
+				rec.State, rec.Result = tiers.StateSettled, []byte("forged")
+				forgery = redis.EncodeRecord(&rec, mac)
 			case 1: // another key's record, copied whole (its seal too)
-				if last == nil {
-					break
-				}
-				fields := make([]any, 0, 2*len(last))
-				for f, v := range last {
-					fields = append(fields, f, v)
-				}
-				err = c.HSet(ctx, k, fields...).Err()
+				forgery = last
 			case 2: // a later owner, named by the forger
-				tok, _ := strconv.ParseInt(rec["token"], 10, 64)
-				err = c.HSet(ctx, k, "token", strconv.FormatInt(tok+1, 10), "holder", "forger").Err()
+				rec.Token, rec.Holder = rec.Token+1, "forger"
+				forgery = redis.EncodeRecord(&rec, mac)
 			}
-			if err != nil {
+			last = v
+			if forgery == nil {
+				continue
+			}
+			if err := c.Set(ctx, k, forgery, goredis.KeepTTL).Err(); err != nil {
 				return forged, err
 			}
 			forged++
-			last = rec
 		}
 		sleep(ctx, 20*time.Millisecond)
 	}

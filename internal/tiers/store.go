@@ -243,6 +243,27 @@ type FastResult struct {
 	// tier decides and its answer takes the record's place. The caller
 	// counts it (claimd_fast_tier_integrity_failures_total).
 	Unverified bool
+	// ResultInDurable: FastDecided from a terminal record whose result the
+	// fast tier does not keep (too large to be worth its memory for a whole
+	// window): Record.Result is nil, and the caller reads the result from
+	// the durable tier, which always holds it, before it answers.
+	ResultInDurable bool
+}
+
+// TerminalCopy is what a fast tier must keep of a terminal record: all of
+// it but what only a live owner needs. A terminal record only ever answers
+// DUPLICATE or PAYLOAD_MISMATCH until its window ends (Decide), neither of
+// which hands over a lease, so a tier short of memory may drop the owner's
+// attempt id, salt and secret hash (what a retry of the same attempt is
+// recognised and answered its lease secret by) and the time of the last
+// write. The entity fields are never kept (only the durable tier decides
+// by them). Any other record is kept whole.
+func TerminalCopy(r Record) Record {
+	r.Lifecycle, r.EntityID, r.EventType = "", "", ""
+	if r.State.Terminal() {
+		r.AttemptID, r.Salt, r.SecretHash, r.UpdatedAt = "", nil, nil, time.Time{}
+	}
+	return r
 }
 
 // Fast is a cache of records in front of a Durable tier. It may lose any

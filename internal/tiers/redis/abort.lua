@@ -6,11 +6,12 @@
 --
 -- Returns 1 when it deleted the marker, 0 when the key was left alone.
 --
--- Invariant: compare-and-delete. Only a pending marker carrying our nonce is
--- deleted; another claim's marker, or a record Put since (which has no
--- 'pending' field), stays.
+-- Invariant: compare-and-delete. Only a pending marker ("p<until>:<nonce>",
+-- codec.go) carrying our nonce is deleted; another claim's marker, a record
+-- Put since, or a key of another type stays.
 
-if redis.call('HGET', KEYS[1], 'pending') == ARGV[1] then
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'string' and string.match(v, '^p%d+:(.*)$') == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0

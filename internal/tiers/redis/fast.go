@@ -1,8 +1,10 @@
 package redis
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -31,12 +33,7 @@ var (
 // Verdicts of reserve.lua (see its header).
 const (
 	verdictReserved = iota + 1
-	_               // 2, PENDING, is no longer answered: a marker asks the durable tier
-	verdictTakeover
-	verdictMismatch
-	verdictDuplicate
-	verdictAgain
-	verdictBusy
+	verdictRecord
 	verdictAskDurable
 )
 
@@ -57,13 +54,15 @@ func (s *Store) key(k tiers.Key) string {
 	return b.String()
 }
 
-// Reserve decides a claim from the cached record in one round trip
-// (reserve.lua). A verdict reached on a record stands only when the record's
-// seal verifies under the Store's keyring; one that does not (forged,
-// copied from another key, edited, or sealed with a key this Store does not
-// know) is discarded (discard.lua, a second round trip, only then) and
-// answered FastTakeover with Unverified set: the durable tier decides, and
-// its answer is put in the record's place.
+// Reserve decides a claim in one round trip (reserve.lua): the script
+// places our pending marker or names the one it met, or returns the record
+// the key holds, from which Reserve decides as tiers.DecideFast does once
+// the record's seal verifies under the Store's keyring. A record that does
+// not verify (forged, copied from another key, edited, sealed with a key
+// this Store does not know, or not a record of this layout) is discarded
+// (discard.lua, a second round trip, only then) and answered FastTakeover
+// with Unverified set: the durable tier decides, and its answer is put in
+// the record's place.
 func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastResult, error) {
 	if p.Nonce == "" {
 		// An empty nonce could never be aborted: refuse it rather than
@@ -71,30 +70,63 @@ func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastR
 		return tiers.FastResult{}, fmt.Errorf("redis: Reserve %s: empty nonce", p.Key)
 	}
 	key := s.key(p.Key)
-	v, err := s.run(ctx, s.reserve, []string{key},
-		p.Now.UnixMicro(), p.Nonce, ceilMillis(p.PendingTTL), p.PayloadHash, p.AttemptID).Slice()
+	v, err := s.run(ctx, s.reserve, []string{key}, p.Now.UnixMicro(), p.Nonce, ceilMillis(p.PendingTTL)).Slice()
 	if err != nil {
 		return tiers.FastResult{}, s.fail(ctx, "reserve", key, err)
 	}
-	r, err := decodeReserve(p.Key, v)
+	verdict, arg, err := replyOf(v)
 	if err != nil {
 		// A reply the script never gives. The durable tier can still
 		// answer.
 		return tiers.FastResult{}, tiers.Unavailable("redis", fmt.Errorf("reserve %s: %w", key, err))
 	}
-	if !r.record || (r.bad == nil && s.keys.Verify(&r.res.Record, []byte(r.mac))) {
-		return r.res, nil
+	switch verdict {
+	case verdictReserved:
+		return tiers.FastResult{Verdict: tiers.FastReserved, Record: tiers.Record{Key: p.Key}}, nil
+	case verdictAskDurable:
+		return tiers.FastResult{Verdict: tiers.FastAskDurable, Record: tiers.Record{Key: p.Key}, Marker: arg}, nil
+	}
+	rec, mac, err := DecodeRecord(p.Key, []byte(arg))
+	if err == nil && s.keys.Verify(&rec, mac) {
+		inDurable := bytes.Equal(rec.Result, resultInDurable)
+		if inDurable {
+			rec.Result = nil
+		}
+		res, _ := tiers.DecideFast(&rec, nil, p)
+		res.ResultInDurable = inDurable && res.Verdict == tiers.FastDecided
+		return res, nil
 	}
 	// Not a record claimd wrote: discard it, so that the durable tier's
 	// answer can take its place (a Put would not replace a forged record
 	// that claims a newer version). A failed discard changes nothing the
 	// answer depends on: the next Reserve of the key finds the record again.
-	if err := s.run(ctx, s.discard, []string{key}, r.mac).Err(); err != nil {
+	if err := s.run(ctx, s.discard, []string{key}, arg).Err(); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return tiers.FastResult{}, ctxErr
 		}
 	}
 	return tiers.FastResult{Verdict: tiers.FastTakeover, Record: tiers.Record{Key: p.Key}, Unverified: true}, nil
+}
+
+// replyOf checks the shape of reserve.lua's reply: its verdict and, for a
+// record or a marker met, the value that comes with it.
+func replyOf(v []any) (verdict int64, arg string, err error) {
+	if len(v) == 0 {
+		return 0, "", errors.New("empty reply")
+	}
+	verdict, ok := v[0].(int64)
+	if !ok {
+		return 0, "", fmt.Errorf("verdict %v (%T), want an integer", v[0], v[0])
+	}
+	switch {
+	case verdict == verdictReserved && len(v) == 1:
+		return verdict, "", nil
+	case (verdict == verdictRecord || verdict == verdictAskDurable) && len(v) == 2:
+		if arg, ok = v[1].(string); ok {
+			return verdict, arg, nil
+		}
+	}
+	return 0, "", fmt.Errorf("verdict %d with %d values", verdict, len(v))
 }
 
 // Put caches rec until its window ends, unless Redis holds the same or a
@@ -115,29 +147,18 @@ func (s *Store) Fill(ctx context.Context, rec tiers.Record, nonce string) error 
 }
 
 // putRecord is Put (marker "") or Fill, also reporting whether it wrote.
+// It keeps stored(rec), sealed.
 func (s *Store) putRecord(ctx context.Context, rec tiers.Record, marker string) (bool, error) {
 	if rec.Version == 0 || rec.State == tiers.StateUnspecified {
 		return false, fmt.Errorf("redis: Put %s: record without version or state", rec.Key)
 	}
 	key := s.key(rec.Key)
+	rec = stored(rec)
 	n, err := s.run(ctx, s.put, []string{key},
 		rec.Version,
-		windowEndMillis(rec.WindowExpiresAt),
-		rec.State.String(),
-		rec.Token,
-		rec.Attempt,
-		rec.Reason.String(),
-		rec.Released, // go-redis sends a bool as 1 or 0
-		rec.Holder,
-		rec.AttemptID,
-		rec.PayloadHash,
-		rec.Result,
-		rec.FirstSeenAt.UnixMicro(),
-		rec.LeaseExpiresAt.UnixMicro(),
 		rec.WindowExpiresAt.UnixMicro(),
-		rec.UpdatedAt.UnixMicro(),
-		joinOwner(rec.Salt, rec.SecretHash),
-		s.keys.Sign(&rec),
+		windowEndMillis(rec.WindowExpiresAt),
+		EncodeRecord(&rec, s.keys.Sign(&rec)),
 		marker,
 	).Int64()
 	if err != nil {

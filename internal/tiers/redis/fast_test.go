@@ -15,8 +15,8 @@ import (
 
 // TestReserveMarker pins the pending marker reserve.lua leaves when it
 // reserves a key (what it answers is the conformance suite's to check,
-// against tiers.DecideFast): a hash of the nonce and the instant it lapses,
-// which expires with it.
+// against tiers.DecideFast): "p<until>:<nonce>", the instant it lapses and
+// the nonce, which expires with it.
 func TestReserveMarker(t *testing.T) {
 	t.Parallel()
 	url := testenv.Redis(t)
@@ -49,16 +49,12 @@ func TestReserveMarker(t *testing.T) {
 				t.Fatalf("Reserve(%q) = verdict %d, %v; want FastReserved", k.Key, got.Verdict, err)
 			}
 			key := s.key(k)
-			fields, err := raw.HGetAll(ctx, key).Result()
+			val, err := raw.Get(ctx, key).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantFields := map[string]string{
-				"pending":       tc.nonce,
-				"pending_until": strconv.FormatInt(now.Add(testPendingTTL).UnixMicro(), 10),
-			}
-			if diff := cmp.Diff(wantFields, fields); diff != "" {
-				t.Fatalf("HGETALL %s after Reserve (-want +got):\n%s", key, diff)
+			if want := "p" + strconv.FormatInt(now.Add(testPendingTTL).UnixMicro(), 10) + ":" + tc.nonce; val != want {
+				t.Fatalf("GET %s after Reserve = %q, want %q", key, val, want)
 			}
 			if ttl := raw.PTTL(ctx, key).Val(); ttl <= 0 || ttl > testPendingTTL {
 				t.Fatalf("PTTL %s = %v, want in (0, %v]", key, ttl, testPendingTTL)
@@ -105,13 +101,16 @@ func TestPutVersions(t *testing.T) {
 		if wrote != st.wrote {
 			t.Errorf("%s: Put(%q v%d) wrote = %v, want %v", st.desc, k.Key, st.version, wrote, st.wrote)
 		}
-		got, err := raw.HMGet(ctx, s.key(k), "version", "holder", "pending", "pending_until").Result()
+		v, err := raw.Get(ctx, s.key(k)).Bytes()
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []any{strconv.FormatUint(st.stored, 10), "holder-v" + strconv.FormatUint(st.stored, 10), nil, nil}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("%s: HMGET after Put(v%d) (-want +got):\n%s", st.desc, st.version, diff)
+		got, _, err := DecodeRecord(k, v)
+		if err != nil {
+			t.Fatalf("%s: GET after Put(v%d) is no record: %v", st.desc, st.version, err)
+		}
+		if want := "holder-v" + strconv.FormatUint(st.stored, 10); got.Version != st.stored || got.Holder != want {
+			t.Errorf("%s: after Put(v%d) Redis holds v%d of %q, want v%d of %q", st.desc, st.version, got.Version, got.Holder, st.stored, want)
 		}
 	}
 
@@ -145,8 +144,9 @@ func TestPutTTL(t *testing.T) {
 	}
 }
 
-// TestRoundTrip: every field of a record reads back as it was Put, binary
-// and empty values included.
+// TestRoundTrip: every field of a record reads back as it was Put (of a
+// terminal one, every field tiers.TerminalCopy keeps), binary and empty
+// values included.
 func TestRoundTrip(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, testenv.Redis(t))
@@ -166,14 +166,17 @@ func TestRoundTrip(t *testing.T) {
 			r.Holder = "pod-ü\n{x}:y"
 			r.FirstSeenAt = now.Add(-time.Hour + 7*time.Microsecond)
 			r.UpdatedAt = now.Add(3 * time.Microsecond)
-		}, tiers.FastDecided, tiers.OutcomeDuplicate},
+		}, tiers.FastDecided, tiers.OutcomePayloadMismatch},
 		{"released, nothing optional set", func(r *tiers.Record) {
+			// Answered PAYLOAD_MISMATCH, which carries the record, where
+			// a released record would be taken over.
 			r.State, r.Token, r.Version, r.Reason, r.Released = tiers.StateProcessing, 3, 6, tiers.ReasonReleased, true
-			r.Holder, r.AttemptID, r.PayloadHash, r.Result = "", "", nil, nil
-			r.LeaseExpiresAt = now
-		}, tiers.FastTakeover, tiers.OutcomeUnspecified},
+			r.Holder, r.AttemptID, r.Salt, r.SecretHash, r.Result = "", "", nil, nil, nil
+			r.LeaseExpiresAt, r.UpdatedAt = now, now
+		}, tiers.FastDecided, tiers.OutcomePayloadMismatch},
 		{"validated, live lease", func(r *tiers.Record) {
 			r.State, r.Version = tiers.StateValidated, 2
+			r.PayloadHash = nil
 		}, tiers.FastDecided, tiers.OutcomeInProgress},
 	}
 	for i, tc := range tests {
@@ -183,14 +186,15 @@ func TestRoundTrip(t *testing.T) {
 			if err := s.Put(ctx, rec); err != nil {
 				t.Fatal(err)
 			}
-			res, err := s.Reserve(ctx, tiers.ReserveParams{Key: rec.Key, Now: now, Nonce: "n", PendingTTL: testPendingTTL})
+			res, err := s.Reserve(ctx, tiers.ReserveParams{Key: rec.Key, Now: now, Nonce: "n", PendingTTL: testPendingTTL, PayloadHash: hash("another payload")})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if res.Verdict != tc.verdict || res.Outcome != tc.outcome {
 				t.Fatalf("Reserve(%q) = verdict %d outcome %v, want verdict %d outcome %v", rec.Key.Key, res.Verdict, res.Outcome, tc.verdict, tc.outcome)
 			}
-			if diff := cmp.Diff(rec, res.Record); diff != "" {
+			// A terminal record comes back as much as an answer reads.
+			if diff := cmp.Diff(tiers.TerminalCopy(rec), res.Record); diff != "" {
 				t.Fatalf("Reserve(%q) record (-put +got):\n%s", rec.Key.Key, diff)
 			}
 		})

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/claimd/claimd/internal/clock"
 	"github.com/claimd/claimd/internal/testenv"
@@ -14,8 +17,8 @@ import (
 )
 
 // The tests of this file write to Redis as an attacker with write access
-// would (HSET, a copy of another key's hash, a record sealed under a key the
-// server does not hold) and check that Reserve never decides from such a
+// would (a record's fields edited, another key's value copied, a record
+// sealed under a key the server does not hold) and check that Reserve never decides from such a
 // record: it answers FastTakeover with Unverified, so the durable tier
 // decides, and the record is gone, so the durable tier's answer can be put.
 
@@ -59,6 +62,9 @@ func TestForgedRecordsAreNotAnswered(t *testing.T) {
 	ns := testNS()
 	key := func(name string) tiers.Key { return tiers.Key{Namespace: ns, Provider: "stripe", Key: name} }
 
+	edit := func(ctx context.Context, k tiers.Key, f func(r *tiers.Record)) {
+		forge(ctx, t, raw, s.key(k), f)
+	}
 	tests := []struct {
 		desc  string
 		forge func(ctx context.Context, k tiers.Key) // leaves a forged record under k
@@ -66,36 +72,51 @@ func TestForgedRecordsAreNotAnswered(t *testing.T) {
 		{"a settled record copied from another key", func(ctx context.Context, k tiers.Key) {
 			src := key("src-" + k.Key)
 			mustPut(t, s, settledRecord(src, now, "receipt"))
-			fields := raw.HGetAll(ctx, s.key(src)).Val()
-			if err := raw.HSet(ctx, s.key(k), fields).Err(); err != nil {
+			if err := raw.Set(ctx, s.key(k), raw.Get(ctx, s.key(src)).Val(), 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"a record in progress edited to SETTLED", func(ctx context.Context, k tiers.Key) {
 			mustPut(t, s, claimRecord(k, now))
-			raw.HSet(ctx, s.key(k), "state", "SETTLED", "result", "forged")
+			edit(ctx, k, func(r *tiers.Record) { r.State, r.Result = tiers.StateSettled, []byte("forged") })
 		}},
 		{"its token edited", func(ctx context.Context, k tiers.Key) {
 			mustPut(t, s, claimRecord(k, now))
-			raw.HSet(ctx, s.key(k), "token", "7")
+			edit(ctx, k, func(r *tiers.Record) { r.Token = 7 })
 		}},
 		{"its holder edited", func(ctx context.Context, k tiers.Key) {
 			mustPut(t, s, claimRecord(k, now))
-			raw.HSet(ctx, s.key(k), "holder", "mallory")
+			edit(ctx, k, func(r *tiers.Record) { r.Holder = "mallory" })
 		}},
 		{"a settled record's result edited", func(ctx context.Context, k tiers.Key) {
 			mustPut(t, s, settledRecord(k, now, "receipt"))
-			raw.HSet(ctx, s.key(k), "result", "forged")
+			edit(ctx, k, func(r *tiers.Record) { r.Result = []byte("forged") })
+		}},
+		{"a settled record's result kept in the durable tier, made an empty one", func(ctx context.Context, k tiers.Key) {
+			mustPut(t, s, settledRecord(k, now, strings.Repeat("r", MaxInlineResult+1)))
+			edit(ctx, k, func(r *tiers.Record) { r.Result = nil })
+		}},
+		{"a settled record's small result, said to be in the durable tier", func(ctx context.Context, k tiers.Key) {
+			mustPut(t, s, settledRecord(k, now, "receipt"))
+			edit(ctx, k, func(r *tiers.Record) { r.Result = resultInDurable })
 		}},
 		{"its seal removed", func(ctx context.Context, k tiers.Key) {
 			mustPut(t, s, settledRecord(k, now, "receipt"))
-			raw.HDel(ctx, s.key(k), "mac")
+			v, _ := raw.Get(ctx, s.key(k)).Bytes()
+			rec, _, err := DecodeRecord(k, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw.Set(ctx, s.key(k), EncodeRecord(&rec, nil), 0)
 		}},
 		{"sealed with a key the server does not hold", func(ctx context.Context, k tiers.Key) {
 			mustPut(t, stranger, settledRecord(k, now, "forged"))
 		}},
-		{"written by hand, with values the scripts never write", func(ctx context.Context, k tiers.Key) {
-			raw.HSet(ctx, s.key(k), "state", "BOGUS", "version", "x", "window", "never", "lease", "", "token", "1")
+		{"written by hand, in the record format but not a record", func(ctx context.Context, k tiers.Key) {
+			raw.Set(ctx, s.key(k), "\x01\x08\x01\x10\x01\xff\xff", 0)
+		}},
+		{"written by hand, in no format at all", func(ctx context.Context, k tiers.Key) {
+			raw.Set(ctx, s.key(k), "SETTLED", 0)
 		}},
 	}
 	for i, tc := range tests {
@@ -136,7 +157,7 @@ func TestForgedNewerVersionIsDiscarded(t *testing.T) {
 	now := clock.NewFake(time.Now()).Now()
 	k := tiers.Key{Namespace: testNS(), Provider: "stripe", Key: "evt_v"}
 	mustPut(t, s, claimRecord(k, now))
-	raw.HSet(ctx, s.key(k), "version", "99", "state", "SETTLED")
+	forge(ctx, t, raw, s.key(k), func(r *tiers.Record) { r.Version, r.State = 99, tiers.StateSettled })
 	if wrote, err := s.putRecord(ctx, settledRecord(k, now, "receipt"), ""); err != nil || wrote {
 		t.Fatalf("Put over a forged newer version = wrote %v, %v; want refused (the script orders by version)", wrote, err)
 	}
@@ -197,5 +218,24 @@ func mustPut(t *testing.T, s *Store, rec tiers.Record) {
 	t.Helper()
 	if err := s.Put(testCtx(t), rec); err != nil {
 		t.Fatalf("Put(%q) error = %v", rec.Key.Key, err)
+	}
+}
+
+// forge rewrites the record under key as an attacker who knows the layout
+// would: decoded, edited by f, encoded again with the seal it had, and its
+// expiry kept.
+func forge(ctx context.Context, t *testing.T, raw *goredis.Client, key string, f func(r *tiers.Record)) {
+	t.Helper()
+	v, err := raw.Get(ctx, key).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, mac, err := DecodeRecord(tiers.Key{}, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f(&rec)
+	if err := raw.Set(ctx, key, EncodeRecord(&rec, mac), goredis.KeepTTL).Err(); err != nil {
+		t.Fatal(err)
 	}
 }

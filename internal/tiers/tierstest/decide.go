@@ -485,10 +485,12 @@ func testReserveMatchesDecideFast(t *testing.T, fe *fastEnv) {
 }
 
 // answer is the part of r that means something: its verdict, the marker
-// met with FastAskDurable, and the rest only with FastDecided.
+// met with FastAskDurable, and the rest only with FastDecided, where of a
+// terminal record only what tiers.TerminalCopy keeps.
 func answer(r tiers.FastResult) tiers.FastResult {
 	switch r.Verdict {
 	case tiers.FastDecided:
+		r.Record = tiers.TerminalCopy(r.Record)
 		return r
 	case tiers.FastAskDurable:
 		return tiers.FastResult{Verdict: r.Verdict, Marker: r.Marker}

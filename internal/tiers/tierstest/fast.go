@@ -83,6 +83,7 @@ var fastCases = []struct {
 	{"put never replaces a newer version", testFastVersions},
 	{"a later window replaces a higher version of an earlier one", testFastLaterWindow},
 	{"record fields round-trip", testFastRoundTrip},
+	{"a large result is answered or left to the durable tier", testFastLargeResult},
 	{"records that may change hands go to the durable tier", testFastTakeover},
 	{"payload mismatch and attempt_id", testFastMismatchAttempt},
 	{"a claim meeting another claim's marker asks the durable tier", testFastAskDurable},
@@ -261,8 +262,51 @@ func testFastRoundTrip(t *testing.T, fe *fastEnv) {
 	fe.put(rec)
 	res := fe.reserve("k\x1fscope", "n1")
 	fe.want("k\x1fscope", res, tiers.FastDecided, tiers.OutcomeDuplicate)
-	if diff := cmp.Diff(rec, res.Record); diff != "" {
+	// Of a terminal record, a tier may keep only what an answer reads.
+	if diff := cmp.Diff(tiers.TerminalCopy(rec), tiers.TerminalCopy(res.Record)); diff != "" {
 		t.Fatalf("record round trip (-put +reserved):\n%s", diff)
+	}
+	// A record in progress comes back whole (its owner's retry needs all of
+	// it), answered here as a payload mismatch, which carries it.
+	p = fe.e.params("k2")
+	p.PayloadHash, p.AttemptID = sha("payload"), "att"
+	live := tiers.NewRecord(p)
+	live.State, live.Token, live.Version, live.Attempt, live.Reason = tiers.StateProcessing, 7, 9, 4, tiers.ReasonLeaseExpired
+	live.UpdatedAt = live.UpdatedAt.Add(time.Minute)
+	fe.put(live)
+	res = fe.reserve("k2", "n1", func(r *tiers.ReserveParams) { r.PayloadHash = sha("other") })
+	fe.want("k2", res, tiers.FastDecided, tiers.OutcomePayloadMismatch)
+	if diff := cmp.Diff(live, res.Record); diff != "" {
+		t.Fatalf("record in progress round trip (-put +reserved):\n%s", diff)
+	}
+}
+
+// testFastLargeResult: a settled record's result comes back, or the answer
+// says that the durable tier holds it (ResultInDurable, no result), for a
+// result of any size; a small one comes back inline.
+func testFastLargeResult(t *testing.T, fe *fastEnv) {
+	for _, size := range []int{16, 4096, 64 << 10} {
+		k := fmt.Sprintf("k%d", size)
+		rec := fe.record(k)
+		rec.State, rec.Version, rec.Result = tiers.StateSettled, 3, bytes.Repeat([]byte{'r'}, size)
+		rec.PayloadHash = sha("payload")
+		fe.put(rec)
+		res := fe.reserve(k, "n1")
+		fe.want(k, res, tiers.FastDecided, tiers.OutcomeDuplicate)
+		switch {
+		case res.ResultInDurable && size <= 16:
+			t.Fatalf("Reserve(settled, %d-byte result) = ResultInDurable; a result that small comes back inline", size)
+		case res.ResultInDurable && res.Record.Result != nil:
+			t.Fatalf("Reserve(settled, %d-byte result) = ResultInDurable with a result of %d bytes, want none", size, len(res.Record.Result))
+		case !res.ResultInDurable && !bytes.Equal(res.Record.Result, rec.Result):
+			t.Fatalf("Reserve(settled, %d-byte result) = a result of %d bytes, want the one put", size, len(res.Record.Result))
+		}
+		// A mismatch is answered from the record too, and says the same.
+		mis := fe.reserve(k, "n1", func(r *tiers.ReserveParams) { r.PayloadHash = sha("other") })
+		fe.want(k, mis, tiers.FastDecided, tiers.OutcomePayloadMismatch)
+		if mis.ResultInDurable != res.ResultInDurable {
+			t.Fatalf("Reserve(settled, %d-byte result, other payload).ResultInDurable = %v, want %v as for the duplicate", size, mis.ResultInDurable, res.ResultInDurable)
+		}
 	}
 }
 

@@ -103,9 +103,21 @@ func (w *forgeWorld) settled(k, result string) {
 	w.transition(k, tiers.StateSettled, result)
 }
 
-func (w *forgeWorld) hset(k string, values ...any) {
+// edit rewrites k's record in Redis as an attacker who knows the layout
+// would: decoded, changed by f, encoded again with the seal it had.
+func (w *forgeWorld) edit(k string, f func(r *tiers.Record)) {
 	w.t.Helper()
-	if err := w.raw.HSet(context.Background(), w.redisKey(k), values...).Err(); err != nil {
+	ctx := context.Background()
+	v, err := w.raw.Get(ctx, w.redisKey(k)).Bytes()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	rec, mac, err := redis.DecodeRecord(w.key(k), v)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	f(&rec)
+	if err := w.raw.Set(ctx, w.redisKey(k), redis.EncodeRecord(&rec, mac), goredis.KeepTTL).Err(); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -136,8 +148,10 @@ func TestForgedFastRecordsAnswerNothing(t *testing.T) {
 			k:    "evt_never",
 			forge: func(k string) {
 				w.settled("evt_src", "receipt")
-				fields := w.raw.HGetAll(context.Background(), w.redisKey("evt_src")).Val()
-				w.hset(k, fields)
+				v := w.raw.Get(context.Background(), w.redisKey("evt_src")).Val()
+				if err := w.raw.Set(context.Background(), w.redisKey(k), v, 0).Err(); err != nil {
+					t.Fatal(err)
+				}
 			},
 			claimer: [2]string{"pod-b", "att-b"},
 			want:    answer{outcome: tiers.OutcomeAcquired, holder: "pod-b", token: 1},
@@ -147,7 +161,7 @@ func TestForgedFastRecordsAnswerNothing(t *testing.T) {
 			k:    "evt_edit_state",
 			forge: func(k string) {
 				w.inProgress(k)
-				w.hset(k, "state", "SETTLED", "result", "forged")
+				w.edit(k, func(r *tiers.Record) { r.State, r.Result = tiers.StateSettled, []byte("forged") })
 			},
 			claimer: [2]string{"pod-b", ""},
 			want:    answer{outcome: tiers.OutcomeInProgress, holder: "pod-a"},
@@ -157,7 +171,7 @@ func TestForgedFastRecordsAnswerNothing(t *testing.T) {
 			k:    "evt_edit_token",
 			forge: func(k string) {
 				w.inProgress(k)
-				w.hset(k, "token", "9", "holder", "mallory")
+				w.edit(k, func(r *tiers.Record) { r.Token, r.Holder = 9, "mallory" })
 			},
 			claimer: [2]string{"pod-a", "att-a"}, // the owner's retry
 			want:    answer{outcome: tiers.OutcomeAcquired, holder: "pod-a", token: 1},
@@ -167,7 +181,7 @@ func TestForgedFastRecordsAnswerNothing(t *testing.T) {
 			k:    "evt_edit_result",
 			forge: func(k string) {
 				w.settled(k, "receipt")
-				w.hset(k, "result", "forged")
+				w.edit(k, func(r *tiers.Record) { r.Result = []byte("forged") })
 			},
 			claimer: [2]string{"pod-b", ""},
 			want:    answer{outcome: tiers.OutcomeDuplicate, holder: "pod-a", result: "receipt"},
@@ -214,5 +228,38 @@ func TestForgedFastRecordsAnswerNothing(t *testing.T) {
 					tc.k, next.Outcome, next.ServedBy, w.obs.integrity.Load()-before)
 			}
 		})
+	}
+}
+
+// A rolling upgrade: a claimd of the hash layout (0.4 and earlier) left a
+// settled record in Redis, in its own layout. The new claimd does not read
+// it; it treats the key as absent, the durable tier decides (the record's
+// DUPLICATE, with its result), and the key then holds the new layout, which
+// answers the next claim. An old claimd that meets the new layout gets a
+// WRONGTYPE error from Redis, which it treats as a fast tier that failed:
+// it asks the durable tier too. Either way PostgreSQL decides.
+func TestOldLayoutIsAMiss(t *testing.T) {
+	w := newForgeWorld(t)
+	ctx := context.Background()
+	w.settled("evt_old", "receipt")
+	old := []any{"state", "SETTLED", "token", "1", "version", "3", "attempt", "1", "reason", "NEW", "released", "0",
+		"holder", "pod-a", "attempt_id", "", "payload", "", "result", "stale", "first_seen", "0", "lease", "0",
+		"window", "99999999999999999", "updated", "0", "owner", "", "mac", "0123456789abcdef"}
+	if err := w.raw.Del(ctx, w.redisKey("evt_old")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.raw.HSet(ctx, w.redisKey("evt_old"), old...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := w.claim("evt_old", "pod-b", "")
+	if res.Outcome != tiers.OutcomeDuplicate || string(res.Record.Result) != "receipt" || res.ServedBy != tiers.TierDurable {
+		t.Fatalf("Claim(an old-layout record) = %v result %q served by %v, want DUPLICATE receipt served by DURABLE", res.Outcome, res.Record.Result, res.ServedBy)
+	}
+	if typ := w.raw.Type(ctx, w.redisKey("evt_old")).Val(); typ != "string" {
+		t.Fatalf("TYPE of the key after the claim = %s, want string (the new layout)", typ)
+	}
+	next := w.claim("evt_old", "pod-c", "")
+	if next.Outcome != tiers.OutcomeDuplicate || string(next.Record.Result) != "receipt" || next.ServedBy != tiers.TierFast {
+		t.Fatalf("next Claim = %v result %q served by %v, want DUPLICATE receipt served by FAST", next.Outcome, next.Record.Result, next.ServedBy)
 	}
 }

@@ -217,6 +217,9 @@ func (s *Store) Claim(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResu
 			// event. DUPLICATE and IN_PROGRESS admit nothing and stand.
 			return s.claimDurable(ctx, p, true, "")
 		}
+		if fr.ResultInDurable {
+			return s.withDurableResult(ctx, p)
+		}
 		res := tiers.ClaimResult{Outcome: fr.Outcome, Reason: fr.Reason, Record: fr.Record, ServedBy: tiers.TierFast}
 		if !fr.Record.State.Terminal() {
 			return s.confirm(ctx, p, res)
@@ -430,6 +433,38 @@ func (s *Store) confirm(ctx context.Context, p tiers.ClaimParams, fast tiers.Cla
 	}
 	res.ServedBy = tiers.TierDurable
 	s.repair(ctx, res.Record)
+	s.remember(res.Record)
+	return res, nil
+}
+
+// withDurableResult answers a claim that the fast tier decided from a
+// terminal record whose result it does not keep (tiers.FastResult.
+// ResultInDurable: a result too long to be worth Redis's memory for a whole
+// window): from the durable tier's record, read without a write, which
+// holds the result. Within its window a terminal record never changes, so
+// the durable record is the one the fast tier copied and decides the same
+// (DUPLICATE or PAYLOAD_MISMATCH), now with its result; should it decide
+// otherwise (no record there: restored from an older backup, say), the
+// durable tier decides anew. A durable tier that cannot be read fails the
+// claim (UNAVAILABLE, as confirm does): a DUPLICATE without the result the
+// handler stored would be a wrong answer, not a degraded one.
+func (s *Store) withDurableResult(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
+	cur, err := s.durable.Get(ctx, p.Key)
+	switch {
+	case errors.Is(err, tiers.ErrNotFound):
+		return s.claimDurable(ctx, p, true, "")
+	case err != nil:
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return tiers.ClaimResult{}, ctxErr
+		}
+		s.cfg.Observer.TierError(tiers.TierDurable, "result", err)
+		return tiers.ClaimResult{}, err
+	}
+	res, _, write := tiers.Decide(&cur, p)
+	if write || !cur.State.Terminal() {
+		return s.claimDurable(ctx, p, true, "")
+	}
+	res.ServedBy = tiers.TierDurable
 	s.remember(res.Record)
 	return res, nil
 }
