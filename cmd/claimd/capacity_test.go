@@ -20,8 +20,10 @@ func TestCapacityCommand(t *testing.T) {
 			[]string{"live keys    302.4M", "claims rows  306.0M", "audit rows", "claimd", "PostgreSQL"}},
 		{"per minute", []string{"--rate", "60000/m", "--provider", "stripe"}, 0,
 			[]string{"live keys    302.4M"}},
-		{"a larger result costs more Redis memory", []string{"--rate", "1/s", "--result-bytes", "4096"}, 0,
-			[]string{"6510 bytes per record"}}, // sizes.json, re-measured with the seal
+		{"a small result costs Redis memory", []string{"--rate", "1/s", "--result-bytes", "64"}, 0,
+			[]string{"356 bytes per record"}}, // sizes.json: kept in the record
+		{"a large result costs Redis nothing", []string{"--rate", "1/s", "--result-bytes", "4096"}, 0,
+			[]string{"292 bytes per record", "a result past 64 bytes is kept by PostgreSQL only"}},
 		{"no rate", []string{"--provider", "stripe"}, 2, []string{"--rate is required"}},
 		{"bad unit", []string{"--rate", "5/d"}, 2, []string{`unit "d" is not s, m or h`}},
 		{"unknown provider", []string{"--rate", "5/s", "--provider", "nope"}, 2, []string{"not in the registry"}},

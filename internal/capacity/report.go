@@ -5,6 +5,8 @@ import (
 	"io"
 	"text/tabwriter"
 	"time"
+
+	"github.com/claimd/claimd/internal/tiers/redis"
 )
 
 // Write prints e for an operator: what each server holds and spends, and
@@ -16,7 +18,11 @@ func (e Estimate) Write(w io.Writer, s Sizes) error {
 	p("rate\t%s events/s (+%.0f%% duplicate deliveries), window %s, result %d bytes", formatCount(in.Rate), in.Duplicates*100, in.TTL, in.ResultBytes)
 	p("")
 	p("Redis\tlive keys\t%s\t(rate × window: one key per record until its window ends)", formatCount(e.LiveKeys))
-	p("\tmemory\t%s\t(%.0f bytes per record, used_memory)", formatBytes(e.RedisBytes), at(s.RedisBytes, in.ResultBytes))
+	inDurable := ""
+	if in.ResultBytes > redis.MaxInlineResult {
+		inDurable = fmt.Sprintf("; a result past %d bytes is kept by PostgreSQL only", redis.MaxInlineResult)
+	}
+	p("\tmemory\t%s\t(%.0f bytes per record, used_memory%s)", formatBytes(e.RedisBytes), at(s.RedisBytes, in.ResultBytes), inDurable)
 	p("PostgreSQL\tclaims rows\t%s\t(rate × (window + %s grace))", formatCount(e.ClaimRows), in.Grace)
 	p("\tclaims disk\t%s\t(%.0f bytes per record with indexes)", formatBytes(e.ClaimBytes), at(s.ClaimsBytes, in.ResultBytes))
 	p("\taudit rows\t%s\t(%.0f per event × (%s retention + the month being filled))", formatCount(e.AuditRows), s.AuditRowsPerEvent, days(in.Retention))

@@ -22,9 +22,9 @@
 --
 -- Layout (codec.go): one string per key. A pending marker is
 -- "p<until_us>:<nonce>"; anything else is a record. A key of another type
--- (a hash: the layout of claimd 0.4 and earlier, during a rolling upgrade)
--- counts as absent: our marker replaces it, and the durable tier decides
--- and puts its answer in the new layout. The cache loses that copy, as it
+-- (a hash: the layout of claimd 0.1 and of builds before issue 36, met
+-- during a rolling upgrade) counts as absent: our marker replaces it, and
+-- the durable tier decides and puts its answer in the new layout. The cache loses that copy, as it
 -- may lose any; the durable tier holds the record.
 --
 -- Invariants. Time comes from ARGV[1] only, never from Redis TIME, so that

@@ -231,8 +231,8 @@ func TestForgedFastRecordsAnswerNothing(t *testing.T) {
 	}
 }
 
-// A rolling upgrade: a claimd of the hash layout (0.4 and earlier) left a
-// settled record in Redis, in its own layout. The new claimd does not read
+// A rolling upgrade: a claimd of the hash layout (0.1, and builds before
+// issue 36) left a settled record in Redis. The new claimd does not read
 // it; it treats the key as absent, the durable tier decides (the record's
 // DUPLICATE, with its result), and the key then holds the new layout, which
 // answers the next claim. An old claimd that meets the new layout gets a
