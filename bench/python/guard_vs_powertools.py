@@ -115,7 +115,7 @@ def main() -> int:
     ap.add_argument("--duration", type=duration, default=15.0)
     ap.add_argument("--prefix", default="py", help="prefix of new event ids; make it unique per run")
     ap.add_argument("--dup-prefix", default="pysettled", help="prefix of the events settled before a dup run")
-    ap.add_argument("--claimd", default="127.0.0.1:50051")
+    ap.add_argument("--claimd", default="127.0.0.1:50051", help="claimd's address: host:port for gRPC, http://host:port (its HTTP listener) for Connect")
     ap.add_argument("--token-file", default="")
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/3")
     args = ap.parse_args()

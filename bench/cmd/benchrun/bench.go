@@ -251,11 +251,12 @@ func (b *bench) pgMeter() meter    { return treeMeter("postgres", b.pgPID) }
 
 // target is a server under load.
 type target struct {
-	id     string
-	server *proc
-	addr   string
-	meters []meter
-	claimd bool // speaks the whole API (authenticated): settle keys with Transition, verify with Get
+	id       string
+	server   *proc
+	addr     string
+	httpAddr string // claimd's HTTP listener (Connect, REST)
+	meters   []meter
+	claimd   bool // speaks the whole API (authenticated): settle keys with Transition, verify with Get
 	// replicas are the further claimd processes of a scaling run, serving
 	// replicaAddrs; server and addr are the first.
 	replicas     []*proc
@@ -312,7 +313,8 @@ func (b *bench) startTarget(id string) (*target, error) {
 		if err != nil {
 			return nil, err
 		}
-		args = claimdArgs(t.addr, fmt.Sprintf("127.0.0.1:%d", httpPort), b.authFile)
+		t.httpAddr = fmt.Sprintf("127.0.0.1:%d", httpPort)
+		args = claimdArgs(t.addr, t.httpAddr, b.authFile)
 		if id == targetClaimd || id == targetPython || id == targetGrowth {
 			args = append(args, "--redis-url", b.redisURL(0), "--fast-tier-key-file", b.fastKeyFile, "--postgres-url", b.pgURL(b.dbs[id]))
 			t.meters = []meter{b.redisMeter(), b.pgMeter()}

@@ -66,7 +66,7 @@ func (b *bench) python(t *target, impl, mode string) (Result, error) {
 		cmd := exec.CommandContext(b.ctx, b.opts.python, b.opts.pyScript,
 			"--impl", impl, "--mode", mode, "--threads", strconv.Itoa(b.opts.pyThreads),
 			"--duration", b.opts.duration.String(), "--prefix", prefix,
-			"--claimd", t.addr, "--token-file", b.tokenFile, "--redis-url", b.redisURL(3))
+			"--claimd", "http://"+t.httpAddr, "--token-file", b.tokenFile, "--redis-url", b.redisURL(3))
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+b.opts.pySrc)
 		return cmd
 	}

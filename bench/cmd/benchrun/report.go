@@ -715,7 +715,7 @@ func writePython(w *strings.Builder, r *Report) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("## From a Python handler: claimd's guard and Powertools' idempotency\n\n")
 	p("bench/python/guard_vs_powertools.py, %d threads in one process, one handler (it builds a small result from the event). ", r.Options.PyThreads)
-	p("claimd's guard (clients/python, the checkout's) calls claimd on Redis + PostgreSQL (fsync on), authenticated; ")
+	p("claimd's guard (clients/python, the checkout's) calls claimd on Redis + PostgreSQL (fsync on), authenticated, over the Connect transport its README recommends for receivers (unary Connect over kept-alive HTTP/1.1 to claimd's HTTP listener); ")
 	p("AWS Lambda Powertools' `@idempotent_function` (aws-lambda-powertools 3.37.0, RedisCachePersistenceLayer) keeps its records in Redis only, so its runs have Redis write an append-only file fsync'd on every write (`appendfsync always`): nothing it acknowledged is lost on a crash, as with claimd's PostgreSQL; claimd's runs have it off. ")
 	p("\"first\": every event new; \"dup\": events settled before the run, delivered again. CPU is µs per event; claimd's column is its server, idle during Powertools' runs.\n\n")
 	p("| events | layer | events/s | p50 ms | p99 ms | errors | CPU µs/event claimd | redis | postgres | python | claimd+redis+postgres |\n")
