@@ -56,7 +56,7 @@ func (s *Service) ListClaims(ctx context.Context, req *pb.ListClaimsRequest) (*p
 		if size += proto.Size(m); i > 0 && size > MaxListResponseBytes {
 			// A page of records with large results: end it here, and let
 			// the next page start after the last record sent.
-			resp.NextPageToken = tiers.ClaimsCursor(f, recs[i-1])
+			resp.NextPageToken = f.Cursor(recs[i-1])
 			break
 		}
 		resp.Records = append(resp.Records, m)

@@ -138,15 +138,14 @@ func DecodeAuditCursor(k Key, c string) (AuditPosition, error) {
 	}, nil
 }
 
-// ClaimsCursor is the cursor of a ListClaims page of f whose last record is
-// last.
-func ClaimsCursor(f ClaimFilter, last Record) string {
+// Cursor is the cursor of a ListClaims page of f whose last record is last.
+func (f ClaimFilter) Cursor(last Record) string {
 	return EncodeClaimsCursor(f, ClaimsPosition{FirstSeenAt: last.FirstSeenAt, Provider: last.Key.Provider, Key: last.Key.Key})
 }
 
-// DeferredCursor is the cursor of a ListDeferred page of p whose last
-// event is last.
-func DeferredCursor(p ListDeferredParams, last DeferredEvent) string {
+// Cursor is the cursor of a ListDeferred page of p whose last event is
+// last.
+func (p ListDeferredParams) Cursor(last DeferredEvent) string {
 	return EncodeDeferredCursor(p, DeferredPosition{LastSeen: last.LastSeen, Key: last.Key})
 }
 

@@ -149,6 +149,33 @@ func (e *EntityEvent) Order(state string, busy bool) Outcome {
 	}
 }
 
+// Awaiting is e's From states as an event's deferral row keeps them
+// (DeferredEvent.Awaiting): never nil, so that both stores write a list.
+func (e *EntityEvent) Awaiting() []string {
+	if e.From == nil {
+		return []string{}
+	}
+	return e.From
+}
+
+// Refused is the answer to a claim of k that Order refused (outcome
+// DEFERRED or SUPERSEDED), as every durable tier gives it: nothing is
+// acquired, the answer carries the key's record unchanged (cur, or only its
+// Key when it has none) and where the entity stood, in state, held by
+// busyWith ("" when free). deferrals is the count of the key's deferral row,
+// this refusal included; only a DEFERRED answer reports it.
+func Refused(outcome Outcome, k Key, cur *Record, state, busyWith string, deferrals uint32) ClaimResult {
+	rec := Record{Key: k}
+	if cur != nil {
+		rec = *cur
+	}
+	pos := &EntityPosition{State: state, BusyWith: busyWith}
+	if outcome == OutcomeDeferred {
+		pos.Deferrals = deferrals
+	}
+	return ClaimResult{Outcome: outcome, Record: rec, Entity: pos}
+}
+
 // HoldLive reports whether the claim that took an entity with token still
 // holds it at now: its record h still carries that token, is neither
 // released nor terminal, and its lease runs. A holder whose lease ran out

@@ -44,7 +44,7 @@ func TestScanPage(t *testing.T) {
 					return 0, errScan
 				}
 				return rows.at, nil
-			}, func(page []int) string { return fmt.Sprint("after ", page[len(page)-1]) })
+			}, func(last int) string { return fmt.Sprint("after ", last) })
 			if !errors.Is(err, c.wantErr) || !slices.Equal(page, c.wantPage) || cursor != c.wantCursor {
 				t.Errorf("ScanPage of %d rows = %v, %q, %v; want %v, %q, %v", c.rows, page, cursor, err, c.wantPage, c.wantCursor, c.wantErr)
 			}

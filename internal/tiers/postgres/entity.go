@@ -134,40 +134,37 @@ func claimEntityTx(ctx context.Context, tx pgx.Tx, p tiers.ClaimParams) (tiers.C
 	if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT claim`); err != nil {
 		return tiers.ClaimResult{}, false, err
 	}
-	rec := tiers.Record{Key: p.Key}
+	var cur *tiers.Record // the key's record, unchanged; nil when it has none
 	if res.Reason != tiers.ReasonNew {
 		// A takeover rolled back: the answer carries the key's record as
-		// it stands, unchanged.
-		cur, err := getOn(ctx, tx, p.Key)
+		// it stands.
+		rec, err := getOn(ctx, tx, p.Key)
 		switch {
 		case errors.Is(err, tiers.ErrNotFound): // pruned meanwhile
 		case err != nil:
 			return tiers.ClaimResult{}, false, err
 		default:
-			rec = cur
+			cur = &rec
 		}
 	}
 	var count int32
 	if err := tx.QueryRow(ctx, deferralSQL, p.Key.Namespace, p.Key.Provider, p.Key.Key,
 		e.Lifecycle, e.EntityID, e.EventType, outcome == tiers.OutcomeSuperseded, p.Now,
-		nonNil(e.From), window, e.Initial).Scan(&count); err != nil {
+		e.Awaiting(), window, e.Initial).Scan(&count); err != nil {
 		return tiers.ClaimResult{}, false, err
 	}
+	ans := tiers.Refused(outcome, p.Key, cur, state, busyWith, uint32(count))
 	if err := forgetEntity(ctx, tx, p, state); err != nil {
 		return tiers.ClaimResult{}, false, err
 	}
 	// The audit row names the key's record as it stands, unchanged (state
 	// and token 0 when it has none), as the SQLite tier's does.
 	if _, err := tx.Exec(ctx, auditClaimSQL, p.Now, p.Key.Namespace, p.Key.Provider, p.Key.Key,
-		int16(outcome), int16(0), int16(rec.State), int64(rec.Token), int64(rec.Version), p.Holder, p.AttemptID, p.PayloadHash,
+		int16(outcome), int16(0), int16(ans.Record.State), int64(ans.Record.Token), int64(ans.Record.Version), p.Holder, p.AttemptID, p.PayloadHash,
 		p.Actor.Principal, p.Actor.Transport); err != nil {
 		return tiers.ClaimResult{}, false, err
 	}
-	pos := &tiers.EntityPosition{State: state, BusyWith: busyWith}
-	if outcome == tiers.OutcomeDeferred {
-		pos.Deferrals = uint32(count)
-	}
-	return tiers.ClaimResult{Outcome: outcome, Record: rec, Entity: pos}, true, nil
+	return ans, true, nil
 }
 
 // forgetEntity deletes p's entity, in state, when no claim ever acquired
@@ -357,21 +354,24 @@ func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([
 		return nil, "", fail(ctx, "list deferred", err)
 	}
 	defer rows.Close()
-	events, next, err := tiers.ScanPage(rows, limit, func() (tiers.DeferredEvent, error) {
-		var (
-			d     tiers.DeferredEvent
-			count int32
-		)
-		err := rows.Scan(&d.Lifecycle, &d.EntityID, &d.EventType, &d.Key, &d.Superseded, &count,
-			&d.FirstSeen, &d.LastSeen, &d.Awaiting, &d.EntityState, &d.Applied)
-		d.Count = uint32(count)
-		d.FirstSeen, d.LastSeen = d.FirstSeen.UTC(), d.LastSeen.UTC()
-		return d, err
-	}, func(page []tiers.DeferredEvent) string { return tiers.DeferredCursor(p, page[len(page)-1]) })
+	events, next, err := tiers.ScanPage(rows, limit, func() (tiers.DeferredEvent, error) { return scanDeferred(rows) }, p.Cursor)
 	if err != nil {
 		return nil, "", fail(ctx, "list deferred", err)
 	}
 	return events, next, nil
+}
+
+// scanDeferred reads a row of deferred_list.sql.
+func scanDeferred(rows pgx.Rows) (tiers.DeferredEvent, error) {
+	var (
+		d     tiers.DeferredEvent
+		count int32
+	)
+	err := rows.Scan(&d.Lifecycle, &d.EntityID, &d.EventType, &d.Key, &d.Superseded, &count,
+		&d.FirstSeen, &d.LastSeen, &d.Awaiting, &d.EntityState, &d.Applied)
+	d.Count = uint32(count)
+	d.FirstSeen, d.LastSeen = d.FirstSeen.UTC(), d.LastSeen.UTC()
+	return d, err
 }
 
 // CountDeferred counts the deferred events not applied of the providers in
@@ -390,12 +390,4 @@ func (s *Store) CountDeferred(ctx context.Context, cutoffs map[string]tiers.Defe
 		return tiers.DeferredCounts{}, fail(ctx, "count deferred", err)
 	}
 	return tiers.DeferredCounts{Deferred: int(d), Overdue: int(o), Lost: int(l)}, nil
-}
-
-// nonNil returns s, or an empty slice for nil (awaiting is NOT NULL).
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/claimd/claimd/internal/tiers"
 )
 
@@ -83,7 +85,7 @@ LIMIT $` + strconv.Itoa(len(args))
 		rec, err := scanRecord(rows, k, &k.Provider, &k.Key)
 		rec.Key = k // scanRecord copied k before its provider and key were read
 		return rec, err
-	}, func(page []tiers.Record) string { return tiers.ClaimsCursor(f, page[len(page)-1]) })
+	}, f.Cursor)
 	if err != nil {
 		return nil, "", fail(ctx, "list claims", err)
 	}
@@ -119,37 +121,35 @@ func (s *Store) ListAudit(ctx context.Context, k tiers.Key, pg tiers.Page) ([]ti
 		return nil, "", fail(ctx, "list audit", err)
 	}
 	defer rows.Close()
-	var ids []int64 // of the entries, for the cursor
-	entries, next, err := tiers.ScanPage(rows, limit, func() (tiers.AuditEntry, error) {
-		var (
-			e                      tiers.AuditEntry
-			id, token              int64
-			op                     string
-			outcome, reason, state int16
-		)
-		if err := rows.Scan(&id, &e.At, &op, &outcome, &reason, &state, &token, &e.Holder,
-			&e.Actor.Principal, &e.Actor.Transport, &e.EffectRecovered, &e.PayloadHash); err != nil {
-			return e, err
-		}
-		var err error
-		if e.Op, err = tiers.ParseAuditOp(op); err != nil {
-			return e, fmt.Errorf("row %d: %w", id, err)
-		}
-		// The columns hold the tiers values (0002_audit); a row of a
-		// DEFERRED or SUPERSEDED claim of a key without a record has state
-		// and token 0.
-		e.At = e.At.UTC()
-		e.Outcome, e.Reason, e.State, e.Token = tiers.Outcome(outcome), tiers.Reason(reason), tiers.State(state), uint64(token)
-		if len(e.PayloadHash) == 0 {
-			e.PayloadHash = nil
-		}
-		ids = append(ids, id)
-		return e, nil
-	}, func(page []tiers.AuditEntry) string {
-		return tiers.EncodeAuditCursor(k, tiers.AuditPosition{At: page[len(page)-1].At, ID: ids[len(page)-1]})
-	})
+	entries, next, err := tiers.ScanAuditPage(rows, k, limit, func() (tiers.AuditEntry, int64, error) { return scanAudit(rows) })
 	if err != nil {
 		return nil, "", fail(ctx, "list audit", err)
 	}
 	return entries, next, nil
+}
+
+// scanAudit reads a row of audit_list.sql: an entry and its id.
+func scanAudit(rows pgx.Rows) (tiers.AuditEntry, int64, error) {
+	var (
+		e                      tiers.AuditEntry
+		id, token              int64
+		op                     string
+		outcome, reason, state int16
+	)
+	if err := rows.Scan(&id, &e.At, &op, &outcome, &reason, &state, &token, &e.Holder,
+		&e.Actor.Principal, &e.Actor.Transport, &e.EffectRecovered, &e.PayloadHash); err != nil {
+		return e, id, err
+	}
+	var err error
+	if e.Op, err = tiers.ParseAuditOp(op); err != nil {
+		return e, id, fmt.Errorf("row %d: %w", id, err)
+	}
+	// The columns hold the tiers values (0002_audit); a row of a DEFERRED
+	// or SUPERSEDED claim of a key without a record has state and token 0.
+	e.At = e.At.UTC()
+	e.Outcome, e.Reason, e.State, e.Token = tiers.Outcome(outcome), tiers.Reason(reason), tiers.State(state), uint64(token)
+	if len(e.PayloadHash) == 0 {
+		e.PayloadHash = nil
+	}
+	return e, id, nil
 }

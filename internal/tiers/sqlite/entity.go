@@ -85,8 +85,7 @@ func (t *txn) order(p tiers.ClaimParams, cur *tiers.Record, res tiers.ClaimResul
 	if e != nil {
 		state = e.state
 	}
-	pos := &tiers.EntityPosition{State: state}
-	res.Entity = pos
+	res.Entity = &tiers.EntityPosition{State: state}
 	if !write {
 		return res, false, nil
 	}
@@ -95,7 +94,6 @@ func (t *txn) order(p tiers.ClaimParams, cur *tiers.Record, res tiers.ClaimResul
 		return res, write, err
 	}
 	outcome := ev.Order(state, busy != "")
-	pos.BusyWith = busy
 	// Every ordered claim keeps the entity, and its deferral row, at least
 	// as long as the window of its delivery (tiers.EntityPruner).
 	window := p.Now.Add(p.TTL).UnixMicro()
@@ -117,7 +115,7 @@ func (t *txn) order(p tiers.ClaimParams, cur *tiers.Record, res tiers.ClaimResul
 			return res, write, err
 		}
 	}
-	awaiting, err := json.Marshal(nonNil(ev.From))
+	awaiting, err := json.Marshal(ev.Awaiting())
 	if err != nil {
 		return res, write, err
 	}
@@ -142,21 +140,7 @@ func (t *txn) order(p tiers.ClaimParams, cur *tiers.Record, res tiers.ClaimResul
 	if err != nil {
 		return res, write, err
 	}
-	if outcome == tiers.OutcomeDeferred {
-		pos.Deferrals = uint32(count)
-	}
-	rec := tiers.Record{Key: p.Key}
-	if cur != nil {
-		rec = *cur // the key's record, unchanged
-	}
-	return tiers.ClaimResult{Outcome: outcome, Record: rec, Entity: pos}, false, nil
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
+	return tiers.Refused(outcome, p.Key, cur, state, busy, uint32(count)), false, nil
 }
 
 // moveEntity is the entity's side of a fenced write that changed next, the
@@ -293,28 +277,31 @@ func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([
 		return nil, "", translate(ctx, "list deferred", err)
 	}
 	defer rows.Close()
-	events, next, err := tiers.ScanPage(rows, limit, func() (tiers.DeferredEvent, error) {
-		var (
-			d                          tiers.DeferredEvent
-			superseded, applied, count int64
-			first, last                int64
-			awaiting                   string
-		)
-		if err := rows.Scan(&d.Key, &d.Lifecycle, &d.EntityID, &d.EventType, &superseded, &count,
-			&first, &last, &awaiting, &d.EntityState, &applied); err != nil {
-			return d, err
-		}
-		if err := json.Unmarshal([]byte(awaiting), &d.Awaiting); err != nil {
-			return d, fmt.Errorf("deferral %s: awaiting: %w", textclip.Cut(d.Key, maxEcho), err)
-		}
-		d.Superseded, d.Applied, d.Count = superseded != 0, applied != 0, uint32(count)
-		d.FirstSeen, d.LastSeen = fromMicros(first), fromMicros(last)
-		return d, nil
-	}, func(page []tiers.DeferredEvent) string { return tiers.DeferredCursor(p, page[len(page)-1]) })
+	events, next, err := tiers.ScanPage(rows, limit, func() (tiers.DeferredEvent, error) { return scanDeferred(rows) }, p.Cursor)
 	if err != nil {
 		return nil, "", translate(ctx, "list deferred", err)
 	}
 	return events, next, nil
+}
+
+// scanDeferred reads a row of ListDeferred's query.
+func scanDeferred(rows *sql.Rows) (tiers.DeferredEvent, error) {
+	var (
+		d                          tiers.DeferredEvent
+		superseded, applied, count int64
+		first, last                int64
+		awaiting                   string
+	)
+	if err := rows.Scan(&d.Key, &d.Lifecycle, &d.EntityID, &d.EventType, &superseded, &count,
+		&first, &last, &awaiting, &d.EntityState, &applied); err != nil {
+		return d, err
+	}
+	if err := json.Unmarshal([]byte(awaiting), &d.Awaiting); err != nil {
+		return d, fmt.Errorf("deferral %s: awaiting: %w", textclip.Cut(d.Key, maxEcho), err)
+	}
+	d.Superseded, d.Applied, d.Count = superseded != 0, applied != 0, uint32(count)
+	d.FirstSeen, d.LastSeen = fromMicros(first), fromMicros(last)
+	return d, nil
 }
 
 func boolInt(b bool) int {

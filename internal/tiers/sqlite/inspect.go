@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 
@@ -75,7 +76,7 @@ func (s *Store) ListClaims(ctx context.Context, f tiers.ClaimFilter, pg tiers.Pa
 		}
 		rec.Key = k
 		return *rec, nil
-	}, func(page []tiers.Record) string { return tiers.ClaimsCursor(f, page[len(page)-1]) })
+	}, f.Cursor)
 	if err != nil {
 		return nil, "", translate(ctx, "list claims", err)
 	}
@@ -110,31 +111,30 @@ func (s *Store) ListAudit(ctx context.Context, k tiers.Key, pg tiers.Page) ([]ti
 		return nil, "", translate(ctx, "list audit", err)
 	}
 	defer rows.Close()
-	var ids []int64 // of the entries, for the cursor
-	entries, next, err := tiers.ScanPage(rows, limit, func() (tiers.AuditEntry, error) {
-		var (
-			e                          tiers.AuditEntry
-			id, at, token, recovered   int64
-			op, outcome, reason, state string
-			payload                    []byte
-		)
-		if err := rows.Scan(&id, &at, &op, &outcome, &reason, &state, &token, &e.Holder,
-			&e.Actor.Principal, &e.Actor.Transport, &recovered, &payload); err != nil {
-			return e, err
-		}
-		if err := readAuditNames(&e, op, outcome, reason, state); err != nil {
-			return e, fmt.Errorf("row %d: %w", id, err)
-		}
-		e.At, e.Token, e.EffectRecovered, e.PayloadHash = fromMicros(at), uint64(token), recovered != 0, nilIfEmpty(payload)
-		ids = append(ids, id)
-		return e, nil
-	}, func(page []tiers.AuditEntry) string {
-		return tiers.EncodeAuditCursor(k, tiers.AuditPosition{At: page[len(page)-1].At, ID: ids[len(page)-1]})
-	})
+	entries, next, err := tiers.ScanAuditPage(rows, k, limit, func() (tiers.AuditEntry, int64, error) { return scanAudit(rows) })
 	if err != nil {
 		return nil, "", translate(ctx, "list audit", err)
 	}
 	return entries, next, nil
+}
+
+// scanAudit reads a row of ListAudit's query: an entry and its id.
+func scanAudit(rows *sql.Rows) (tiers.AuditEntry, int64, error) {
+	var (
+		e                          tiers.AuditEntry
+		id, at, token, recovered   int64
+		op, outcome, reason, state string
+		payload                    []byte
+	)
+	if err := rows.Scan(&id, &at, &op, &outcome, &reason, &state, &token, &e.Holder,
+		&e.Actor.Principal, &e.Actor.Transport, &recovered, &payload); err != nil {
+		return e, id, err
+	}
+	if err := readAuditNames(&e, op, outcome, reason, state); err != nil {
+		return e, id, fmt.Errorf("row %d: %w", id, err)
+	}
+	e.At, e.Token, e.EffectRecovered, e.PayloadHash = fromMicros(at), uint64(token), recovered != 0, nilIfEmpty(payload)
+	return e, id, nil
 }
 
 // readAuditNames reads the names audit_log stores (audit.go): the op; the
