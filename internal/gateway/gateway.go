@@ -33,7 +33,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/vanguard"
@@ -45,6 +44,7 @@ import (
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/auth"
+	"github.com/claimd/claimd/internal/textclip"
 )
 
 // Config bounds what one HTTP request may bring and says whom the
@@ -238,11 +238,7 @@ func clipped(err error) error {
 	if len(s) <= maxErrorBytes {
 		return err
 	}
-	cut := maxErrorBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Errorf("%s… (%d bytes)", s[:cut], len(s))
+	return errors.New(textclip.Cut(s, maxErrorBytes))
 }
 
 // The codec must keep vanguard's REST abilities (a GET's query and path

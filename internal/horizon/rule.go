@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/claimd/claimd/internal/textclip"
 )
 
 // Rule derives a delivery's key from its headers and raw body. A Rule is
@@ -107,13 +109,7 @@ func ParseRule(s string) (Rule, error) {
 
 // clipRule bounds a rule quoted in an error: a providers file is the
 // operator's, but --check may be pointed at any file.
-func clipRule(s string) string {
-	const max = 120
-	if len(s) <= max {
-		return s
-	}
-	return strings.ToValidUTF8(s[:max], "") + fmt.Sprintf("… (%d bytes)", len(s))
-}
+func clipRule(s string) string { return textclip.Cut(s, 120) }
 
 func parseJoinedRule(s string) (Rule, error) {
 	if !strings.Contains(s, "+") {
