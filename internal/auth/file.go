@@ -128,15 +128,7 @@ func LoadFile(path string) (*Config, error) {
 // aliases are refused: a reviewer must read every grant where it applies.
 func Parse(name string, data []byte) (*Config, error) {
 	l := &loader{Loader: yamlconf.Loader{File: name}, tokens: map[[sha256.Size]byte]string{}, identities: map[string]string{}}
-	root := l.parse(data)
-	if root == nil {
-		return nil, l.Err()
-	}
-	cfg := l.document(root)
-	if err := l.Err(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return yamlconf.Load(&l.Loader, data, "an auth file", "version and principals", l.document)
 }
 
 type loader struct {
@@ -144,20 +136,6 @@ type loader struct {
 	// tokens and identities map what was seen to the principal listing it.
 	tokens     map[[sha256.Size]byte]string
 	identities map[string]string
-}
-
-// parse returns the root mapping of the single YAML document in data.
-func (l *loader) parse(data []byte) *yaml.Node {
-	root, empty := l.Document(data, "an auth file")
-	if empty {
-		l.Errorf(nil, "", "file is empty: want version and principals")
-		return nil
-	}
-	if root != nil && root.Kind != yaml.MappingNode {
-		l.Errorf(root, "", "the file must be a mapping with version and principals")
-		return nil
-	}
-	return root
 }
 
 var topFields = []string{"version", "default_rate", "principals"}

@@ -63,35 +63,13 @@ type ValidationError = yamlconf.Error
 // max_lease defaults to lease.
 func Load(name string, data []byte) (*Registry, error) {
 	l := &loader{Loader: yamlconf.Loader{File: name}}
-	root := l.parse(data)
-	if root == nil {
-		return nil, l.Err()
-	}
-	reg := l.document(root)
-	if err := l.Err(); err != nil {
-		return nil, err
-	}
-	return reg, nil
+	return yamlconf.Load(&l.Loader, data, "a providers file", "version, providers and groups", l.document)
 }
 
 type loader struct {
 	yamlconf.Loader
 	// base is the registry the file extends (extends: builtin), or nil.
 	base *Registry
-}
-
-// parse returns the root mapping of the single YAML document in data.
-func (l *loader) parse(data []byte) *yaml.Node {
-	root, empty := l.Document(data, "a providers file")
-	if empty {
-		l.Errorf(nil, "", "file is empty: want version, providers and groups")
-		return nil
-	}
-	if root != nil && root.Kind != yaml.MappingNode {
-		l.Errorf(root, "", "the file must be a mapping with version, providers and groups")
-		return nil
-	}
-	return root
 }
 
 // entries reports whether n, the value of field, is a mapping of at least

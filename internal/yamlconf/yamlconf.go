@@ -76,6 +76,29 @@ func (l *Loader) Err() error {
 	return errors.Join(l.errs...)
 }
 
+// Load reads data, a file whose root is a mapping of want ("version and
+// principals"), with l: build reads the root mapping, recording the rules
+// it breaks, into the value Load returns. An empty file, a root that is not
+// a mapping and every rule recorded are Load's error (Err). what names the
+// file's kind, as for Document.
+func Load[T any](l *Loader, data []byte, what, want string, build func(root *yaml.Node) T) (T, error) {
+	var zero T
+	root, empty := l.Document(data, what)
+	switch {
+	case empty:
+		l.Errorf(nil, "", "file is empty: want %s", want)
+	case root != nil && root.Kind != yaml.MappingNode:
+		l.Errorf(root, "", "the file must be a mapping with %s", want)
+	case root != nil:
+		v := build(root)
+		if err := l.Err(); err != nil {
+			return zero, err
+		}
+		return v, nil
+	}
+	return zero, l.Err()
+}
+
 // Document returns the root node of the single YAML document in data, or
 // nil. empty is true when data holds no document or an empty one (a caller
 // decides whether that is an error); a syntax error, a second document or

@@ -76,3 +76,39 @@ func TestDocumentEmpty(t *testing.T) {
 		t.Errorf("Document(a: 1) = %v, empty %v, errors %q; want a root", root, empty, msgs)
 	}
 }
+
+// TestLoad: Load refuses an empty file and a root that is not a mapping,
+// naming what the file must hold; build's value comes back only when no
+// rule was recorded.
+func TestLoad(t *testing.T) {
+	build := func(l *yamlconf.Loader) func(root *yaml.Node) string {
+		return func(root *yaml.Node) string {
+			for _, f := range l.Fields(root, "", []string{"version"}) {
+				return f.Value.Value
+			}
+			return ""
+		}
+	}
+	for _, c := range []struct {
+		desc, data, want, wantErr string
+	}{
+		{desc: "a mapping", data: "version: 3\n", want: "3"},
+		{desc: "empty", data: "", wantErr: "t.yaml: file is empty: want version"},
+		{desc: "a list", data: "- version\n", wantErr: "t.yaml:1: the file must be a mapping with version"},
+		{desc: "a rule broken", data: "version: 3\nother: 4\n", wantErr: "t.yaml:2"},
+	} {
+		t.Run(c.desc, func(t *testing.T) {
+			l := &yamlconf.Loader{File: "t.yaml"}
+			got, err := yamlconf.Load(l, []byte(c.data), "a test file", "version", build(l))
+			if c.wantErr == "" {
+				if err != nil || got != c.want {
+					t.Errorf("Load(%q) = %q, %v; want %q, nil", c.data, got, err, c.want)
+				}
+				return
+			}
+			if err == nil || !strings.HasPrefix(err.Error(), c.wantErr) || got != "" {
+				t.Errorf("Load(%q) = %q, %v; want \"\" and an error starting %q", c.data, got, err, c.wantErr)
+			}
+		})
+	}
+}
