@@ -277,6 +277,12 @@ func printPass(w io.Writer, st *server.Tiers, rep janitor.Report, lockKey int64)
 			parts = strings.Join(rep.Audit.Partitions, ", ")
 		}
 		fmt.Fprintf(w, "audit partitions %s: %d (%s; months ended by %s)\n", verb, len(rep.Audit.Partitions), parts, rep.AuditCutoff.Format(time.RFC3339))
+		for _, f := range rep.Audit.Exported {
+			fmt.Fprintf(w, "audit exported to %s\n", f)
+		}
+		if rep.Audit.ExportFailed != "" {
+			fmt.Fprintf(w, "audit partition %s kept: its export failed\n", rep.Audit.ExportFailed)
+		}
 		return
 	}
 	fmt.Fprintf(w, "audit rows %s: %d (written before %s)\n", verb, rep.Audit.Rows, rep.AuditCutoff.Format(time.RFC3339))

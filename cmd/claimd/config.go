@@ -99,4 +99,6 @@ func bindRetention(fs *flag.FlagSet, r *server.RetentionConfig) {
 	fs.DurationVar(&r.Grace, "grace", janitor.DefaultGrace, "keep claims this long past the end of their window before deleting them")
 	fs.IntVar(&r.Batch, "batch", janitor.DefaultBatchSize, "claims deleted per statement (each batch holds its locks briefly)")
 	fs.DurationVar(&r.Retention, "retention", janitor.DefaultRetention, "keep audit entries this long (PostgreSQL drops whole months once all of a month is older)")
+	fs.StringVar(&r.AuditExportDir, "audit-export-dir", "", "PostgreSQL: before dropping an audit month, export it to this existing directory as <partition>.parquet "+
+		"(claimd inspect --file reads it); a month whose export fails is kept and tried again")
 }

@@ -18,7 +18,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/auditfile"
 	"github.com/claimd/claimd/internal/service"
+	"github.com/claimd/claimd/internal/tiers"
 )
 
 // Exit codes of claimd inspect: 0 the key has a record, 1 it has none, 2 a
@@ -35,6 +37,7 @@ type inspectConfig struct {
 	apiClientConfig
 	Namespace, Provider, Key, Scope string
 	JSON                            bool
+	File                            string
 }
 
 func bindInspect(fs *flag.FlagSet, c *inspectConfig) {
@@ -43,6 +46,8 @@ func bindInspect(fs *flag.FlagSet, c *inspectConfig) {
 	fs.StringVar(&c.Key, "key", "", "the canonical key Claim answered (the event id, or the key derived from the delivery); required")
 	fs.StringVar(&c.Scope, "scope", "", "the claim's scope, when it had one (the canonical key is then key U+001F scope)")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON document (record, next, audit, entity, deferred) instead of text")
+	fs.StringVar(&c.File, "file", "", "read the key's audit trail from an exported month (claimd audit-export, serve --audit-export-dir), "+
+		"a local .parquet file, instead of claimd's API; exits 1 when the file has no entry of the key")
 	bindAPIClient(fs, &c.apiClientConfig)
 }
 
@@ -55,6 +60,7 @@ type inspection struct {
 	entity   *pb.Entity
 	entityNF bool // the record names an entity no event was applied to or holds
 	deferred []*pb.DeferredEvent
+	file     string // the exported month the audit trail was read from (--file): no record, no entity
 }
 
 // runInspect prints one key's record, what its next delivery would be
@@ -67,7 +73,11 @@ func runInspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	in, err := inspectRun(ctx, &c)
+	run := inspectRun
+	if c.File != "" {
+		run = inspectFile
+	}
+	in, err := run(ctx, &c)
 	switch {
 	case errors.Is(err, errUsage):
 		return err
@@ -82,7 +92,10 @@ func runInspect(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return &exitError{code: exitCouldNotAsk, err: fmt.Errorf("inspect: %w", err)}
 	}
-	if in.record == nil {
+	if in.file != "" && len(in.audit) == 0 {
+		return &exitError{code: exitNotFound, err: fmt.Errorf("inspect: %s holds no audit entry of %s in %s/%s", in.file, printable(c.key()), c.Namespace, c.Provider)}
+	}
+	if in.record == nil && in.file == "" {
 		return &exitError{code: exitNotFound, err: fmt.Errorf("inspect: no record of %s in %s/%s: it was never claimed, "+
 			"it was only deferred or superseded, or its window ended and it was pruned", printable(c.key()), c.Namespace, c.Provider)}
 	}
@@ -157,6 +170,24 @@ func inspectRun(ctx context.Context, c *inspectConfig) (*inspection, error) {
 		if err := in.readEntity(ctx, c, conn, rec); err != nil {
 			return nil, err
 		}
+	}
+	return in, nil
+}
+
+// inspectFile reads the key's audit trail from the exported month
+// c.File, a local file: no server is asked, and the record and entity are
+// not in it.
+func inspectFile(_ context.Context, c *inspectConfig) (*inspection, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	entries, err := auditfile.ReadKey(c.File, tiers.Key{Namespace: c.Namespace, Provider: c.Provider, Key: c.key()})
+	if err != nil {
+		return nil, err
+	}
+	in := &inspection{file: c.File}
+	for _, e := range entries {
+		in.audit = append(in.audit, service.AuditEntryProto(e))
 	}
 	return in, nil
 }
@@ -242,7 +273,9 @@ func (in *inspection) writeJSON(w io.Writer) error {
 func (in *inspection) writeText(w io.Writer, ns, provider, key string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s/%s/%s\n", ns, provider, printable(key))
-	if r := in.record; r != nil {
+	if in.file != "" {
+		fmt.Fprintf(tw, "  exported audit month %s: the record and entity are not in it (inspect without --file asks claimd)\n", in.file)
+	} else if r := in.record; r != nil {
 		released := ""
 		if r.GetReleased() {
 			released = ", released"

@@ -68,6 +68,8 @@ func commands() []command {
 			func(fs *flag.FlagSet) { bindProviders(fs, new(providersConfig)) }, runProviders},
 		{"prune", "run one retention pass now and report what it deleted (--dry-run: what it would)",
 			func(fs *flag.FlagSet) { bindPrune(fs, new(pruneConfig)) }, runPrune},
+		{"audit-export", "write one month of PostgreSQL's audit log to DIR/<partition>.parquet (--month YYYY-MM --out DIR), for DuckDB, ClickHouse, Spark or claimd inspect --file",
+			func(fs *flag.FlagSet) { bindAuditExport(fs, new(auditExportConfig)) }, runAuditExport},
 		{"capacity", "size Redis, PostgreSQL and CPU for an event rate (--rate 2000/s), from sizes measured on real servers",
 			func(fs *flag.FlagSet) { bindCapacity(fs, new(capacityConfig)) }, runCapacity},
 		{"token new", "print a fresh bearer token and the auth file lines that list its hash",

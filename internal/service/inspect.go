@@ -184,6 +184,10 @@ func pageTokenErr(msg string, err error) error {
 	return err
 }
 
+// AuditEntryProto is e as ListAudit answers it (claimd inspect --file shows
+// an exported month's entries as it shows the live ones).
+func AuditEntryProto(e tiers.AuditEntry) *pb.AuditEntry { return pbAuditEntry(e) }
+
 func pbAuditEntry(e tiers.AuditEntry) *pb.AuditEntry {
 	return &pb.AuditEntry{
 		At:              ts(e.At),

@@ -24,9 +24,10 @@ const (
 	MaxAttemptIDBytes = 128
 	MaxResultBytes    = 64 << 10
 	MaxWait           = 30 * time.Second
-	// MaxWindow bounds ClaimRequest.window: the audit log's default
-	// retention, so that every claim of a window can still be explained
-	// while duplicates of it are suppressed.
+	// MaxWindow bounds ClaimRequest.window (the API's 400 days). A window
+	// longer than the audit retention (--retention, 35 days by default)
+	// outlives the audit rows of its first claim in the live log; the
+	// exported months (--audit-export-dir) still explain it.
 	MaxWindow   = 400 * 24 * time.Hour
 	sha256Bytes = 32
 )
