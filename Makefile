@@ -23,6 +23,10 @@ STATICCHECK_VERSION        := v0.8.2
 IMAGE ?= claimd:dev
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
+# GO_BENCH_ONCE runs each benchmark once, so none can rot, in the same test
+# binaries as the tests (under -race, after them): a separate non-race pass
+# linked every test binary a second time for a few seconds of benchmarks.
+GO_BENCH_ONCE := -bench . -benchtime 1x
 ARGS ?=
 # CLIENT_MODULE is the Go client, a module of its own: ./... at the root does
 # not descend into it, so the Go targets name it.
@@ -86,20 +90,14 @@ build: ## build bin/claimd, its version from git (scripts/version.sh; VERSION=..
 run: build ## start claimd with embedded tiers on 127.0.0.1:50051 (ARGS="--flag ..." to add flags)
 	./bin/claimd serve $(ARGS)
 
-test: ## every test: Go with -race (real Redis, Redis Cluster, Sentinel and PostgreSQL, installed when missing), the chart (helm lint/template in process), each benchmark once, the Go, Python, TypeScript and Java clients
+test: ## every test: Go with -race and each benchmark once (real Redis, Redis Cluster, Sentinel and PostgreSQL, installed when missing), the chart (helm lint/template in process), the Python, TypeScript and Java clients side by side
 	./scripts/test-deps.sh
-	go test $(GO_TEST_FLAGS) ./...
-	cd $(CLIENT_MODULE) && go test $(GO_TEST_FLAGS) ./...
-	@echo "== each Go benchmark once, so none can rot"
-	go test -run '^$$' -bench . -benchtime 1x -timeout 15m ./...
-	@echo "== the Helm chart (after the benchmarks: the claimd it builds for its flags reuses their non-race packages)"
+	go test $(GO_TEST_FLAGS) $(GO_BENCH_ONCE) ./...
+	cd $(CLIENT_MODULE) && go test $(GO_TEST_FLAGS) $(GO_BENCH_ONCE) ./...
+	@echo "== the Helm chart"
 	$(MAKE) --no-print-directory helm
-	@echo "== Python client and example"
-	./clients/python/test.sh
-	@echo "== TypeScript client and Node example"
-	./clients/typescript/test.sh
-	@echo "== Java client and example"
-	./clients/java/test.sh
+	@echo "== the Python, TypeScript and Java clients and examples, side by side"
+	./scripts/test-clients.sh
 
 dist: ## dist/: claimd, the Python wheel and sdist, the npm tarball and a Maven repository with the Java client, all of one version from git (scripts/version.sh)
 	./scripts/dist.sh

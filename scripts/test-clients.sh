@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# test-clients.sh runs the Python, TypeScript and Java clients' suites
+# (clients/*/test.sh) side by side, as make test's last step. Each spends most
+# of its time waiting, not computing (leases expiring, claimd and PostgreSQL
+# starting, effectspec's killed and paused receivers), so together they take
+# about as long as the longest of them instead of the sum.
+#
+# Each suite writes to a log file of its own; its log is printed whole once it
+# ends, in a fixed order (Python, TypeScript, Java), so the output reads as if
+# they had run one after another, with each runner's closing lines. Any
+# failure fails this script, naming the suite, after every log is printed.
+# CLIENT_SUITES="python java" runs only those (make test runs all three).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+read -r -a suites <<<"${CLIENT_SUITES:-python typescript java}"
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+
+declare -A title=(
+	[python]="Python client and example"
+	[typescript]="TypeScript client and Node example"
+	[java]="Java client and example"
+)
+
+for s in "${suites[@]}"; do
+	[[ -n "${title[$s]:-}" ]] || {
+		echo "test-clients: unknown suite $s (python, typescript, java)" >&2
+		exit 2
+	}
+done
+
+declare -A pid
+for s in "${suites[@]}"; do
+	# SECONDS per suite: each prints how long it took beside its result.
+	(
+		start=$SECONDS
+		rc=0
+		"$repo/clients/$s/test.sh" || rc=$?
+		echo "$((SECONDS - start))" >"$logs/$s.seconds"
+		exit "$rc"
+	) </dev/null >"$logs/$s.log" 2>&1 &
+	pid[$s]=$!
+done
+echo "test-clients: ${suites[*]} started side by side; each log follows when it ends"
+
+failed=()
+for s in "${suites[@]}"; do
+	rc=0
+	wait "${pid[$s]}" || rc=$?
+	echo "== ${title[$s]}"
+	cat "$logs/$s.log"
+	if ((rc == 0)); then
+		echo "== ${title[$s]}: ok ($(cat "$logs/$s.seconds" 2>/dev/null || echo "?") s)"
+	else
+		echo "== ${title[$s]}: FAILED (exit $rc)"
+		failed+=("$s")
+	fi
+done
+if ((${#failed[@]} > 0)); then
+	echo "test-clients: failed: ${failed[*]}" >&2
+	exit 1
+fi
