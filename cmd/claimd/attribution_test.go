@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/metadata"
@@ -117,4 +118,16 @@ func TestServeAttributesWrites(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("audit_log (-want +got):\n%s", diff)
 	}
+}
+
+// rawInvisible reports the first character of s that claimd's log should
+// have escaped (internal/server's escapeLogAttr): a C1 control, a line or
+// paragraph separator, or a bidirectional control.
+func rawInvisible(s string) (rune, bool) {
+	for _, r := range s {
+		if (r >= 0x80 && r <= 0x9f) || r == 0x2028 || r == 0x2029 || unicode.Is(unicode.Bidi_Control, r) {
+			return r, true
+		}
+	}
+	return 0, false
 }

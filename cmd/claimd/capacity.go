@@ -11,18 +11,19 @@ import (
 
 	"github.com/claimd/claimd/internal/capacity"
 	"github.com/claimd/claimd/internal/janitor"
+	"github.com/claimd/claimd/internal/server"
 )
 
 // capacityConfig is what claimd capacity reads.
 type capacityConfig struct {
-	commonConfig
+	server.RegistryConfig
 	Rate     string
 	Provider string
 	In       capacity.Input
 }
 
 func bindCapacity(fs *flag.FlagSet, c *capacityConfig) {
-	bindRegistry(fs, &c.commonConfig)
+	bindRegistry(fs, &c.RegistryConfig)
 	fs.StringVar(&c.Rate, "rate", "", "new events per second, e.g. 2000/s (also /m, /h); required")
 	fs.StringVar(&c.Provider, "provider", "stripe", "provider or group whose window (ttl) the records keep")
 	fs.IntVar(&c.In.ResultBytes, "result-bytes", 256, "bytes of result stored per settled event")
@@ -53,7 +54,7 @@ func runCapacity(_ context.Context, args []string, stdout, _ io.Writer) error {
 	case in.Grace < 0 || in.Retention <= 0:
 		return fmt.Errorf("%w: --grace must not be negative and --retention must be positive", errUsage)
 	}
-	reg, err := c.registry()
+	reg, err := c.Registry()
 	if err != nil {
 		return err
 	}

@@ -2,19 +2,13 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/claimd/claimd/internal/horizon"
 	"github.com/claimd/claimd/internal/testenv"
@@ -443,43 +437,5 @@ func TestMigrateSaysWhatItApplied(t *testing.T) {
 	r = runEnv(t, nil, "migrate", "--data-dir", t.TempDir(), "--partition-claims", "4")
 	if r.code != 2 || !strings.Contains(r.stderr, "--partition-claims needs --postgres-url") {
 		t.Errorf("claimd migrate --partition-claims (embedded) = exit %d, %q; want exit 2 naming --postgres-url", r.code, r.stderr)
-	}
-}
-
-// TestRedisLogsJoinTheLog: go-redis's own messages (here a failed dial)
-// become records of claimd's log, not plain text lines within it.
-func TestRedisLogsJoinTheLog(t *testing.T) {
-	var buf bytes.Buffer
-	c := commonConfig{LogLevel: "info", LogFormat: "json"}
-	if _, err := c.logger(&buf); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { routeLibraryLogs(slog.New(slog.DiscardHandler)) })
-
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close() // nothing listens there now
-	client := goredis.NewClient(&goredis.Options{Addr: addr, DialerRetries: 1, MaxRetries: -1})
-	defer client.Close()
-	if err := client.Ping(context.Background()).Err(); err == nil {
-		t.Fatal("Ping of a closed port succeeded")
-	}
-
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	found := false
-	for _, l := range lines {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(l), &rec); err != nil {
-			t.Fatalf("a log line is not JSON: %q", l)
-		}
-		if rec["component"] == "go-redis" && rec["level"] == "WARN" && strings.Contains(rec["msg"].(string), "failed to dial") {
-			found = true
-		}
-	}
-	if !found {
-		t.Errorf("log = %q, want a WARN record of component go-redis about the failed dial", buf.String())
 	}
 }

@@ -61,17 +61,23 @@ func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
 	return nil
 }
 
-// bindMigrate registers migrate's flags: the durable tier and the log.
-func bindMigrate(fs *flag.FlagSet, c *commonConfig) {
-	bindDurable(fs, c)
-	bindLog(fs, c)
+// migrateConfig is the migrate command's flags: the durable tier and the
+// log.
+type migrateConfig struct {
+	server.TierConfig
+	server.LogConfig
+}
+
+func bindMigrate(fs *flag.FlagSet, c *migrateConfig) {
+	bindDurable(fs, &c.TierConfig)
+	bindLog(fs, &c.LogConfig)
 }
 
 // runMigrate applies the durable tier's pending migrations and says which
 // it applied, or that there were none.
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
-		c          commonConfig
+		c          migrateConfig
 		partitions int
 	)
 	fs := newFlagSet("migrate")
@@ -100,7 +106,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	// The embedded tier migrates when it opens.
-	log, err := c.logger(stderr)
+	log, err := c.Logger(stderr)
 	if err != nil {
 		return err
 	}
@@ -124,13 +130,13 @@ func openTiers(ctx context.Context, c *server.TierConfig, log *slog.Logger) (*se
 
 // providersConfig is the providers command's flags.
 type providersConfig struct {
-	commonConfig
+	server.RegistryConfig
 	Check string
 	Dump  bool
 }
 
 func bindProviders(fs *flag.FlagSet, c *providersConfig) {
-	bindRegistry(fs, &c.commonConfig)
+	bindRegistry(fs, &c.RegistryConfig)
 	fs.StringVar(&c.Check, "check", "", "validate this providers `FILE` and exit (non-zero on errors)")
 	fs.BoolVar(&c.Dump, "dump", false, "print the built-in providers.yaml, a starting point for a file of your own (or one that says extends: builtin)")
 }
@@ -160,7 +166,7 @@ func runProviders(_ context.Context, args []string, stdout, _ io.Writer) error {
 		fmt.Fprintf(stdout, "%s: ok (%d providers and groups, %d lifecycles)\n", c.Check, len(reg.List()), lifecycles)
 		return nil
 	}
-	reg, err := c.registry()
+	reg, err := c.Registry()
 	if err != nil {
 		return err
 	}
@@ -207,14 +213,15 @@ func runTokenNew(_ context.Context, args []string, stdout, _ io.Writer) error {
 
 // pruneConfig is the prune command's flags.
 type pruneConfig struct {
-	commonConfig
+	server.TierConfig
+	server.LogConfig
 	server.RetentionConfig
 	DryRun bool
 }
 
 func bindPrune(fs *flag.FlagSet, c *pruneConfig) {
-	bindDurable(fs, &c.commonConfig)
-	bindLog(fs, &c.commonConfig)
+	bindDurable(fs, &c.TierConfig)
+	bindLog(fs, &c.LogConfig)
 	bindRetention(fs, &c.RetentionConfig)
 	fs.BoolVar(&c.DryRun, "dry-run", false, "count what a pass would delete, delete nothing")
 }
@@ -229,7 +236,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := c.RetentionConfig.Check(); err != nil {
 		return err
 	}
-	log, err := c.logger(stderr)
+	log, err := c.Logger(stderr)
 	if err != nil {
 		return err
 	}

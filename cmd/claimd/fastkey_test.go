@@ -3,15 +3,10 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/claimd/claimd/internal/server"
-	"github.com/claimd/claimd/internal/tiers"
 )
 
 // fastKeyFile writes a fast-tier key file of one fresh key (mode 0600) and
@@ -54,33 +49,5 @@ func TestFastTierKeyFileRefusals(t *testing.T) {
 		if strings.Contains(out, "hunter2") {
 			t.Errorf("%s: the refusal echoes the file's contents:\n%s", tc.desc, out)
 		}
-	}
-}
-
-// With --insecure and no key file, a single replica generates its key into
-// --data-dir (0600) on the first start and reads it back on the next, so
-// its records stay valid across restarts.
-func TestInsecureGeneratesFastTierKey(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dir := t.TempDir()
-	c := &serveConfig{commonConfig: commonConfig{TierConfig: server.TierConfig{RedisURL: "redis://127.0.0.1:1", DataDir: dir}}, securityConfig: securityConfig{Insecure: true}}
-	if err := c.checkFastKey(); err != nil {
-		t.Fatalf("checkFastKey(--insecure, no key file) = %v, want nil", err)
-	}
-	first, err := c.fastKeyring(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(filepath.Join(dir, fastKeyFileName))
-	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("generated key file = %v, %v; want mode 0600 in --data-dir", fi, err)
-	}
-	second, err := c.fastKeyring(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := tiers.Record{Key: tiers.Key{Namespace: "billing", Provider: "stripe", Key: "evt_1"}, State: tiers.StateSettled, Version: 1}
-	if !second.Verify(&rec, first.Sign(&rec)) {
-		t.Error("the key read back on the next start does not verify what the first start sealed")
 	}
 }

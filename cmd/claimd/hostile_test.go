@@ -23,6 +23,7 @@ import (
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
 	"github.com/claimd/claimd/internal/auth"
+	"github.com/claimd/claimd/internal/server"
 )
 
 // bombBytes is what each bomb decompresses to: the issue's 50 MiB.
@@ -293,8 +294,8 @@ func bombs(t *testing.T) []bomb {
 	jsonBomb := gzipped(t, []byte(`{"namespace":"billing","provider":"stripe","eventId":"evt_bomb","holder":"`), 'a', bombBytes, []byte(`"}`))
 	protoBomb := gzipped(t, holderPrefix(bombBytes), 'a', bombBytes, nil)
 	// Plain bodies past twice --max-request-bytes (the JSON allowance).
-	plainJSON := []byte(`{"namespace":"billing","provider":"stripe","eventId":"evt_big","holder":"` + strings.Repeat("a", 2*defaultMaxRequestBytes) + `"}`)
-	plainProto := append(holderPrefix(2*defaultMaxRequestBytes), bytes.Repeat([]byte("a"), 2*defaultMaxRequestBytes)...)
+	plainJSON := []byte(`{"namespace":"billing","provider":"stripe","eventId":"evt_big","holder":"` + strings.Repeat("a", 2*server.DefaultMaxRequestBytes) + `"}`)
+	plainProto := append(holderPrefix(2*server.DefaultMaxRequestBytes), bytes.Repeat([]byte("a"), 2*server.DefaultMaxRequestBytes)...)
 	connect := func(ct, enc string) http.Header {
 		h := http.Header{"Content-Type": {ct}, "Connect-Protocol-Version": {"1"}}
 		if enc != "" {

@@ -17,8 +17,13 @@ import (
 	"github.com/claimd/claimd/internal/textclip"
 )
 
+// reexec executes claimd anew to apply the timer slack
+// (server.Config.Reexec). main sets it: serve run by tests in their own
+// process must not execute the test binary, and applies no slack.
+var reexec func(env []string) error
+
 func main() {
-	reexec = execSelf
+	reexec = server.ExecSelf
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := realMain(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -58,12 +63,12 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "serve gRPC (default 127.0.0.1:50051) and HTTP (127.0.0.1:8080: the API over HTTP/JSON, Connect, gRPC-Web; metrics); the default command",
-			func(fs *flag.FlagSet) { bindServe(fs, new(serveConfig)) },
+			func(fs *flag.FlagSet) { bindServe(fs, new(server.Config)) },
 			func(ctx context.Context, args []string, _, stderr io.Writer) error {
 				return runServe(ctx, args, stderr)
 			}},
 		{"migrate", "apply the durable tier's schema migrations and say which ran (serve also applies them at start)",
-			func(fs *flag.FlagSet) { bindMigrate(fs, new(commonConfig)) }, runMigrate},
+			func(fs *flag.FlagSet) { bindMigrate(fs, new(migrateConfig)) }, runMigrate},
 		{"providers", "print the provider registry as derived (ttl = horizon + margin); --check FILE validates a file, --dump prints the built-in one",
 			func(fs *flag.FlagSet) { bindProviders(fs, new(providersConfig)) }, runProviders},
 		{"prune", "run one retention pass now and report what it deleted (--dry-run: what it would)",

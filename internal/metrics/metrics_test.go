@@ -346,7 +346,7 @@ func TestCountersMoveExactly(t *testing.T) {
 }
 
 // liteTarget lets a janitor pass run over the world's SQLite tier. The
-// server's target is wiring (cmd/claimd/targets.go); this one does what that
+// server's target is wiring (internal/server/tier_*.go); this one does what that
 // one does on a non-dry pass, which is all this test runs.
 type liteTarget struct{ s *sqlite.Store }
 

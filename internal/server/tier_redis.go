@@ -79,12 +79,12 @@ func redisEviction(ctx context.Context, rd *redis.Store) (metrics.Eviction, erro
 	return metrics.Eviction{Policy: policy, Known: true, Unsafe: redis.EvictsClaims(policy)}, nil
 }
 
-// RequireNoEviction is --require-noeviction: Redis must answer that its
+// requireNoEviction is --require-noeviction: Redis must answer that its
 // maxmemory-policy is noeviction. (Whatever the flag, the metrics sampler
 // reads the policy at start and on every sample, warns about one that may
 // evict claim keys and sets claimd_redis_eviction_policy_unsafe.) Tiers
 // without Redis pass.
-func (t *Tiers) RequireNoEviction(ctx context.Context) error {
+func (t *Tiers) requireNoEviction(ctx context.Context) error {
 	if t.redis == nil {
 		return nil
 	}

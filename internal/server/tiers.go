@@ -137,14 +137,6 @@ func (c *TierConfig) wrap(f tiers.Fast, d tiers.Durable) (tiers.Fast, tiers.Dura
 	return c.Wrap(f, d)
 }
 
-// Announce shows at start what an operator chose to risk (the embedded
-// tier's relaxed durability).
-func (t *Tiers) Announce(met *metrics.Metrics, log *slog.Logger) {
-	if t.announce != nil {
-		t.announce(met, log)
-	}
-}
-
 // Close closes the Store, then releases what the kind holds.
 func (t *Tiers) Close() error {
 	if t == nil {

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"errors"
@@ -12,11 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// execSelf is reexec on Linux: /proc/self/exe is this process's binary even
+// ExecSelf is Config.Reexec on Linux: /proc/self/exe is this process's binary even
 // if its file was replaced or removed since it started. Where no /proc is
 // mounted (a bare chroot), an absolute path claimd was started by, such as
 // the image's /claimd, names it too.
-func execSelf(env []string) error {
+func ExecSelf(env []string) error {
 	err := syscall.Exec("/proc/self/exe", os.Args, env)
 	if errors.Is(err, syscall.ENOENT) && filepath.IsAbs(os.Args[0]) {
 		err = syscall.Exec(os.Args[0], os.Args, env)
@@ -26,7 +26,7 @@ func execSelf(env []string) error {
 
 // applyTimerSlack gives every thread of the process a timer slack of want
 // (0: leaves the inherited one) and returns the slack the process runs
-// with. When the slack differs and reexec is not nil, it sets want on the
+// with. When the slack differs and reexec (Config.Reexec) is not nil, it sets want on the
 // calling thread and executes claimd again from there, which returns only if
 // that failed. An error leaves the process running with the slack returned.
 func applyTimerSlack(want time.Duration, reexec func(env []string) error) (time.Duration, error) {

@@ -1,10 +1,14 @@
-package main
+package server
 
 import (
+	goredis "github.com/redis/go-redis/v9"
+
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 )
@@ -35,8 +39,8 @@ func TestLogEscapesInvisible(t *testing.T) {
 	for _, format := range []string{"json", "text"} {
 		t.Run(format, func(t *testing.T) {
 			var buf bytes.Buffer
-			c := &commonConfig{LogLevel: "info", LogFormat: format}
-			log, err := c.logger(&buf)
+			c := &LogConfig{LogLevel: "info", LogFormat: format}
+			log, err := c.Logger(&buf)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,5 +80,43 @@ func TestLogEscapesInvisible(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRedisLogsJoinTheLog: go-redis's own messages (here a failed dial)
+// become records of claimd's log, not plain text lines within it.
+func TestRedisLogsJoinTheLog(t *testing.T) {
+	var buf bytes.Buffer
+	c := LogConfig{LogLevel: "info", LogFormat: "json"}
+	if _, err := c.Logger(&buf); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { routeLibraryLogs(slog.New(slog.DiscardHandler)) })
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there now
+	client := goredis.NewClient(&goredis.Options{Addr: addr, DialerRetries: 1, MaxRetries: -1})
+	defer client.Close()
+	if err := client.Ping(context.Background()).Err(); err == nil {
+		t.Fatal("Ping of a closed port succeeded")
+	}
+
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	found := false
+	for _, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("a log line is not JSON: %q", l)
+		}
+		if rec["component"] == "go-redis" && rec["level"] == "WARN" && strings.Contains(rec["msg"].(string), "failed to dial") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("log = %q, want a WARN record of component go-redis about the failed dial", buf.String())
 	}
 }

@@ -1,11 +1,11 @@
 //go:build !linux
 
-package main
+package server
 
 import "time"
 
-// execSelf is nil where there is no timer slack to apply.
-var execSelf func(env []string) error
+// ExecSelf is nil where there is no timer slack to apply.
+var ExecSelf func(env []string) error
 
 // applyTimerSlack does nothing where the kernel has no timer slack to set:
 // claimd runs with what the system gives it (0: unknown).

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"fmt"
@@ -19,14 +19,14 @@ const fastKeyFileName = "fast-tier.key"
 // records as forged: claimd does not guess, it asks for the file. The
 // embedded tiers' fast tier lives on claimd's own heap, where nothing but
 // claimd can write, so it needs no key.
-func (c *serveConfig) checkFastKey() error {
+func (c *Config) checkFastKey() error {
 	switch {
 	case c.FastTierKeyFile != "" && c.RedisURL == "":
-		return fmt.Errorf("%w: --fast-tier-key-file seals the records of the Redis fast tier: it needs --redis-url (the embedded tiers' fast tier lives in claimd's own memory)", errUsage)
+		return fmt.Errorf("%w: --fast-tier-key-file seals the records of the Redis fast tier: it needs --redis-url (the embedded tiers' fast tier lives in claimd's own memory)", ErrUsage)
 	case c.RedisURL != "" && c.FastTierKeyFile == "" && !c.Insecure:
 		return fmt.Errorf("%w: --redis-url needs --fast-tier-key-file: the key that seals the fast tier's records, the same file on every replica "+
 			"(one hex key a line, the first signs: openssl rand -hex 32 > fast-tier.key; chmod 0600 fast-tier.key), "+
-			"or pass --insecure to generate one into --data-dir for a single replica", errUsage)
+			"or pass --insecure to generate one into --data-dir for a single replica", ErrUsage)
 	}
 	return nil
 }
@@ -34,7 +34,7 @@ func (c *serveConfig) checkFastKey() error {
 // fastKeyring loads the keyring of the Redis fast tier: --fast-tier-key-file,
 // or with --insecure and no file a key generated into --data-dir on the
 // first start (0600) and read back on the next. nil without Redis.
-func (c *serveConfig) fastKeyring(log *slog.Logger) (*seal.Keyring, error) {
+func (c *Config) fastKeyring(log *slog.Logger) (*seal.Keyring, error) {
 	switch {
 	case c.RedisURL == "":
 		return nil, nil

@@ -1,14 +1,43 @@
-package main
+package server
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
 )
+
+// LogConfig is the log's flags (--log-level, --log-format), which every
+// command has.
+type LogConfig struct {
+	LogLevel  string
+	LogFormat string
+}
+
+// Logger is the log of c on w, every line through escapeLogAttr; the
+// libraries' own messages join it (routeLibraryLogs).
+func (c *LogConfig) Logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return nil, fmt.Errorf("%w: --log-level %q: %v", ErrUsage, c.LogLevel, err)
+	}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: escapeLogAttr}
+	var log *slog.Logger
+	switch strings.ToLower(c.LogFormat) {
+	case "json":
+		log = slog.New(slog.NewJSONHandler(w, opts))
+	case "text":
+		log = slog.New(slog.NewTextHandler(w, opts))
+	default:
+		return nil, fmt.Errorf("%w: --log-format %q: want json or text", ErrUsage, c.LogFormat)
+	}
+	routeLibraryLogs(log)
+	return log, nil
+}
 
 // routeLibraryLogs sends the messages that libraries log on their own into
 // log, so that every line claimd writes is one record of its format.

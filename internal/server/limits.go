@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"log/slog"
@@ -13,12 +13,12 @@ import (
 // past a bound is slowed or refused; the server's memory and goroutines
 // are not.
 const (
-	// defaultMaxRequestBytes bounds one gRPC request. The largest legitimate
+	// DefaultMaxRequestBytes (--max-request-bytes) bounds one gRPC request. The largest legitimate
 	// one is a Claim carrying a delivery: the provider's body (Stripe, Adyen
 	// and Shopify bodies are kilobytes) and its headers. gRPC's own 4 MiB,
 	// made explicit; GitHub allows 25 MB payloads, so a caller that sends
 	// whole GitHub deliveries raises --max-request-bytes or sends event_id.
-	defaultMaxRequestBytes = 4 << 20
+	DefaultMaxRequestBytes = 4 << 20
 	// maxConcurrentStreams bounds the calls in flight on one connection
 	// (each may wait up to MaxWait). Past it the client queues new calls
 	// (HTTP/2 SETTINGS) instead of failing them; 1024 is far above the 50
@@ -54,10 +54,10 @@ const (
 	httpReadHeaderTimeout = 5 * time.Second
 	httpReadTimeout       = 10 * time.Second
 	httpWriteTimeout      = 45 * time.Second
-	// defaultHTTPIdleTimeout closes a keep-alive connection with no
+	// DefaultHTTPIdleTimeout (--http-idle-timeout) closes a keep-alive connection with no
 	// request for this long. Without it (and no ReadTimeout) net/http keeps
 	// an idle connection forever.
-	defaultHTTPIdleTimeout = 2 * time.Minute
+	DefaultHTTPIdleTimeout = 2 * time.Minute
 	httpMaxHeaderBytes     = 64 << 10
 )
 

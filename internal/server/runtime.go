@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"log/slog"
@@ -41,10 +41,10 @@ const outsideGCPercent = 400
 // memory limit (memoryLimitRatio) still bounds both.
 const outsideHeapHeadroom = 128 << 20
 
-// gcPolicy is claimd's GOGC for a fast tier of kind fastKind (stores.go),
+// gcPolicy is claimd's GOGC for a fast tier of kind fastKind (tier_embedded.go),
 // and the least room between collections heapTuner keeps for it (0: none).
 func gcPolicy(fastKind string) (percent int, headroom uint64) {
-	if fastKind == "memory" { // the embedded tiers (internal/server)
+	if fastKind == fastInProcess {
 		return 100, 0
 	}
 	return outsideGCPercent, outsideHeapHeadroom

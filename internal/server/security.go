@@ -1,7 +1,6 @@
-package main
+package server
 
 import (
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,12 +14,12 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/claimd/claimd/internal/auth"
-	"github.com/claimd/claimd/internal/filewatch"
 	"github.com/claimd/claimd/internal/tlsconfig"
 )
 
-// securityConfig is how serve protects its listeners.
-type securityConfig struct {
+// SecurityConfig is how serve protects its listeners. Each field is the
+// flag of the same name (--tls-cert, --auth-file, …).
+type SecurityConfig struct {
 	TLSCert, TLSKey string
 	// TLSClientCA requires and verifies client certificates on gRPC (mTLS),
 	// on the HTTP listener's API calls and on /metrics.
@@ -47,43 +46,29 @@ type securityConfig struct {
 	FileCheckInterval time.Duration
 }
 
-func bindSecurity(fs *flag.FlagSet, s *securityConfig) {
-	fs.StringVar(&s.TLSCert, "tls-cert", "", "PEM certificate chain of both listeners (TLS 1.2+); re-read when it changes")
-	fs.StringVar(&s.TLSKey, "tls-key", "", "PEM private key of --tls-cert; re-read when it changes")
-	fs.StringVar(&s.TLSClientCA, "tls-client-ca", "", "PEM CA bundle: gRPC callers, HTTP API callers and /metrics scrapers must present a certificate it signed (mTLS); re-read when it changes")
-	fs.StringVar(&s.TLSIdentity, "tls-identity", string(auth.IdentityURI), "the one part of a client certificate that names its principal in the auth file: uri (its first URI SAN, as a SPIFFE ID), dns (its first DNS SAN) or cn (its subject common name); no other part is read, and a certificate whose identity names no principal is refused")
-	fs.StringVar(&s.TLSCRL, "tls-crl", "", "certificate revocation list of the --tls-client-ca CA (PEM or DER): a client certificate it lists is refused at the TLS handshake; re-read when it changes")
-	fs.StringVar(&s.AuthFile, "auth-file", "", "auth file (YAML): principals, their token hashes (optionally with expires:) or client certificate identities, namespaces and roles; re-read on SIGHUP and when it changes (see --file-check-interval); with it, /metrics needs a principal with role metrics or admin. Empty: no authentication")
-	fs.StringVar(&s.FastTierKeyFile, "fast-tier-key-file", "", "file of the keys that seal every record claimd keeps in Redis (HMAC-SHA-256), so that whoever can write to Redis cannot forge an answer: one hex key a line (openssl rand -hex 32), at least 32 bytes, # comments; the first key signs, every key verifies (rotate: add the new key first on every replica, remove the old one after the longest provider ttl). Required with --redis-url, the same file on every replica; with --insecure and none, one is generated into --data-dir")
-	fs.BoolVar(&s.Insecure, "insecure", false, "waive the start-up checks (a non-loopback listener without TLS and authentication, --tls-client-ca without --auth-file, an auth file, TLS key or fast-tier key file that other users may read, --redis-url without --fast-tier-key-file); logs a warning at every start")
-	fs.BoolVar(&s.Reflection, "reflection", true, "serve gRPC server reflection (grpcurl list/describe)")
-	fs.DurationVar(&s.FileCheckInterval, "file-check-interval", filewatch.DefaultInterval,
-		"how often, at most, the TLS files and the auth file are checked for a replacement (on the next handshake or call after it); SIGHUP re-reads them at once")
-}
-
 // check validates the flags that go together.
-func (s *securityConfig) check() error {
+func (s *SecurityConfig) check() error {
 	switch {
 	case (s.TLSCert == "") != (s.TLSKey == ""):
-		return fmt.Errorf("%w: --tls-cert and --tls-key go together", errUsage)
+		return fmt.Errorf("%w: --tls-cert and --tls-key go together", ErrUsage)
 	case s.TLSClientCA != "" && s.TLSCert == "":
-		return fmt.Errorf("%w: --tls-client-ca needs --tls-cert and --tls-key: client certificates are only asked for over TLS", errUsage)
+		return fmt.Errorf("%w: --tls-client-ca needs --tls-cert and --tls-key: client certificates are only asked for over TLS", ErrUsage)
 	case s.TLSCRL != "" && s.TLSClientCA == "":
-		return fmt.Errorf("%w: --tls-crl revokes client certificates: it needs --tls-client-ca, the CA that issued them", errUsage)
+		return fmt.Errorf("%w: --tls-crl revokes client certificates: it needs --tls-client-ca, the CA that issued them", ErrUsage)
 	}
 	if _, err := auth.ParseIdentityKind(s.TLSIdentity); err != nil {
-		return fmt.Errorf("%w: --tls-identity: %v", errUsage, err)
+		return fmt.Errorf("%w: --tls-identity: %v", ErrUsage, err)
 	}
 	return nil
 }
 
 // identityKind is --tls-identity, checked by check.
-func (s *securityConfig) identityKind() auth.IdentityKind { return auth.IdentityKind(s.TLSIdentity) }
+func (s *SecurityConfig) identityKind() auth.IdentityKind { return auth.IdentityKind(s.TLSIdentity) }
 
 // unboundCA is the refusal of --tls-client-ca without --auth-file, which
 // would let every certificate the CA signs call every RPC in every
 // namespace; "" when it does not apply.
-func (s *securityConfig) unboundCA() string {
+func (s *SecurityConfig) unboundCA() string {
 	if s.TLSClientCA == "" || s.AuthFile != "" {
 		return ""
 	}
@@ -98,7 +83,7 @@ func (s *securityConfig) unboundCA() string {
 // Kubernetes secret volume (root:fsGroup 0440) or a host's ssl-cert group
 // (0640) lets a service read its key. A file that cannot be read is left
 // to the loader, which names it.
-func (s *securityConfig) looseFiles() []string {
+func (s *SecurityConfig) looseFiles() []string {
 	var out []string
 	for _, f := range []struct{ flag, path string }{{"--auth-file", s.AuthFile}, {"--tls-key", s.TLSKey}, {"--fast-tier-key-file", s.FastTierKeyFile}} {
 		if f.path == "" {
@@ -151,7 +136,7 @@ func access(bits os.FileMode) string {
 // With api (--http-api) it carries the gRPC services too, and then needs
 // no less than gRPC: client certificates are required of its API calls as
 // of gRPC's (gateway.RequireClientCert), and the auth file applies to both.
-func (s *securityConfig) exposure(listen string, grpcAddr net.Addr, httpListen string, httpAddr net.Addr, api bool) []string {
+func (s *SecurityConfig) exposure(listen string, grpcAddr net.Addr, httpListen string, httpAddr net.Addr, api bool) []string {
 	var problems []string
 	if !isLoopback(grpcAddr) {
 		var add []string
@@ -190,7 +175,7 @@ func (s *securityConfig) exposure(listen string, grpcAddr net.Addr, httpListen s
 // listeners, --tls-client-ca without --auth-file, and the permissions of
 // the secret files. Each is refused without --insecure; with it, a warning
 // at every start names what it waived.
-func (s *securityConfig) admit(listen string, grpcAddr net.Addr, httpListen string, httpAddr net.Addr, api bool, log *slog.Logger) error {
+func (s *SecurityConfig) admit(listen string, grpcAddr net.Addr, httpListen string, httpAddr net.Addr, api bool, log *slog.Logger) error {
 	exposed := s.exposure(listen, grpcAddr, httpListen, httpAddr, api)
 	problems := slices.Concat(exposed, s.looseFiles())
 	if u := s.unboundCA(); u != "" {
@@ -198,9 +183,9 @@ func (s *securityConfig) admit(listen string, grpcAddr net.Addr, httpListen stri
 	}
 	switch {
 	case !s.Insecure && len(exposed) > 0:
-		return fmt.Errorf("%w: %s; or listen on 127.0.0.1, or pass --insecure to accept the risk", errUsage, strings.Join(problems, "; "))
+		return fmt.Errorf("%w: %s; or listen on 127.0.0.1, or pass --insecure to accept the risk", ErrUsage, strings.Join(problems, "; "))
 	case !s.Insecure && len(problems) > 0:
-		return fmt.Errorf("%w: %s; or pass --insecure to accept the risk", errUsage, strings.Join(problems, "; "))
+		return fmt.Errorf("%w: %s; or pass --insecure to accept the risk", ErrUsage, strings.Join(problems, "; "))
 	case s.Insecure && len(problems) == 0:
 		log.Warn("--insecure given, though every listener is on loopback or protected; remove it")
 	case s.Insecure:
@@ -216,7 +201,7 @@ func isLoopback(a net.Addr) bool {
 
 // reloader reads --tls-cert, --tls-key and --tls-client-ca; nil without
 // TLS.
-func (s *securityConfig) reloader(log *slog.Logger) (*tlsconfig.Reloader, error) {
+func (s *SecurityConfig) reloader(log *slog.Logger) (*tlsconfig.Reloader, error) {
 	if s.TLSCert == "" {
 		return nil, nil
 	}
@@ -236,7 +221,7 @@ func (s *securityConfig) reloader(log *slog.Logger) (*tlsconfig.Reloader, error)
 // certificate of the CA; with --auth-file besides, a principal with role
 // metrics or admin (by token, or by that certificate). Without either it is
 // open: on loopback, or waived by --insecure.
-func (s *securityConfig) guardMetrics(h http.Handler, authn *auth.Authenticator) http.Handler {
+func (s *SecurityConfig) guardMetrics(h http.Handler, authn *auth.Authenticator) http.Handler {
 	if authn != nil {
 		h = authn.RequireRole(auth.RoleMetrics, h)
 	}
@@ -253,7 +238,7 @@ func grpcCreds(r *tlsconfig.Reloader) grpc.ServerOption {
 }
 
 // tlsMode names the listeners' protection for the start-up log line.
-func (s *securityConfig) tlsMode() string {
+func (s *SecurityConfig) tlsMode() string {
 	switch {
 	case s.TLSClientCA != "":
 		return "mtls"

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"fmt"
@@ -44,14 +44,14 @@ const outsideTimerSlack = time.Millisecond
 // that waits for a holder, is 2 ms.
 const maxTimerSlack = 10 * time.Millisecond
 
-// autoTimerSlack is --timer-slack's default.
-const autoTimerSlack = "auto"
+// AutoTimerSlack is --timer-slack's default.
+const AutoTimerSlack = "auto"
 
 // timerSlackFor is the slack --timer-slack's value v asks for: a duration,
 // or auto (outsideTimerSlack when the records live outside the process,
 // and 0 otherwise). 0 keeps the slack claimd inherited.
 func timerSlackFor(v string, outside bool) (time.Duration, error) {
-	if v == autoTimerSlack {
+	if v == AutoTimerSlack {
 		if outside {
 			return outsideTimerSlack, nil
 		}
@@ -59,7 +59,7 @@ func timerSlackFor(v string, outside bool) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 || d > maxTimerSlack {
-		return 0, fmt.Errorf("%w: --timer-slack %q: want auto or a duration from 0 to %v", errUsage, v, maxTimerSlack)
+		return 0, fmt.Errorf("%w: --timer-slack %q: want auto or a duration from 0 to %v", ErrUsage, v, maxTimerSlack)
 	}
 	return d, nil
 }
@@ -68,9 +68,3 @@ func timerSlackFor(v string, outside bool) (time.Duration, error) {
 // apply the slack, so that a kernel that did not keep it across execve is
 // reported instead of executed again and again.
 const timerSlackExecEnv = "CLAIMD_INTERNAL_TIMER_SLACK_EXEC"
-
-// reexec replaces the process with a new image of claimd, given the same
-// arguments and env; it returns only if that failed. main sets it: serve run
-// by tests in their own process must not execute the test binary, and
-// applies no slack.
-var reexec func(env []string) error
