@@ -106,11 +106,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	}
 	// The embedded tier migrates when it opens.
-	log, err := c.Logger(stderr)
-	if err != nil {
-		return err
-	}
-	st, err := openTiers(ctx, &c.TierConfig, log)
+	st, _, err := openTiers(ctx, &c.TierConfig, &c.LogConfig, stderr)
 	if err != nil {
 		return err
 	}
@@ -121,11 +117,17 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-// openTiers opens the tiers of migrate and prune, which serve opens
-// itself (server.New): both with the crash points of a -tags chaos build.
-func openTiers(ctx context.Context, c *server.TierConfig, log *slog.Logger) (*server.Tiers, error) {
+// openTiers opens the tiers of migrate and prune, and their log on stderr;
+// serve opens its own (server.New). Both have the crash points of a -tags
+// chaos build.
+func openTiers(ctx context.Context, c *server.TierConfig, lc *server.LogConfig, stderr io.Writer) (*server.Tiers, *slog.Logger, error) {
+	log, err := lc.Logger(stderr)
+	if err != nil {
+		return nil, nil, err
+	}
 	withCrashPoints(c)
-	return server.OpenTiers(ctx, c, nil, log)
+	st, err := server.OpenTiers(ctx, c, nil, log)
+	return st, log, err
 }
 
 // providersConfig is the providers command's flags.
@@ -236,11 +238,7 @@ func runPrune(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := c.RetentionConfig.Check(); err != nil {
 		return err
 	}
-	log, err := c.Logger(stderr)
-	if err != nil {
-		return err
-	}
-	st, err := openTiers(ctx, &c.TierConfig, log)
+	st, log, err := openTiers(ctx, &c.TierConfig, &c.LogConfig, stderr)
 	if err != nil {
 		return err
 	}

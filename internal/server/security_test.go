@@ -11,10 +11,6 @@ import (
 // group (a Kubernetes secret volume is root:fsGroup 0440); any access by
 // other users, or write access by the group, is named with its fix.
 func TestLooseFiles(t *testing.T) {
-	key := filepath.Join(t.TempDir(), "secret")
-	if err := os.WriteFile(key, []byte("secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		mode os.FileMode
 		want string // "" for no complaint
@@ -26,7 +22,13 @@ func TestLooseFiles(t *testing.T) {
 		{0o660, "has mode 0660: its group may write it"},
 		{0o666, "other users of the host may read, write it and its group may write it"},
 	} {
-		path := withMode(t, key, tc.mode)
+		path := filepath.Join(t.TempDir(), "secret")
+		if err := os.WriteFile(path, []byte("secret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, tc.mode); err != nil { // past the umask
+			t.Fatal(err)
+		}
 		got := strings.Join((&SecurityConfig{TLSKey: path, AuthFile: path, FastTierKeyFile: path}).looseFiles(), "\n")
 		switch {
 		case tc.want == "" && got != "":
@@ -35,21 +37,4 @@ func TestLooseFiles(t *testing.T) {
 			t.Errorf("looseFiles() of mode %04o = %q, want --auth-file, --tls-key and --fast-tier-key-file named, saying %q", tc.mode, got, tc.want)
 		}
 	}
-}
-
-// withMode is a copy of the file at path with permissions mode.
-func withMode(t *testing.T, path string, mode os.FileMode) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), filepath.Base(path))
-	if err := os.WriteFile(out, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(out, mode); err != nil { // past the umask
-		t.Fatal(err)
-	}
-	return out
 }

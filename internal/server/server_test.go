@@ -1,13 +1,11 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,32 +16,14 @@ import (
 	"github.com/claimd/claimd/internal/filewatch"
 	"github.com/claimd/claimd/internal/janitor"
 	"github.com/claimd/claimd/internal/metrics"
+	"github.com/claimd/claimd/internal/testenv"
 	"github.com/claimd/claimd/internal/tiers/postgres"
 	"github.com/claimd/claimd/internal/tiers/sqlite"
 )
 
-// syncBuffer is a log destination that the server's goroutines and the
-// test may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // embeddedConfig is serve's flag defaults on the embedded tiers in dir,
 // both listeners on loopback ports of the kernel's choosing.
-func embeddedConfig(dir string, log *syncBuffer) Config {
+func embeddedConfig(dir string, log *testenv.LogBuffer) Config {
 	return Config{
 		TierConfig:      TierConfig{DataDir: dir, SQLiteDurability: sqlite.DurabilityFull.String(), PostgresSchema: postgres.DefaultSchema},
 		RetentionConfig: RetentionConfig{Grace: janitor.DefaultGrace, Batch: janitor.DefaultBatchSize, Retention: janitor.DefaultRetention},
@@ -66,7 +46,7 @@ func embeddedConfig(dir string, log *syncBuffer) Config {
 func TestNewRunDrain(t *testing.T) {
 	restoreRuntime(t) // New tunes the collector
 	dir := t.TempDir()
-	var log syncBuffer
+	var log testenv.LogBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s, err := New(ctx, embeddedConfig(dir, &log))
@@ -147,7 +127,7 @@ func TestNewRefusesBeforeOpening(t *testing.T) {
 		{"bad log format", func(c *Config) { c.LogFormat = "xml" }, "--log-format"},
 	} {
 		dir := t.TempDir()
-		var log syncBuffer
+		var log testenv.LogBuffer
 		c := embeddedConfig(dir, &log)
 		tc.edit(&c)
 		s, err := New(context.Background(), c)

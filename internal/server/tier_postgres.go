@@ -17,31 +17,19 @@ import (
 // The PostgreSQL durable tier, alone (--postgres-url) or behind Redis
 // (tier_redis.go).
 
-func openPostgresAlone(ctx context.Context, c *TierConfig, _ twotier.Observer, _ *slog.Logger) (*Tiers, error) {
-	pg, err := openPostgres(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	return postgresTiers(pg), nil
-}
-
-func openPostgres(ctx context.Context, c *TierConfig) (*postgres.Store, error) {
+// openPostgres opens PostgreSQL alone; a fast tier in front
+// (openRedisPostgres) replaces Store and FastKind.
+func openPostgres(ctx context.Context, c *TierConfig, _ twotier.Observer, _ *slog.Logger) (*Tiers, error) {
 	pg, err := postgres.New(ctx, postgres.Config{URL: c.PostgresURL, Schema: c.PostgresSchema, Migrate: true, Step: c.Step})
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	return pg, nil
-}
-
-// postgresTiers are the tiers of pg alone; a fast tier in front replaces
-// Store and FastKind.
-func postgresTiers(pg *postgres.Store) *Tiers {
 	return &Tiers{
 		Store: pg, Durable: pg, Mode: "postgres", Durability: "postgres",
 		FastKind: "none", DurableKind: "postgres",
 		Sources: metrics.Sources{DurableStats: pg.Stats},
 		Target:  postgresTarget(pg),
-	}
+	}, nil
 }
 
 // postgresTarget is the janitor's view of the PostgreSQL durable tier:

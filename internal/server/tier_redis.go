@@ -17,22 +17,21 @@ import (
 // which) in front of PostgreSQL.
 
 func openRedisPostgres(ctx context.Context, c *TierConfig, obs twotier.Observer, log *slog.Logger) (*Tiers, error) {
-	pg, err := openPostgres(ctx, c)
+	t, err := openPostgres(ctx, c, obs, log)
 	if err != nil {
 		return nil, err
 	}
 	rcfg, err := c.redisConfig(log)
 	if err != nil {
-		pg.Close()
+		t.Close()
 		return nil, err
 	}
 	rd, err := redis.New(ctx, rcfg)
 	if err != nil {
-		pg.Close()
+		t.Close()
 		return nil, fmt.Errorf("redis: %w", err)
 	}
-	t := postgresTiers(pg)
-	f, d := c.wrap(rd, pg)
+	f, d := c.wrap(rd, t.Durable)
 	t.Store, t.Mode, t.FastKind = twotier.New(f, d, twotier.Config{Observer: obs}), "redis+postgres", "redis"
 	t.Sources.FastLiveKeys = rd.LiveKeys
 	t.Sources.FastEviction = func(ctx context.Context) (metrics.Eviction, error) { return redisEviction(ctx, rd) }

@@ -61,7 +61,7 @@ type tierKind struct {
 
 var tierKinds = []tierKind{
 	{"redis+postgres", func(c *TierConfig) bool { return c.RedisURL != "" }, openRedisPostgres},
-	{"postgres", func(c *TierConfig) bool { return c.PostgresURL != "" }, openPostgresAlone},
+	{"postgres", func(c *TierConfig) bool { return c.PostgresURL != "" }, openPostgres},
 	{"embedded", func(*TierConfig) bool { return true }, openEmbedded},
 }
 
