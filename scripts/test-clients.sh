@@ -6,15 +6,17 @@
 # about as long as the longest of them instead of the sum.
 #
 # Each suite writes to a log file of its own; its log is printed whole once it
-# ends, in a fixed order (Python, TypeScript, Java), so the output reads as if
+# ends, in a fixed order (helm, Python, TypeScript, Java), so the output reads as if
 # they had run one after another, with each runner's closing lines. Any
 # failure fails this script, naming the suite, after every log is printed.
-# CLIENT_SUITES="python java" runs only those (make test runs all three);
+# The chart's test (make helm: helm's packages compiled, then a few claimd
+# runs) goes beside them too, first in the output. CLIENT_SUITES="python java"
+# runs only those;
 # CLIENT_SUITES_SERIAL=1 runs them one after another, as make test did before.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-read -r -a suites <<<"${CLIENT_SUITES:-python typescript java}"
+read -r -a suites <<<"${CLIENT_SUITES:-helm python typescript java}"
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
 
@@ -22,11 +24,19 @@ declare -A title=(
 	[python]="Python client and example"
 	[typescript]="TypeScript client and Node example"
 	[java]="Java client and example"
+	[helm]="the Helm chart"
 )
+# cmd runs suite $1: a client's test.sh, or the chart's Go test (make helm).
+cmd() {
+	case "$1" in
+	helm) "${MAKE:-make}" --no-print-directory -C "$repo" helm ;;
+	*) "$repo/clients/$1/test.sh" ;;
+	esac
+}
 
 for s in "${suites[@]}"; do
 	[[ -n "${title[$s]:-}" ]] || {
-		echo "test-clients: unknown suite $s (python, typescript, java)" >&2
+		echo "test-clients: unknown suite $s (python, typescript, java, helm)" >&2
 		exit 2
 	}
 done
@@ -37,7 +47,7 @@ for s in "${suites[@]}"; do
 	(
 		start=$SECONDS
 		rc=0
-		"$repo/clients/$s/test.sh" || rc=$?
+		cmd "$s" || rc=$?
 		echo "$((SECONDS - start))" >"$logs/$s.seconds"
 		echo "$rc" >"$logs/$s.rc"
 	) </dev/null >"$logs/$s.log" 2>&1 &
