@@ -355,10 +355,7 @@ func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([
 	}
 	defer rows.Close()
 	events, next, err := tiers.ScanPage(rows, limit, func() (tiers.DeferredEvent, error) { return scanDeferred(rows) }, p.Cursor)
-	if err != nil {
-		return nil, "", fail(ctx, "list deferred", err)
-	}
-	return events, next, nil
+	return events, next, fail(ctx, "list deferred", err)
 }
 
 // scanDeferred reads a row of deferred_list.sql.

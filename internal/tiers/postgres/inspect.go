@@ -86,10 +86,7 @@ LIMIT $` + strconv.Itoa(len(args))
 		rec.Key = k // scanRecord copied k before its provider and key were read
 		return rec, err
 	}, f.Cursor)
-	if err != nil {
-		return nil, "", fail(ctx, "list claims", err)
-	}
-	return recs, next, nil
+	return recs, next, fail(ctx, "list claims", err)
 }
 
 // timeBound is a filter's bound as a parameter: NULL for none, else rounded
@@ -122,10 +119,7 @@ func (s *Store) ListAudit(ctx context.Context, k tiers.Key, pg tiers.Page) ([]ti
 	}
 	defer rows.Close()
 	entries, next, err := tiers.ScanAuditPage(rows, k, limit, func() (tiers.AuditEntry, int64, error) { return scanAudit(rows) })
-	if err != nil {
-		return nil, "", fail(ctx, "list audit", err)
-	}
-	return entries, next, nil
+	return entries, next, fail(ctx, "list audit", err)
 }
 
 // scanAudit reads a row of audit_list.sql: an entry and its id.

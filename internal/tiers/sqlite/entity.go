@@ -278,10 +278,7 @@ func (s *Store) ListDeferred(ctx context.Context, p tiers.ListDeferredParams) ([
 	}
 	defer rows.Close()
 	events, next, err := tiers.ScanPage(rows, limit, func() (tiers.DeferredEvent, error) { return scanDeferred(rows) }, p.Cursor)
-	if err != nil {
-		return nil, "", translate(ctx, "list deferred", err)
-	}
-	return events, next, nil
+	return events, next, translate(ctx, "list deferred", err)
 }
 
 // scanDeferred reads a row of ListDeferred's query.

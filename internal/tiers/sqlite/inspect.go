@@ -77,10 +77,7 @@ func (s *Store) ListClaims(ctx context.Context, f tiers.ClaimFilter, pg tiers.Pa
 		rec.Key = k
 		return *rec, nil
 	}, f.Cursor)
-	if err != nil {
-		return nil, "", translate(ctx, "list claims", err)
-	}
-	return recs, next, nil
+	return recs, next, translate(ctx, "list claims", err)
 }
 
 // marks is n comma-separated placeholders.
@@ -112,10 +109,7 @@ func (s *Store) ListAudit(ctx context.Context, k tiers.Key, pg tiers.Page) ([]ti
 	}
 	defer rows.Close()
 	entries, next, err := tiers.ScanAuditPage(rows, k, limit, func() (tiers.AuditEntry, int64, error) { return scanAudit(rows) })
-	if err != nil {
-		return nil, "", translate(ctx, "list audit", err)
-	}
-	return entries, next, nil
+	return entries, next, translate(ctx, "list audit", err)
 }
 
 // scanAudit reads a row of ListAudit's query: an entry and its id.

@@ -296,8 +296,12 @@ func openError(ctx context.Context, path string, err error) error {
 // translate maps a driver error to the contract's errors: a done context
 // passes through unwrapped; lock timeouts, I/O failures and a full disk mean
 // the tier cannot serve now (ErrUnavailable, so the service fails closed and
-// the provider retries); anything else is reported as it is.
+// the provider retries); anything else is reported as it is. A nil err
+// stays nil.
 func translate(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		// The driver reports an interrupted statement as SQLITE_INTERRUPT;
 		// the caller wants to see its own cancellation.
