@@ -44,6 +44,10 @@ type Sizes struct {
 	// AuditRowsPerEvent is how many audit rows one event writes: its claim
 	// and its two transitions.
 	AuditRowsPerEvent float64 `json:"audit_rows_per_event"`
+	// ArchiveBytes is an audit row's share of the month's Parquet export
+	// (claimd audit-export, --audit-export-dir): what the months past the
+	// retention cost where they are kept.
+	ArchiveBytes float64 `json:"parquet_audit_bytes_per_row"`
 
 	CPU CPU `json:"cpu"`
 }
@@ -139,6 +143,8 @@ type Estimate struct {
 	ClaimBytes float64
 	AuditRows  float64 // audit rows: retention, plus the month being filled (only durable decisions are audited)
 	AuditBytes float64
+	// ArchiveMonth is a month of the audit log as a Parquet export.
+	ArchiveMonth float64
 
 	// Claims is the CPU per second of the claims alone (measured per call);
 	// Transitions that of the two transitions per event: a whole event of
@@ -159,6 +165,7 @@ func (s Sizes) Estimate(in Input) Estimate {
 	e.ClaimBytes = e.ClaimRows * at(s.ClaimsBytes, in.ResultBytes)
 	e.AuditRows = in.Rate * s.AuditRowsPerEvent * (in.Retention + month).Seconds()
 	e.AuditBytes = e.AuditRows * s.AuditBytes
+	e.ArchiveMonth = in.Rate * s.AuditRowsPerEvent * month.Seconds() * s.ArchiveBytes
 	e.Claims = s.CPU.NewClaim.scale(in.Rate).add(s.CPU.Duplicate.scale(in.Rate * in.Duplicates))
 	e.Transitions = s.CPU.Lifecycle.less(s.CPU.NewClaim).scale(in.Rate)
 	return e

@@ -25,7 +25,7 @@ func TestEstimate(t *testing.T) {
 	s := Sizes{
 		RedisBytes:  []Point{{0, 500}},
 		ClaimsBytes: []Point{{0, 400}},
-		AuditBytes:  200, AuditRowsPerEvent: 3,
+		AuditBytes:  200, AuditRowsPerEvent: 3, ArchiveBytes: 40,
 		CPU: CPU{NewClaim: Cost{Claimd: 100, Redis: 50, Postgres: 40}, Duplicate: Cost{Claimd: 30},
 			Lifecycle: Cost{Claimd: 300, Redis: 40, Postgres: 240}},
 	}
@@ -38,6 +38,7 @@ func TestEstimate(t *testing.T) {
 		{"Redis bytes", e.RedisBytes, 36000 * 500},
 		{"claim rows", e.ClaimRows, 72000},
 		{"audit rows", e.AuditRows, 10 * 3 * (24*3600 + 31*24*3600)},
+		{"a month of audit as Parquet", e.ArchiveMonth, 10 * 3 * 31 * 24 * 3600 * 40},
 		{"claims CPU of claimd (µs/s)", e.Claims.Claimd, 10*100 + 5*30},
 		{"transitions CPU of PostgreSQL (µs/s)", e.Transitions.Postgres, 10 * (240 - 40)},
 		{"transitions CPU of claimd (µs/s)", e.Transitions.Claimd, 10 * (300 - 100)},
@@ -56,7 +57,7 @@ func TestMeasuredLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.AuditBytes <= 0 || s.AuditRowsPerEvent <= 0 || s.CPU.NewClaim.Claimd <= 0 || s.CPU.Lifecycle.Claimd <= s.CPU.NewClaim.Claimd {
+	if s.AuditBytes <= 0 || s.AuditRowsPerEvent <= 0 || s.ArchiveBytes <= 0 || s.CPU.NewClaim.Claimd <= 0 || s.CPU.Lifecycle.Claimd <= s.CPU.NewClaim.Claimd {
 		t.Fatalf("Measured() = %+v: a figure is missing", s)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/claimd/claimd/internal/auditfile"
 	"github.com/claimd/claimd/internal/testenv"
 	"github.com/claimd/claimd/internal/tiers"
 	"github.com/claimd/claimd/internal/tiers/postgres"
@@ -58,6 +59,7 @@ func TestMeasure(t *testing.T) {
 	}
 	got.Redis, got.RedisBytes = measureRedis(ctx, t)
 	got.Postgres, got.ClaimsBytes, got.AuditBytes, got.AuditRowsPerEvent = measurePostgres(ctx, t)
+	got.ArchiveBytes = measureArchive(ctx, t)
 	got.CPU = benchCPU(t)
 
 	if *update {
@@ -88,6 +90,7 @@ func TestMeasure(t *testing.T) {
 		near(fmt.Sprintf("claims bytes per record with a %d-byte result", p.ResultBytes), p.Bytes, got.ClaimsBytes[i].Bytes)
 	}
 	near("audit bytes per row", want.AuditBytes, got.AuditBytes)
+	near("Parquet bytes per audit row", want.ArchiveBytes, got.ArchiveBytes)
 	if want.AuditRowsPerEvent != got.AuditRowsPerEvent {
 		t.Errorf("audit rows per event = %v measured, %v in sizes.json", got.AuditRowsPerEvent, want.AuditRowsPerEvent)
 	}
@@ -271,6 +274,60 @@ func measurePostgres(ctx context.Context, t *testing.T) (version string, claims 
 		st.Close()
 	}
 	return version, claims, math.Round(auditBytes / auditRows), auditRowsPerEvent
+}
+
+// measureArchive runs perStep events (claim, PROCESSING, SETTLED) through
+// the PostgreSQL store twice and exports the month's audit partition after
+// each (claimd audit-export's code): the difference over the rows added is
+// what a row costs in the Parquet file, its footer cancelled out. Unlike
+// measurePostgres's, these events look like real traffic to a compressor:
+// Stripe-like random event ids, and times 500 µs apart (2,000 events/s).
+func measureArchive(ctx context.Context, t *testing.T) float64 {
+	url := testenv.Postgres(t, postgres.Migrate)
+	st, err := postgres.New(ctx, postgres.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	start := time.Now()
+	n := 0
+	events := func() {
+		for range perStep {
+			n++
+			k := tiers.Key{Namespace: "billing", Provider: "stripe", Key: "evt_" + rand.Text()[:24]}
+			now := start.Add(time.Duration(n) * 500 * time.Microsecond)
+			res, err := st.Claim(ctx, claimParams(k, now))
+			if err != nil || res.Outcome != tiers.OutcomeAcquired {
+				t.Fatalf("Claim(%s) = %v, %v", k.Key, res.Outcome, err)
+			}
+			for _, to := range []tiers.State{tiers.StateProcessing, tiers.StateSettled} {
+				p := tiers.TransitionParams{Key: k, Now: now, Token: res.Record.Token, SecretHash: bytes.Repeat([]byte{2}, tiers.SecretHashBytes), To: to}
+				if _, _, err := st.Transition(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	exported := func() (size float64, rows int64) {
+		f, err := auditfile.Create(t.TempDir(), "month.parquet")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if rows, err = st.ExportAuditPartition(ctx, postgres.AuditPartitionName(start), f); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(f.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return float64(fi.Size()), rows
+	}
+	events()
+	s0, r0 := exported()
+	events()
+	s1, r1 := exported()
+	return math.Round((s1 - s0) / float64(r1-r0))
 }
 
 // benchCPU reads the CPU per call of claimd (Redis+PostgreSQL, claimload)

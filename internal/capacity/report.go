@@ -28,6 +28,7 @@ func (e Estimate) Write(w io.Writer, s Sizes) error {
 	p("\taudit rows\t%s\t(%.0f per event × (%s retention + the month being filled))", formatCount(e.AuditRows), s.AuditRowsPerEvent, days(in.Retention))
 	p("\taudit disk\t%s\t(%.0f bytes per row)", formatBytes(e.AuditBytes), s.AuditBytes)
 	p("\ttotal disk\t%s\t(live data; leave room for WAL, vacuum and growth)", formatBytes(e.ClaimBytes+e.AuditBytes))
+	p("Archive\taudit/month\t%s\t(the audit log as Parquet, kept past the retention with --audit-export-dir: %.0f bytes per row)", formatBytes(e.ArchiveMonth), s.ArchiveBytes)
 	p("")
 	p("CPU (cores)\tclaims\t+ transitions\ttotal")
 	total := e.Claims.add(e.Transitions)
