@@ -14,12 +14,12 @@ import (
 
 // auditExportConfig is claimd audit-export's flags.
 type auditExportConfig struct {
-	commonConfig
+	server.TierConfig
 	Month, Out string
 }
 
 func bindAuditExport(fs *flag.FlagSet, c *auditExportConfig) {
-	bindDurable(fs, &c.commonConfig)
+	bindDurable(fs, &c.TierConfig)
 	fs.StringVar(&c.Month, "month", "", "the UTC month to export, YYYY-MM; required")
 	fs.StringVar(&c.Out, "out", "", "existing directory the file is written to, as <partition>.parquet (mode 0600); required")
 }
