@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -54,9 +55,10 @@ func (s *Store) key(k tiers.Key) string {
 	return b.String()
 }
 
-// Reserve decides a claim in one round trip (reserve.lua): the script
-// places our pending marker or names the one it met, or returns the record
-// the key holds, from which Reserve decides as tiers.DecideFast does once
+// Reserve decides a claim in one round trip: one plain command places our
+// pending marker or names the one it met, or returns the record the key
+// holds (reserveFast; reserve.lua decides the rare rest, in a second), from
+// which Reserve decides as tiers.DecideFast does once
 // the record's seal verifies under the Store's keyring. A record that does
 // not verify (forged, copied from another key, edited, sealed with a key
 // this Store does not know, or not a record of this layout) is discarded
@@ -70,15 +72,21 @@ func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastR
 		return tiers.FastResult{}, fmt.Errorf("redis: Reserve %s: empty nonce", p.Key)
 	}
 	key := s.key(p.Key)
-	v, err := s.run(ctx, s.reserve, []string{key}, p.Now.UnixMicro(), p.Nonce, ceilMillis(p.PendingTTL)).Slice()
+	verdict, arg, err := s.reserveFast(ctx, key, p)
 	if err != nil {
-		return tiers.FastResult{}, s.fail(ctx, "reserve", key, err)
+		return tiers.FastResult{}, err
 	}
-	verdict, arg, err := replyOf(v)
-	if err != nil {
-		// A reply the script never gives. The durable tier can still
-		// answer.
-		return tiers.FastResult{}, tiers.Unavailable("redis", fmt.Errorf("reserve %s: %w", key, err))
+	if verdict == 0 {
+		// The rest, in reserve.lua, which decides them in one step.
+		v, err := s.run(ctx, s.reserve, []string{key}, p.Now.UnixMicro(), p.Nonce, ceilMillis(p.PendingTTL)).Slice()
+		if err != nil {
+			return tiers.FastResult{}, s.fail(ctx, "reserve", key, err)
+		}
+		if verdict, arg, err = replyOf(v); err != nil {
+			// A reply the script never gives. The durable tier can
+			// still answer.
+			return tiers.FastResult{}, tiers.Unavailable("redis", fmt.Errorf("reserve %s: %w", key, err))
+		}
 	}
 	switch verdict {
 	case verdictReserved:
@@ -106,6 +114,61 @@ func (s *Store) Reserve(ctx context.Context, p tiers.ReserveParams) (tiers.FastR
 		}
 	}
 	return tiers.FastResult{Verdict: tiers.FastTakeover, Record: tiers.Record{Key: p.Key}, Unverified: true}, nil
+}
+
+// reserveFast decides what it can of a Reserve in one plain command, no
+// script: SET of our pending marker, only where the key is free, answering
+// what the key held (SET NX GET). A free key is reserved (verdictReserved),
+// a record comes back to be verified and decided (verdictRecord), another
+// claim's live marker is named (verdictAskDurable): reserve.lua's answers,
+// from what its GET would have read. What remains, a marker that is ours
+// or past its time by our clock and a value of another type (a record in
+// an earlier layout), is left to reserve.lua (verdict 0), which replaces
+// them.
+func (s *Store) reserveFast(ctx context.Context, key string, p tiers.ReserveParams) (verdict int64, arg string, err error) {
+	ttl := ceilMillis(p.PendingTTL)
+	now := p.Now.UnixMicro()
+	v, err := s.run(ctx, nil, nil, "set", key, pendingMarker(now+ttl*1000, p.Nonce), "nx", "px", ttl, "get").Text()
+	switch {
+	case errors.Is(err, goredis.Nil):
+		return verdictReserved, "", nil
+	case goredis.HasErrorPrefix(err, "WRONGTYPE"):
+		return 0, "", nil
+	case err != nil:
+		return 0, "", s.fail(ctx, "reserve", key, err)
+	}
+	if till, owner, ok := parseMarker(v); ok {
+		if owner != p.Nonce && till > now {
+			return verdictAskDurable, owner, nil
+		}
+		return 0, "", nil
+	}
+	return verdictRecord, v, nil
+}
+
+// pendingMarker is the value of a claim's pending marker: 'p', the unix
+// microsecond its claim's lease ends, ':', the claim's nonce (reserve.lua
+// writes the same).
+func pendingMarker(tillMicros int64, nonce string) string {
+	return "p" + strconv.FormatInt(tillMicros, 10) + ":" + nonce
+}
+
+// parseMarker reads a pending marker; ok is false for any other value (a
+// record's first byte is its format, never 'p').
+func parseMarker(v string) (tillMicros int64, nonce string, ok bool) {
+	rest, ok := strings.CutPrefix(v, "p")
+	if !ok {
+		return 0, "", false
+	}
+	digits, nonce, ok := strings.Cut(rest, ":")
+	if !ok || digits == "" {
+		return 0, "", false
+	}
+	till, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	return till, nonce, true
 }
 
 // replyOf checks the shape of reserve.lua's reply: its verdict and, for a
@@ -183,11 +246,11 @@ func (s *Store) abortMarker(ctx context.Context, k tiers.Key, nonce string) (boo
 	return n == 1, nil
 }
 
-// run runs script on key's arguments, through the coalescer unless the
-// Store was configured without one.
+// run runs script on key's arguments, or with a nil script the command
+// args, through the coalescer unless the Store was configured without one.
 func (s *Store) run(ctx context.Context, script *goredis.Script, keys []string, args ...any) *goredis.Cmd {
 	if s.coalesce == nil {
-		return script.Run(ctx, s.client, keys, args...)
+		return scriptRun{script: script, keys: keys, args: args}.runAlone(ctx, s.client)
 	}
 	return s.coalesce.run(ctx, script, keys, args...)
 }

@@ -308,9 +308,13 @@ func TestNoScript(t *testing.T) {
 	if err := raw.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Reserve(ctx, tiers.ReserveParams{Key: k, Now: now, Nonce: "n1", PendingTTL: testPendingTTL})
-	if err != nil || res.Verdict != tiers.FastReserved {
-		t.Fatalf("Reserve(%q) after SCRIPT FLUSH = %+v, %v, want reserved", k.Key, res, err)
+	// The second Reserve meets its own marker, which only reserve.lua
+	// replaces.
+	for range 2 {
+		res, err := s.Reserve(ctx, tiers.ReserveParams{Key: k, Now: now, Nonce: "n1", PendingTTL: testPendingTTL})
+		if err != nil || res.Verdict != tiers.FastReserved {
+			t.Fatalf("Reserve(%q) after SCRIPT FLUSH = %+v, %v, want reserved", k.Key, res, err)
+		}
 	}
 	if deleted, err := s.abortMarker(ctx, k, "n1"); err != nil || !deleted {
 		t.Fatalf("Abort(%q) after SCRIPT FLUSH = %v, %v, want deleted", k.Key, deleted, err)
@@ -333,8 +337,9 @@ func TestEmptyNonce(t *testing.T) {
 	}
 }
 
-// TestOneRoundTrip: each step is one EVALSHA, never an EVAL or a second
-// command, once the scripts are cached.
+// TestOneRoundTrip: each step is one command, never an EVAL or a second
+// command, once the scripts are cached: a Reserve one SET (NX GET), an
+// Abort or a Put one EVALSHA.
 func TestOneRoundTrip(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	s := newStore(t, srv.URL())
@@ -374,7 +379,10 @@ func TestOneRoundTrip(t *testing.T) {
 			calls[name], _, _ = strings.Cut(rest, ",")
 		}
 	}
-	if calls["evalsha"] != strconv.Itoa(steps) || calls["eval"] != "" || calls["script|load"] != "" {
-		t.Fatalf("commands for %d steps: evalsha=%q eval=%q script|load=%q, want evalsha=%d and nothing else", steps, calls["evalsha"], calls["eval"], calls["script|load"], steps)
+	// commandstats counts a script's own calls too: Abort's GET and DEL,
+	// Put's GET and SET.
+	want := map[string]string{"set": "3", "evalsha": "2", "get": "2", "del": "1", "config|resetstat": "1"}
+	if steps != 4 || !cmp.Equal(calls, want) {
+		t.Fatalf("commands for %d steps: %v, want %v", steps, calls, want)
 	}
 }

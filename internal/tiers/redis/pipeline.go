@@ -32,11 +32,28 @@ type coalescer struct {
 	queue  *tiers.Queue[scriptRun, *goredis.Cmd]
 }
 
-// scriptRun is one script run: what script.Run takes.
+// scriptRun is one script run, what script.Run takes; or, with no script,
+// one plain command, args its every word.
 type scriptRun struct {
 	script *goredis.Script
 	keys   []string
 	args   []any
+}
+
+// send adds r to pipe.
+func (r scriptRun) send(ctx context.Context, pipe goredis.Pipeliner) *goredis.Cmd {
+	if r.script == nil {
+		return pipe.Do(ctx, r.args...)
+	}
+	return pipe.EvalSha(ctx, r.script.Hash(), r.keys, r.args...)
+}
+
+// runAlone sends r on its own, as it would go without the coalescer.
+func (r scriptRun) runAlone(ctx context.Context, client goredis.UniversalClient) *goredis.Cmd {
+	if r.script == nil {
+		return client.Do(ctx, r.args...)
+	}
+	return r.script.Run(ctx, client, r.keys, r.args...)
 }
 
 // scriptCall is one caller's script run, as the flusher sees it.
@@ -56,12 +73,14 @@ func newCoalescer(client goredis.UniversalClient) *coalescer {
 // close stops the flusher once the queue is drained.
 func (c *coalescer) close() { c.queue.Close() }
 
-// run runs script like script.Run, through the next pipeline.
+// run runs script like script.Run, or with a nil script the command args
+// like Do, through the next pipeline.
 func (c *coalescer) run(ctx context.Context, script *goredis.Script, keys []string, args ...any) *goredis.Cmd {
-	cmd, err := c.queue.TrySubmit(ctx, scriptRun{script: script, keys: keys, args: args})
+	r := scriptRun{script: script, keys: keys, args: args}
+	cmd, err := c.queue.TrySubmit(ctx, r)
 	switch {
 	case errors.Is(err, tiers.ErrNotQueued):
-		return script.Run(ctx, c.client, keys, args...)
+		return r.runAlone(ctx, c.client)
 	case err != nil:
 		// Gone before its pipeline, or while it was out.
 		cmd = goredis.NewCmd(ctx)
@@ -85,7 +104,7 @@ func (c *coalescer) flush(batch []*scriptCall) {
 	if len(batch) == 1 {
 		// Alone: exactly the plain call, on the caller's context.
 		q := batch[0]
-		q.Answer(q.Item.script.Run(q.Context(), c.client, q.Item.keys, q.Item.args...), nil)
+		q.Answer(q.Item.runAlone(q.Context(), c.client), nil)
 		return
 	}
 	// The pipeline outlives any one caller, bounded by the latest deadline
@@ -95,7 +114,7 @@ func (c *coalescer) flush(batch []*scriptCall) {
 	pipe := c.client.Pipeline()
 	cmds := make([]*goredis.Cmd, len(batch))
 	for i, q := range batch {
-		cmds[i] = pipe.EvalSha(ctx, q.Item.script.Hash(), q.Item.keys, q.Item.args...)
+		cmds[i] = q.Item.send(ctx, pipe)
 	}
 	pipe.Exec(ctx) // each command carries its own error
 	for i, q := range batch {
