@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -17,8 +18,9 @@ import (
 // The scripts, each documented in its own file. They run through go-redis's
 // Script.Run: EVALSHA of the SHA-1 of the source, and on a NOSCRIPT reply
 // (script cache flushed, failover to a replica that never saw it) EVAL of the
-// full source, which caches it again. A Reserve or Put is therefore one round
-// trip, two only right after the cache was lost. Concurrent calls share
+// full source, which caches it again. A Reserve or Put is one plain command
+// in the common case (reserveFast, putFast) and a script only in the rest;
+// an Abort, a Fill or a discard is one script. Concurrent calls share
 // their round trips: the coalescer (pipeline.go) sends them as one pipeline.
 var (
 	//go:embed reserve.lua
@@ -217,11 +219,66 @@ func (s *Store) putRecord(ctx context.Context, rec tiers.Record, marker string) 
 	}
 	key := s.key(rec.Key)
 	rec = stored(rec)
+	value := EncodeRecord(&rec, s.keys.Sign(&rec))
+	if marker == "" {
+		wrote, done, err := s.putFast(ctx, key, &rec, value)
+		if done || err != nil {
+			return wrote, err
+		}
+	}
+	return s.putScript(ctx, key, rec.Version, rec.WindowExpiresAt, value, marker)
+}
+
+// putFast is a Put in one plain command, no script: SET of the record until
+// its window ends, answering what the key held (SET PXAT GET). The key held
+// nothing, a pending marker or an older version of the record in the common
+// case, which the record replaces as put.lua would. When it held the same
+// or a newer version (a repair overtaken by a later write), that value goes
+// back with put.lua, which restores it only while the key still holds what
+// this Put wrote: between the two commands a reader may meet this older
+// copy, which is safe (a copy in progress is confirmed with the durable
+// tier; a terminal one is final within its window, and a copy of an
+// earlier window answers nothing). A value of another type (an earlier
+// layout) is left to put.lua (done is false).
+func (s *Store) putFast(ctx context.Context, key string, rec *tiers.Record, value []byte) (wrote, done bool, err error) {
+	text, err := s.run(ctx, nil, nil, "set", key, value, "pxat", windowEndMillis(rec.WindowExpiresAt), "get").Text()
+	prev := []byte(text)
+	switch {
+	case errors.Is(err, goredis.Nil):
+		return true, true, nil
+	case goredis.HasErrorPrefix(err, "WRONGTYPE"):
+		return false, false, nil
+	case err != nil:
+		return false, true, s.fail(ctx, "put", key, err)
+	}
+	if len(prev) == 0 || prev[0] == 'p' {
+		return true, true, nil // a pending marker, replaced as put.lua does
+	}
+	cur, _, derr := DecodeRecord(rec.Key, prev)
+	if derr != nil || !sameOrNewer(&cur, rec) {
+		return true, true, nil // older, or no record of this layout: replaced as put.lua does
+	}
+	if _, err := s.putScript(ctx, key, cur.Version, cur.WindowExpiresAt, prev, ""); err != nil {
+		return false, true, err
+	}
+	return false, true, nil
+}
+
+// sameOrNewer reports whether cur is the same or a newer version than rec,
+// by (window end, version) as put.lua orders them.
+func sameOrNewer(cur, rec *tiers.Record) bool {
+	cw, rw := cur.WindowExpiresAt.UnixMicro(), rec.WindowExpiresAt.UnixMicro()
+	return cw > rw || (cw == rw && cur.Version >= rec.Version)
+}
+
+// putScript is put.lua: value, the record of version and window, replaces
+// only what is older (or, with a marker, only that marker).
+func (s *Store) putScript(ctx context.Context, key string, version uint64, window time.Time, value []byte, marker string) (bool, error) {
 	n, err := s.run(ctx, s.put, []string{key},
-		rec.Version,
-		rec.WindowExpiresAt.UnixMicro(),
-		windowEndMillis(rec.WindowExpiresAt),
-		EncodeRecord(&rec, s.keys.Sign(&rec)),
+		version,
+		window.UnixMicro(),
+		windowEndMillis(window),
+		value,
 		marker,
 	).Int64()
 	if err != nil {

@@ -309,18 +309,22 @@ func TestNoScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The second Reserve meets its own marker, which only reserve.lua
-	// replaces.
+	// replaces; a Fill is always put.lua.
 	for range 2 {
 		res, err := s.Reserve(ctx, tiers.ReserveParams{Key: k, Now: now, Nonce: "n1", PendingTTL: testPendingTTL})
 		if err != nil || res.Verdict != tiers.FastReserved {
 			t.Fatalf("Reserve(%q) after SCRIPT FLUSH = %+v, %v, want reserved", k.Key, res, err)
 		}
 	}
-	if deleted, err := s.abortMarker(ctx, k, "n1"); err != nil || !deleted {
-		t.Fatalf("Abort(%q) after SCRIPT FLUSH = %v, %v, want deleted", k.Key, deleted, err)
+	if wrote, err := s.putRecord(ctx, claimRecord(k, now), "n1"); err != nil || !wrote {
+		t.Fatalf("Fill(%q) after SCRIPT FLUSH = %v, %v, want written", k.Key, wrote, err)
 	}
-	if wrote, err := s.putRecord(ctx, claimRecord(k, now), ""); err != nil || !wrote {
-		t.Fatalf("Put(%q) after SCRIPT FLUSH = %v, %v, want written", k.Key, wrote, err)
+	k2 := tiers.Key{Namespace: k.Namespace, Provider: k.Provider, Key: "evt_noscript_abort"}
+	if _, err := s.Reserve(ctx, tiers.ReserveParams{Key: k2, Now: now, Nonce: "n2", PendingTTL: testPendingTTL}); err != nil {
+		t.Fatal(err)
+	}
+	if deleted, err := s.abortMarker(ctx, k2, "n2"); err != nil || !deleted {
+		t.Fatalf("Abort(%q) after SCRIPT FLUSH = %v, %v, want deleted", k2.Key, deleted, err)
 	}
 	if got := raw.ScriptExists(ctx, scripts...).Val(); !cmp.Equal(got, []bool{true, true, true}) {
 		t.Fatalf("SCRIPT EXISTS after the fallback = %v, want all cached again", got)
@@ -338,8 +342,8 @@ func TestEmptyNonce(t *testing.T) {
 }
 
 // TestOneRoundTrip: each step is one command, never an EVAL or a second
-// command, once the scripts are cached: a Reserve one SET (NX GET), an
-// Abort or a Put one EVALSHA.
+// command, once the scripts are cached: a Reserve one SET (NX GET), a Put
+// one SET (PXAT GET), an Abort one EVALSHA.
 func TestOneRoundTrip(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	s := newStore(t, srv.URL())
@@ -379,9 +383,8 @@ func TestOneRoundTrip(t *testing.T) {
 			calls[name], _, _ = strings.Cut(rest, ",")
 		}
 	}
-	// commandstats counts a script's own calls too: Abort's GET and DEL,
-	// Put's GET and SET.
-	want := map[string]string{"set": "3", "evalsha": "2", "get": "2", "del": "1", "config|resetstat": "1"}
+	// commandstats counts a script's own calls too: Abort's GET and DEL.
+	want := map[string]string{"set": "3", "evalsha": "1", "get": "1", "del": "1", "config|resetstat": "1"}
 	if steps != 4 || !cmp.Equal(calls, want) {
 		t.Fatalf("commands for %d steps: %v, want %v", steps, calls, want)
 	}

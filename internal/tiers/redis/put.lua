@@ -1,4 +1,8 @@
--- put.lua: cache a record decided by the durable tier (tiers.Fast.Put).
+-- put.lua: cache a record decided by the durable tier (tiers.Fast.Put), in
+-- the cases a plain SET cannot decide alone (fast.go, putFast): a Fill;
+-- putting back a newer record a Put's SET ... GET displaced (the newer is
+-- this script's record then, replacing only the older one just written);
+-- and a key of another type.
 --
 -- KEYS[1]  the record key: <prefix>{<namespace>:<provider>:<key>}
 -- ARGV[1]  version of the record
