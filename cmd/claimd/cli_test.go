@@ -87,7 +87,7 @@ func TestCommandHelpShowsItsOwnFlags(t *testing.T) {
 		{[]string{"migrate", "--help"}, []string{"config", "data-dir", "log-format", "log-level", "partition-claims", "postgres-schema", "postgres-url", "sqlite-durability"}},
 		{[]string{"help", "migrate"}, []string{"config", "data-dir", "log-format", "log-level", "partition-claims", "postgres-schema", "postgres-url", "sqlite-durability"}},
 		{[]string{"providers", "-h"}, []string{"check", "config", "dump", "horizon-review-age", "providers"}},
-		{[]string{"prune", "--help"}, []string{"batch", "config", "data-dir", "dry-run", "grace", "log-format", "log-level", "postgres-schema", "postgres-url", "retention", "sqlite-durability"}},
+		{[]string{"prune", "--help"}, []string{"audit-export-dir", "batch", "config", "data-dir", "dry-run", "grace", "log-format", "log-level", "postgres-schema", "postgres-url", "retention", "sqlite-durability"}},
 		{[]string{"token", "new", "--help"}, []string{"config", "principal"}},
 		{[]string{"token", "--help"}, []string{"config", "principal"}},
 		{[]string{"version", "--help"}, nil},
