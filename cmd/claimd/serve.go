@@ -40,6 +40,7 @@ func bindServe(fs *flag.FlagSet, c *server.Config) {
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", server.DefaultHTTPIdleTimeout, "close an HTTP keep-alive connection idle this long")
 	fs.BoolVar(&c.RequireNoEviction, "require-noeviction", false, "refuse to start unless the Redis fast tier's maxmemory-policy is noeviction (read with CONFIG GET; a Redis that refuses it, or does not answer, fails the check); no effect without --redis-url")
 	fs.StringVar(&c.TimerSlack, "timer-slack", server.AutoTimerSlack, "Linux: how late the kernel may wake claimd's sleeping threads to batch their wake-ups (at most 10ms); claimd executes itself once more at start (same PID) to apply it, so that the Go runtime's monitor thread has it too. auto: 1ms with --postgres-url, and the inherited slack with the embedded tiers; 0 keeps the inherited slack")
+	fs.IntVar(&c.GCHeapHeadroomMiB, "gc-heap-headroom", server.DefaultGCHeapHeadroomMiB, "with Redis or PostgreSQL (records outside the process): the least the Go heap may grow between two collections, in MiB; more is fewer collections (less CPU per call, a lower p99) for more memory, 0 leaves GOGC=400 alone; the embedded tiers keep Go's default")
 	bindRetention(fs, &c.RetentionConfig)
 	bindSecurity(fs, &c.SecurityConfig)
 }

@@ -30,24 +30,32 @@ import (
 // runs).
 const outsideGCPercent = 400
 
-// outsideHeapHeadroom is the least the heap may grow between two
-// collections when claimd's records live outside the process, however small
-// its live heap: about 10 MiB under a benchmark's load, which GOGC=400 alone
-// let grow to 55 MiB, a collection every third of a second at 5 000 events
-// a second. Each collection's concurrent mark phase (about 10 ms on the two
-// cores) slows the calls it overlaps, and that was about 1.5 ms of a
-// lifecycle's p99 (bench/NOTES.md). The heap may grow to its live size plus
-// this, or five times its live size, whichever is more; a container's
-// memory limit (memoryLimitRatio) still bounds both.
-const outsideHeapHeadroom = 128 << 20
+// DefaultGCHeapHeadroomMiB is --gc-heap-headroom's default: the least the
+// heap may grow between two collections, in MiB, when claimd's records live
+// outside the process, however small its live heap. Its live heap is about
+// 10 MiB under a benchmark's load, which GOGC=400 alone let grow to 55 MiB,
+// a collection every third of a second at 5 000 events a second; each
+// collection's concurrent mark phase (about 10 ms on the two cores) slows
+// the calls it overlaps, and that was about 1.5 ms of a lifecycle's p99
+// at no headroom (bench/NOTES.md). 128 MiB took that away and cost 218 MiB
+// of peak RSS; 32 keeps the peak under 128 MiB (BENCHMARKS.md shows both
+// and what the lower one costs in CPU). The heap may grow to its live size
+// plus this, or five times its live size, whichever is more; a
+// container's memory limit (memoryLimitRatio) still bounds both.
+const DefaultGCHeapHeadroomMiB = 32
+
+// maxGCHeapHeadroomMiB bounds --gc-heap-headroom: 64 GiB, past any machine
+// claimd's heap could use.
+const maxGCHeapHeadroomMiB = 64 << 10
 
 // gcPolicy is claimd's GOGC for a fast tier of kind fastKind (tier_embedded.go),
-// and the least room between collections heapTuner keeps for it (0: none).
-func gcPolicy(fastKind string) (percent int, headroom uint64) {
+// and the least room between collections heapTuner keeps for it (0: none)
+// when --gc-heap-headroom is headroomMiB.
+func gcPolicy(fastKind string, headroomMiB int) (percent int, headroom uint64) {
 	if fastKind == fastInProcess {
 		return 100, 0
 	}
-	return outsideGCPercent, outsideHeapHeadroom
+	return outsideGCPercent, uint64(headroomMiB) << 20
 }
 
 // maxTunedGCPercent bounds what heapTuner sets: the heap of a process

@@ -32,9 +32,9 @@ func TestTuneRuntimeDefaults(t *testing.T) {
 	unsetenv(t, "GOMEMLIMIT")
 	unsetenv(t, "AUTOMEMLIMIT")
 	const cgroup = 1 << 30
-	gc, mem, tuner := tuneRuntime(outsideGCPercent, outsideHeapHeadroom, 0, memlimit.Limit(cgroup), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	gc, mem, tuner := tuneRuntime(outsideGCPercent, uint64(DefaultGCHeapHeadroomMiB)<<20, 0, memlimit.Limit(cgroup), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if tuner == nil {
-		t.Error("no heap tuner runs for a headroom of outsideHeapHeadroom")
+		t.Error("no heap tuner runs for the default headroom")
 	} else {
 		tuner.stop()
 	}
@@ -54,7 +54,7 @@ func TestTuneRuntimeKeepsTheEnvironment(t *testing.T) {
 	debug.SetMemoryLimit(256 << 20)
 	t.Setenv("GOGC", "150")
 	t.Setenv("GOMEMLIMIT", "256MiB")
-	gc, mem, tuner := tuneRuntime(outsideGCPercent, outsideHeapHeadroom, 0, memlimit.Limit(1<<30), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	gc, mem, tuner := tuneRuntime(outsideGCPercent, uint64(DefaultGCHeapHeadroomMiB)<<20, 0, memlimit.Limit(1<<30), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if gc != 150 || debug.SetGCPercent(gc) != 150 {
 		t.Errorf("GC percent = %d, want the environment's 150", gc)
 	}
@@ -94,11 +94,11 @@ func TestGCPolicyByFastTier(t *testing.T) {
 		percent  int
 		headroom uint64
 	}{
-		"redis":  {outsideGCPercent, outsideHeapHeadroom},
-		"none":   {outsideGCPercent, outsideHeapHeadroom},
+		"redis":  {outsideGCPercent, 32 << 20},
+		"none":   {outsideGCPercent, 32 << 20},
 		"memory": {100, 0},
 	} {
-		if percent, headroom := gcPolicy(kind); percent != want.percent || headroom != want.headroom {
+		if percent, headroom := gcPolicy(kind, 32); percent != want.percent || headroom != want.headroom {
 			t.Errorf("gcPolicy(%q) = %d, %d; want %d, %d", kind, percent, headroom, want.percent, want.headroom)
 		}
 	}

@@ -75,6 +75,9 @@ type Config struct {
 	// TimerSlack is the timer slack of claimd's threads: auto or a
 	// duration (timerslack.go).
 	TimerSlack string
+	// GCHeapHeadroomMiB is the least the heap may grow between two
+	// collections when the records live outside the process (runtime.go).
+	GCHeapHeadroomMiB int
 
 	// LogTo receives the log.
 	LogTo io.Writer
@@ -112,6 +115,9 @@ func (c *Config) check() (hosts []string, slack time.Duration, err error) {
 	}
 	if c.MaxNamespaces <= 0 {
 		return nil, 0, fmt.Errorf("%w: --metrics-max-namespaces must be positive", ErrUsage)
+	}
+	if c.GCHeapHeadroomMiB < 0 || c.GCHeapHeadroomMiB > maxGCHeapHeadroomMiB {
+		return nil, 0, fmt.Errorf("%w: --gc-heap-headroom must be 0 to %d (MiB)", ErrUsage, maxGCHeapHeadroomMiB)
 	}
 	slack, err = timerSlackFor(c.TimerSlack, c.PostgresURL != "")
 	return hosts, slack, err
@@ -272,7 +278,7 @@ func (s *Server) openTiers(ctx context.Context, slack time.Duration) error {
 		}
 	})
 	s.met.SetTiers(st.FastKind, st.DurableKind)
-	gc, headroom := gcPolicy(st.FastKind)
+	gc, headroom := gcPolicy(st.FastKind, s.cfg.GCHeapHeadroomMiB)
 	if _, _, tuner := tuneRuntime(gc, headroom, slack, memlimit.FromCgroup, s.log); tuner != nil {
 		s.onClose(tuner.stop)
 	}

@@ -125,6 +125,7 @@ func TestNewRefusesBeforeOpening(t *testing.T) {
 		{"negative grace", func(c *Config) { c.Grace = -time.Second }, "--grace -1s is negative"},
 		{"bad timer slack", func(c *Config) { c.TimerSlack = "1h" }, "--timer-slack"},
 		{"bad log format", func(c *Config) { c.LogFormat = "xml" }, "--log-format"},
+		{"negative heap headroom", func(c *Config) { c.GCHeapHeadroomMiB = -1 }, "--gc-heap-headroom must be 0 to"},
 	} {
 		dir := t.TempDir()
 		var log testenv.LogBuffer
