@@ -6,7 +6,7 @@
 #
 #   BENCH_DURATION  duration of each load run (default 15s; 2s for a smoke run)
 #   BENCH_CALLERS   concurrent callers (default 50)
-#   BENCH_TARGETS   subset of noop,naive,claimd-embedded,claimd-embedded-relaxed,claimd
+#   BENCH_TARGETS   subset of noop,naive,claimd-embedded,claimd-embedded-relaxed,claimd,claimd-heap128
 #                   (claimd-embedded-relaxed runs the new scenario only)
 #   BENCH_CLIENTS   subset of claimload,ghz (ghz is installed only when used)
 #   BENCH_SCENARIOS subset of lifecycle,lifecycle-start,new,dup,mix,contend
@@ -123,7 +123,7 @@ done
 	-work "$work" \
 	-duration "$duration" \
 	-c "${BENCH_CALLERS:-50}" \
-	-targets "${BENCH_TARGETS:-noop,naive,claimd-embedded,claimd-embedded-relaxed,claimd}" \
+	-targets "${BENCH_TARGETS:-noop,naive,claimd-embedded,claimd-embedded-relaxed,claimd,claimd-heap128}" \
 	-clients "$clients" \
 	-scenarios "${BENCH_SCENARIOS:-lifecycle,lifecycle-start,new,dup,mix,contend}" \
 	-replicas "${BENCH_REPLICAS-1,2,4}" \

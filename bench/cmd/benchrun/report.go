@@ -14,6 +14,7 @@ var displayNames = map[string]string{
 	targetEmbedded:        "claimd embedded",
 	targetEmbeddedRelaxed: "claimd embedded relaxed",
 	targetClaimd:          "claimd Redis+PG",
+	targetClaimdHeap:      "claimd Redis+PG, heap headroom 128 MiB",
 }
 
 var scenarioNames = map[string]string{
@@ -165,6 +166,17 @@ func writeTargets(w *strings.Builder, r *Report) {
 	}
 	if peak, ok := r.peakRSS(targetClaimd); ok {
 		p("| claimd Redis+PG: peak RSS under the standard load ≤ 128 MiB | both | %.0f MiB | – | – | %s |\n", peak, yes(peak <= 128))
+		if before, ok := r.peakRSS(targetClaimdHeap); ok {
+			for _, sc := range []string{scenarioLifecycle, scenarioNew} {
+				c, h := r.find(targetClaimd, sc, clientClaimload), r.find(targetClaimdHeap, sc, clientClaimload)
+				if c == nil || h == nil || c.Requests == 0 || h.Requests == 0 {
+					continue
+				}
+				p("| what the default heap headroom costs, %s: claimd's CPU per %s against %d MiB of headroom (peak RSS %.0f against %.0f MiB), p99 %.2f against %.2f ms | claimload | %.0f / %.0f µs = %.2f× | %s / %s | %s / %s | – |\n",
+					display(scenarioNames, sc), unitName(c), heapHeadroomBefore, peak, before, c.P99, h.P99, perCall(c, "server"), perCall(h, "server"), perCall(c, "server")/perCall(h, "server"),
+					r.other(c), r.other(h), clientCost(c), clientCost(h))
+			}
+		}
 	}
 	for _, cl := range r.Options.Clients {
 		c, o := r.find(targetClaimd, scenarioDup, cl), r.find(targetNoop, scenarioDup, cl)
@@ -184,6 +196,14 @@ func writeTargets(w *strings.Builder, r *Report) {
 		}
 	}
 	p("\n")
+}
+
+// unitName is what x's runs count: a claim or an event.
+func unitName(x *Result) string {
+	if lifecycle(x.Scenario) {
+		return "event"
+	}
+	return "claim"
 }
 
 // serverCPU is x's server-side CPU per request (per event): claimd (or
