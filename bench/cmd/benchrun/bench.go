@@ -384,10 +384,17 @@ func (b *bench) waitReady(t *target) error {
 	}
 }
 
-// runTarget starts a target, settles the keys its duplicate scenarios
-// claim, runs every scenario under every client, and stops it.
-func (b *bench) runTarget(id string) (err error) {
+// with starts target id, in a database of its own named db when db is
+// not "" (dropped by settleServers once its results are in), runs fn on it
+// and stops it.
+func (b *bench) with(id, db string, fn func(t *target) error) (err error) {
 	logf("starting %s", id)
+	if db != "" {
+		b.dbs[id] = db
+		if err := b.adminExec("CREATE DATABASE " + db); err != nil {
+			return err
+		}
+	}
 	t, err := b.startTarget(id)
 	if err != nil {
 		return err
@@ -397,6 +404,18 @@ func (b *bench) runTarget(id string) (err error) {
 			err = serr
 		}
 	}()
+	return fn(t)
+}
+
+// runTarget starts a target, settles the keys its duplicate scenarios
+// claim, runs every scenario under every client, and stops it.
+func (b *bench) runTarget(id string) error {
+	return b.with(id, "", b.measureTarget)
+}
+
+// measureTarget is runTarget's work on the started target.
+func (b *bench) measureTarget(t *target) error {
+	id := t.id
 	if err := b.settle(t); err != nil {
 		return fmt.Errorf("settling %d keys: %w", b.opts.dupKeys, err)
 	}

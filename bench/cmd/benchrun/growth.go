@@ -63,24 +63,15 @@ type PartitionDrop struct {
 }
 
 // runGrowth measures new-key claims at each of sizes stored claims.
-func (b *bench) runGrowth(sizes []int64) (err error) {
+func (b *bench) runGrowth(sizes []int64) error {
 	if len(sizes) == 0 {
 		return nil
 	}
-	logf("starting %s", targetGrowth)
-	b.dbs[targetGrowth] = "growth"
-	if err := b.adminExec("CREATE DATABASE growth"); err != nil {
-		return err
-	}
-	t, err := b.startTarget(targetGrowth)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if serr := t.stop(); serr != nil && err == nil {
-			err = serr
-		}
-	}()
+	return b.with(targetGrowth, "growth", func(t *target) error { return b.grow(t, sizes) })
+}
+
+// grow tops t's database up to each size in turn and measures there.
+func (b *bench) grow(t *target, sizes []int64) error {
 	ctx := b.ctx
 	conn, err := pgx.Connect(ctx, b.pgURL("growth"))
 	if err != nil {

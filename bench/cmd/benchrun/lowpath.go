@@ -154,27 +154,21 @@ func (b *bench) runOpenLoop() error {
 	return nil
 }
 
-func (b *bench) openLoop(id string, rate float64) (err error) {
-	logf("starting %s (open loop)", id)
+func (b *bench) openLoop(id string, rate float64) error {
 	// A fresh store: the closed-loop runs' rows are gone (settleServers
 	// dropped the database; the embedded data directory goes here).
+	db := ""
 	if id == targetClaimd {
-		b.dbs[id] = "openloop"
-		if err := b.adminExec("CREATE DATABASE openloop"); err != nil {
-			return err
-		}
+		db = "openloop"
 	} else if err := os.RemoveAll(filepath.Join(b.opts.workDir, id)); err != nil {
 		return err
 	}
-	t, err := b.startTarget(id)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if serr := t.stop(); serr != nil && err == nil {
-			err = serr
-		}
-	}()
+	return b.with(id, db, func(t *target) error { return b.openLoopOn(t, rate) })
+}
+
+// openLoopOn runs the open loop at rate against the started t.
+func (b *bench) openLoopOn(t *target, rate float64) error {
+	id := t.id
 	run := b.spec(scenarioLifecycle)
 	run.rate = rate
 	res, err := b.counted(func() (Result, error) { return b.loadWith(t, scenarioLifecycle, clientClaimload, run) })

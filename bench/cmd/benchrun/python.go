@@ -27,21 +27,13 @@ const (
 
 // runPython measures both layers. claimd runs throughout; its CPU is
 // metered in both layers' runs (idle in Powertools').
-func (b *bench) runPython() (err error) {
-	logf("starting %s", targetPython)
-	b.dbs[targetPython] = "python"
-	if err := b.adminExec("CREATE DATABASE python"); err != nil {
-		return err
-	}
-	t, err := b.startTarget(targetPython)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if serr := t.stop(); serr != nil && err == nil {
-			err = serr
-		}
-	}()
+func (b *bench) runPython() error {
+	return b.with(targetPython, "python", b.measurePython)
+}
+
+// measurePython runs both layers, first deliveries then duplicates,
+// against t.
+func (b *bench) measurePython(t *target) error {
 	for _, mode := range []string{pyFirst, pyDup} {
 		for _, impl := range []string{pyPowertools, pyClaimd} {
 			if err := b.redisAppendFsync(impl == pyPowertools); err != nil {
