@@ -34,8 +34,10 @@ func openPostgres(ctx context.Context, c *TierConfig, _ twotier.Observer, _ *slo
 
 // postgresTarget is the janitor's view of the PostgreSQL durable tier:
 // passes exclude each other across replicas through the janitor advisory
-// lock, and the audit log expires by whole monthly partitions (a DROP TABLE
-// leaves no dead tuples behind, where a DELETE of a month of rows would).
+// lock, and the audit log expires by whole monthly partitions, each
+// detached concurrently and then dropped (no dead tuples behind, where a
+// DELETE of a month of rows would leave them; no lock on audit_log that
+// claims would wait for).
 func postgresTarget(s *postgres.Store) janitor.Target { return pgTarget{s: s} }
 
 type pgTarget struct {

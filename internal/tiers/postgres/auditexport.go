@@ -56,58 +56,70 @@ func (s *Store) ExportAuditPartition(ctx context.Context, name string, sink Audi
 }
 
 // ArchiveAuditPartition exports the audit partition name to sink, as
-// ExportAuditPartition does, and drops it once sink committed; when the
-// export or the commit fails, the partition stays (the next pass tries
-// again). One transaction holds the partition in SHARE mode from before its
-// first row is read until it is dropped: a write to that month (only a
-// clock skewed by the whole retention period would make one) waits, or
-// fails with the drop's lock, rather than land in a partition already
-// exported. Other months' writes and every read go on meanwhile; audit_log
-// itself is locked only for the DROP, under the schema lock and
-// maintenanceLockTimeout like every partition change.
+// ExportAuditPartition does, and drops it once sink committed. It detaches
+// the partition first (DETACH PARTITION CONCURRENTLY, as
+// DropAuditPartitionsBefore does): from then on no write can land in it (a
+// write to that month, which only a clock skewed by the whole retention
+// period would make, fails as it would after the drop), so the file holds
+// every row the drop removes, and audit_log is never locked against other
+// months' writes, neither during the export nor during the drop. When the
+// export or the commit fails, the partition is attached again (the next
+// pass tries again); if even that fails, it stays detached and marked
+// (detachedMark), and the next pass exports it from there.
 func (s *Store) ArchiveAuditPartition(ctx context.Context, name string, sink AuditSink) (rows int64, err error) {
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+maintenanceLockTimeout+`'`); err != nil {
-			return err
-		}
-		if err := checkPartition(ctx, tx, name); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `LOCK TABLE `+pgx.Identifier{name}.Sanitize()+` IN SHARE MODE`); err != nil {
-			return err
-		}
+	p, err := findExpiring(ctx, s.pool, name)
+	if err != nil {
+		return 0, fail(ctx, "archive audit partition "+name, err)
+	}
+	if err := s.withSchemaLock(ctx, func(conn *pgx.Conn) error { return detachPartition(ctx, conn, p) }); err != nil {
+		return 0, fail(ctx, "archive audit partition "+name+": detach", err)
+	}
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
 		if rows, err = exportRows(ctx, tx, name, sink); err != nil {
 			return err
 		}
-		if err := sink.Commit(); err != nil {
-			return err
-		}
-		if err := lockSchema(ctx, tx); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `DROP TABLE `+pgx.Identifier{name}.Sanitize())
-		return err
+		return sink.Commit()
 	})
-	return rows, fail(ctx, "archive audit partition "+name, err)
+	if err != nil {
+		// Attached again even when ctx ended: a month out of audit_log's
+		// reads until the next pass is worse than a few more seconds.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if rerr := s.withSchemaLock(rctx, func(conn *pgx.Conn) error { return reattachPartition(rctx, conn, name) }); rerr != nil {
+			err = fmt.Errorf("%w (and attaching it again failed, so it stays detached for the next pass: %v)", err, rerr)
+		}
+		return rows, fail(ctx, "archive audit partition "+name, err)
+	}
+	err = s.withSchemaLock(ctx, func(conn *pgx.Conn) error { return dropDetached(ctx, conn, name) })
+	return rows, fail(ctx, "archive audit partition "+name+": drop", err)
 }
 
-// checkPartition makes sure name is an audit partition this package named
-// and that it is attached to audit_log: name goes into SQL as an
-// identifier, and only a partition may be exported or dropped.
-func checkPartition(ctx context.Context, tx pgx.Tx, name string) error {
+// findExpiring returns the audit partition name, attached or on its way
+// out (detachedMark), or ErrNoAuditPartition.
+func findExpiring(ctx context.Context, d db, name string) (expiring, error) {
 	if _, ok := parsePartitionName(name); !ok {
-		return fmt.Errorf("%w: %q is not an audit partition's name (audit_log_yYYYYmMM)", ErrNoAuditPartition, name)
+		return expiring{}, fmt.Errorf("%w: %q is not an audit partition's name (audit_log_yYYYYmMM)", ErrNoAuditPartition, name)
 	}
-	have, err := auditPartitions(ctx, tx)
+	parts, err := expiringPartitions(ctx, d)
 	if err != nil {
-		return err
+		return expiring{}, err
 	}
-	for _, n := range have {
-		if n == name {
-			return nil
+	for _, p := range parts {
+		if p.name == name {
+			return p, nil
 		}
 	}
-	return fmt.Errorf("%w: %s", ErrNoAuditPartition, name)
+	return expiring{}, fmt.Errorf("%w: %s", ErrNoAuditPartition, name)
+}
+
+// checkPartition makes sure name is an audit partition this package named,
+// attached to audit_log or on its way out (an archive that failed half
+// way): name goes into SQL as an identifier, and only a partition may be
+// exported or dropped.
+func checkPartition(ctx context.Context, tx pgx.Tx, name string) error {
+	_, err := findExpiring(ctx, tx, name)
+	return err
 }
 
 // exportRows streams the rows of the partition name into sink, in the

@@ -77,9 +77,15 @@ func (s *Store) TryJanitorLock(ctx context.Context) (release func(), ok bool, er
 // DropAuditPartitionsBefore(ctx, cutoff) would drop now, oldest first, and
 // drops nothing (claimd prune --dry-run).
 func (s *Store) AuditPartitionsBefore(ctx context.Context, cutoff time.Time) ([]string, error) {
-	have, err := auditPartitions(ctx, s.pool)
+	parts, err := expiringPartitions(ctx, s.pool)
 	if err != nil {
 		return nil, fail(ctx, "list audit partitions", err)
 	}
-	return partitionsEndingBy(have, cutoff), nil
+	var names []string
+	for _, p := range parts {
+		if p.endsBy(cutoff) {
+			names = append(names, p.name)
+		}
+	}
+	return names, nil
 }

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -126,43 +125,162 @@ func ensureAuditPartitions(ctx context.Context, d db, now time.Time, monthsAhead
 // DropAuditPartitionsBefore drops the audit partitions whose whole month
 // ends at or before cutoff (retention), and returns their names, oldest
 // first. Dropping a partition removes a month of rows at once, with none of
-// the dead tuples a DELETE would leave behind.
+// the dead tuples a DELETE would leave behind. Each is detached first, with
+// DETACH PARTITION CONCURRENTLY, and dropped once it is a table of its own:
+// audit_log is never locked against writes, neither while the detach waits
+// for a reader of the old month nor while the drop's commit removes the
+// month's files (seconds per few GiB, minutes for a busy month), which a
+// plain DROP of the partition would do holding audit_log exclusively, with
+// every claim's audit row queued behind it. On an error the partitions
+// dropped so far are returned with it; one left half done is finished by
+// the next call (detachedMark).
 func (s *Store) DropAuditPartitionsBefore(ctx context.Context, cutoff time.Time) (dropped []string, err error) {
-	have, err := auditPartitions(ctx, s.pool)
+	parts, err := expiringPartitions(ctx, s.pool)
 	if err != nil {
 		return nil, fail(ctx, "list audit partitions", err)
 	}
-	dropped = partitionsEndingBy(have, cutoff)
-	if len(dropped) == 0 {
-		return nil, nil
-	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := lockSchema(ctx, tx); err != nil {
-			return err
+	for _, p := range parts {
+		if !p.endsBy(cutoff) {
+			continue
 		}
-		for _, n := range dropped {
-			// IF EXISTS: another process may have dropped it meanwhile.
-			if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{n}.Sanitize()); err != nil {
+		if err := s.withSchemaLock(ctx, func(conn *pgx.Conn) error {
+			if err := detachPartition(ctx, conn, p); err != nil {
 				return err
 			}
+			return dropDetached(ctx, conn, p.name)
+		}); err != nil {
+			return dropped, fail(ctx, "drop audit partition "+p.name, err)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, fail(ctx, "drop audit partitions", err)
+		dropped = append(dropped, p.name)
 	}
 	return dropped, nil
 }
 
-// partitionsEndingBy picks, from names, the audit partitions whose whole
-// month ends at or before cutoff, oldest first: the ones retention drops.
-func partitionsEndingBy(names []string, cutoff time.Time) []string {
-	var out []string
-	for _, n := range names {
-		if m, ok := parsePartitionName(n); ok && !m.AddDate(0, 1, 0).After(cutoff) {
-			out = append(out, n)
+// detachedMark is the comment an audit partition carries from just before
+// claimd detaches it until it is dropped. A table of the schema named like
+// an audit partition, detached and marked, is one a pass left half done (a
+// crash, a lost connection, an export that failed twice): the next pass
+// exports or drops it as if it were still attached. A partition someone
+// detached by hand has no mark, and claimd leaves it alone.
+const detachedMark = "claimd: detached to drop"
+
+// partitionState is where an audit partition stands in its detach.
+type partitionState int
+
+const (
+	attached      partitionState = iota
+	detachPending                // a DETACH ... CONCURRENTLY that did not finish (lock timeout, lost session)
+	detached                     // a table of its own, marked detachedMark
+)
+
+// expiring is an audit partition maintenance may export and drop.
+type expiring struct {
+	name  string
+	state partitionState
+}
+
+// endsBy says whether p's whole month ends at or before cutoff.
+func (p expiring) endsBy(cutoff time.Time) bool {
+	m, ok := parsePartitionName(p.name)
+	return ok && !m.AddDate(0, 1, 0).After(cutoff)
+}
+
+// expiringPartitions lists the audit partitions, attached or on their way
+// out (detachedMark), oldest first.
+func expiringPartitions(ctx context.Context, d db) ([]expiring, error) {
+	rows, _ := d.Query(ctx, `SELECT c.relname::text,
+			CASE WHEN i.inhrelid IS NULL THEN $2::int WHEN i.inhdetachpending THEN $3::int ELSE $4::int END
+		FROM pg_class c
+		LEFT JOIN pg_inherits i ON i.inhrelid = c.oid AND i.inhparent = 'audit_log'::regclass
+		WHERE c.relkind = 'r'
+			AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'audit_log'::regclass)
+			AND (i.inhrelid IS NOT NULL OR obj_description(c.oid, 'pg_class') = $1)
+		ORDER BY 1`, detachedMark, int(detached), int(detachPending), int(attached))
+	parts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (expiring, error) {
+		var p expiring
+		err := r.Scan(&p.name, &p.state)
+		return p, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := parts[:0]
+	for _, p := range parts {
+		if _, ok := parsePartitionName(p.name); ok {
+			out = append(out, p)
 		}
 	}
-	sort.Strings(out) // the names sort by month
-	return out
+	return out, nil
+}
+
+// withSchemaLock runs fn on a session of its own that holds the schema
+// advisory lock (serialising it with Migrate and other partition changes)
+// and waits at most maintenanceLockTimeout for any lock. The session is
+// closed afterwards, never pooled: that releases the lock whatever
+// happened, and a DETACH ... CONCURRENTLY needs a session outside any
+// transaction block anyway.
+func (s *Store) withSchemaLock(ctx context.Context, fn func(*pgx.Conn) error) error {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	conn := pc.Hijack()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, `SET lock_timeout = '`+maintenanceLockTimeout+`'`); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, schemaLockKey); err != nil {
+		return err
+	}
+	return fn(conn)
+}
+
+// detachPartition takes p out of audit_log without locking audit_log
+// against writes: it marks p (detachedMark), then DETACH PARTITION
+// CONCURRENTLY (SHARE UPDATE EXCLUSIVE on audit_log, which the inserts of
+// other months never wait for), or FINALIZE for one an earlier detach left
+// pending. It waits for readers of p, up to maintenanceLockTimeout each.
+func detachPartition(ctx context.Context, conn *pgx.Conn, p expiring) error {
+	if p.state == detached {
+		return nil
+	}
+	id := pgx.Identifier{p.name}.Sanitize()
+	if _, err := conn.Exec(ctx, `COMMENT ON TABLE `+id+` IS '`+detachedMark+`'`); err != nil {
+		return err
+	}
+	how := "CONCURRENTLY"
+	if p.state == detachPending {
+		how = "FINALIZE"
+	}
+	_, err := conn.Exec(ctx, `ALTER TABLE audit_log DETACH PARTITION `+id+` `+how)
+	return err
+}
+
+// dropDetached drops the detached audit partition name. Only that table is
+// locked while its commit removes the files.
+func dropDetached(ctx context.Context, conn *pgx.Conn, name string) error {
+	_, err := conn.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{name}.Sanitize())
+	return err
+}
+
+// reattachPartition puts a partition detachPartition took out back into
+// audit_log (an archive whose export failed), unmarked. The CHECK
+// constraint DETACH ... CONCURRENTLY left on it spares ATTACH the scan of
+// the month, and ATTACH takes only SHARE UPDATE EXCLUSIVE on audit_log.
+func reattachPartition(ctx context.Context, conn *pgx.Conn, name string) error {
+	m, ok := parsePartitionName(name)
+	if !ok {
+		return fmt.Errorf("%q is not an audit partition's name", name)
+	}
+	id := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE audit_log ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`,
+		id, m.Format(time.RFC3339), m.AddDate(0, 1, 0).Format(time.RFC3339))); err != nil {
+		return err
+	}
+	_, err := conn.Exec(ctx, `COMMENT ON TABLE `+id+` IS NULL`)
+	return err
 }

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -173,5 +174,132 @@ func TestPartitionMaintenanceGivesUpBehindALongQuery(t *testing.T) {
 	dropped, err = e.store.DropAuditPartitionsBefore(e.ctx(), old.AddDate(0, 1, 0))
 	if err != nil || len(dropped) != 1 {
 		t.Errorf("DropAuditPartitionsBefore(reader gone) = %v, %v; want [audit_log_y2020m01]", dropped, err)
+	}
+}
+
+// waitForLockWait returns once a session of the test's database other
+// than the test's own waits for a lock.
+func waitForLockWait(t *testing.T, e *env) {
+	t.Helper()
+	ctx := e.ctx()
+	for {
+		var waiting bool
+		if err := e.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND wait_event_type = 'Lock')`).Scan(&waiting); err != nil {
+			t.Fatalf("waiting for a session to wait for a lock: %v", err)
+		}
+		if waiting {
+			return
+		}
+	}
+}
+
+// TestPartitionDropLeavesWritesFlowing: dropping an old month must not lock
+// audit_log against the writes of the current one, neither while it waits
+// for a reader of the old month (a plain DROP of the partition holds
+// audit_log exclusively while it waits, and every claim's audit row queues
+// behind it) nor while its commit removes the month's files. The drop
+// detaches the partition concurrently first; a claim goes through while the
+// drop waits, and the drop finishes once the reader is gone.
+func TestPartitionDropLeavesWritesFlowing(t *testing.T) {
+	e := newEnv(t)
+	old := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := e.store.EnsureAuditPartitions(e.ctx(), old, 0); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := e.db.Begin(e.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(e.ctx())
+	if _, err := reader.Exec(e.ctx(), `SELECT count(*) FROM audit_log_y2020m01`); err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		dropped []string
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := e.store.DropAuditPartitionsBefore(e.ctx(), old.AddDate(0, 1, 0))
+		done <- result{d, err}
+	}()
+	waitForLockWait(t, e)
+
+	// The drop waits for the reader; a claim of this month does not wait
+	// for the drop.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := e.store.Claim(ctx, e.params("evt_during_drop")); err != nil {
+		t.Fatalf("Claim while the drop of an old month waited for its reader: %v (the drop locked audit_log)", err)
+	}
+	if rows := e.audit("evt_during_drop"); len(rows) != 1 {
+		t.Errorf("audit rows of evt_during_drop = %d, want 1", len(rows))
+	}
+
+	if err := reader.Rollback(e.ctx()); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		// The reader outlived the drop's lock timeout: the partition is
+		// left detach-pending, and the next pass finishes it.
+		if !errors.Is(r.err, tiers.ErrUnavailable) {
+			t.Fatalf("DropAuditPartitionsBefore(behind a reader) error = %v, want nil or ErrUnavailable", r.err)
+		}
+		r.dropped, r.err = e.store.DropAuditPartitionsBefore(e.ctx(), old.AddDate(0, 1, 0))
+	}
+	if r.err != nil || !cmp.Equal(r.dropped, []string{"audit_log_y2020m01"}) {
+		t.Errorf("DropAuditPartitionsBefore = %v, %v; want [audit_log_y2020m01]", r.dropped, r.err)
+	}
+	if tableExists(t, e, "audit_log_y2020m01") {
+		t.Errorf("audit_log_y2020m01 still exists after its drop")
+	}
+}
+
+// tableExists says whether the claimd schema has a table name.
+func tableExists(t *testing.T, e *env, name string) bool {
+	t.Helper()
+	var ok bool
+	if err := e.db.QueryRow(e.ctx(), `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// TestPartitionDropFinishesWhatAPassLeft: a pass that died between its
+// steps leaves a partition detach-pending, or detached and marked; the next
+// one finishes either. A table someone detached by hand (no mark) is not
+// claimd's to drop.
+func TestPartitionDropFinishesWhatAPassLeft(t *testing.T) {
+	e := newEnv(t)
+	jan := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := e.store.EnsureAuditPartitions(e.ctx(), jan, 2); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := e.db.Exec(e.ctx(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	// January: detached and marked, as after a crash before its drop.
+	exec(`COMMENT ON TABLE audit_log_y2020m01 IS 'claimd: detached to drop'`)
+	exec(`ALTER TABLE audit_log DETACH PARTITION audit_log_y2020m01 CONCURRENTLY`)
+	// February: detached by hand, kept by its operator.
+	exec(`ALTER TABLE audit_log DETACH PARTITION audit_log_y2020m02`)
+
+	cutoff := jan.AddDate(0, 3, 0)
+	if names, err := e.store.AuditPartitionsBefore(e.ctx(), cutoff); err != nil || !cmp.Equal(names, []string{"audit_log_y2020m01", "audit_log_y2020m03"}) {
+		t.Errorf("AuditPartitionsBefore = %v, %v; want January (marked) and March, not February (detached by hand)", names, err)
+	}
+	dropped, err := e.store.DropAuditPartitionsBefore(e.ctx(), cutoff)
+	if err != nil || !cmp.Equal(dropped, []string{"audit_log_y2020m01", "audit_log_y2020m03"}) {
+		t.Errorf("DropAuditPartitionsBefore = %v, %v; want [audit_log_y2020m01 audit_log_y2020m03]", dropped, err)
+	}
+	if tableExists(t, e, "audit_log_y2020m01") || !tableExists(t, e, "audit_log_y2020m02") {
+		t.Errorf("after the drop: January exists %v (want false), February exists %v (want true)",
+			tableExists(t, e, "audit_log_y2020m01"), tableExists(t, e, "audit_log_y2020m02"))
 	}
 }
