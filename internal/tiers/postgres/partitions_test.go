@@ -143,24 +143,35 @@ func TestWriteCreatesItsMissingAuditPartition(t *testing.T) {
 	}
 }
 
-// TestPartitionMaintenanceGivesUpBehindALongQuery: creating or dropping a
-// partition needs an exclusive lock on audit_log, and every write queues
-// behind it while it waits. Behind a long reader, maintenance must give up
-// (retryably) after its lock timeout rather than stall writes indefinitely.
-func TestPartitionMaintenanceGivesUpBehindALongQuery(t *testing.T) {
-	e := newEnv(t)
-	old := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
-	if err := e.store.EnsureAuditPartitions(e.ctx(), old, 0); err != nil {
+// januaryBehindAReader gives e the audit partition of January 2020 and
+// opens a transaction that has run query (a reader of audit_log or of that
+// month), left open for the test to end.
+func januaryBehindAReader(t *testing.T, e *env, query string) (jan time.Time, reader pgx.Tx) {
+	t.Helper()
+	jan = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := e.store.EnsureAuditPartitions(e.ctx(), jan, 0); err != nil {
 		t.Fatal(err)
 	}
 	reader, err := e.db.Begin(e.ctx())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reader.Exec(e.ctx(), `SELECT count(*) FROM audit_log`); err != nil {
+	t.Cleanup(func() { reader.Rollback(context.Background()) })
+	if _, err := reader.Exec(e.ctx(), query); err != nil {
 		t.Fatal(err)
 	}
-	err = e.store.EnsureAuditPartitions(e.ctx(), time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC), 0)
+	return jan, reader
+}
+
+// TestPartitionMaintenanceGivesUpBehindALongQuery: creating a partition
+// needs an exclusive lock on audit_log, and every write queues behind it
+// while it waits; dropping one waits for the month's readers. Behind a long
+// reader, maintenance must give up (retryably) after its lock timeout
+// rather than wait indefinitely.
+func TestPartitionMaintenanceGivesUpBehindALongQuery(t *testing.T) {
+	e := newEnv(t)
+	old, reader := januaryBehindAReader(t, e, `SELECT count(*) FROM audit_log`)
+	err := e.store.EnsureAuditPartitions(e.ctx(), time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC), 0)
 	if !errors.Is(err, tiers.ErrUnavailable) {
 		t.Errorf("EnsureAuditPartitions(behind a reader) error = %v, want ErrUnavailable (lock timeout)", err)
 	}
@@ -203,18 +214,7 @@ func waitForLockWait(t *testing.T, e *env) {
 // drop waits, and the drop finishes once the reader is gone.
 func TestPartitionDropLeavesWritesFlowing(t *testing.T) {
 	e := newEnv(t)
-	old := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
-	if err := e.store.EnsureAuditPartitions(e.ctx(), old, 0); err != nil {
-		t.Fatal(err)
-	}
-	reader, err := e.db.Begin(e.ctx())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reader.Rollback(e.ctx())
-	if _, err := reader.Exec(e.ctx(), `SELECT count(*) FROM audit_log_y2020m01`); err != nil {
-		t.Fatal(err)
-	}
+	old, reader := januaryBehindAReader(t, e, `SELECT count(*) FROM audit_log_y2020m01`)
 
 	type result struct {
 		dropped []string
