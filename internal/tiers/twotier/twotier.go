@@ -411,19 +411,12 @@ func (s *Store) replaceUnverified(ctx context.Context, p tiers.ClaimParams) (tie
 // erased, the copy is older than the row, and this confirmation, which every
 // answer from a copy in progress gets, catches it.
 func (s *Store) confirm(ctx context.Context, p tiers.ClaimParams, fast tiers.ClaimResult) (tiers.ClaimResult, error) {
-	cur, err := s.durable.Get(ctx, p.Key)
+	cur, found, err := s.readDurable(ctx, p, "confirm")
 	switch {
-	case errors.Is(err, tiers.ErrNotFound):
-		// No durable record behind a live copy (the durable tier was
-		// restored from an older backup, say): the source of truth
-		// decides anew.
-		return s.claimDurable(ctx, p, true, "")
 	case err != nil:
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return tiers.ClaimResult{}, ctxErr
-		}
-		s.cfg.Observer.TierError(tiers.TierDurable, "confirm", err)
 		return tiers.ClaimResult{}, err
+	case !found:
+		return s.claimDurable(ctx, p, true, "")
 	case fast.Record.NotOlderThan(&cur):
 		return fast, nil
 	}
@@ -449,16 +442,12 @@ func (s *Store) confirm(ctx context.Context, p tiers.ClaimParams, fast tiers.Cla
 // claim (UNAVAILABLE, as confirm does): a DUPLICATE without the result the
 // handler stored would be a wrong answer, not a degraded one.
 func (s *Store) withDurableResult(ctx context.Context, p tiers.ClaimParams) (tiers.ClaimResult, error) {
-	cur, err := s.durable.Get(ctx, p.Key)
+	cur, found, err := s.readDurable(ctx, p, "result")
 	switch {
-	case errors.Is(err, tiers.ErrNotFound):
-		return s.claimDurable(ctx, p, true, "")
 	case err != nil:
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return tiers.ClaimResult{}, ctxErr
-		}
-		s.cfg.Observer.TierError(tiers.TierDurable, "result", err)
 		return tiers.ClaimResult{}, err
+	case !found:
+		return s.claimDurable(ctx, p, true, "")
 	}
 	res, _, write := tiers.Decide(&cur, p)
 	if write || !cur.State.Terminal() {
@@ -467,6 +456,27 @@ func (s *Store) withDurableResult(ctx context.Context, p tiers.ClaimParams) (tie
 	res.ServedBy = tiers.TierDurable
 	s.remember(res.Record)
 	return res, nil
+}
+
+// readDurable reads p's key from the durable tier, for a claim a fast-tier
+// copy could not answer alone (confirm, withDurableResult). found is false
+// when no durable record stands behind the copy (the durable tier was
+// restored from an older backup, say): the caller then lets the source of
+// truth decide anew. A read that fails is counted under op and fails the
+// claim, as every claim the durable tier cannot decide fails.
+func (s *Store) readDurable(ctx context.Context, p tiers.ClaimParams, op string) (cur tiers.Record, found bool, err error) {
+	cur, err = s.durable.Get(ctx, p.Key)
+	switch {
+	case errors.Is(err, tiers.ErrNotFound):
+		return cur, false, nil
+	case err != nil:
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return cur, false, ctxErr
+		}
+		s.cfg.Observer.TierError(tiers.TierDurable, op, err)
+		return cur, false, err
+	}
+	return cur, true, nil
 }
 
 // cleanup is the context of a fast-tier step that follows a durable one: it
