@@ -188,17 +188,25 @@ func (p expiring) endsBy(cutoff time.Time) bool {
 // expiringPartitions lists the audit partitions, attached or on their way
 // out (detachedMark), oldest first.
 func expiringPartitions(ctx context.Context, d db) ([]expiring, error) {
-	rows, _ := d.Query(ctx, `SELECT c.relname::text,
-			CASE WHEN i.inhrelid IS NULL THEN $2::int WHEN i.inhdetachpending THEN $3::int ELSE $4::int END
+	rows, _ := d.Query(ctx, `SELECT c.relname::text, i.inhrelid IS NOT NULL, coalesce(i.inhdetachpending, false)
 		FROM pg_class c
 		LEFT JOIN pg_inherits i ON i.inhrelid = c.oid AND i.inhparent = 'audit_log'::regclass
 		WHERE c.relkind = 'r'
 			AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'audit_log'::regclass)
 			AND (i.inhrelid IS NOT NULL OR obj_description(c.oid, 'pg_class') = $1)
-		ORDER BY 1`, detachedMark, int(detached), int(detachPending), int(attached))
+		ORDER BY 1`, detachedMark)
 	parts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (expiring, error) {
-		var p expiring
-		err := r.Scan(&p.name, &p.state)
+		var (
+			p                 expiring
+			inherits, pending bool
+		)
+		err := r.Scan(&p.name, &inherits, &pending)
+		switch {
+		case !inherits:
+			p.state = detached
+		case pending:
+			p.state = detachPending
+		}
 		return p, err
 	})
 	if err != nil {
