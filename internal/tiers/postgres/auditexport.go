@@ -42,17 +42,26 @@ const auditExportColumns = `id, at, namespace, provider, key, op, outcome, reaso
 // sink, from one snapshot (a REPEATABLE READ, READ ONLY transaction), and
 // commits sink. It changes nothing in the database. The rows stream from
 // the server as sink takes them: a month is never held in memory.
-func (s *Store) ExportAuditPartition(ctx context.Context, name string, sink AuditSink) (rows int64, err error) {
+func (s *Store) ExportAuditPartition(ctx context.Context, name string, sink AuditSink) (int64, error) {
+	if _, err := findExpiring(ctx, s.pool, name); err != nil {
+		return 0, fail(ctx, "export audit partition "+name, err)
+	}
+	rows, err := s.exportSnapshot(ctx, name, sink)
+	return rows, fail(ctx, "export audit partition "+name, err)
+}
+
+// exportSnapshot streams every row of the audit table name into sink from
+// one snapshot (a REPEATABLE READ, READ ONLY transaction), then commits
+// sink.
+func (s *Store) exportSnapshot(ctx context.Context, name string, sink AuditSink) (rows int64, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := checkPartition(ctx, tx, name); err != nil {
-			return err
-		}
+		var err error
 		if rows, err = exportRows(ctx, tx, name, sink); err != nil {
 			return err
 		}
 		return sink.Commit()
 	})
-	return rows, fail(ctx, "export audit partition "+name, err)
+	return rows, err
 }
 
 // ArchiveAuditPartition exports the audit partition name to sink, as
@@ -74,13 +83,7 @@ func (s *Store) ArchiveAuditPartition(ctx context.Context, name string, sink Aud
 	if err := s.withSchemaLock(ctx, func(conn *pgx.Conn) error { return detachPartition(ctx, conn, p) }); err != nil {
 		return 0, fail(ctx, "archive audit partition "+name+": detach", err)
 	}
-	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var err error
-		if rows, err = exportRows(ctx, tx, name, sink); err != nil {
-			return err
-		}
-		return sink.Commit()
-	})
+	rows, err = s.exportSnapshot(ctx, name, sink)
 	if err != nil {
 		// Attached again even when ctx ended: a month out of audit_log's
 		// reads until the next pass is worse than a few more seconds.
@@ -111,15 +114,6 @@ func findExpiring(ctx context.Context, d db, name string) (expiring, error) {
 		}
 	}
 	return expiring{}, fmt.Errorf("%w: %s", ErrNoAuditPartition, name)
-}
-
-// checkPartition makes sure name is an audit partition this package named,
-// attached to audit_log or on its way out (an archive that failed half
-// way): name goes into SQL as an identifier, and only a partition may be
-// exported or dropped.
-func checkPartition(ctx context.Context, tx pgx.Tx, name string) error {
-	_, err := findExpiring(ctx, tx, name)
-	return err
 }
 
 // exportRows streams the rows of the partition name into sink, in the

@@ -31,6 +31,12 @@ func partitionName(m time.Time) string {
 	return fmt.Sprintf("%s%04dm%02d", partitionPrefix, m.Year(), int(m.Month()))
 }
 
+// partitionBounds is the bound clause of the audit partition of the month
+// starting at m: FOR VALUES FROM (m) TO (the next month).
+func partitionBounds(m time.Time) string {
+	return fmt.Sprintf(`FOR VALUES FROM ('%s') TO ('%s')`, m.Format(time.RFC3339), m.AddDate(0, 1, 0).Format(time.RFC3339))
+}
+
 // parsePartitionName returns the month an audit partition covers; ok is
 // false for a table this package did not name.
 func parsePartitionName(name string) (month time.Time, ok bool) {
@@ -110,9 +116,7 @@ func ensureAuditPartitions(ctx context.Context, d db, now time.Time, monthsAhead
 		for _, m := range missing {
 			// IF NOT EXISTS: another process may have created it between
 			// our listing and our lock.
-			sql := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s PARTITION OF audit_log FOR VALUES FROM ('%s') TO ('%s')`,
-				pgx.Identifier{partitionName(m)}.Sanitize(),
-				m.Format(time.RFC3339), m.AddDate(0, 1, 0).Format(time.RFC3339))
+			sql := `CREATE TABLE IF NOT EXISTS ` + pgx.Identifier{partitionName(m)}.Sanitize() + ` PARTITION OF audit_log ` + partitionBounds(m)
 			if _, err := tx.Exec(ctx, sql); err != nil {
 				return err
 			}
@@ -285,8 +289,7 @@ func reattachPartition(ctx context.Context, conn *pgx.Conn, name string) error {
 		return fmt.Errorf("%q is not an audit partition's name", name)
 	}
 	id := pgx.Identifier{name}.Sanitize()
-	if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE audit_log ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')`,
-		id, m.Format(time.RFC3339), m.AddDate(0, 1, 0).Format(time.RFC3339))); err != nil {
+	if _, err := conn.Exec(ctx, `ALTER TABLE audit_log ATTACH PARTITION `+id+` `+partitionBounds(m)); err != nil {
 		return err
 	}
 	_, err := conn.Exec(ctx, `COMMENT ON TABLE `+id+` IS NULL`)
