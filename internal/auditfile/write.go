@@ -28,7 +28,6 @@ type File struct {
 	f         *os.File
 	w         *parquet.GenericWriter[Row]
 	batch     []Row
-	rows      int64
 	done      bool
 }
 
@@ -53,13 +52,9 @@ func Create(dir, name string) (*File, error) {
 // Path is where Commit puts the file.
 func (x *File) Path() string { return x.path }
 
-// Rows is how many rows were written.
-func (x *File) Rows() int64 { return x.rows }
-
 // Write adds r to the file.
 func (x *File) Write(r *Row) error {
 	x.batch = append(x.batch, *r)
-	x.rows++
 	if len(x.batch) == writeBatch {
 		return x.flush()
 	}
