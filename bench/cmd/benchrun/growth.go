@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/claimd/claimd/gen/idempotency/v1"
+	"github.com/claimd/claimd/internal/tiers/postgres"
 )
 
 // Growth: how a new-key claim's cost grows with the work claimd has
@@ -91,7 +92,7 @@ func (b *bench) grow(t *target, sizes []int64) error {
 		return fmt.Errorf("template event: %w", err)
 	}
 	month := monthStart(time.Now().UTC()).AddDate(0, -1, 0)
-	partition := fmt.Sprintf("audit_log_y%04dm%02d", month.Year(), int(month.Month()))
+	partition := postgres.AuditPartitionName(month)
 	if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE TABLE IF NOT EXISTS claimd.%s PARTITION OF claimd.audit_log FOR VALUES FROM ('%s') TO ('%s')`,
 		partition, month.Format(time.RFC3339), month.AddDate(0, 1, 0).Format(time.RFC3339))); err != nil {
 		return fmt.Errorf("last month's audit partition: %w", err)
