@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import tempfile
 import time
@@ -24,9 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchserver import detached_claimd
+
 import claimd.aio
 from claimd import Client
-from claimd.testing import ClaimdServer, build_claimd
+from claimd.testing import build_claimd
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -86,21 +89,18 @@ def main() -> None:
     ap.add_argument("--claimd-bin", default=os.environ.get("CLAIMD_BIN", ""))
     ap.add_argument("--sqlite-durability", default="full", help="claimd's --sqlite-durability (full, relaxed)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         binary = Path(args.claimd_bin) if args.claimd_bin else build_claimd(REPO, Path(tmp) / "bin")
         extra = ("--sqlite-durability", args.sqlite_durability)
-        server = ClaimdServer.start(binary, Path(tmp) / "data", extra_args=extra)
-        try:
-            print(f"n={args.n}; µs per delivery, client process CPU (time.process_time) / wall")
-            for label, cache in (("no cache", None), ("local_cache=1024", 1024)):
-                for target in (server.grpc_address, f"http://{server.http_address}"):
-                    kind = "connect" if target.startswith("http") else "grpc"
-                    (fc, fw), (dc, dw) = sync_case(target, args.n, cache)
-                    print(f"sync {kind:7} {label:17} first {fc:7.1f} / {fw:7.1f}   duplicate {dc:7.1f} / {dw:7.1f}")
-                    (fc, fw), (dc, dw) = asyncio.run(async_case(target, args.n, cache))
-                    print(f"aio  {kind:7} {label:17} first {fc:7.1f} / {fw:7.1f}   duplicate {dc:7.1f} / {dw:7.1f}")
-        finally:
-            server.stop()
+        server = stack.enter_context(detached_claimd(binary, Path(tmp) / "data", extra))
+        print(f"n={args.n}; µs per delivery, client process CPU (time.process_time) / wall")
+        for label, cache in (("no cache", None), ("local_cache=1024", 1024)):
+            for target in (server.grpc_address, f"http://{server.http_address}"):
+                kind = "connect" if target.startswith("http") else "grpc"
+                (fc, fw), (dc, dw) = sync_case(target, args.n, cache)
+                print(f"sync {kind:7} {label:17} first {fc:7.1f} / {fw:7.1f}   duplicate {dc:7.1f} / {dw:7.1f}")
+                (fc, fw), (dc, dw) = asyncio.run(async_case(target, args.n, cache))
+                print(f"aio  {kind:7} {label:17} first {fc:7.1f} / {fw:7.1f}   duplicate {dc:7.1f} / {dw:7.1f}")
 
 
 if __name__ == "__main__":

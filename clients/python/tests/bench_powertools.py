@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -39,11 +40,12 @@ from typing import Any
 import redis
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 from aws_lambda_powertools.utilities.idempotency.persistence.redis import RedisCachePersistenceLayer
+from benchserver import detached_claimd
 
 import claimd.aio
 from claimd import Client
 from claimd.powertools import ClaimdPersistenceLayer
-from claimd.testing import ClaimdServer, build_claimd
+from claimd.testing import build_claimd
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -136,10 +138,10 @@ def main() -> None:
         "--redis-fsync", action="store_true", help="Redis with appendfsync always: it too fsyncs every write"
     )
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         binary = Path(args.claimd_bin) if args.claimd_bin else build_claimd(REPO, Path(tmp) / "bin")
         extra = ("--sqlite-durability", args.sqlite_durability)
-        server = ClaimdServer.start(binary, Path(tmp) / "data", extra_args=extra)
+        server = stack.enter_context(detached_claimd(binary, Path(tmp) / "data", extra))
         rproc, rport = start_redis(args.redis_server, Path(tmp), args.redis_fsync)
         try:
             print(f"n={args.n}; µs per call, client process CPU (time.process_time) / wall")
@@ -168,7 +170,6 @@ def main() -> None:
         finally:
             rproc.terminate()
             rproc.wait()
-            server.stop()
 
 
 if __name__ == "__main__":
