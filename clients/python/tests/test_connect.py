@@ -5,7 +5,6 @@ a call, and how responses and error bodies are read."""
 
 from __future__ import annotations
 
-import io
 import os
 import threading
 from typing import Any
@@ -18,7 +17,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 import claimd.aio
 from claimd import Client, EventState, InvalidArgument, Outcome, Reason, RetryPolicy, Unavailable
-from claimd._connect import _Broken, error_from_response, read_response
+from claimd._connect import ResponseReader, _Broken, _Head, error_from_response
 from claimd.errors import from_rpc_error
 from claimd.testing import ClaimdServer
 
@@ -187,35 +186,80 @@ def test_a_body_that_is_not_connects_is_named_by_its_status(status: int, code: g
     assert err.code() == code and f"HTTP {status}" in err.details()
 
 
-def test_responses_by_length_chunks_and_after_an_interim_one() -> None:
-    stream = io.BufferedReader(
-        io.BytesIO(
+def read(raw: bytes, step: int, *, eof: bool = True) -> tuple[_Head, bytes]:
+    """read feeds raw to a ResponseReader step bytes at a time, as a
+    connection might deliver it, then ends the connection (eof=True)."""
+    reader = ResponseReader()
+    for i in range(0, len(raw), step):
+        got = reader.feed(raw[i : i + step])
+        if got is not None:
+            return got
+    assert eof, "the response was not whole before the connection's end"
+    return reader.eof()
+
+
+STEPS = [1, 2, 7, 1 << 20]  # byte by byte, in odd pieces, all at once
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        (
             b"HTTP/1.1 100 Continue\r\n\r\n"
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/proto\r\nContent-Length: 3\r\n\r\nabc"
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\nde\r\n1\r\nf\r\n0\r\nTrailer: t\r\n\r\n"
-            b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-        )
-    )
-    head, body = read_response(stream)
-    assert (head.status, head.content_type, body, head.keep) == (200, "application/proto", b"abc", True)
-    head, body = read_response(stream)
-    assert (head.status, body, head.keep) == (200, b"def", True)
-    head, body = read_response(stream)
-    assert (head.status, body, head.keep) == (503, b"", False)
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/proto\r\nContent-Length: 3\r\n\r\nabc",
+            (200, "application/proto", b"abc", True),
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\nde\r\n1\r\nf\r\n0\r\nTrailer: t\r\n\r\n",
+            (200, "", b"def", True),
+        ),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", (200, "", b"", True)),
+        (
+            b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            (503, "", b"", False),
+        ),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi", (200, "", b"hi", False)),
+    ],
+)
+def test_responses_by_length_chunks_and_after_an_interim_one(
+    raw: bytes, want: tuple[int, str, bytes, bool], step: int
+) -> None:
+    head, body = read(raw, step, eof=False)
+    assert (head.status, head.content_type, body, head.keep) == want
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_body_without_a_length_ends_with_the_connection(step: int) -> None:
+    head, body = read(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end", step)
+    assert (head.status, body, head.keep) == (200, b"until the end", False)
+
+
+def test_bytes_after_a_response_leave_the_connection_unkept() -> None:
+    head, body = read(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxHTTP/1.1 200 OK\r\n", 1 << 20, eof=False)
+    assert (body, head.keep) == (b"x", False)
+
+
+def test_a_connection_that_ends_before_a_response_is_eof() -> None:
     with pytest.raises(EOFError):
-        read_response(stream)
+        ResponseReader().eof()
 
 
+@pytest.mark.parametrize("step", STEPS)
 @pytest.mark.parametrize(
     "raw",
     [
         b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab",
         b"HTTP/1.1 200 OK\r\nContent-Le",
+        b"HTTP/1.1 100 Continue\r\n\r\n",
         b"SSH-2.0-OpenSSH\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * (64 << 10),
     ],
 )
-def test_a_broken_response_is_refused(raw: bytes) -> None:
+def test_a_broken_response_is_refused(raw: bytes, step: int) -> None:
     with pytest.raises(_Broken):
-        read_response(io.BufferedReader(io.BytesIO(raw)))
+        read(raw, step)

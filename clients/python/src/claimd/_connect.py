@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import io
 import json
 import math
 import os
@@ -46,6 +45,9 @@ record's 64 KiB result, or a list of providers)."""
 
 MAX_LINE_BYTES = 64 << 10
 """MAX_LINE_BYTES bounds a status, header or chunk-size line."""
+
+_RECV_BYTES = 64 << 10
+"""_RECV_BYTES is the most one read of a socket takes."""
 
 IDLE_SECONDS = 50.0
 """IDLE_SECONDS is how long an idle connection is kept for the next call.
@@ -258,23 +260,6 @@ class _Head:
         self.chunked = False
         self.content_type = ""
 
-    def add(self, line: bytes) -> None:
-        name, _, value = line.partition(b":")
-        name = name.strip().lower()
-        if name == b"content-length":
-            try:
-                self.length = int(value)
-            except ValueError:
-                raise _Broken(f"Content-Length {value.strip()[:20]!r}") from None
-            if self.length > MAX_RESPONSE_BYTES:
-                raise _Broken(f"a response of {self.length} bytes, over {MAX_RESPONSE_BYTES}")
-        elif name == b"content-type":
-            self.content_type = value.strip().decode("latin-1")
-        elif name == b"transfer-encoding":
-            self.chunked = value.strip().lower().endswith(b"chunked")
-        elif name == b"connection" and b"close" in value.lower():
-            self.keep = False
-
 
 class _Broken(Exception):
     """_Broken is a response this client cannot read: the connection is
@@ -291,114 +276,159 @@ def _chunk_size(line: bytes) -> int:
     return size
 
 
-def _line(f: io.BufferedReader) -> bytes:
-    line = f.readline(MAX_LINE_BYTES + 1)
-    if not line.endswith(b"\n"):
-        raise _Broken("the connection closed mid-response" if len(line) <= MAX_LINE_BYTES else "a line over 64 KiB")
-    return line
-
-
-def _exactly(f: io.BufferedReader, n: int) -> bytes:
-    data = f.read(n)
-    if len(data) != n:
-        raise _Broken("the connection closed mid-body")
-    return data
-
-
 def parse_head(block: bytes) -> _Head:
     """parse_head reads a response's status line and headers, block being
-    all of them up to the blank line."""
-    lines = block.split(b"\n")
+    all of them up to the blank line. Only the four headers that say how the
+    body is framed, what it is and whether the connection stays are read."""
+    lines = block.split(b"\r\n")
     head = _Head(lines[0])
     for line in lines[1:]:
-        line = line.rstrip(b"\r")
-        if line:
-            head.add(line)
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            try:
+                head.length = int(value)
+            except ValueError:
+                raise _Broken(f"Content-Length {value.strip()[:20]!r}") from None
+            if head.length > MAX_RESPONSE_BYTES:
+                raise _Broken(f"a response of {head.length} bytes, over {MAX_RESPONSE_BYTES}")
+        elif name == b"content-type":
+            head.content_type = value.strip().decode("latin-1")
+        elif name == b"transfer-encoding":
+            head.chunked = value.strip().lower().endswith(b"chunked")
+        elif name == b"connection" and b"close" in value.lower():
+            head.keep = False
     return head
 
 
-def _head_block(f: io.BufferedReader) -> bytes:
-    # Usually the whole head is in the buffer after one read: take it in
-    # one piece rather than a line at a time.
-    buffered = f.peek(MAX_LINE_BYTES)
-    if not buffered:
-        raise EOFError
-    end = buffered.find(b"\r\n\r\n")
-    if end >= 0:
-        return f.read(end + 4)
-    lines: list[bytes] = []
-    size = 0
-    while (line := _line(f)) not in (b"\r\n", b"\n"):
-        lines.append(line)
-        size += len(line)
-        if size > MAX_LINE_BYTES:
-            raise _Broken("response headers over 64 KiB")
-    return b"".join(lines)
+# ResponseReader's states: where in a response the next bytes belong.
+_HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK, _TRAILER, _TO_EOF = range(6)
+
+_COMPACT_AT = 64 << 10
+"""_COMPACT_AT is how many read bytes a ResponseReader keeps before it drops
+them from its buffer (a chunked body's earlier chunks)."""
 
 
-def read_response(f: io.BufferedReader) -> tuple[_Head, bytes]:
-    """read_response reads one response from f, skipping 1xx ones."""
-    while True:
-        head = parse_head(_head_block(f))
-        if head.status >= 200:
-            break
-    if head.chunked:
-        chunks: list[bytes] = []
-        total = 0
-        while size := _chunk_size(_line(f)):
-            total += size
-            if total > MAX_RESPONSE_BYTES:
-                raise _Broken(f"a chunked response over {MAX_RESPONSE_BYTES} bytes")
-            chunks.append(_exactly(f, size))
-            _line(f)
-        while _line(f) not in (b"\r\n", b"\n"):  # trailers
-            pass
-        return head, b"".join(chunks)
-    if head.length < 0:
-        # Unbounded by length: the body ends with the connection.
-        head.keep = False
-        body = f.read(MAX_RESPONSE_BYTES + 1)
-        if len(body) > MAX_RESPONSE_BYTES:
-            raise _Broken(f"a response over {MAX_RESPONSE_BYTES} bytes")
-        return head, body
-    return head, _exactly(f, head.length)
+class ResponseReader:
+    """ResponseReader reads one HTTP/1.1 response from a connection's bytes,
+    fed as they arrive: the sync transport's recv and the asyncio protocol's
+    data_received hand them over with no buffered file or stream between.
+    feed returns the head and the body once the response is whole, None
+    until then; eof says what the connection's end means. Interim (1xx)
+    responses are skipped; a body is framed by Content-Length, chunks, or
+    the connection's end; every line and body is bounded."""
 
+    __slots__ = ("_buf", "_chunks", "_head", "_need", "_pos", "_scan", "_state", "_total")
 
-async def read_response_async(r: asyncio.StreamReader) -> tuple[_Head, bytes]:
-    """read_response_async is read_response over an asyncio stream."""
-    try:
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+        self._scan = 0  # where the search for a line's end resumes: bytes before it were searched
+        self._state = _HEAD
+        self._head: _Head | None = None
+        self._need = 0
+        self._chunks: list[bytes] = []
+        self._total = 0
+
+    def feed(self, data: bytes) -> tuple[_Head, bytes] | None:
+        """feed takes the next bytes; it returns the response once whole
+        and raises _Broken for one this client cannot read."""
+        if not self._buf:
+            # Nearly always the whole response comes in one read: then it
+            # is read from data as it is, with none of the copies below.
+            end = data.find(b"\r\n\r\n")
+            if end >= 0:
+                head = parse_head(data[:end])
+                start = end + 4
+                stop = start + head.length
+                if head.status >= 200 and not head.chunked and start <= stop <= len(data):
+                    if stop != len(data):
+                        head.keep = False  # bytes after the response: the connection is out of step
+                    return head, data[start:stop]
+        if self._pos > _COMPACT_AT:
+            del self._buf[: self._pos]
+            self._pos = self._scan = 0
+        self._buf += data
+        return self._advance()
+
+    def eof(self) -> tuple[_Head, bytes]:
+        """eof is the response when the connection's end ends its body. It
+        raises EOFError when nothing of a response came (a kept connection
+        the server closed while idle: the request was never read), _Broken
+        when the connection closed mid-response."""
+        if self._state == _TO_EOF:
+            return self._whole(bytes(self._buf[self._pos :]), len(self._buf))
+        if not self._buf:
+            raise EOFError
+        raise _Broken("the connection closed mid-response")
+
+    def _advance(self) -> tuple[_Head, bytes] | None:
+        buf = self._buf
         while True:
-            try:
-                block = await r.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError as err:
-                if not err.partial:
-                    raise EOFError from None
-                raise
-            head = parse_head(block)
-            if head.status >= 200:
-                break
-        if head.chunked:
-            chunks: list[bytes] = []
-            total = 0
-            while size := _chunk_size(await r.readline()):
-                total += size
-                if total > MAX_RESPONSE_BYTES:
-                    raise _Broken(f"a chunked response over {MAX_RESPONSE_BYTES} bytes")
-                chunks.append(await r.readexactly(size))
-                await r.readline()
-            while (line := await r.readline()) not in (b"\r\n", b"\n"):
+            state = self._state
+            if state == _LENGTH:
+                end = self._pos + self._need
+                return self._whole(bytes(buf[self._pos : end]), end) if len(buf) >= end else None
+            if state == _CHUNK:
+                end = self._pos + self._need
+                if len(buf) < end + 2:
+                    return None
+                if buf[end : end + 2] != b"\r\n":
+                    raise _Broken("a chunk not followed by CRLF")
+                self._chunks.append(bytes(buf[self._pos : end]))
+                self._pos = end + 2
+                self._state = _CHUNK_SIZE
+                continue
+            if state == _TO_EOF:
+                if len(buf) - self._pos > MAX_RESPONSE_BYTES:
+                    raise _Broken(f"a response over {MAX_RESPONSE_BYTES} bytes")
+                return None
+            # _HEAD, _CHUNK_SIZE and _TRAILER read up to a line's end.
+            mark = b"\r\n\r\n" if state == _HEAD else b"\r\n"
+            end = buf.find(mark, max(self._pos, self._scan))
+            if end < 0:
+                self._scan = len(buf) - len(mark) + 1
+                if len(buf) - self._pos > MAX_LINE_BYTES:
+                    raise _Broken("response headers over 64 KiB" if state == _HEAD else "a line over 64 KiB")
+                return None
+            line = bytes(buf[self._pos : end])
+            self._pos = end + len(mark)
+            if state == _HEAD:
+                self._start(parse_head(line))
+            elif state == _TRAILER:
                 if not line:
-                    raise _Broken("the connection closed mid-response")
-            return head, b"".join(chunks)
-        if head.length < 0:
-            head.keep = False
-            body = await r.read(MAX_RESPONSE_BYTES + 1)
-            if len(body) > MAX_RESPONSE_BYTES:
-                raise _Broken(f"a response over {MAX_RESPONSE_BYTES} bytes")
-            return head, body
-        return head, await r.readexactly(head.length)
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as err:
-        raise _Broken(f"the connection closed mid-response ({type(err).__name__})") from None
+                    return self._whole(b"".join(self._chunks), self._pos)
+                self._count(len(line))
+            else:
+                size = _chunk_size(line)
+                self._count(size)
+                self._need = size
+                self._state = _CHUNK if size else _TRAILER
+
+    def _start(self, head: _Head) -> None:
+        if head.status < 200:
+            return  # an interim response: the final one follows
+        self._head = head
+        if head.chunked:
+            self._state = _CHUNK_SIZE
+        elif head.length >= 0:
+            self._state = _LENGTH
+            self._need = head.length
+        else:
+            head.keep = False  # unbounded by length: the body ends with the connection
+            self._state = _TO_EOF
+
+    def _count(self, n: int) -> None:
+        self._total += n
+        if self._total > MAX_RESPONSE_BYTES:
+            raise _Broken(f"a chunked response over {MAX_RESPONSE_BYTES} bytes")
+
+    def _whole(self, body: bytes, end: int) -> tuple[_Head, bytes]:
+        head = self._head
+        assert head is not None
+        if end != len(self._buf):
+            head.keep = False  # bytes after the response: the connection is out of step
+        return head, body
 
 
 def _answer(head: _Head, body: bytes) -> bytes:
@@ -419,16 +449,22 @@ def _deadline(timeout: float) -> ConnectError:
 
 
 class _Conn:
-    __slots__ = ("file", "idle_since", "sock", "timeout")
+    __slots__ = ("idle_since", "sock", "timeout")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.file: io.BufferedReader = sock.makefile("rb")
         self.idle_since = 0.0
         self.timeout = sock.gettimeout()
 
+    def read_response(self) -> tuple[_Head, bytes]:
+        reader = ResponseReader()
+        while True:
+            data = self.sock.recv(_RECV_BYTES)
+            response = reader.feed(data) if data else reader.eof()
+            if response is not None:
+                return response
+
     def close(self) -> None:
-        self.file.close()
         self.sock.close()
 
 
@@ -474,7 +510,7 @@ class Transport:
                 conn.sock.settimeout(timeout)
                 conn.timeout = timeout
             conn.sock.sendall(request)
-            head, body = read_response(conn.file)
+            head, body = conn.read_response()
         except TimeoutError:
             conn.close()
             raise _deadline(timeout) from None
@@ -548,16 +584,75 @@ class Transport:
 # --- the asyncio transport -------------------------------------------------------
 
 
-class _AioConn:
-    __slots__ = ("idle_since", "reader", "writer")
+class _AioConn(asyncio.Protocol):
+    """_AioConn is one keep-alive connection as an asyncio protocol: a
+    response's bytes go from data_received straight into a ResponseReader,
+    and the call waiting for it is woken once it is whole (asyncio's streams
+    put a buffer and a wake-up per read between the two)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
         self.idle_since = 0.0
+        self.closed = False
+        self._reader = ResponseReader()
+        self._waiter: asyncio.Future[tuple[_Head, bytes]] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def send(self, request: bytes) -> asyncio.Future[tuple[_Head, bytes]]:
+        """send writes request and is the future of its response."""
+        assert self.transport is not None
+        self._reader = ResponseReader()
+        self._waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        return self._waiter
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            self.close()  # bytes nobody asked for: the connection is out of step
+            return
+        try:
+            response = self._reader.feed(data)
+        except _Broken as err:
+            self._waiter = None
+            waiter.set_exception(err)
+            return
+        if response is not None:
+            self._waiter = None
+            waiter.set_result(response)
+
+    def eof_received(self) -> bool:
+        self._ended(None)
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended(exc)
+
+    def _ended(self, exc: Exception | None) -> None:
+        self.closed = True
+        waiter, self._waiter = self._waiter, None
+        if waiter is None or waiter.done():
+            return
+        if isinstance(exc, ConnectionError):
+            waiter.set_exception(exc)
+            return
+        try:
+            waiter.set_result(self._reader.eof())
+        except (EOFError, _Broken) as err:
+            waiter.set_exception(err)
 
     def close(self) -> None:
-        self.writer.transport.abort()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def _expire(waiter: asyncio.Future[Any]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
 
 _timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
@@ -572,7 +667,7 @@ async def _within(timeout: float, aw: Any) -> Any:
 
 class AioTransport:
     """AioTransport is Transport for one event loop: the same calls over
-    asyncio streams."""
+    asyncio protocols (_AioConn)."""
 
     def __init__(self, ep: Endpoint, headers: Headers, connect_timeout: float) -> None:
         self._ep = ep
@@ -602,10 +697,11 @@ class AioTransport:
             raise _unavailable("connection to claimd failed", err) from None
 
     async def _exchange(self, conn: _AioConn, request: bytes, timeout: float) -> bytes:
+        waiter = conn.send(request)
+        timer = asyncio.get_running_loop().call_later(timeout, _expire, waiter)
         try:
-            conn.writer.write(request)
-            head, body = await _within(timeout, read_response_async(conn.reader))
-        except (TimeoutError, asyncio.TimeoutError):
+            head, body = await waiter
+        except TimeoutError:
             conn.close()
             raise _deadline(timeout) from None
         except (EOFError, ConnectionError):
@@ -617,6 +713,8 @@ class AioTransport:
         except BaseException:
             conn.close()  # cancelled mid-call: the connection's state is unknown
             raise
+        finally:
+            timer.cancel()
         if head.keep and not self._closed and len(self._idle) < MAX_IDLE:
             conn.idle_since = time.monotonic()
             self._idle.append(conn)
@@ -628,14 +726,14 @@ class AioTransport:
         if self._closed:
             raise ConnectError(grpc.StatusCode.CANCELLED, "the client is closed")
         try:
-            reader, writer = await _within(
+            _, conn = await _within(  # (transport, protocol)
                 min(timeout, self._connect_timeout),
-                asyncio.open_connection(
+                asyncio.get_running_loop().create_connection(
+                    _AioConn,
                     self._ep.host,
                     self._ep.port,
                     ssl=self._ep.ssl_context,
                     server_hostname=self._ep.server_hostname,
-                    limit=MAX_LINE_BYTES,
                 ),
             )
         except (TimeoutError, asyncio.TimeoutError) as err:
@@ -644,16 +742,14 @@ class AioTransport:
             ) from None
         except OSError as err:
             raise _unavailable(f"no connection to {self._ep.host_header}", err) from None
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return _AioConn(reader, writer)
+        assert isinstance(conn, _AioConn)
+        return conn
 
     def _take(self) -> _AioConn | None:
         now = time.monotonic()
         while self._idle:
             conn = self._idle.pop()
-            if now - conn.idle_since < IDLE_SECONDS and not conn.reader.at_eof():
+            if now - conn.idle_since < IDLE_SECONDS and not conn.closed:
                 return conn
             conn.close()
         return None
