@@ -8,11 +8,12 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import timedelta, timezone
 from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import timestamp_pb2
 
 from claimd import (
     Claim,
@@ -34,7 +35,7 @@ from claimd import (
     Tier,
 )
 from claimd._gen.idempotency.v1 import claim_pb2
-from claimd.types import PROTO_ENUMS
+from claimd.types import PROTO_ENUMS, _enum, _time
 
 
 def test_enums_print_their_names() -> None:
@@ -265,3 +266,33 @@ def test_the_secret_stays_out_of_reprs(client: Client, ns: str, evt: str) -> Non
     for text in (repr(c), repr(c.lease), str(c.lease)):
         assert c.lease_secret.hex() not in text and repr(c.lease_secret) not in text, text
         assert evt in text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "nanos"),
+    [
+        (0, 0),
+        (1_764_000_000, 999_999_999),
+        (1_764_000_000, 1_500),
+        (-1, 999_999_001),
+        (-62135596800, 0),
+        (253402300799, 999_999_999),
+    ],
+)
+def test_times_read_as_protobuf_reads_them(seconds: int, nanos: int) -> None:
+    ts = timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+    got = _time(ts, True)
+    assert got == ts.ToDatetime(tzinfo=timezone.utc) and got is not None and got.tzinfo == timezone.utc
+
+
+@pytest.mark.parametrize(("seconds", "nanos"), [(253402300800, 0), (-62135596801, 0), (0, 1_000_000_000), (0, -1)])
+def test_a_time_out_of_range_is_refused_as_protobuf_refuses_it(seconds: int, nanos: int) -> None:
+    with pytest.raises(ValueError):
+        _time(timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos), True)
+
+
+def test_an_enum_value_this_client_does_not_know_reads_as_unspecified() -> None:
+    for py_enum in PROTO_ENUMS:
+        assert _enum(py_enum, 10_000) is py_enum(0)
+        for member in py_enum:
+            assert _enum(py_enum, member.value) is member

@@ -7,7 +7,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
@@ -104,17 +104,36 @@ PROTO_ENUMS: Mapping[type[enum.IntEnum], tuple[str, str]] = {
 E = TypeVar("E", bound=enum.IntEnum)
 
 
+_MEMBERS: dict[type[enum.IntEnum], dict[int, enum.IntEnum]] = {}
+
+
 def _enum(cls: type[E], value: int) -> E:
     # A value added to the proto after this client was built reads as
-    # UNSPECIFIED instead of failing the whole response.
-    try:
-        return cls(value)
-    except ValueError:
-        return cls(0)
+    # UNSPECIFIED instead of failing the whole response. A dict of the
+    # members: calling the enum class costs several times as much, five
+    # times per answer.
+    members = _MEMBERS.get(cls)
+    if members is None:
+        members = _MEMBERS[cls] = {m.value: m for m in cls}
+    member = members.get(value)
+    return cast(E, member if member is not None else members[0])
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# Timestamp's range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z.
+_MIN_SECONDS, _MAX_SECONDS = -62135596800, 253402300799
 
 
 def _time(ts: timestamp_pb2.Timestamp, present: bool) -> datetime | None:
-    return ts.ToDatetime(tzinfo=timezone.utc) if present else None
+    if not present:
+        return None
+    seconds, nanos = ts.seconds, ts.nanos
+    if _MIN_SECONDS <= seconds <= _MAX_SECONDS and 0 <= nanos < 1_000_000_000:
+        # Timestamp.ToDatetime(tzinfo=timezone.utc)'s arithmetic, without
+        # its checks (made here) and its conversion from UTC to UTC: a third
+        # of its cost, seven times per first delivery.
+        return _EPOCH + timedelta(seconds=seconds, microseconds=nanos // 1000)
+    return ts.ToDatetime(tzinfo=timezone.utc)  # raises ValueError: what is out of range
 
 
 def _duration(d: duration_pb2.Duration, present: bool) -> timedelta | None:
