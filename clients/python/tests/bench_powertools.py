@@ -145,14 +145,17 @@ def main() -> None:
         rproc, rport = start_redis(args.redis_server, Path(tmp), args.redis_fsync)
         try:
             print(f"n={args.n}; µs per call, client process CPU (time.process_time) / wall")
+            targets = (server.grpc_address, f"http://{server.http_address}")
             for cache in (False, True):
                 suffix = " +use_local_cache" if cache else ""
                 rstore = RedisCachePersistenceLayer(host="127.0.0.1", port=rport, ssl=False)
                 measure("Powertools on Redis" + suffix, powertools_fn(rstore, cache), args.n)
-                with Client(server.grpc_address) as client:
-                    cstore = ClaimdPersistenceLayer(client, namespace=f"b{uuid.uuid4().hex[:8]}", provider="stripe")
-                    measure("Powertools on claimd" + suffix, powertools_fn(cstore, cache), args.n)
-            targets = (server.grpc_address, f"http://{server.http_address}")
+                for target in targets:
+                    with Client(target) as client:
+                        ns = f"b{uuid.uuid4().hex[:8]}"
+                        cstore = ClaimdPersistenceLayer(client, namespace=ns, provider="stripe")
+                        name = f"Powertools on claimd ({client.transport}){suffix}"
+                        measure(name, powertools_fn(cstore, cache), args.n)
             for cache_size in (None, 1024):
                 for target in targets:
                     with Client(target, local_cache=cache_size) as client:
