@@ -19,9 +19,11 @@ import pytest
 from conftest import target_for
 from testca import CA, Leaf
 
+import claimd.aio
 from claimd import (
     ClaimdError,
     Client,
+    EventState,
     Outcome,
     PermissionDenied,
     Reason,
@@ -159,6 +161,22 @@ def test_guard_round_trip_with_token_and_client_certificate(secured: Secured, tr
         (200, Outcome.DUPLICATE, b'{"charged":true}'),
     ], f"guard results {results}\n{secured.server.tail()}"
     assert runs == [event], f"the guarded block ran {len(runs)} times, want once"
+
+
+@pytest.mark.asyncio
+async def test_asyncio_round_trip_with_token_and_client_certificate(secured: Secured, transport: str) -> None:
+    # claimd.aio over TLS: for Connect, an asyncio protocol on a TLS transport.
+    leaf = secured.receiver
+    tls = TLSConfig(ca_file=secured.ca.ca_file, cert_file=leaf.cert_file, key_file=leaf.key_file)
+    event = evt()
+    async with claimd.aio.Client(secured.target(transport), tls=tls, token=secured.hooks) as client:
+        c = await client.claim(SECURE_NS, "stripe", event_id=event, start=True)
+        assert c.outcome == Outcome.ACQUIRED, c
+        settled = await client.transition(c, EventState.SETTLED, result=b"x" * 65_536)
+        assert settled.changed
+        dup = await client.claim(SECURE_NS, "stripe", event_id=event)
+    # 64 KiB of result (the most): the answer spans several TLS records and reads.
+    assert (dup.outcome, dup.result) == (Outcome.DUPLICATE, b"x" * 65_536)
 
 
 def test_client_certificate_alone_names_principal_mesh(secured: Secured, transport: str) -> None:
