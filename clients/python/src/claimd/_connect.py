@@ -605,9 +605,12 @@ class _AioConn(asyncio.Protocol):
         """send writes request and is the future of its response."""
         assert self.transport is not None
         self._reader = ResponseReader()
-        self._waiter = asyncio.get_running_loop().create_future()
-        self.transport.write(request)
-        return self._waiter
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        if self.closed or self.transport.is_closing():
+            waiter.set_exception(EOFError())  # closed while idle: nothing was sent
+        else:
+            self.transport.write(request)
+        return waiter
 
     def data_received(self, data: bytes) -> None:
         waiter = self._waiter
