@@ -33,8 +33,42 @@ def claimd_server(claimd_binary: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 TRANSPORTS = ("grpc", "connect")
-"""TRANSPORTS are the Client's transports; the suites that take the
-transport fixture (or client) run once over each."""
+"""TRANSPORTS are the Client's transports. A test that takes the transport
+fixture (or client) runs over gRPC, the default for a host:port target;
+over Connect too when it is marked both_transports, or with
+--all-transports."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--all-transports",
+        action="store_true",
+        help="run every test that takes the transport fixture over Connect as well, not only the both_transports ones",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "both_transports: the test exercises the client's contract with claimd (its calls, error mapping, "
+        "deadlines and retries, metadata and auth, the asyncio client), so it runs over gRPC and over Connect",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The guard, function mode, Powertools and the effect fence run once,
+    over gRPC: they sit above the client's calls, which the both_transports
+    tests check over each transport, so a second run would check the same
+    decisions again. A test that is not generated is neither run nor
+    reported as skipped."""
+    if "transport" not in metafunc.fixturenames:
+        return
+    both = metafunc.definition.get_closest_marker("both_transports") is not None
+    metafunc.parametrize(
+        "transport",
+        TRANSPORTS if both or metafunc.config.getoption("all_transports") else TRANSPORTS[:1],
+        indirect=True,
+    )
 
 
 def target_for(server: ClaimdServer, transport: str) -> str:
@@ -43,8 +77,9 @@ def target_for(server: ClaimdServer, transport: str) -> str:
     return server.grpc_address if transport == "grpc" else f"http://{server.http_address}"
 
 
-@pytest.fixture(params=TRANSPORTS)
+@pytest.fixture
 def transport(request: pytest.FixtureRequest) -> str:
+    """transport is the test's transport, set by pytest_generate_tests."""
     name: str = request.param
     return name
 

@@ -178,6 +178,7 @@ async def test_scenario(
     assert run.runs == sc["handler_runs"], f"handler runs = {run.runs}, want {sc['handler_runs']}"
 
 
+@pytest.mark.both_transports
 async def test_typed_calls(claimd_server: ClaimdServer, transport: str, ns: str, evt: str) -> None:
     async with Client(target_for(claimd_server, transport)) as client:
         c = await client.claim(ns, "stripe", event_id=evt, lease=30)

@@ -37,6 +37,9 @@ from claimd import (
 from claimd._gen.idempotency.v1 import claim_pb2
 from claimd.types import PROTO_ENUMS, _enum, _time
 
+# The typed calls and their error mapping: the client contract, over each transport.
+pytestmark = pytest.mark.both_transports
+
 
 def test_enums_print_their_names() -> None:
     # Logs and messages show the proto's names, not numbers; comparisons

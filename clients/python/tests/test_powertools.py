@@ -434,6 +434,7 @@ def test_takeover_refuses_the_late_update(pt_client: Client, ns: str) -> None:
     assert rec.fencing_token == taken[0].fencing_token == 2
 
 
+@pytest.mark.both_transports
 def test_address_and_import_guard(pt_server: ClaimdServer, ns: str, transport: str) -> None:
     """A layer made from an address (or a URL: Connect) makes its own client; client options on a Client are refused."""
     store = ClaimdPersistenceLayer(target_for(pt_server, transport), namespace=ns, provider="lambda", timeout=3.0)

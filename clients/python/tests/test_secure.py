@@ -35,6 +35,9 @@ from claimd import (
 )
 from claimd.testing import ClaimdServer
 
+# Credentials, tokens in metadata and the refusals they earn: the client contract, over each transport.
+pytestmark = pytest.mark.both_transports
+
 SECURE_NS = "pysec"  # granted to principals hooks and mesh
 DENIED_NS = "pysec-other"  # granted to nobody
 PACED_NS = "pysec-paced"  # principal paced: one call every 2s
