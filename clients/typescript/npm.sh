@@ -1,11 +1,19 @@
 # shellcheck shell=bash
-# Sourced by test.sh and generate.sh: npm_install DIR runs `npm ci` in DIR
-# (and builds better-sqlite3's native addon when DIR uses it) unless its
-# node_modules was installed from the same package.json, package-lock.json
-# and node version, so a warm run costs nothing.
+# Sourced by test.sh and generate.sh: npm_install DIR [FROM] runs `npm ci`
+# in DIR (and builds better-sqlite3's native addon when DIR uses it) unless
+# its node_modules was installed from the same package.json,
+# package-lock.json and node version, so a warm run costs nothing.
+#
+# FROM is another directory whose node_modules holds a built better-sqlite3
+# (test.sh passes the client's for the Node example): when it is the same
+# version, its addon is copied instead of compiled again. No prebuilt addon
+# is downloadable offline, and compiling one (SQLite and its C++ binding)
+# takes a minute or two of both cores. The copy is what a rebuild would
+# make: the same sources, compiler and node; a copy that does not load
+# falls back to the rebuild.
 
 npm_install() {
-	local dir="$1" stamp="$1/node_modules/.claimd-install-stamp" want
+	local dir="$1" from="${2:-}" stamp="$1/node_modules/.claimd-install-stamp" want
 	want="$(node -e '
     const h = require("crypto").createHash("sha256");
     for (const f of ["package.json", "package-lock.json"]) h.update(require("fs").readFileSync(process.argv[1] + "/" + f));
@@ -17,8 +25,26 @@ npm_install() {
 	(cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
 	# better-sqlite3 (the effect tests' SQLite driver) is native: its
 	# install script fetches or compiles the addon. No other script runs.
-	if [[ -d "$dir/node_modules/better-sqlite3" ]]; then
+	if [[ -d "$dir/node_modules/better-sqlite3" ]] && ! copy_sqlite_addon "$from" "$dir"; then
 		(cd "$dir" && npm rebuild better-sqlite3 --no-audit --no-fund --loglevel=error)
 	fi
 	echo "$want" >"$stamp"
+}
+
+# copy_sqlite_addon FROM DIR copies better-sqlite3's built addon from FROM's
+# node_modules into DIR's when both hold the same version, and succeeds when
+# DIR's better-sqlite3 then opens a database.
+copy_sqlite_addon() {
+	local from="$1/node_modules/better-sqlite3" to="$2/node_modules/better-sqlite3"
+	local addon=build/Release/better_sqlite3.node
+	[[ -n "$1" && -f "$from/$addon" ]] || return 1
+	[[ "$(node -p 'require(process.argv[1]).version' "$from/package.json")" == \
+		"$(node -p 'require(process.argv[1]).version' "$to/package.json")" ]] || return 1
+	mkdir -p "$to/build/Release"
+	cp "$from/$addon" "$to/$addon"
+	if ! node -e 'const D = require(process.argv[1]); new D(":memory:").close();' "$to" 2>/dev/null; then
+		rm -rf "$to/build"
+		return 1
+	fi
+	echo "better-sqlite3: the addon built in $1, copied" >&2
 }

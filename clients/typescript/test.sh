@@ -31,21 +31,31 @@ npm_install "$here"
 
 (cd "$here" && npm run --silent build)
 
-# The example links the client (file:), so it installs after the build.
-npm_install "$example"
+# The example links the client (file:), so it installs after the build; its
+# better-sqlite3 addon is the client's, copied (npm.sh).
+npm_install "$example" "$here"
 
+# Each Go binary is built here unless its variable names one already
+# (scripts/test-clients.sh builds them once for every suite).
 mkdir -p "$here/.build"
-(cd "$root" && go build -o "$here/.build/claimd" ./cmd/claimd)
-export CLAIMD_BIN="$here/.build/claimd"
+if [[ -z "${CLAIMD_BIN:-}" ]]; then
+  (cd "$root" && go build -o "$here/.build/claimd" ./cmd/claimd)
+  export CLAIMD_BIN="$here/.build/claimd"
+fi
 # The secured tests' CA and certificates: node cannot make X.509 ones.
-(cd "$root" && go build -o "$here/.build/testca" ./internal/testenv/cmd/testca)
-export CLAIMD_TESTCA_BIN="$here/.build/testca"
+if [[ -z "${CLAIMD_TESTCA_BIN:-}" ]]; then
+  (cd "$root" && go build -o "$here/.build/testca" ./internal/testenv/cmd/testca)
+  export CLAIMD_TESTCA_BIN="$here/.build/testca"
+fi
 
 # The effect tests' PostgreSQL (clients/guardspec/README.md, "The runner's
 # database"): a real server in a temp directory, stopped when its stdin
 # closes, i.e. when this script ends, however it ends.
-(cd "$root" && go build -o "$here/.build/testpg" ./internal/testenv/cmd/testpg)
-coproc PG { "$here/.build/testpg"; }
+if [[ -z "${CLAIMD_TESTPG_BIN:-}" ]]; then
+  (cd "$root" && go build -o "$here/.build/testpg" ./internal/testenv/cmd/testpg)
+  CLAIMD_TESTPG_BIN="$here/.build/testpg"
+fi
+coproc PG { "$CLAIMD_TESTPG_BIN"; }
 read -r pg_url <&"${PG[0]}" || { echo "test.sh: testpg printed no URL" >&2; exit 1; }
 export CLAIMD_TEST_POSTGRES_URL="$pg_url"
 
@@ -60,12 +70,15 @@ node --test --test-concurrency=3 --test-reporter=spec \
 # test/fxreceiver.ts on SQLite and on PostgreSQL, with a claimd it starts
 # from the same binary. A clean exit is not enough: every scenario must
 # print its counts with every event written exactly once.
-(cd "$root" && go build -o "$here/.build/effectspec" ./internal/testenv/cmd/effectspec)
+if [[ -z "${CLAIMD_EFFECTSPEC_BIN:-}" ]]; then
+  (cd "$root" && go build -o "$here/.build/effectspec" ./internal/testenv/cmd/effectspec)
+  CLAIMD_EFFECTSPEC_BIN="$here/.build/effectspec"
+fi
 fx_dir="$(mktemp -d)"
 trap 'rm -rf "$fx_dir"' EXIT
 run_effectspec() {
   local db="$1" dialect="$2" out s
-  if ! out="$("$here/.build/effectspec" -claimd-bin "$CLAIMD_BIN" -db "$db" -events 50 -- node "$here/dist/test/fxreceiver.js" 2>&1)"; then
+  if ! out="$("$CLAIMD_EFFECTSPEC_BIN" -claimd-bin "$CLAIMD_BIN" -db "$db" -events 50 -- node "$here/dist/test/fxreceiver.js" 2>&1)"; then
     echo "$out"
     echo "test.sh: effectspec on $dialect failed" >&2
     return 1
