@@ -571,10 +571,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// claimd returns the path of the claimd binary, building it the first time.
+// claimd returns the path of the claimd binary: $CLAIMD_BIN when set (as
+// scripts/test-clients.sh sets it, built once for every suite), else a build
+// of this checkout's, made the first time.
 func claimd(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if claimdBin = os.Getenv("CLAIMD_BIN"); claimdBin != "" {
+			return
+		}
 		if claimdDir, buildErr = os.MkdirTemp("", "claimd-deploy-test"); buildErr != nil {
 			return
 		}

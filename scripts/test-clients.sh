@@ -13,6 +13,14 @@
 # runs) goes beside them too, first in the output. CLIENT_SUITES="python java"
 # runs only those;
 # CLIENT_SUITES_SERIAL=1 runs them one after another, as make test did before.
+#
+# The binaries every suite runs (claimd, and the test tools testpg, testca
+# and effectspec) are built here once, before the suites start, and passed
+# to them as $CLAIMD_BIN, $CLAIMD_TESTPG_BIN, $CLAIMD_TESTCA_BIN and
+# $CLAIMD_EFFECTSPEC_BIN: one go build links each once, where each suite
+# linked its own (and, started together on a cold build cache, compiled the
+# whole server once per suite). A binary already named by its variable is
+# used as it is.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,6 +48,28 @@ for s in "${suites[@]}"; do
 		exit 2
 	}
 done
+
+# The shared binaries, built in one go build (its packages in parallel).
+declare -A tool_pkg=(
+	[CLAIMD_BIN]=./cmd/claimd
+	[CLAIMD_TESTPG_BIN]=./internal/testenv/cmd/testpg
+	[CLAIMD_TESTCA_BIN]=./internal/testenv/cmd/testca
+	[CLAIMD_EFFECTSPEC_BIN]=./internal/testenv/cmd/effectspec
+)
+pkgs=()
+for v in "${!tool_pkg[@]}"; do
+	if [[ -z "${!v:-}" ]]; then
+		pkgs+=("${tool_pkg[$v]}")
+		export "$v=$logs/bin/$(basename "${tool_pkg[$v]}")"
+	fi
+done
+if ((${#pkgs[@]} > 0)); then
+	mkdir -p "$logs/bin"
+	(cd "$repo" && go build -o "$logs/bin/" "${pkgs[@]}") || {
+		echo "test-clients: go build ${pkgs[*]} failed" >&2
+		exit 1
+	}
+fi
 
 declare -A pid
 for s in "${suites[@]}"; do

@@ -2,7 +2,10 @@
 # Tests the Java client and its example against a real claimd, from any
 # working directory: checks that src/generated/java is what generate.sh
 # produces, builds claimd once ($CLAIMD_BIN, shared with the tests) and testca
-# (the secured tests' certificates), starts a PostgreSQL with testpg for the
+# (the secured tests' certificates), testpg and effectspec, each unless its
+# variable names one already ($CLAIMD_TESTCA_BIN, $CLAIMD_TESTPG_BIN,
+# $CLAIMD_EFFECTSPEC_BIN: scripts/test-clients.sh builds them once for
+# every suite), starts a PostgreSQL with testpg for the
 # effect fence ($CLAIMD_TEST_POSTGRES_URL), runs the
 # client's tests with mvn install (unit tests, the guardspec scenarios, the
 # typed calls; install puts the client and its test jar in the local
@@ -35,14 +38,19 @@ if [[ -z "${CLAIMD_BIN:-}" ]]; then
 	export CLAIMD_BIN="$here/.build/claimd"
 fi
 # The secured tests' CA and certificates, made as every client's are.
-(cd "$repo" && go build -o "$here/.build/testca" ./internal/testenv/cmd/testca)
-export CLAIMD_TESTCA_BIN="$here/.build/testca"
+if [[ -z "${CLAIMD_TESTCA_BIN:-}" ]]; then
+	(cd "$repo" && go build -o "$here/.build/testca" ./internal/testenv/cmd/testca)
+	export CLAIMD_TESTCA_BIN="$here/.build/testca"
+fi
 
 # A real PostgreSQL for the effect fence's tests (SQLite needs no server):
 # testpg prints its URL once it answers and stops when its stdin closes, so
 # this script takes it down with it, however it ends.
-(cd "$repo" && go build -o "$here/.build/testpg" ./internal/testenv/cmd/testpg)
-coproc PG { "$here/.build/testpg"; }
+if [[ -z "${CLAIMD_TESTPG_BIN:-}" ]]; then
+	(cd "$repo" && go build -o "$here/.build/testpg" ./internal/testenv/cmd/testpg)
+	CLAIMD_TESTPG_BIN="$here/.build/testpg"
+fi
+coproc PG { "$CLAIMD_TESTPG_BIN"; }
 pg_url=""
 read -r pg_url <&"${PG[0]}" || true
 if [[ -z "$pg_url" ]]; then
@@ -54,7 +62,10 @@ export CLAIMD_TEST_POSTGRES_URL="$pg_url"
 # effectspec drives the receiver (src/test/java/.../testing/EffectReceiver.java)
 # through crashes and zombies with real signals (guardspec README, "Effect
 # processes").
-(cd "$repo" && go build -o "$here/.build/effectspec" ./internal/testenv/cmd/effectspec)
+if [[ -z "${CLAIMD_EFFECTSPEC_BIN:-}" ]]; then
+	(cd "$repo" && go build -o "$here/.build/effectspec" ./internal/testenv/cmd/effectspec)
+	CLAIMD_EFFECTSPEC_BIN="$here/.build/effectspec"
+fi
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 
@@ -73,7 +84,7 @@ effectspec_passed=0 effectspec_failed=0
 effectspec_run() {
 	local cp
 	cp="$(test_classpath)"
-	if "$here/.build/effectspec" -claimd-bin "$CLAIMD_BIN" -db "$1" -events 50 -- \
+	if "$CLAIMD_EFFECTSPEC_BIN" -claimd-bin "$CLAIMD_BIN" -db "$1" -events 50 -- \
 		java -cp "$cp" dev.claimd.client.testing.EffectReceiver 2>&1 | sed -E 's/, receiver java -cp .*//'; then
 		effectspec_passed=$((effectspec_passed + 1))
 	else
@@ -87,7 +98,7 @@ effectspec_control() {
 	local cp
 	cp="$(test_classpath)"
 	local out
-	if out="$("$here/.build/effectspec" -claimd-bin "$CLAIMD_BIN" -db "$CLAIMD_TEST_POSTGRES_URL" -events 5 -scenarios raise -- \
+	if out="$("$CLAIMD_EFFECTSPEC_BIN" -claimd-bin "$CLAIMD_BIN" -db "$CLAIMD_TEST_POSTGRES_URL" -events 5 -scenarios raise -- \
 		java -cp "$cp" dev.claimd.client.testing.EffectReceiver --unfenced 2>&1)"; then
 		echo "effectspec passed the unfenced receiver; it must fail it:" >&2
 		echo "$out" >&2
