@@ -24,6 +24,8 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=times.sh
+source "$repo/scripts/times.sh"
 read -r -a suites <<<"${CLIENT_SUITES:-helm python typescript java}"
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
@@ -65,20 +67,25 @@ for v in "${!tool_pkg[@]}"; do
 done
 if ((${#pkgs[@]} > 0)); then
 	mkdir -p "$logs/bin"
-	(cd "$repo" && go build -o "$logs/bin/" "${pkgs[@]}") || {
+	start=$SECONDS
+	(cd "$repo" && go build -o "$logs/bin/" "${pkgs[@]}" && times >"$logs/build.times") || {
 		echo "test-clients: go build ${pkgs[*]} failed" >&2
 		exit 1
 	}
+	echo "test-clients: go build ${pkgs[*]}: $((SECONDS - start)) s, $(cpu_seconds <"$logs/build.times") s of CPU"
 fi
 
 declare -A pid
 for s in "${suites[@]}"; do
-	# SECONDS per suite: each prints how long it took beside its result.
+	# SECONDS per suite, and the CPU its processes used (times: user and
+	# system of the subshell's children): each prints both beside its result.
 	(
 		start=$SECONDS
 		rc=0
 		cmd "$s" || rc=$?
-		echo "$((SECONDS - start))" >"$logs/$s.seconds"
+		# times runs in this subshell (not in $(...), a fork of its own).
+		times >"$logs/$s.times"
+		echo "$((SECONDS - start)) s, $(cpu_seconds <"$logs/$s.times") s of CPU" >"$logs/$s.seconds"
 		echo "$rc" >"$logs/$s.rc"
 	) </dev/null >"$logs/$s.log" 2>&1 &
 	pid[$s]=$!
@@ -96,7 +103,7 @@ for s in "${suites[@]}"; do
 	echo "== ${title[$s]}"
 	cat "$logs/$s.log"
 	if [[ $rc == 0 ]]; then
-		echo "== ${title[$s]}: ok ($(cat "$logs/$s.seconds" 2>/dev/null || echo "?") s)"
+		echo "== ${title[$s]}: ok ($(cat "$logs/$s.seconds" 2>/dev/null || echo "?"))"
 	else
 		echo "== ${title[$s]}: FAILED (exit $rc)"
 		failed+=("$s")

@@ -18,23 +18,42 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
+# shellcheck source=times.sh
+source scripts/times.sh
 read -r -a flags <<<"${GO_TEST_FLAGS:--race -count=1 -timeout 30m -bench . -benchtime 1x}"
 
-out="$(mktemp)"
-trap 'rm -f "$out"' EXIT
-./scripts/test-clients.sh </dev/null >"$out" 2>&1 &
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+./scripts/test-clients.sh </dev/null >"$tmp/clients.log" 2>&1 &
 clients=$!
 
+# go_pass DIR runs go test in the module at DIR and says how long it took
+# and the CPU it used (as test-clients.sh does for each suite).
 failed=()
-echo "== go test ${flags[*]} ./... (the Helm chart and the Python, TypeScript and Java suites run beside it; their output follows)"
-go test "${flags[@]}" ./... || failed+=("go test ./...")
+go_pass() {
+	local start=$SECONDS rc=0
+	echo "== go test ${flags[*]} ./... in $1"
+	(
+		cd "$1"
+		go test "${flags[@]}" ./... || exit
+		# times runs in this subshell: the CPU of its children, go test's.
+		times >"$tmp/go.times"
+	) || rc=$?
+	if ((rc == 0)); then
+		echo "== go test ./... in $1: ok ($((SECONDS - start)) s, $(cpu_seconds <"$tmp/go.times") s of CPU)"
+	else
+		echo "== go test ./... in $1: FAILED (exit $rc)"
+		failed+=("go test ./... in $1")
+	fi
+}
+echo "== the Helm chart and the Python, TypeScript and Java suites run beside the Go tests; their output follows them"
+go_pass .
 # The Go client is a module of its own: ./... at the root does not descend into it.
-echo "== go test ${flags[*]} ./... in clients/go"
-(cd clients/go && go test "${flags[@]}" ./...) || failed+=("go test ./... in clients/go")
+go_pass clients/go
 
 echo "== the Helm chart and the Python, TypeScript and Java clients and examples, side by side"
 wait "$clients" || failed+=("scripts/test-clients.sh")
-cat "$out"
+cat "$tmp/clients.log"
 
 if ((${#failed[@]} > 0)); then
 	printf 'make test: failed: %s\n' "${failed[@]}" >&2
