@@ -31,6 +31,7 @@ func auditSection(out string) string {
 // --file shows that key's audit trail line for line as claimd inspect shows
 // it live.
 func TestAuditExportThenInspectFile(t *testing.T) {
+	t.Parallel()
 	url := testenv.Postgres(t, postgres.Migrate)
 	p := start(t, "--postgres-url", url)
 	conn := p.conn(t)

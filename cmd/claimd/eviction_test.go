@@ -17,6 +17,7 @@ import (
 // the flag claimd starts, and every sample reads the policy, warns about an
 // evicting one and sets claimd_redis_eviction_policy_unsafe.
 func TestRedisEvictionPolicy(t *testing.T) {
+	t.Parallel()
 	rd := testenv.StartRedis(t)
 	pg := testenv.StartPostgres(t, postgres.Migrate)
 	opts, err := goredis.ParseURL(rd.URL())

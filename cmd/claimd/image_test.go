@@ -28,6 +28,7 @@ const imageUID = 65532
 // container runtime is needed (or present on the machines this runs on);
 // the chroot is the image's last stage without the packaging.
 func TestImageRootfsServes(t *testing.T) {
+	t.Parallel()
 	dockerfile, err := os.ReadFile("../../Dockerfile")
 	if err != nil {
 		t.Fatal(err)

@@ -279,6 +279,7 @@ func TestProvidersCommand(t *testing.T) {
 // ACQUIRED per key and the rest IN_PROGRESS. On Redis Cluster the keys live
 // on different primaries.
 func TestReplicasOneKey(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		desc     string
 		replicas int

@@ -112,6 +112,7 @@ func waitHealth(t *testing.T, conn *grpc.ClientConn, want healthpb.HealthCheckRe
 // takes replicas out of the load balancer without getting them restarted;
 // when PostgreSQL is back, so is readiness.
 func TestReadinessFollowsDurableTier(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t, postgres.Migrate)
 	p := start(t, "--postgres-url", pg.URL(), "--data-dir", t.TempDir(), "--ready-interval", "100ms")
 	conn := p.conn(t)

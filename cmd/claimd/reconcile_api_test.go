@@ -400,6 +400,7 @@ func TestReconcileRefusesStrangers(t *testing.T) {
 // file, client certificate and read token get it through; without the
 // certificate the handshake is refused and the command exits 2.
 func TestReconcileOverMTLS(t *testing.T) {
+	t.Parallel()
 	f := newServerFiles(t)
 	token := auth.NewToken()
 	authFile := writeFile(t, "auth.yaml", "version: 1\nprincipals:\n  reconcile:\n    tokens: [\""+auth.HashToken(token)+"\"]\n    namespaces: [billing]\n    roles: [read]\n")

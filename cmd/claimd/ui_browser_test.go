@@ -37,6 +37,7 @@ var updateScreenshots = flag.Bool("update-screenshots", false, "TestOnCallPage w
 // directory the test logs ($CLAIMD_TEST_ARTIFACTS/on-call, or under the
 // system's temp dir), and -update-screenshots copies them to docs/img/.
 func TestOnCallPage(t *testing.T) {
+	t.Parallel()
 	browser := chromiumPath(t)
 	hooks, oncall, outsider := auth.NewToken(), auth.NewToken(), auth.NewToken()
 	authPath := filepath.Join(t.TempDir(), "auth.yaml")
