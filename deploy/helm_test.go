@@ -584,8 +584,11 @@ func claimd(t *testing.T) string {
 			return
 		}
 		claimdBin = filepath.Join(claimdDir, "claimd")
-		cmd := exec.Command("go", "build", "-o", claimdBin, "./cmd/claimd")
+		// The image's compile flags (scripts/rootfs.sh), as every build of
+		// claimd in make test: one compile of the server for all of them.
+		cmd := exec.Command("go", "build", "-trimpath", "-o", claimdBin, "./cmd/claimd")
 		cmd.Dir = ".." // the server module
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("%w\n%s", err, out)
 		}

@@ -193,8 +193,11 @@ func startClaimd(t *testing.T, dir string) {
 	bin := filepath.Join(dir, "bin", "claimd")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/claimd")
+	// The image's compile flags (scripts/rootfs.sh), as every build of
+	// claimd in make test: one compile of the server for all of them.
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/claimd")
 	build.Dir = ".."
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/claimd: %v\n%s", err, out)
 	}

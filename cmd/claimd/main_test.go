@@ -36,8 +36,15 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "claimd")
-	// As make build does, with a version that TestVersion recognises.
-	if out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion, "-o", binary, ".").CombinedOutput(); err != nil {
+	// As the image builds it (scripts/rootfs.sh: CGO_ENABLED=0, -trimpath),
+	// with a version that TestVersion recognises. Every build of claimd in
+	// make test uses these compile flags (rootfs.sh for the image tests,
+	// docs, deploy, clients/go/claimdtest, scripts/test-clients.sh), so the
+	// server is compiled once for all of them; a flag of its own would
+	// compile it all again.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-X main.version="+testVersion, "-o", binary, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
 		panic("go build: " + err.Error() + "\n" + string(out))
 	}
 	code := testenv.Main(m)
