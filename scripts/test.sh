@@ -20,7 +20,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 # shellcheck source=times.sh
 source scripts/times.sh
-read -r -a flags <<<"${GO_TEST_FLAGS:--race -count=1 -timeout 30m -bench . -benchtime 1x}"
+read -r -a flags <<<"${GO_TEST_FLAGS:--race -count=1 -timeout 30m -p 4 -bench . -benchtime 1x}"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
