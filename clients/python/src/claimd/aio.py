@@ -368,7 +368,7 @@ class Guard(GuardFront[Client, asyncio.Event], GuardEffects):
     for the sync Guard; this class makes the calls."""
 
     _BLOCK = "async with-block"
-    _heartbeat: asyncio.Task[None] | None = None
+    _heartbeat: asyncio.TimerHandle | asyncio.Task[None] | None = None
 
     def _cancellation(self) -> asyncio.Event:
         return asyncio.Event()
@@ -436,22 +436,28 @@ class Guard(GuardFront[Client, asyncio.Event], GuardEffects):
             )
         if call.op is Op.RELEASE:
             return await asyncio.shield(self.client.release(self.claim))
-        self._heartbeat = asyncio.create_task(self._renew(call.pace), name=f"claimd-heartbeat {self.claim.key}")
+        # A timer until the first renewal is due: a handler that ends within
+        # a third of its lease (most do) costs a timer, not a task that is
+        # started, parked in a sleep and cancelled.
+        self._heartbeat = asyncio.get_running_loop().call_later(call.pace, self._renewal_due, call.pace)
         return None
 
+    def _renewal_due(self, interval: float) -> None:
+        self._heartbeat = asyncio.create_task(self._renew(interval), name=f"claimd-heartbeat {self.claim.key}")
+
     async def _renew(self, interval: float) -> None:
-        """_renew is the heartbeat task: it renews the lease at the core's
-        pace (interval is the first) until cancelled or the core says to
-        stop."""
+        """_renew is the heartbeat task, started when the first renewal is
+        due: it renews the lease at the core's pace (interval until a
+        renewal says otherwise) until cancelled or the core says to stop."""
         while True:
-            await asyncio.sleep(interval)
             try:
                 rec = await self.client.renew(self.claim, lease=self.lease)
             except ClaimdError as err:
                 if not self._core.renew_failed(err):
                     return
-                continue
-            interval = self._core.renewed(rec)
+            else:
+                interval = self._core.renewed(rec)
+            await asyncio.sleep(interval)
 
     def _abandon(self, err: BaseException) -> None:
         """_abandon ends the work without writing anything (GuardCore.abandon)."""
