@@ -153,7 +153,7 @@ func (s *Server) start() error {
 	}
 	cmd := s.command(s.port)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	err = cmd.Start()
+	err = startFromSpawner(cmd)
 	logf.Close() // the child holds its own descriptor
 	if err != nil {
 		return fmt.Errorf("start %s: %w", s.name, err)

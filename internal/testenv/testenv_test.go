@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -267,5 +268,69 @@ func TestServersForTools(t *testing.T) {
 	}
 	if err := pingRedis(ctx, s.Redis.URL()); err == nil {
 		t.Errorf("PING %s after Close: want an error", s.Redis.URL())
+	}
+}
+
+// TestServerOutlivesTheThreadThatStartedIt: a server started from a
+// goroutine that returns while locked to its thread (so the thread ends, as
+// in cmd/claimd's network-namespace tests) keeps running; Pdeathsig fires
+// when the forking thread exits, so testenv forks from a thread that never
+// does.
+func TestServerOutlivesTheThreadThatStartedIt(t *testing.T) {
+	type started struct {
+		s      *testenv.Server
+		tid    int
+		err    error
+		onMain bool
+	}
+	res := make(chan started, 1)
+	release := make(chan struct{})
+	defer close(release)
+	var got started
+	for attempt := 0; ; attempt++ {
+		if attempt == 20 {
+			t.Fatal("20 goroutines in a row ran on the main thread")
+		}
+		go func() {
+			runtime.LockOSThread() // never unlocked below: the thread ends with this goroutine
+			if syscall.Gettid() == os.Getpid() {
+				// The main thread never ends: hold it for the rest of the
+				// test, so that the next goroutine runs on another.
+				res <- started{onMain: true}
+				<-release
+				runtime.UnlockOSThread()
+				return
+			}
+			s, err := testenv.StartRedisProcess(t.TempDir())
+			res <- started{s: s, tid: syscall.Gettid(), err: err}
+		}()
+		if got = <-res; !got.onMain {
+			break
+		}
+	}
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	defer got.s.Close()
+	// Wait (bounded) until the kernel has ended that thread, then ask the server.
+	task := fmt.Sprintf("/proc/self/task/%d", got.tid)
+	for deadline := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
+		if _, err := os.Stat(task); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("thread %d still runs after 10s", got.tid)
+		}
+	}
+	opt, err := redis.ParseURL(got.s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("the server died with the thread that started it: %v", err)
 	}
 }
