@@ -22,6 +22,8 @@ repo="$(cd "$here/../.." && pwd)"
 example="$repo/examples/java"
 # shellcheck source=mvn.sh
 source "$here/mvn.sh"
+# shellcheck source=../../scripts/testbin.sh
+source "$repo/scripts/testbin.sh"
 
 for tool in java mvn go; do
 	command -v "$tool" >/dev/null || {
@@ -33,23 +35,14 @@ done
 "$here/generate.sh" --check
 
 mkdir -p "$here/.build"
-if [[ -z "${CLAIMD_BIN:-}" ]]; then
-	(cd "$repo" && go build -o "$here/.build/claimd" ./cmd/claimd)
-	export CLAIMD_BIN="$here/.build/claimd"
-fi
+testbin CLAIMD_BIN cmd/claimd "$here/.build"
 # The secured tests' CA and certificates, made as every client's are.
-if [[ -z "${CLAIMD_TESTCA_BIN:-}" ]]; then
-	(cd "$repo" && go build -o "$here/.build/testca" ./internal/testenv/cmd/testca)
-	export CLAIMD_TESTCA_BIN="$here/.build/testca"
-fi
+testbin CLAIMD_TESTCA_BIN internal/testenv/cmd/testca "$here/.build"
 
 # A real PostgreSQL for the effect fence's tests (SQLite needs no server):
 # testpg prints its URL once it answers and stops when its stdin closes, so
 # this script takes it down with it, however it ends.
-if [[ -z "${CLAIMD_TESTPG_BIN:-}" ]]; then
-	(cd "$repo" && go build -o "$here/.build/testpg" ./internal/testenv/cmd/testpg)
-	CLAIMD_TESTPG_BIN="$here/.build/testpg"
-fi
+testbin CLAIMD_TESTPG_BIN internal/testenv/cmd/testpg "$here/.build"
 coproc PG { "$CLAIMD_TESTPG_BIN"; }
 pg_url=""
 read -r pg_url <&"${PG[0]}" || true
@@ -62,10 +55,7 @@ export CLAIMD_TEST_POSTGRES_URL="$pg_url"
 # effectspec drives the receiver (src/test/java/.../testing/EffectReceiver.java)
 # through crashes and zombies with real signals (guardspec README, "Effect
 # processes").
-if [[ -z "${CLAIMD_EFFECTSPEC_BIN:-}" ]]; then
-	(cd "$repo" && go build -o "$here/.build/effectspec" ./internal/testenv/cmd/effectspec)
-	CLAIMD_EFFECTSPEC_BIN="$here/.build/effectspec"
-fi
+testbin CLAIMD_EFFECTSPEC_BIN internal/testenv/cmd/effectspec "$here/.build"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 

@@ -34,6 +34,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 # shellcheck source=venv.sh
 source "$here/venv.sh"
+# shellcheck source=../../scripts/testbin.sh
+source "$repo/scripts/testbin.sh"
 
 ensure_venv
 "$here/generate.sh" --check
@@ -47,18 +49,10 @@ ensure_venv
 echo "ruff and mypy --strict: ok"
 
 bin_dir="$here/.cache/bin"
-if [[ -z "${CLAIMD_BIN:-}" ]]; then
-	mkdir -p "$bin_dir"
-	(cd "$repo" && go build -o "$bin_dir/claimd" ./cmd/claimd)
-	export CLAIMD_BIN="$bin_dir/claimd"
-fi
+testbin CLAIMD_BIN cmd/claimd "$bin_dir"
 
 if [[ -z "${CLAIMD_TEST_POSTGRES_URL:-}" ]]; then
-	if [[ -z "${CLAIMD_TESTPG_BIN:-}" ]]; then
-		mkdir -p "$bin_dir"
-		(cd "$repo" && go build -o "$bin_dir/testpg" ./internal/testenv/cmd/testpg)
-		CLAIMD_TESTPG_BIN="$bin_dir/testpg"
-	fi
+	testbin CLAIMD_TESTPG_BIN internal/testenv/cmd/testpg "$bin_dir"
 	# testpg prints the URL once PostgreSQL answers, and stops it when its
 	# standard input (this script's end of the coprocess) closes.
 	coproc PG { "$CLAIMD_TESTPG_BIN"; }
@@ -88,11 +82,7 @@ run_pytest "$here" -q tests
 run_pytest "$repo/examples/python" -q
 
 # effectspec: the crash and zombie scenarios with real signals, once per dialect.
-if [[ -z "${CLAIMD_EFFECTSPEC_BIN:-}" ]]; then
-	mkdir -p "$bin_dir"
-	(cd "$repo" && go build -o "$bin_dir/effectspec" ./internal/testenv/cmd/effectspec)
-	CLAIMD_EFFECTSPEC_BIN="$bin_dir/effectspec"
-fi
+testbin CLAIMD_EFFECTSPEC_BIN internal/testenv/cmd/effectspec "$bin_dir"
 fx_dir="$(mktemp -d)"
 trap 'rm -rf "$fx_dir"' EXIT
 for receiver in fxreceiver.py fxreceiver_aio.py; do

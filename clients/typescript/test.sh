@@ -24,6 +24,8 @@ fi
 
 # shellcheck source=npm.sh
 source "$here/npm.sh"
+# shellcheck source=../../scripts/testbin.sh
+source "$root/scripts/testbin.sh"
 npm_install "$here"
 
 # Generated code must be what the pinned local plugin makes of ../../proto.
@@ -38,23 +40,14 @@ npm_install "$example" "$here"
 # Each Go binary is built here unless its variable names one already
 # (scripts/test-clients.sh builds them once for every suite).
 mkdir -p "$here/.build"
-if [[ -z "${CLAIMD_BIN:-}" ]]; then
-  (cd "$root" && go build -o "$here/.build/claimd" ./cmd/claimd)
-  export CLAIMD_BIN="$here/.build/claimd"
-fi
+testbin CLAIMD_BIN cmd/claimd "$here/.build"
 # The secured tests' CA and certificates: node cannot make X.509 ones.
-if [[ -z "${CLAIMD_TESTCA_BIN:-}" ]]; then
-  (cd "$root" && go build -o "$here/.build/testca" ./internal/testenv/cmd/testca)
-  export CLAIMD_TESTCA_BIN="$here/.build/testca"
-fi
+testbin CLAIMD_TESTCA_BIN internal/testenv/cmd/testca "$here/.build"
 
 # The effect tests' PostgreSQL (clients/guardspec/README.md, "The runner's
 # database"): a real server in a temp directory, stopped when its stdin
 # closes, i.e. when this script ends, however it ends.
-if [[ -z "${CLAIMD_TESTPG_BIN:-}" ]]; then
-  (cd "$root" && go build -o "$here/.build/testpg" ./internal/testenv/cmd/testpg)
-  CLAIMD_TESTPG_BIN="$here/.build/testpg"
-fi
+testbin CLAIMD_TESTPG_BIN internal/testenv/cmd/testpg "$here/.build"
 coproc PG { "$CLAIMD_TESTPG_BIN"; }
 read -r pg_url <&"${PG[0]}" || { echo "test.sh: testpg printed no URL" >&2; exit 1; }
 export CLAIMD_TEST_POSTGRES_URL="$pg_url"
@@ -70,10 +63,7 @@ node --test --test-concurrency=3 --test-reporter=spec \
 # test/fxreceiver.ts on SQLite and on PostgreSQL, with a claimd it starts
 # from the same binary. A clean exit is not enough: every scenario must
 # print its counts with every event written exactly once.
-if [[ -z "${CLAIMD_EFFECTSPEC_BIN:-}" ]]; then
-  (cd "$root" && go build -o "$here/.build/effectspec" ./internal/testenv/cmd/effectspec)
-  CLAIMD_EFFECTSPEC_BIN="$here/.build/effectspec"
-fi
+testbin CLAIMD_EFFECTSPEC_BIN internal/testenv/cmd/effectspec "$here/.build"
 fx_dir="$(mktemp -d)"
 trap 'rm -rf "$fx_dir"' EXIT
 run_effectspec() {

@@ -1,0 +1,18 @@
+# shellcheck shell=bash
+# Sourced by the clients' test.sh. testbin VAR PKG DIR makes $VAR name the
+# binary of the Go package PKG (a path in this repository, e.g.
+# internal/testenv/cmd/testpg), built into DIR unless $VAR names one already
+# (scripts/test-clients.sh builds them all in one go build for every suite),
+# and exports it for the tests.
+
+testbin_repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+testbin() {
+	local var=$1 pkg=$2 dir=$3
+	if [[ -z "${!var:-}" ]]; then
+		mkdir -p "$dir"
+		(cd "$testbin_repo" && go build -o "$dir/${pkg##*/}" "./$pkg")
+		printf -v "$var" '%s' "$dir/${pkg##*/}"
+	fi
+	export "${var?}"
+}
