@@ -138,8 +138,25 @@ func TestHeapTunerFollowsTheLiveHeap(t *testing.T) {
 	tuned := make(chan setting, 64)
 	tuner := startHeapTuner(headroom, floor, func(live uint64, gc int) { tuned <- setting{live, gc} })
 	t.Cleanup(tuner.stop)
+	// reported says whether the tuner reports setting GOGC to gc within
+	// 10s: a collection of another test's garbage can run it again between
+	// the report collect read and collect's look at GOGC, and it reports
+	// each setting after making it.
+	reported := func(gc int) bool {
+		for {
+			select {
+			case s := <-tuned:
+				if s.gc == gc {
+					return true
+				}
+			case <-time.After(10 * time.Second):
+				return false
+			}
+		}
+	}
 	// collect runs collections until the tuner's setting after one is
-	// what want accepts, and returns it; GOGC must be that setting.
+	// what want accepts, and returns it; GOGC must be that setting (or, if
+	// the tuner ran again meanwhile, the one it reports next).
 	collect := func(desc string, want func(setting) bool) setting {
 		t.Helper()
 		var s setting
@@ -151,7 +168,7 @@ func TestHeapTunerFollowsTheLiveHeap(t *testing.T) {
 				t.Fatalf("%s: the tuner did not run within 10s of a collection", desc)
 			}
 			if want(s) {
-				if got := debug.SetGCPercent(s.gc); got != s.gc {
+				if got := debug.SetGCPercent(s.gc); got != s.gc && !reported(got) {
 					t.Fatalf("%s: GOGC = %d after the tuner set %d", desc, got, s.gc)
 				}
 				return s
