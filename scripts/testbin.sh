@@ -11,7 +11,9 @@ testbin() {
 	local var=$1 pkg=$2 dir=$3
 	if [[ -z "${!var:-}" ]]; then
 		mkdir -p "$dir"
-		(cd "$testbin_repo" && go build -o "$dir/${pkg##*/}" "./$pkg")
+		# The image's compile flags (scripts/rootfs.sh), as every other build
+		# of these in make test: the server is compiled once for all of them.
+		(cd "$testbin_repo" && CGO_ENABLED=0 go build -trimpath -o "$dir/${pkg##*/}" "./$pkg")
 		printf -v "$var" '%s' "$dir/${pkg##*/}"
 	fi
 	export "${var?}"
