@@ -1,8 +1,8 @@
 # claimd — run `make help` for the targets.
 #
-# Tools are pinned here and installed with `go install` into a cache outside
-# the checkout, so a clean clone builds them once per machine and never needs
-# a remote buf plugin.
+# Tools are pinned here and installed into a cache outside the checkout (with
+# `go install`; buf as Buf's release binary from the npm registry), so a clean
+# clone installs them once per machine and never needs a remote buf plugin.
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -61,7 +61,12 @@ $(TOOLS_DIR)/stamps/$(1)@$(3):
 	cd /tmp && GOBIN=$(TOOLS_BIN) GOFLAGS= go install $(2)@$(3)
 	@touch $$@
 endef
-$(eval $(call tool,buf,github.com/bufbuild/buf/cmd/buf,$(BUF_VERSION)))
+# buf is Buf's release binary from the npm registry, or built from source
+# where that is not available (scripts/install-buf.sh says why).
+$(TOOLS_DIR)/stamps/buf@$(BUF_VERSION):
+	@mkdir -p $(TOOLS_BIN) $(TOOLS_DIR)/stamps
+	./scripts/install-buf.sh $(BUF_VERSION) $(TOOLS_BIN)
+	@touch $@
 $(eval $(call tool,protoc-gen-go,google.golang.org/protobuf/cmd/protoc-gen-go,$(PROTOC_GEN_GO_VERSION)))
 $(eval $(call tool,protoc-gen-go-grpc,google.golang.org/grpc/cmd/protoc-gen-go-grpc,$(PROTOC_GEN_GO_GRPC_VERSION)))
 $(eval $(call tool,grpcurl,github.com/fullstorydev/grpcurl/cmd/grpcurl,$(GRPCURL_VERSION)))
