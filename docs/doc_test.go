@@ -26,9 +26,8 @@
 //     ignored.
 //
 // Each command has commandTimeout to answer. The test needs bash, curl, jq and
-// grpcurl (scripts/test-deps.sh installs jq; `make grpcurl` installs grpcurl,
-// and make test runs it before this test); a missing one fails the test, it is
-// never skipped.
+// grpcurl (scripts/test-deps.sh installs jq and grpcurl, the latter as `make
+// grpcurl` does); a missing one fails the test, it is never skipped.
 package docs
 
 import (

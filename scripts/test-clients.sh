@@ -1,23 +1,18 @@
 #!/usr/bin/env bash
-# test-clients.sh runs, side by side, the suites that make test starts beside
-# the server module's go test: the chart (make helm), the Go client module
-# (go test of clients/go), the documented commands (go test ./docs, after
-# make grpcurl), and the Python, TypeScript and Java clients' suites
-# (clients/*/test.sh). Each spends most of its time waiting, not computing
-# (leases expiring, claimd and PostgreSQL starting, effectspec's killed and
-# paused receivers), so together they take about as long as the longest of
-# them instead of the sum, and none of them lengthens the server's pass,
-# which is make test's longest path. The doc test is here rather than in that
-# pass because it needs grpcurl, whose install (about 2 minutes of CPU on a
-# fresh machine) would otherwise come first.
+# test-clients.sh runs the Python, TypeScript and Java clients' suites
+# (clients/*/test.sh) side by side, as make test's last step. Each spends most
+# of its time waiting, not computing (leases expiring, claimd and PostgreSQL
+# starting, effectspec's killed and paused receivers), so together they take
+# about as long as the longest of them instead of the sum.
 #
 # Each suite writes to a log file of its own; its log is printed whole once it
-# ends, in a fixed order (helm, Go client, docs, Python, TypeScript, Java), so
-# the output reads as if they had run one after another, with each runner's
-# closing lines. Any failure fails this script, naming the suite, after every
-# log is printed. CLIENT_SUITES="python java" runs only those;
-# CLIENT_SUITES_SERIAL=1 runs them one after another. The Go suites use
-# $GO_TEST_FLAGS, as make test sets it.
+# ends, in a fixed order (helm, Python, TypeScript, Java), so the output reads as if
+# they had run one after another, with each runner's closing lines. Any
+# failure fails this script, naming the suite, after every log is printed.
+# The chart's test (make helm: helm's packages compiled, then a few claimd
+# runs) goes beside them too, first in the output. CLIENT_SUITES="python java"
+# runs only those;
+# CLIENT_SUITES_SERIAL=1 runs them one after another, as make test did before.
 #
 # The binaries every suite runs (claimd, and the test tools testpg, testca
 # and effectspec) are built here once, before the suites start, and passed
@@ -31,8 +26,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=times.sh
 source "$repo/scripts/times.sh"
-read -r -a suites <<<"${CLIENT_SUITES:-helm go docs python typescript java}"
-read -r -a go_flags <<<"${GO_TEST_FLAGS:--race -count=1 -timeout 30m -p 4 -bench . -benchtime 1x}"
+read -r -a suites <<<"${CLIENT_SUITES:-helm python typescript java}"
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
 
@@ -41,26 +35,18 @@ declare -A title=(
 	[typescript]="TypeScript client and Node example"
 	[java]="Java client and example"
 	[helm]="the Helm chart"
-	[go]="the Go client (go test ./... in clients/go)"
-	[docs]="the documented commands (go test ./docs)"
 )
-# cmd runs suite $1: a client's test.sh, the chart's Go test (make helm), the
-# Go client module's tests or the doc test.
+# cmd runs suite $1: a client's test.sh, or the chart's Go test (make helm).
 cmd() {
 	case "$1" in
 	helm) "${MAKE:-make}" --no-print-directory -C "$repo" helm ;;
-	go) cd "$repo/clients/go" && go test "${go_flags[@]}" ./... ;;
-	docs)
-		"${MAKE:-make}" --no-print-directory -C "$repo" grpcurl >/dev/null
-		cd "$repo" && go test "${go_flags[@]}" ./docs
-		;;
 	*) "$repo/clients/$1/test.sh" ;;
 	esac
 }
 
 for s in "${suites[@]}"; do
 	[[ -n "${title[$s]:-}" ]] || {
-		echo "test-clients: unknown suite $s (helm, go, docs, python, typescript, java)" >&2
+		echo "test-clients: unknown suite $s (python, typescript, java, helm)" >&2
 		exit 2
 	}
 done

@@ -2,8 +2,7 @@
 # test-deps.sh makes sure the servers claimd's tests start themselves are
 # installed: redis-server and PostgreSQL (initdb, postgres). internal/testenv
 # runs them in temp dirs on random loopback ports, so the packaged services are
-# never needed and are kept stopped. The doc test also needs jq (grpcurl, which
-# it needs too, is installed by scripts/test-clients.sh, beside the Go tests),
+# never needed and are kept stopped. The doc test also needs jq and grpcurl,
 # and the on-call page's browser test (cmd/claimd/ui_browser_test.go) Debian's
 # chromium, with a font for its screenshots.
 # Idempotent: quiet exit 0 when all is there.
@@ -21,6 +20,10 @@ have_postgres() {
 	done
 	return 1
 }
+
+# The doc test (docs/doc_test.go) runs the documented grpcurl commands with
+# the pinned grpcurl, where `make grpcurl` installs it (quiet when it is there).
+"${MAKE:-make}" --no-print-directory -C "$(dirname "$0")/.." grpcurl >/dev/null
 
 # redis-cli (Debian: redis-tools, a dependency of redis-server) creates the
 # test Redis Cluster; jq is in the documented commands the doc test runs.

@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # test.sh is make test once scripts/test-deps.sh has run: go test of the
-# server module ($GO_TEST_FLAGS: -race, each benchmark once) but its doc test,
-# and beside it, from the start, scripts/test-clients.sh (the chart, the Go
-# client module, the doc test once grpcurl is installed, and the Python,
-# TypeScript and Java suites). The server's pass is the longest path of
-# make test: everything that need not wait for it runs beside it.
+# server module and then of the Go client ($GO_TEST_FLAGS: -race, each
+# benchmark once), and beside them, from the start, scripts/test-clients.sh
+# (the chart and the Python, TypeScript and Java suites).
 #
 # Why together: on two cores the Go passes are compute (the -race build and
 # the tests' own work), while the client suites mostly wait (leases expiring,
@@ -29,27 +27,31 @@ trap 'rm -rf "$tmp"' EXIT
 ./scripts/test-clients.sh </dev/null >"$tmp/clients.log" 2>&1 &
 clients=$!
 
-echo "== the Helm chart, the Go client, the doc test and the Python, TypeScript and Java suites run beside the server's Go tests; their output follows them"
-# The server module's packages but ./docs, whose test runs in test-clients.sh
-# after make grpcurl. The pass says how long it took and the CPU it used (as
-# test-clients.sh does for each suite).
+# go_pass DIR runs go test in the module at DIR and says how long it took
+# and the CPU it used (as test-clients.sh does for each suite).
 failed=()
-start=$SECONDS
-echo "== go test ${flags[*]} ./... but ./docs"
-if (
-	all="$(go list ./...)" || exit
-	mapfile -t pkgs < <(grep -v '/docs$' <<<"$all")
-	go test "${flags[@]}" "${pkgs[@]}" || exit
-	# times runs in this subshell: the CPU of its children, go test's.
-	times >"$tmp/go.times"
-); then
-	echo "== go test ./... but ./docs: ok ($((SECONDS - start)) s, $(cpu_seconds <"$tmp/go.times") s of CPU)"
-else
-	echo "== go test ./... but ./docs: FAILED (exit $?)"
-	failed+=("go test ./... but ./docs")
-fi
+go_pass() {
+	local start=$SECONDS rc=0
+	echo "== go test ${flags[*]} ./... in $1"
+	(
+		cd "$1"
+		go test "${flags[@]}" ./... || exit
+		# times runs in this subshell: the CPU of its children, go test's.
+		times >"$tmp/go.times"
+	) || rc=$?
+	if ((rc == 0)); then
+		echo "== go test ./... in $1: ok ($((SECONDS - start)) s, $(cpu_seconds <"$tmp/go.times") s of CPU)"
+	else
+		echo "== go test ./... in $1: FAILED (exit $rc)"
+		failed+=("go test ./... in $1")
+	fi
+}
+echo "== the Helm chart and the Python, TypeScript and Java suites run beside the Go tests; their output follows them"
+go_pass .
+# The Go client is a module of its own: ./... at the root does not descend into it.
+go_pass clients/go
 
-echo "== the Helm chart, the Go client, the doc test and the Python, TypeScript and Java clients and examples, side by side"
+echo "== the Helm chart and the Python, TypeScript and Java clients and examples, side by side"
 wait "$clients" || failed+=("scripts/test-clients.sh")
 cat "$tmp/clients.log"
 
