@@ -22,8 +22,27 @@ have_postgres() {
 }
 
 # The doc test (docs/doc_test.go) runs the documented grpcurl commands with
-# the pinned grpcurl, where `make grpcurl` installs it (quiet when it is there).
-"${MAKE:-make}" --no-print-directory -C "$(dirname "$0")/.." grpcurl >/dev/null
+# the pinned grpcurl, where `make grpcurl` installs it (quiet when it is
+# there). On a fresh machine that is a compile (about a minute on two cores),
+# so it runs while apt-get downloads and unpacks; finish waits for it and
+# fails this script if it failed.
+grpcurl_log="$(mktemp)"
+"${MAKE:-make}" --no-print-directory -C "$(dirname "$0")/.." grpcurl >"$grpcurl_log" 2>&1 &
+grpcurl_pid=$!
+policy=/usr/sbin/policy-rc.d
+policy_made=""
+finish() {
+	local rc=$?
+	[[ -z $policy_made ]] || rm -f "$policy"
+	if ! wait "$grpcurl_pid"; then
+		cat "$grpcurl_log" >&2
+		echo "test-deps: make grpcurl failed" >&2
+		rc=1
+	fi
+	rm -f "$grpcurl_log"
+	exit "$rc"
+}
+trap finish EXIT
 
 # redis-cli (Debian: redis-tools, a dependency of redis-server) creates the
 # test Redis Cluster; jq is in the documented commands the doc test runs.
@@ -44,11 +63,10 @@ fi
 # Keep maintainer scripts from starting the packaged services (they would hold
 # 6379/5432 and run for nothing): invoke-rc.d obeys policy-rc.d exit code 101.
 # Only a policy file we created is removed again.
-policy=/usr/sbin/policy-rc.d
 if [[ ! -e $policy ]]; then
+	policy_made=1
 	printf '#!/bin/sh\nexit 101\n' >"$policy"
 	chmod 755 "$policy"
-	trap 'rm -f "$policy"' EXIT
 fi
 
 echo "test-deps: installing ${packages[*]}" >&2
