@@ -36,15 +36,7 @@ clients=$!
 # client's pass was make test's last 77 s on a fresh machine, with both
 # cores mostly idle. The workspace file is make test's own (GOWORK, in a
 # temporary directory): nothing else sees it.
-cat >"$tmp/go.work" <<WORK
-go $(go list -m -f "{{.GoVersion}}")
-
-use (
-	$repo
-	$repo/clients/go
-	$repo/gen
-)
-WORK
+(cd "$tmp" && go work init "$repo" "$repo/clients/go" "$repo/gen")
 failed=()
 start=$SECONDS
 echo "== the Helm chart and the Python, TypeScript and Java suites run beside the Go tests; their output follows them"
