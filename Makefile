@@ -99,7 +99,8 @@ build: ## build bin/claimd, its version from git (scripts/version.sh; VERSION=..
 run: build ## start claimd with embedded tiers on 127.0.0.1:50051 (ARGS="--flag ..." to add flags)
 	./bin/claimd serve $(ARGS)
 
-test: ## every test: Go with -race and each benchmark once (real Redis, Redis Cluster, Sentinel and PostgreSQL, installed when missing) and, beside it, the chart (helm lint/template in process) and the Python, TypeScript and Java clients (scripts/test.sh, which runs scripts/test-deps.sh first)
+test: ## every test: Go with -race and each benchmark once (real Redis, Redis Cluster, Sentinel and PostgreSQL, installed when missing) and, beside it, the chart (helm lint/template in process) and the Python, TypeScript and Java clients (scripts/test.sh)
+	./scripts/test-deps.sh
 	GO_TEST_FLAGS="$(GO_TEST_FLAGS) $(GO_BENCH_ONCE)" ./scripts/test.sh
 
 dist: ## dist/: claimd, the Python wheel and sdist, the npm tarball and a Maven repository with the Java client, all of one version from git (scripts/version.sh)

@@ -20,7 +20,7 @@
 # $CLAIMD_EFFECTSPEC_BIN: one go build links each once, where each suite
 # linked its own (and, started together on a cold build cache, compiled the
 # whole server once per suite). A binary already named by its variable is
-# used as it is: make test (scripts/test.sh) builds them before this starts.
+# used as it is.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -51,17 +51,31 @@ for s in "${suites[@]}"; do
 	}
 done
 
-# The shared binaries, built in one go build (scripts/testbin.sh).
-# shellcheck source=testbin.sh
-source "$repo/scripts/testbin.sh"
-testbins_name "$logs/bin"
-if ((${#testbins_todo[@]} > 0)); then
+# The shared binaries, built in one go build (its packages in parallel).
+declare -A tool_pkg=(
+	[CLAIMD_BIN]=./cmd/claimd
+	[CLAIMD_TESTPG_BIN]=./internal/testenv/cmd/testpg
+	[CLAIMD_TESTCA_BIN]=./internal/testenv/cmd/testca
+	[CLAIMD_EFFECTSPEC_BIN]=./internal/testenv/cmd/effectspec
+)
+pkgs=()
+for v in "${!tool_pkg[@]}"; do
+	if [[ -z "${!v:-}" ]]; then
+		pkgs+=("${tool_pkg[$v]}")
+		export "$v=$logs/bin/$(basename "${tool_pkg[$v]}")"
+	fi
+done
+if ((${#pkgs[@]} > 0)); then
+	mkdir -p "$logs/bin"
 	start=$SECONDS
-	(testbins_build "$logs/bin" && times >"$logs/build.times") || {
-		echo "test-clients: go build ${testbins_todo[*]} failed" >&2
+	# The image's compile flags (scripts/rootfs.sh), as every build of claimd
+	# in make test (cmd/claimd's tests, docs, deploy, clients/go/claimdtest):
+	# the server is compiled once for all of them.
+	(cd "$repo" && CGO_ENABLED=0 go build -trimpath -o "$logs/bin/" "${pkgs[@]}" && times >"$logs/build.times") || {
+		echo "test-clients: go build ${pkgs[*]} failed" >&2
 		exit 1
 	}
-	echo "test-clients: go build ${testbins_todo[*]}: $((SECONDS - start)) s, $(cpu_seconds <"$logs/build.times") s of CPU"
+	echo "test-clients: go build ${pkgs[*]}: $((SECONDS - start)) s, $(cpu_seconds <"$logs/build.times") s of CPU"
 fi
 
 declare -A pid

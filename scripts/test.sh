@@ -1,20 +1,8 @@
 #!/usr/bin/env bash
-# test.sh is make test: scripts/test-deps.sh (the servers the tests start,
-# grpcurl), then go test of the server module and of the Go client
-# ($GO_TEST_FLAGS: -race, each benchmark once), and beside it, from the
-# start, scripts/test-clients.sh (the chart and the Python, TypeScript and
-# Java suites).
-#
-# Before either, while test-deps.sh runs (on a fresh machine apt-get, mostly
-# waiting on the disk, and grpcurl's compile), the binaries every suite runs
-# are built once (scripts/testbin.sh: claimd as the image builds it, testpg,
-# testca, effectspec; exported as $CLAIMD_BIN and the like). Built beside go
-# test instead, they were compiled twice on a fresh machine: the Go tests
-# that build claimd themselves (cmd/claimd, docs, clients/go, the example)
-# start within the first minutes, while that build is still going, and a go
-# build does not wait for another's unfinished work. Built in the same
-# workspace as go test runs in, every later build of claimd in the tests is
-# the cache's.
+# test.sh is make test once scripts/test-deps.sh has run: go test of the
+# server module and of the Go client ($GO_TEST_FLAGS: -race, each benchmark
+# once), and beside it, from the start, scripts/test-clients.sh (the chart
+# and the Python, TypeScript and Java suites).
 #
 # Why together: on two cores the Go pass is compute (the -race build and
 # the tests' own work), while the client suites mostly wait (leases expiring,
@@ -36,6 +24,8 @@ read -r -a flags <<<"${GO_TEST_FLAGS:--race -count=1 -timeout 30m -p 4 -bench . 
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+./scripts/test-clients.sh </dev/null >"$tmp/clients.log" 2>&1 &
+clients=$!
 
 # The server module and the Go client module (clients/go, which ./... at the
 # root does not descend into) are tested by one go test, in a workspace of
@@ -45,31 +35,8 @@ trap 'rm -rf "$tmp"' EXIT
 # tests in the same pool as the server's. Run one after the other, the
 # client's pass was make test's last 77 s on a fresh machine, with both
 # cores mostly idle. The workspace file is make test's own (GOWORK, in a
-# temporary directory): nothing outside go test and the build below sees it.
+# temporary directory): nothing else sees it.
 (cd "$tmp" && go work init "$repo" "$repo/clients/go" "$repo/gen")
-
-# shellcheck source=testbin.sh
-source scripts/testbin.sh
-testbins_name "$tmp/bin"
-start=$SECONDS
-(GOWORK="$tmp/go.work" testbins_build "$tmp/bin" && times >"$tmp/build.times") >"$tmp/build.log" 2>&1 &
-build=$!
-deps_rc=0
-./scripts/test-deps.sh || deps_rc=$?
-deps_seconds=$((SECONDS - start))
-build_rc=0
-wait "$build" || build_rc=$?
-cat "$tmp/build.log"
-((deps_rc == 0)) || exit "$deps_rc"
-if ((build_rc != 0)); then
-	echo "make test: go build ${testbins_todo[*]} failed" >&2
-	exit 1
-fi
-echo "== test-deps: $deps_seconds s; beside it go build ${testbins_todo[*]}: $((SECONDS - start)) s, $(cpu_seconds <"$tmp/build.times") s of CPU"
-
-./scripts/test-clients.sh </dev/null >"$tmp/clients.log" 2>&1 &
-clients=$!
-
 failed=()
 start=$SECONDS
 echo "== the Helm chart and the Python, TypeScript and Java suites run beside the Go tests; their output follows them"
