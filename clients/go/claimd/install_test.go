@@ -47,14 +47,11 @@ func TestInstallOutside(t *testing.T) {
 	}
 	write("go.sum", string(sums))
 
-	// Static and -trimpath, the flags of every other build in make test that
-	// is not -race (claimdtest.BuildTool's), so that on a cold build cache the
-	// client's dependencies (gRPC, protobuf) are compiled once for all of
-	// them: about 50 s of CPU on two cores, where with go build's defaults
-	// this test compiled them again. Neither changes which modules the
-	// commands resolve, which is what it checks.
-	env := append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0",
-		"GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod -trimpath"), "CLAIMD="+repo)
+	// Built as the tests' other non-race builds are (claimdtest.BuildEnv):
+	// with go build's defaults this test compiled gRPC and protobuf once
+	// more on a cold cache, about 50 s of CPU on two cores. The flags do not
+	// change which modules the commands resolve, which is what it checks.
+	env := claimdtest.BuildEnv(append(os.Environ(), "GOWORK=off", "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod"), "CLAIMD="+repo))
 	var ran []string
 	for _, line := range shellLines(fencedBlock(t, string(readme), "## Install", "```sh")) {
 		args := strings.Fields(os.Expand(strings.ReplaceAll(line, `"`, ""), func(v string) string {

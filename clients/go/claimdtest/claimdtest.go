@@ -95,6 +95,21 @@ func Build(dir string) (string, error) {
 	return BuildTool(dir, Package)
 }
 
+// BuildEnv returns env for a go command that builds as claimd's image does
+// (scripts/rootfs.sh: static, -trimpath), the flags of every build in
+// claimd's tests that is not -race: on a cold build cache the server and
+// the client's dependencies are compiled once for all of them. env's GOFLAGS
+// (its last, the one a command sees) are kept, with -trimpath added.
+func BuildEnv(env []string) []string {
+	var goflags string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "GOFLAGS="); ok {
+			goflags = v
+		}
+	}
+	return append(env, "CGO_ENABLED=0", "GOFLAGS="+strings.TrimSpace(goflags+" -trimpath"))
+}
+
 // BuildTool compiles the main package pkg of claimd's module (Package, or a
 // test tool under it) into dir, named as pkg's last element, and returns
 // the binary's path.
@@ -104,12 +119,9 @@ func BuildTool(dir, pkg string) (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, filepath.Base(pkg))
-	// The compile flags of claimd's image (scripts/rootfs.sh: static,
-	// -trimpath), which claimd's own tests build with too: on a cold
-	// build cache the server is compiled once for all of them.
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
+	build := exec.Command("go", "build", "-o", bin, pkg)
 	build.Dir = src
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Env = BuildEnv(os.Environ())
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s in %s: %v\n%s", pkg, build.Dir, err, out)
 	}
