@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test.sh is make test once scripts/test-deps.sh has run: go test of the
-# server module and of the Go client ($GO_TEST_FLAGS: -race, each benchmark
-# once), and beside it, from the start, scripts/test-clients.sh (the chart
-# and the Python, TypeScript and Java suites).
+# server module and of the Go client ($GO_TEST_FLAGS: -race; $GO_TEST_ARGS,
+# given to every test binary: each benchmark once), and beside it, from the
+# start, scripts/test-clients.sh (the chart and the Python, TypeScript and
+# Java suites).
 #
 # Why together: on two cores the Go pass is compute (the -race build and
 # the tests' own work), while the client suites mostly wait (leases expiring,
@@ -20,7 +21,10 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 # shellcheck source=times.sh
 source scripts/times.sh
-read -r -a flags <<<"${GO_TEST_FLAGS:--race -count=1 -timeout 30m -p 4 -bench . -benchtime 1x}"
+read -r -a flags <<<"${GO_TEST_FLAGS:--race -count=1 -timeout 30m -p 4}"
+# After -args, so that go test passes them on instead of reading them: its
+# own -bench would run the test binaries one at a time (see the Makefile).
+read -r -a args <<<"${GO_TEST_ARGS--test.bench=. -test.benchtime=1x}"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -40,10 +44,10 @@ clients=$!
 failed=()
 start=$SECONDS
 echo "== the Helm chart and the Python, TypeScript and Java suites run beside the Go tests; their output follows them"
-echo "== go test ${flags[*]} ./... ./clients/go/..."
+echo "== go test ${flags[*]} ./... ./clients/go/... -args ${args[*]}"
 if (
 	export GOWORK="$tmp/go.work"
-	go test "${flags[@]}" ./... ./clients/go/... || exit
+	go test "${flags[@]}" ./... ./clients/go/... -args "${args[@]}" || exit
 	# times runs in this subshell: the CPU of its children, go test's.
 	times >"$tmp/go.times"
 ); then
