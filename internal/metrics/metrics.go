@@ -206,7 +206,7 @@ func New(reg prometheus.Registerer, cfg Config) (*Metrics, error) {
 		}),
 		durableRows: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "claimd_durable_claim_rows",
-			Help: "Rows of the durable tier's claims table (records in their window or awaiting the janitor), sampled in the background.",
+			Help: "Rows of the durable tier's claims table (records in their window or awaiting the janitor): PostgreSQL's estimate of its live rows, SQLite's count, sampled in the background.",
 		}),
 		auditPartitions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "claimd_audit_partitions",

@@ -18,9 +18,9 @@ const DefaultSampleInterval = 15 * time.Second
 type Sources struct {
 	// FastLiveKeys counts the keys the fast tier holds.
 	FastLiveKeys func(context.Context) (int64, error)
-	// DurableStats counts the claims rows and the audit partitions of the
-	// durable tier. It may scan a table: it runs on the sampler's
-	// interval, never per request or per scrape.
+	// DurableStats counts the claims rows (PostgreSQL's estimate, SQLite's
+	// count) and the audit partitions of the durable tier. It runs on the
+	// sampler's interval, never per request or per scrape.
 	DurableStats func(context.Context) (claimRows int64, auditPartitions int, err error)
 	// FastEviction reads the eviction policy of a Redis fast tier (nil for
 	// the in-process one, whose entries are bounded by claimd itself).

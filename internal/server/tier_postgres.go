@@ -27,7 +27,7 @@ func openPostgres(ctx context.Context, c *TierConfig, _ twotier.Observer, _ *slo
 	return &Tiers{
 		Store: pg, Durable: pg, Mode: "postgres", Durability: "postgres",
 		FastKind: "none", DurableKind: "postgres",
-		Sources: metrics.Sources{DurableStats: pg.Stats},
+		Sources: metrics.Sources{DurableStats: pg.EstimatedStats},
 		Target:  postgresTarget(pg),
 	}, nil
 }
