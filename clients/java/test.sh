@@ -34,6 +34,15 @@ done
 
 "$here/generate.sh" --check
 
+# Every JVM of the suite lives seconds (Maven, Surefire's fork, effectspec's
+# receivers, killed and restarted fifty times a run): C1 alone compiles what
+# they run for a fraction of the CPU that C2's optimisation spends, and the
+# serial collector starts no GC threads. Test speed only; the client is
+# compiled and packaged the same either way.
+jvm_opts=(-XX:TieredStopAtLevel=1 -XX:+UseSerialGC)
+export MAVEN_OPTS="${MAVEN_OPTS:+$MAVEN_OPTS }${jvm_opts[*]}"
+maven_flags+=("-DargLine=${jvm_opts[*]}")
+
 mkdir -p "$here/.build"
 testbin CLAIMD_BIN cmd/claimd "$here/.build"
 # The secured tests' CA and certificates, made as every client's are.
@@ -75,7 +84,7 @@ effectspec_run() {
 	local cp
 	cp="$(test_classpath)"
 	if "$CLAIMD_EFFECTSPEC_BIN" -claimd-bin "$CLAIMD_BIN" -db "$1" -events 50 -- \
-		java -cp "$cp" dev.claimd.client.testing.EffectReceiver 2>&1 | sed -E 's/, receiver java -cp .*//'; then
+		java "${jvm_opts[@]}" -cp "$cp" dev.claimd.client.testing.EffectReceiver 2>&1 | sed -E 's/, receiver java .*//'; then
 		effectspec_passed=$((effectspec_passed + 1))
 	else
 		effectspec_failed=$((effectspec_failed + 1))
@@ -89,7 +98,7 @@ effectspec_control() {
 	cp="$(test_classpath)"
 	local out
 	if out="$("$CLAIMD_EFFECTSPEC_BIN" -claimd-bin "$CLAIMD_BIN" -db "$CLAIMD_TEST_POSTGRES_URL" -events 5 -scenarios raise -- \
-		java -cp "$cp" dev.claimd.client.testing.EffectReceiver --unfenced 2>&1)"; then
+		java "${jvm_opts[@]}" -cp "$cp" dev.claimd.client.testing.EffectReceiver --unfenced 2>&1)"; then
 		echo "effectspec passed the unfenced receiver; it must fail it:" >&2
 		echo "$out" >&2
 		effectspec_failed=$((effectspec_failed + 1))
