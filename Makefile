@@ -25,8 +25,11 @@ IMAGE ?= claimd:dev
 # -p 4: go test runs at most -p test binaries at once (GOMAXPROCS, 2 on a
 # two-core machine, by default), and most of them wait on leases and servers
 # they start: four at once took internal/... from 211 s to 155 s with the
-# same CPU.
-GO_TEST_FLAGS ?= -race -count=1 -timeout 30m -p 4
+# same CPU. -vet=off: go vet runs in make lint (every module, every analyzer,
+# as CI does); go test's own vet pass repeated a subset of it over every
+# dependency, sqlite's too, about 35 s of CPU of a make test that is
+# CPU-bound on two cores.
+GO_TEST_FLAGS ?= -race -count=1 -timeout 30m -p 4 -vet=off
 # GO_TEST_ARGS go to every test binary (after go test's -args): each
 # benchmark once, so none can rot, in the same test binaries as the tests
 # (under -race, after them; a separate non-race pass linked every test binary

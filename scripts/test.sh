@@ -21,7 +21,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 # shellcheck source=times.sh
 source scripts/times.sh
-read -r -a flags <<<"${GO_TEST_FLAGS:--race -count=1 -timeout 30m -p 4}"
+read -r -a flags <<<"${GO_TEST_FLAGS:--race -count=1 -timeout 30m -p 4 -vet=off}"
 # After -args, so that go test passes them on instead of reading them: its
 # own -bench would run the test binaries one at a time (see the Makefile).
 read -r -a args <<<"${GO_TEST_ARGS--test.bench=. -test.benchtime=1x}"

@@ -72,6 +72,7 @@ func TestStoppedServerIsUnavailable(t *testing.T) {
 		}},
 		{"CountDeferred", func(ctx context.Context) error { _, err := s.CountDeferred(ctx, nil); return err }},
 		{"Stats", func(ctx context.Context) error { _, _, err := s.Stats(ctx); return err }},
+		{"EstimatedStats", func(ctx context.Context) error { _, _, err := s.EstimatedStats(ctx); return err }},
 		{"EnsureAuditPartitions", func(ctx context.Context) error { return s.EnsureAuditPartitions(ctx, clk.Now(), 1) }},
 		{"Migrate", func(ctx context.Context) error { return postgres.Migrate(ctx, srv.URL()) }},
 		{"New", func(ctx context.Context) error {
