@@ -36,7 +36,7 @@ GO_TEST_FLAGS ?= -race -count=1 -timeout 30m -p 4 -vet=off
 # a second time for a few seconds of benchmarks). Not go test's own -bench:
 # with it, go test runs the packages' test binaries one at a time, the first
 # after every build ends (benchmarks are timed alone), which made the Go
-# pass's ~460 s of mostly waiting tests serial, with both cores idle.
+# pass's ~460 s of mostly waiting tests serial, the cores mostly idle.
 GO_TEST_ARGS := -test.bench=. -test.benchtime=1x
 ARGS ?=
 # CLIENT_MODULE is the Go client, a module of its own: ./... at the root does

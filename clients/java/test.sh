@@ -35,7 +35,7 @@ done
 "$here/generate.sh" --check
 
 # Every JVM of the suite lives seconds (Maven, Surefire's fork, effectspec's
-# receivers, killed and restarted fifty times a run): C1 alone compiles what
+# receivers, killed and restarted again and again): C1 alone compiles what
 # they run for a fraction of the CPU that C2's optimisation spends, and the
 # serial collector starts no GC threads. Test speed only; the client is
 # compiled and packaged the same either way.
