@@ -270,13 +270,15 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// countAuditPartitions is the select-list expression of Stats and
+// EstimatedStats that counts audit_log's partitions.
+const countAuditPartitions = `(SELECT count(*) FROM pg_inherits WHERE inhparent = 'audit_log'::regclass)`
+
 // Stats reports the number of records and of audit partitions. The record
 // count is exact, so it scans claims: call it for operators and tests, never
 // periodically (EstimatedStats is the metrics sampler's).
 func (s *Store) Stats(ctx context.Context) (claims int64, auditPartitions int, err error) {
-	err = s.pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM claims),
-		(SELECT count(*) FROM pg_inherits WHERE inhparent = 'audit_log'::regclass)`).Scan(&claims, &auditPartitions)
+	err = s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM claims), `+countAuditPartitions).Scan(&claims, &auditPartitions)
 	if err != nil {
 		return 0, 0, fail(ctx, "stats", err)
 	}
@@ -301,7 +303,7 @@ func (s *Store) EstimatedStats(ctx context.Context) (claims int64, auditPartitio
 		(SELECT coalesce(sum(CASE WHEN st.n_live_tup > 0 THEN st.n_live_tup ELSE greatest(c.reltuples, 0)::bigint END), 0)::bigint
 			FROM pg_stat_all_tables st JOIN pg_class c ON c.oid = st.relid
 			WHERE c.relkind = 'r' AND (st.relid = 'claims'::regclass OR st.relid IN (SELECT relid FROM pg_partition_tree('claims')))),
-		(SELECT count(*) FROM pg_inherits WHERE inhparent = 'audit_log'::regclass)`).Scan(&claims, &auditPartitions)
+		`+countAuditPartitions).Scan(&claims, &auditPartitions)
 	if err != nil {
 		return 0, 0, fail(ctx, "estimated stats", err)
 	}
