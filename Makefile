@@ -60,12 +60,17 @@ RELEASE_REF ?= $(shell git rev-parse -q --verify 'refs/tags/v0.1.0^{commit}' || 
 VERSION ?= $(shell ./scripts/version.sh semver 2>/dev/null || echo dev)
 
 # tool installs `go install`s a module at a version and leaves a stamp, so a
-# version bump here reinstalls it.
+# version bump here reinstalls it. Static and -trimpath, the compile flags
+# of every non-race Go build in make test (the shared claimd build in
+# scripts/test-clients.sh, the tests' builds, make helm): on a fresh machine
+# make test installs grpcurl first, and the standard library and the
+# packages it shares with claimd are then compiled once for all of them
+# (with go's defaults, a second time: ~50 s of CPU, measured).
 define tool
 $(TOOLS_DIR)/stamps/$(1)@$(3):
 	@mkdir -p $(TOOLS_BIN) $(TOOLS_DIR)/stamps
 	@echo "installing $(2)@$(3) into $(TOOLS_BIN)"
-	cd /tmp && GOBIN=$(TOOLS_BIN) GOFLAGS= go install $(2)@$(3)
+	cd /tmp && CGO_ENABLED=0 GOBIN=$(TOOLS_BIN) GOFLAGS=-trimpath go install $(2)@$(3)
 	@touch $$@
 endef
 # buf is Buf's release binary from the npm registry, or built from source
@@ -187,8 +192,11 @@ image: ## build the container image $(IMAGE) (docker when its daemon answers, el
 
 # -vet=off as in make test: make lint vets the deploy module, and go test's
 # vet pass over helm's and Kubernetes' packages was ~50 CPU-s of a cold run.
+# Static and -trimpath as the other non-race builds of make test (see tool
+# above): the standard library and the packages shared with claimd are
+# compiled once for all of them.
 helm: ## helm lint --strict and helm template of deploy/helm/claimd (helm's Go packages, no helm binary) with each value set, and the checks of the rendered manifests
-	cd $(DEPLOY_MODULE) && go test -count=1 -vet=off -timeout 15m ./...
+	cd $(DEPLOY_MODULE) && CGO_ENABLED=0 go test -trimpath -count=1 -vet=off -timeout 15m ./...
 
 clean: ## remove build outputs
 	rm -rf bin dist
