@@ -185,21 +185,32 @@ func requireFree(t *testing.T, addr string) {
 	}
 }
 
-// startClaimd builds claimd once into dir/bin/claimd, where `make build` puts
-// it for commands that run ./bin/claimd, and starts it as `make run` does, on
+// startClaimd builds claimd once into dir/bin/claimd (or links $CLAIMD_BIN
+// there, when make test has built it), where `make build` puts it for
+// commands that run ./bin/claimd, and starts it as `make run` does, on
 // a temporary data directory; it returns when /readyz answers.
 func startClaimd(t *testing.T, dir string) {
 	t.Helper()
 	bin := filepath.Join(dir, "bin", "claimd")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	// The image's compile flags (scripts/rootfs.sh), as every build of
-	// claimd in make test: one compile of the server for all of them.
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/claimd")
-	build.Dir = ".."
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/claimd: %v\n%s", err, out)
+	if prebuilt := os.Getenv("CLAIMD_BIN"); prebuilt != "" {
+		// make test's, built once for every suite with the flags below.
+		if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(prebuilt, bin); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		// The image's compile flags (scripts/rootfs.sh), as every build of
+		// claimd in make test: one compile of the server for all of them.
+		build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/claimd")
+		build.Dir = ".."
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/claimd: %v\n%s", err, out)
+		}
 	}
 
 	var logs bytes.Buffer

@@ -20,7 +20,8 @@
 # $CLAIMD_EFFECTSPEC_BIN: one go build links each once, where each suite
 # linked its own (and, started together on a cold build cache, compiled the
 # whole server once per suite). A binary already named by its variable is
-# used as it is.
+# used as it is: make test (scripts/test.sh) builds them before the Go tests
+# and these suites start.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -8,8 +8,8 @@
 # Why together: on two cores the Go pass is compute (the -race build and
 # the tests' own work), while the client suites mostly wait (leases expiring,
 # servers starting, killed receivers), and what they compute (npm, pip and
-# Maven installs, javac, tsc, the shared claimd build) is a different set of
-# work; run one after the other, make test took the sum of both.
+# Maven installs, javac, tsc) is a different set of work; run one after the
+# other, make test took the sum of both.
 #
 # The Go pass prints as it runs; test-clients.sh's output goes to a file
 # and is printed whole after them, so every suite still reads as if it ran
@@ -28,6 +28,24 @@ read -r -a args <<<"${GO_TEST_ARGS--test.bench=. -test.benchtime=1x}"
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+
+# The binaries the tests run (claimd and the test tools testpg, testca and
+# effectspec), built first, once, with the image's compile flags
+# (scripts/rootfs.sh), and named to every suite by $CLAIMD_BIN and the
+# others (test-clients.sh and the clients' harnesses, deploy's test,
+# docs/doc_test.go, clients/go/claimdtest): no test links them again, and
+# no test's own go build of them runs beside this one, compiling the same
+# packages twice on a cold build cache. cmd/claimd's tests still build
+# claimd, with a version of their own.
+start=$SECONDS
+echo "== go build of claimd and the test tools"
+(
+	CGO_ENABLED=0 go build -trimpath -o "$tmp/bin/" ./cmd/claimd ./internal/testenv/cmd/{testpg,testca,effectspec}
+	times >"$tmp/build.times"
+)
+export CLAIMD_BIN="$tmp/bin/claimd" CLAIMD_TESTPG_BIN="$tmp/bin/testpg" CLAIMD_TESTCA_BIN="$tmp/bin/testca" CLAIMD_EFFECTSPEC_BIN="$tmp/bin/effectspec"
+echo "== go build: ok ($((SECONDS - start)) s, $(cpu_seconds <"$tmp/build.times") s of CPU)"
+
 ./scripts/test-clients.sh </dev/null >"$tmp/clients.log" 2>&1 &
 clients=$!
 
@@ -41,13 +59,19 @@ clients=$!
 # cores mostly idle. The workspace file is make test's own (GOWORK, in a
 # temporary directory): nothing else sees it.
 (cd "$tmp" && go work init "$repo" "$repo/clients/go" "$repo/gen")
+# The packages whose tests run longest come first: go test builds and
+# starts the packages in the order given (it prints them in that order
+# too), and with these last the pass ended on one or two of them running
+# alone while the cores waited (the last 30 s of a fresh machine's run).
+# Later patterns skip the packages an earlier one matched.
+pkgs=(./internal/tiers/... ./internal/service/... ./clients/go/... ./cmd/claimd/... ./...)
 failed=()
 start=$SECONDS
 echo "== the Helm chart and the Python, TypeScript and Java suites run beside the Go tests; their output follows them"
-echo "== go test ${flags[*]} ./... ./clients/go/... -args ${args[*]}"
+echo "== go test ${flags[*]} ${pkgs[*]} -args ${args[*]}"
 if (
 	export GOWORK="$tmp/go.work"
-	go test "${flags[@]}" ./... ./clients/go/... -args "${args[@]}" || exit
+	go test "${flags[@]}" "${pkgs[@]}" -args "${args[@]}" || exit
 	# times runs in this subshell: the CPU of its children, go test's.
 	times >"$tmp/go.times"
 ); then
