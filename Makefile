@@ -61,11 +61,12 @@ VERSION ?= $(shell ./scripts/version.sh semver 2>/dev/null || echo dev)
 
 # tool installs `go install`s a module at a version and leaves a stamp, so a
 # version bump here reinstalls it. Static and -trimpath, the compile flags
-# of every non-race Go build in make test (the shared claimd build in
-# scripts/test-clients.sh, the tests' builds, make helm): on a fresh machine
-# make test installs grpcurl first, and the standard library and the
-# packages it shares with claimd are then compiled once for all of them
-# (with go's defaults, a second time: ~50 s of CPU, measured).
+# of every non-race Go build in make test (claimd and the test tools, which
+# scripts/test.sh builds first, the tests' own builds, make helm): on a
+# fresh machine make test installs grpcurl first, and the standard library
+# and the packages it shares with claimd are then compiled once for all of
+# them (with go's defaults, a second time: grpcurl and the claimd build
+# took ~75 CPU-s more from an empty build cache).
 define tool
 $(TOOLS_DIR)/stamps/$(1)@$(3):
 	@mkdir -p $(TOOLS_BIN) $(TOOLS_DIR)/stamps

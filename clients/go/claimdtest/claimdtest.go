@@ -92,16 +92,16 @@ func isServerModule(dir string) bool {
 // `go build` in claimd's module as Source finds it, because only that
 // module lists what the server needs. When $CLAIMD_BIN names a binary, as
 // for the Python, TypeScript and Java clients' harnesses, Build compiles
-// nothing and returns that one.
+// nothing and returns that one (make test builds claimd once and sets it).
 func Build(dir string) (string, error) {
 	return BuildTool(dir, Package)
 }
 
-// BinEnv names, for Package and the test tools of claimd's module, the
+// binEnv names, for Package and the test tools of claimd's module, the
 // environment variable that names a binary of it built already. make test
 // (scripts/test.sh) builds them once and sets these for every suite, Go's
 // included, so that no test links them again.
-var BinEnv = map[string]string{
+var binEnv = map[string]string{
 	Package: "CLAIMD_BIN",
 	serverModule + "/internal/testenv/cmd/testca":     "CLAIMD_TESTCA_BIN",
 	serverModule + "/internal/testenv/cmd/testpg":     "CLAIMD_TESTPG_BIN",
@@ -125,10 +125,11 @@ func BuildEnv(env []string) []string {
 
 // BuildTool compiles the main package pkg of claimd's module (Package, or a
 // test tool under it) into dir, named as pkg's last element, and returns
-// the binary's path; or, when pkg's variable in BinEnv is set, returns the
-// binary it names, compiling nothing.
+// the binary's path; or, when pkg's variable is set ($CLAIMD_BIN,
+// $CLAIMD_TESTCA_BIN, $CLAIMD_TESTPG_BIN, $CLAIMD_EFFECTSPEC_BIN), returns
+// the binary it names, compiling nothing.
 func BuildTool(dir, pkg string) (string, error) {
-	if v := BinEnv[pkg]; v != "" && os.Getenv(v) != "" {
+	if v := binEnv[pkg]; v != "" && os.Getenv(v) != "" {
 		bin := os.Getenv(v)
 		if fi, err := os.Stat(bin); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 			return "", fmt.Errorf("$%s=%s: not an executable file", v, bin)
