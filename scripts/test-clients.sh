@@ -52,32 +52,10 @@ for s in "${suites[@]}"; do
 	}
 done
 
-# The shared binaries, built in one go build (its packages in parallel).
-declare -A tool_pkg=(
-	[CLAIMD_BIN]=./cmd/claimd
-	[CLAIMD_TESTPG_BIN]=./internal/testenv/cmd/testpg
-	[CLAIMD_TESTCA_BIN]=./internal/testenv/cmd/testca
-	[CLAIMD_EFFECTSPEC_BIN]=./internal/testenv/cmd/effectspec
-)
-pkgs=()
-for v in "${!tool_pkg[@]}"; do
-	if [[ -z "${!v:-}" ]]; then
-		pkgs+=("${tool_pkg[$v]}")
-		export "$v=$logs/bin/$(basename "${tool_pkg[$v]}")"
-	fi
-done
-if ((${#pkgs[@]} > 0)); then
-	mkdir -p "$logs/bin"
-	start=$SECONDS
-	# The image's compile flags (scripts/rootfs.sh), as every build of claimd
-	# in make test (cmd/claimd's tests, docs, deploy, clients/go/claimdtest):
-	# the server is compiled once for all of them.
-	(cd "$repo" && CGO_ENABLED=0 go build -trimpath -o "$logs/bin/" "${pkgs[@]}" && times >"$logs/build.times") || {
-		echo "test-clients: go build ${pkgs[*]} failed" >&2
-		exit 1
-	}
-	echo "test-clients: go build ${pkgs[*]}: $((SECONDS - start)) s, $(cpu_seconds <"$logs/build.times") s of CPU"
-fi
+# The shared binaries, in one go build (scripts/testbin.sh), unless named.
+# shellcheck source=testbin.sh
+source "$repo/scripts/testbin.sh"
+testbins "$logs/bin"
 
 declare -A pid
 for s in "${suites[@]}"; do

@@ -30,21 +30,17 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 # The binaries the tests run (claimd and the test tools testpg, testca and
-# effectspec), built first, once, with the image's compile flags
-# (scripts/rootfs.sh), and named to every suite by $CLAIMD_BIN and the
-# others (test-clients.sh and the clients' harnesses, deploy's test,
-# docs/doc_test.go, clients/go/claimdtest): no test links them again, and
+# effectspec), built first, once (scripts/testbin.sh), and named to every
+# suite by $CLAIMD_BIN and the others (test-clients.sh and the clients'
+# harnesses, deploy's test, docs/doc_test.go, clients/go/claimdtest): no
+# test links them again, and
 # no test's own go build of them runs beside this one, compiling the same
 # packages twice on a cold build cache. cmd/claimd's tests still build
 # claimd, with a version of their own.
-start=$SECONDS
-echo "== go build of claimd and the test tools"
-(
-	CGO_ENABLED=0 go build -trimpath -o "$tmp/bin/" ./cmd/claimd ./internal/testenv/cmd/{testpg,testca,effectspec}
-	times >"$tmp/build.times"
-)
-export CLAIMD_BIN="$tmp/bin/claimd" CLAIMD_TESTPG_BIN="$tmp/bin/testpg" CLAIMD_TESTCA_BIN="$tmp/bin/testca" CLAIMD_EFFECTSPEC_BIN="$tmp/bin/effectspec"
-echo "== go build: ok ($((SECONDS - start)) s, $(cpu_seconds <"$tmp/build.times") s of CPU)"
+# shellcheck source=testbin.sh
+source scripts/testbin.sh
+echo "== claimd and the test tools"
+testbins "$tmp/bin"
 
 ./scripts/test-clients.sh </dev/null >"$tmp/clients.log" 2>&1 &
 clients=$!
