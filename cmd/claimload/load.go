@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -95,45 +96,53 @@ type Config struct {
 const lateAfter = time.Millisecond
 
 // pacer is the schedule of an open loop: request n is due at start +
-// n×interval, whichever caller takes it. A caller waits for a request that
-// is not due yet; one that is overdue (every caller was busy) goes out at
-// once, and its latency still counts from when it was due, so the time it
-// waited for a caller is in the figures (no coordinated omission). A nil
-// pacer is the closed loop: each request is due when its caller is free.
+// n×interval, whichever caller takes it. One goroutine on a thread of its
+// own (run) sleeps until each request is due and hands its number to a
+// free caller; one that is overdue (every caller was busy) goes out as soon
+// as a caller is free, and its latency still counts from when it was due,
+// so the time it waited for a caller is in the figures (no coordinated
+// omission). A nil pacer is the closed loop: each request is due when its
+// caller is free.
 type pacer struct {
 	start    time.Time
 	interval time.Duration
-	end      time.Time // nothing is due at or after end
+	end      time.Time   // nothing is due at or after end
+	next     chan uint64 // the numbers of requests due, closed when none is left
 }
 
 func newPacer(cfg *Config, start time.Time) *pacer {
 	if cfg.Rate <= 0 {
 		return nil
 	}
-	return &pacer{start: start, interval: time.Duration(float64(time.Second) / cfg.Rate), end: start.Add(cfg.Duration)}
+	return &pacer{start: start, interval: time.Duration(float64(time.Second) / cfg.Rate), end: start.Add(cfg.Duration), next: make(chan uint64)}
 }
 
 // due is when request n is due.
 func (p *pacer) due(n uint64) time.Time { return p.start.Add(time.Duration(n) * p.interval) }
 
-// wait returns when request n was due, after waiting for that time if it
-// has not come yet; ok is false when n falls after the run's end. The
-// closed loop's request is due now. lag is how late it goes out.
-func (p *pacer) wait(n uint64, stopped *atomic.Bool) (due time.Time, lag time.Duration, ok bool) {
-	if p == nil {
-		return time.Now(), 0, true
-	}
-	due = p.due(n)
-	if !due.Before(p.end) {
-		return due, 0, false
-	}
-	if d := time.Until(due); d > 0 {
-		time.Sleep(d) // the schedule itself, not a stand-in for an event
-		if stopped.Load() {
-			return due, 0, false
+// run hands each request's number to a caller when it is due, until the
+// run's end or stop. Its sleeps are sleepUntil's, on a thread locked to
+// it: a Go timer wakes an idle process to the millisecond only (the
+// runtime's poller waits in whole milliseconds), which sent requests up to
+// a millisecond or two late, against a server that answered at once, and
+// counted that against the server.
+func (p *pacer) run(stop <-chan struct{}) {
+	defer close(p.next)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	clock := newClock()
+	for n := uint64(0); ; n++ {
+		due := p.due(n)
+		if !due.Before(p.end) {
+			return
+		}
+		clock.sleepUntil(due) // the schedule itself, not a stand-in for an event
+		select {
+		case p.next <- n:
+		case <-stop:
+			return
 		}
 	}
-	return due, time.Since(due), true
 }
 
 // AppendKey appends the event id of request number n to dst.
@@ -242,6 +251,10 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	callers := make([]*caller, cfg.Callers)
 	start := time.Now()
 	pace := newPacer(&cfg, start)
+	stop := make(chan struct{})
+	if pace != nil {
+		go pace.run(stop)
+	}
 	for i := range callers {
 		c := &caller{lat: make([]time.Duration, 0, 1<<16), errCodes: map[string]int64{}}
 		callers[i] = c
@@ -263,6 +276,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		timer.Stop()
 	}
 	stopped.Store(true)
+	close(stop)
 	wg.Wait()
 	elapsed := time.Since(start)
 	if err := ctx.Err(); err != nil {
@@ -273,9 +287,15 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 
 // next takes the next request number and returns when it was due (after
 // waiting for it in an open loop); ok is false when the run is over.
-func (c *caller) next(pace *pacer, seq *atomic.Uint64, stopped *atomic.Bool) (n uint64, due time.Time, ok bool) {
-	n = seq.Add(1) - 1
-	due, lag, ok := pace.wait(n, stopped)
+func (c *caller) next(pace *pacer, seq *atomic.Uint64) (n uint64, due time.Time, ok bool) {
+	if pace == nil {
+		return seq.Add(1) - 1, time.Now(), true
+	}
+	if n, ok = <-pace.next; !ok {
+		return 0, time.Time{}, false
+	}
+	due = pace.due(n)
+	lag := time.Since(due)
 	if lag > lateAfter {
 		c.late++
 	}
@@ -290,7 +310,7 @@ func (c *caller) loop(ctx context.Context, cc *grpc.ClientConn, cfg *Config, pac
 	resp := &pb.ClaimResponse{}
 	var buf []byte
 	for !stopped.Load() && ctx.Err() == nil {
-		n, t0, ok := c.next(pace, seq, stopped)
+		n, t0, ok := c.next(pace, seq)
 		if !ok {
 			return
 		}
@@ -353,7 +373,7 @@ func (c *caller) lifecycle(ctx context.Context, cc *grpc.ClientConn, cfg *Config
 		return true
 	}
 	for !stopped.Load() && ctx.Err() == nil {
-		n, t0, ok := c.next(pace, seq, stopped)
+		n, t0, ok := c.next(pace, seq)
 		if !ok {
 			return
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,20 +20,49 @@ func TestPacerSchedule(t *testing.T) {
 	if got := p.due(10); !got.Equal(start.Add(40 * time.Millisecond)) {
 		t.Errorf("due(10) at 250/s = %v, want start+40ms", got)
 	}
-	var stopped atomic.Bool
-	// start is long past: request 1 is overdue, goes out at once, and says
-	// how late; request 250 falls at the end of the 1 s run.
-	if due, lag, ok := p.wait(1, &stopped); !ok || !due.Equal(start.Add(4*time.Millisecond)) || lag < time.Hour {
-		t.Errorf("wait(1) = %v, lag %v, %v; want its due time, a lag of years, ok", due, lag, ok)
+	// start is long past: every request is overdue and goes out at once,
+	// in order; request 250 falls at the end of the 1 s run.
+	go p.run(make(chan struct{}))
+	var got []uint64
+	for n := range p.next {
+		got = append(got, n)
 	}
-	if _, _, ok := p.wait(250, &stopped); ok {
-		t.Error("wait(250) at 250/s for 1s = ok, want the run over")
+	if len(got) != 250 || got[0] != 0 || got[249] != 249 {
+		t.Errorf("a 1 s run at 250/s handed out %d requests (%v…), want 0 to 249", len(got), got[:min(len(got), 3)])
 	}
 	if closed := newPacer(&Config{Duration: time.Second}, start); closed != nil {
 		t.Errorf("newPacer without a rate = %+v, want nil (closed loop)", closed)
 	}
-	if due, lag, ok := (*pacer)(nil).wait(7, &stopped); !ok || lag != 0 || time.Since(due) > time.Minute {
-		t.Errorf("closed loop wait = %v, %v, %v; want now, no lag, ok", due, lag, ok)
+}
+
+// TestPacerStops: a schedule cut short hands out nothing more and closes.
+func TestPacerStops(t *testing.T) {
+	p := newPacer(&Config{Rate: 1000, Duration: time.Hour}, time.Now())
+	stop := make(chan struct{})
+	go p.run(stop)
+	if n := <-p.next; n != 0 {
+		t.Fatalf("first request %d, want 0", n)
+	}
+	close(stop)
+	for range p.next { // at most the one it was handing out
+	}
+}
+
+// TestClockSleepsUntil: the pacer's sleeps end at their time, not before,
+// and a time already past does not sleep.
+func TestClockSleepsUntil(t *testing.T) {
+	c := newClock()
+	for _, d := range []time.Duration{300 * time.Microsecond, 2 * time.Millisecond} {
+		until := time.Now().Add(d)
+		c.sleepUntil(until)
+		if early := time.Until(until); early > 0 {
+			t.Errorf("sleepUntil(now+%v) returned %v early", d, early)
+		}
+	}
+	before := time.Now()
+	c.sleepUntil(before.Add(-time.Hour))
+	if took := time.Since(before); took > time.Second {
+		t.Errorf("sleepUntil(an hour ago) took %v", took)
 	}
 }
 
