@@ -446,7 +446,7 @@ func (b *bench) measureTarget(t *target) error {
 	}
 	for _, sc := range profiledScenarios {
 		if slices.Contains(b.opts.scenarios, sc) {
-			if err := b.profile(t, sc); err != nil {
+			if err := b.profile(t, sc, b.spec(sc), "", b.report.find(id, sc, clientClaimload)); err != nil {
 				return fmt.Errorf("profiling %s: %w", sc, err)
 			}
 		}

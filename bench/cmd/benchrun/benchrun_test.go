@@ -101,7 +101,9 @@ func TestReport(t *testing.T) {
 		RedisCommands: 2500, ScriptCalls: 2000, PGWrites: 1100}}
 	r.OpenLoop = []Result{{Target: targetEmbedded, Scenario: scenarioLifecycle, Seconds: 1, Requests: 1000, Rate: 998, Due: 1000, Late: 2, MaxLag: 3.5,
 		RPCs: map[string]RPCLatency{"claim": {P50: 1, P99: 4, P999: 9}, "settle": {P50: 1, P99: 6, P999: 25}},
-		CPU:  map[string]float64{"server": 0.2}}}
+		CPU:  map[string]float64{"server": 0.2}},
+		{Target: targetNoop, Scenario: scenarioNew, Seconds: 1, Requests: 3000, Rate: 3000, Due: 3000, P50: 0.5, P99: 2, P999: 4, MaxLag: 1.5,
+			CPU: map[string]float64{"server": 0.06, "client": 0.09}}}
 	growthRun := func(cpu, p99 float64) Result {
 		return Result{Seconds: 1, Requests: 1000, Rate: 1000, P99: p99, CPU: map[string]float64{"server": cpu}, RedisCommands: 3000, PGWrites: 400}
 	}
@@ -138,6 +140,7 @@ func TestReport(t *testing.T) {
 		"| open loop, claimd embedded at 1000 events/s due (half the naive handler's): p99 per RPC ≤ 5 ms | claimload | 6.00 ms (2 late, max lag 3.5 ms) | – | – | **no** |",
 		"| open loop, claimd embedded: p99.9 per RPC ≤ 20 ms | claimload | 25.00 ms (settle) | – | – | **no** |",
 		"| claimd embedded | 1000 | 998 | 1.00 / 4.00 / 9.00 | – | 1.00 / 6.00 / 25.00 | 2 | 3.5 | 0 | 200 |",
+		"the no-op handler, which answers a Claim at once, with Claims due at 3000 a second (3 per event: the same RPCs a second) from the same client, p50/p99/p99.9 0.50 / 2.00 / 4.00 ms, 0 late, max lag 1.5 ms, 0 errors; the no-op handler's CPU 20 µs and the client's 30 µs per call.",
 		"| claimd Redis+PG | 1000 | 1.50 / 3.00 | 2.00 / 4.00 | 3.50 | 0 | 100 | 50 | 100 | – | 250 | 2.50 | 2.00 | 1.10 |",
 		"| embedded new keys: fsync per commit (full) ≥ 0.8× relaxed rps | claimload | 3000 / 4000 rps = 0.75× | – / – | 300.0 / 300.0 | **no** |",
 		"| all new keys | claimd embedded relaxed | claimload | 4000 |",
@@ -151,6 +154,9 @@ func TestReport(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("report lacks %q:\n%s", want, b)
 		}
+	}
+	if strings.Contains(string(b), "open loop, no-op handler") {
+		t.Errorf("the open loop's floor is a target row:\n%s", b)
 	}
 }
 
@@ -240,6 +246,39 @@ func TestLifecycleBudget(t *testing.T) {
 	wantContains(t, "lifecycle budget, naive at 5000 events/s", report(5000), "the floors alone (300 µs) exceed it")
 	if got := report(0); got != "" {
 		t.Errorf("lifecycle budget without a naive rate = %q, want nothing", got)
+	}
+}
+
+// TestLowFloor: the low-concurrency event's CPU beside the floors of its
+// two calls (the no-op handler's at the same concurrency), two Redis
+// commands and four rows, and the verdict against the 300 µs target.
+func TestLowFloor(t *testing.T) {
+	report := func(noopServer float64) string {
+		r := budgetReport()
+		r.Baselines = append(r.Baselines, Result{Target: baselinePgSingle, Callers: 50, Rate: 10000, Seconds: 1, CPU: map[string]float64{"postgres": 1}})
+		r.Low = []Result{
+			{Target: targetNoop, Scenario: scenarioNew, Callers: 8, Requests: 1000, Rate: 9000, CPU: map[string]float64{"server": noopServer, "client": 0.02}},
+			{Target: targetClaimd, Scenario: scenarioLifecycleStart, Callers: 8, Requests: 1000, PGWrites: 750,
+				CPU: map[string]float64{"server": 0.25, "client": 0.15, "redis": 0.03, "postgres": 0.25}},
+		}
+		var w strings.Builder
+		writeLowFloor(&w, r)
+		return w.String()
+	}
+	// Floors: client 2 × 20, claimd 2 × 30, Redis 2 × 10, PostgreSQL 4 × 20.
+	wantContains(t, "low floor", report(0.03),
+		"| load client | 150.0 | 40.0 | 2 × its CPU per call against the no-op handler, 8 callers |",
+		"| claimd | 250.0 | 60.0 |", "| Redis | 30.0 | 20.0 |", "| PostgreSQL | 250.0 | 80.0 |", "| all four | 680.0 | 200.0 | |",
+		"530 µs spent against floors of 160",
+		"claimd's run spent 370 µs above them, 190 in claimd above its bare gRPC calls and 170 in PostgreSQL above its rows",
+		"costs PostgreSQL 100.0 µs; claimd's run committed 0.75 times per event")
+	// A no-op call of 110 µs: floors of 220 + 20 + 80 µs.
+	wantContains(t, "low floor over the target", report(0.11), "The floors alone exceed its 300 µs")
+	r := budgetReport()
+	var w strings.Builder
+	writeLowFloor(&w, r)
+	if w.Len() != 0 {
+		t.Errorf("low floor without low runs = %q, want nothing", w.String())
 	}
 }
 

@@ -24,10 +24,15 @@ const (
 	// openLoopShare is the open loop's rate as a share of the naive
 	// handler's saturated lifecycle rate measured in the same run.
 	openLoopShare = 0.5
+	// lowCPUTarget is the most server-side CPU (claimd, Redis and
+	// PostgreSQL) a low-concurrency event may cost, in µs.
+	lowCPUTarget = 300
 )
 
-// lowTargets are the targets the low-concurrency run measures.
-var lowTargets = []string{targetNaive, targetEmbedded, targetClaimd}
+// lowTargets are the targets the low-concurrency run measures: the no-op
+// handler for its floor (Claims only: it answers nothing else), the
+// others Claim(start) → SETTLED.
+var lowTargets = []string{targetNoop, targetNaive, targetEmbedded, targetClaimd}
 
 // openLoopTargets are the tier modes the open loop measures.
 var openLoopTargets = []string{targetEmbedded, targetClaimd}
@@ -114,23 +119,33 @@ func (b *bench) counted(run func() (Result, error)) (Result, error) {
 	return res, nil
 }
 
-// runLow measures Claim(start) → SETTLED from lowCallers callers on t.
+// runLow measures Claim(start) → SETTLED from lowCallers callers on t (on
+// the no-op handler, Claims: a gRPC call at that concurrency), and with
+// perf on claimd profiles it.
 func (b *bench) runLow(t *target) error {
-	run := b.spec(scenarioLifecycleStart)
+	sc := scenarioLifecycleStart
+	if t.id == targetNoop {
+		sc = scenarioNew
+	}
+	run := b.spec(sc)
 	run.callers = lowCallers
-	res, err := b.counted(func() (Result, error) { return b.loadWith(t, scenarioLifecycleStart, clientClaimload, run) })
+	res, err := b.counted(func() (Result, error) { return b.loadWith(t, sc, clientClaimload, run) })
 	if err != nil {
 		return fmt.Errorf("%d callers: %w", lowCallers, err)
 	}
 	logf("%-16s low-%d   %-10s %8.0f %s  p50 %6.2fms  p99 %6.2fms  errors %d  cpu %s  redis %d commands  postgres %d writes",
 		t.id, lowCallers, clientClaimload, res.Rate, res.Unit, res.P50, res.P99, res.Errors, fmtCPU(res.CPU), res.RedisCommands, res.PGWrites)
 	b.report.Low = append(b.report.Low, res)
+	if b.opts.perf != "" && t.id == targetClaimd {
+		return b.profile(t, sc, run, fmt.Sprintf("%d callers", lowCallers), &res)
+	}
 	return nil
 }
 
 // runOpenLoop measures the lifecycle scenario in an open loop at
 // openLoopShare of the naive handler's saturated lifecycle rate, on each
-// tier mode, each target started afresh.
+// tier mode, each target started afresh; and, as its floor, the no-op
+// handler answering Claims due at as many RPCs a second.
 func (b *bench) runOpenLoop() error {
 	n := b.report.find(targetNaive, scenarioLifecycle, clientClaimload)
 	if n == nil || n.Rate == 0 {
@@ -140,7 +155,7 @@ func (b *bench) runOpenLoop() error {
 	if err := b.settleServers(); err != nil {
 		return err
 	}
-	for _, id := range openLoopTargets {
+	for _, id := range append([]string{targetNoop}, openLoopTargets...) {
 		if !slices.Contains(b.opts.targets, id) {
 			continue
 		}
@@ -154,31 +169,47 @@ func (b *bench) runOpenLoop() error {
 	return nil
 }
 
+// lifecycleRPCs is the RPCs of an event of the open loop's scenario.
+const lifecycleRPCs = 3
+
 func (b *bench) openLoop(id string, rate float64) error {
 	// A fresh store: the closed-loop runs' rows are gone (settleServers
 	// dropped the database; the embedded data directory goes here).
 	db := ""
-	if id == targetClaimd {
+	switch id {
+	case targetNoop:
+		return b.with(id, db, func(t *target) error { return b.openLoopOn(t, scenarioNew, lifecycleRPCs*rate) })
+	case targetClaimd:
 		db = "openloop"
-	} else if err := os.RemoveAll(filepath.Join(b.opts.workDir, id)); err != nil {
-		return err
+	default:
+		if err := os.RemoveAll(filepath.Join(b.opts.workDir, id)); err != nil {
+			return err
+		}
 	}
-	return b.with(id, db, func(t *target) error { return b.openLoopOn(t, rate) })
+	return b.with(id, db, func(t *target) error { return b.openLoopOn(t, scenarioLifecycle, rate) })
 }
 
-// openLoopOn runs the open loop at rate against the started t.
-func (b *bench) openLoopOn(t *target, rate float64) error {
+// openLoopOn runs scenario in an open loop at rate against the started t,
+// and with perf profiles claimd's.
+func (b *bench) openLoopOn(t *target, scenario string, rate float64) error {
 	id := t.id
-	run := b.spec(scenarioLifecycle)
+	run := b.spec(scenario)
 	run.rate = rate
-	res, err := b.counted(func() (Result, error) { return b.loadWith(t, scenarioLifecycle, clientClaimload, run) })
+	res, err := b.counted(func() (Result, error) { return b.loadWith(t, scenario, clientClaimload, run) })
 	if err != nil {
 		return err
 	}
 	logf("%-16s open     %-10s %8.0f of %.0f %s due  p99 %6.2fms  p99.9 %6.2fms  late %d  errors %d",
 		id, clientClaimload, res.Rate, res.Due, res.Unit, res.P99, res.P999, res.Late, res.Errors)
 	b.report.OpenLoop = append(b.report.OpenLoop, res)
-	return nil
+	if b.opts.perf == "" || id == targetNoop {
+		return nil
+	}
+	label := fmt.Sprintf("open loop at %.0f/s", rate)
+	if id != targetClaimd {
+		label += ", " + display(displayNames, id)
+	}
+	return b.profile(t, scenario, run, label, &res)
 }
 
 // redisAppendFsync turns Redis's append-only file on, fsync'd on every

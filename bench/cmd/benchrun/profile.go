@@ -20,6 +20,9 @@ import (
 type Profile struct {
 	Target   string `json:"target"`
 	Scenario string `json:"scenario"`
+	// Run names a run other than the scenario's standard one: the
+	// low-concurrency run's callers, or the open loop.
+	Run string `json:"run,omitempty"`
 	// PerOp is the server's CPU µs per operation in the scenario's
 	// measured run (the profiled run's when there is none).
 	PerOp   float64 `json:"server_cpu_us_per_op"`
@@ -43,6 +46,7 @@ const (
 	compCrypto   = "crypto"
 	compRedis    = "go-redis"
 	compPgx      = "pgx"
+	compSQLite   = "SQLite (modernc.org)"
 	compSched    = "Go runtime: scheduler"
 	compSysmon   = "Go runtime: sysmon"
 	compGC       = "Go runtime: GC and stack growth"
@@ -50,7 +54,7 @@ const (
 	profileHertz = 999
 )
 
-var components = []string{compClaimd, compGRPC, compProto, compMetrics, compCrypto, compRedis, compPgx, compSched, compSysmon, compGC, compOther}
+var components = []string{compClaimd, compGRPC, compProto, compMetrics, compCrypto, compRedis, compPgx, compSQLite, compSched, compSysmon, compGC, compOther}
 
 // libraries name the component of a Go function by its package path, first
 // match wins.
@@ -64,6 +68,7 @@ var libraries = []struct{ part, comp string }{
 	{"google.golang.org/protobuf", compProto},
 	{"redis/go-redis", compRedis},
 	{"jackc/", compPgx},
+	{"modernc.org/", compSQLite},
 	{"crypto/", compCrypto},
 }
 
@@ -162,11 +167,14 @@ func profileSeconds(d time.Duration) int {
 	return max(1, min(10, int(profileRun(d).Seconds())-3))
 }
 
-// profile runs scenario once more on t under claimload, with perf recording
-// the server, and adds where its CPU went to the report.
-func (b *bench) profile(t *target, scenario string) error {
-	data := filepath.Join(b.opts.workDir, "perf-"+scenario+".data")
-	secs := profileSeconds(b.opts.duration)
+// profile runs scenario once more on t under claimload as run says, with
+// perf recording the server, and adds where its CPU went to the report.
+// label names the run when it is not the scenario's standard one; the
+// shares divide measured's server CPU per operation, the profiled run's own
+// when measured is nil.
+func (b *bench) profile(t *target, scenario string, run spec, label string, measured *Result) error {
+	data := filepath.Join(b.opts.workDir, fmt.Sprintf("perf-%d.data", len(b.report.Profiles)))
+	secs := profileSeconds(run.duration)
 	recorded := make(chan error, 1)
 	go func() {
 		select {
@@ -183,7 +191,6 @@ func (b *bench) profile(t *target, scenario string) error {
 		}
 		recorded <- nil
 	}()
-	run := b.spec(scenario)
 	run.duration = profileRun(run.duration)
 	res, err := b.loadWith(t, scenario, clientClaimload, run)
 	if rerr := <-recorded; err == nil {
@@ -211,11 +218,11 @@ func (b *bench) profile(t *target, scenario string) error {
 	// The shares apply to the measured run's CPU per operation: the
 	// profiled run's own pays for perf's sampling too.
 	perOp := res.CPU["server"] / float64(res.Requests) * 1e6
-	logf("profiled %s %s: %d samples, %.1f µs of server CPU per operation while profiled", t.id, scenario, n, perOp)
-	if m := b.report.find(t.id, scenario, clientClaimload); m != nil && m.Requests > 0 {
-		perOp = m.CPU["server"] / float64(m.Requests) * 1e6
+	logf("profiled %s %s %s: %d samples, %.1f µs of server CPU per operation while profiled", t.id, scenario, label, n, perOp)
+	if measured != nil && measured.Requests > 0 {
+		perOp = measured.CPU["server"] / float64(measured.Requests) * 1e6
 	}
-	p := Profile{Target: t.id, Scenario: scenario, PerOp: perOp, Samples: n, Shares: shares}
+	p := Profile{Target: t.id, Scenario: scenario, Run: label, PerOp: perOp, Samples: n, Shares: shares}
 	b.report.Profiles = append(b.report.Profiles, p)
 	return nil
 }
@@ -229,10 +236,14 @@ func profileTable(r *Report) string {
 	var sb strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&sb, format, a...) }
 	p("## Where claimd's CPU goes\n\n")
-	p("One more run of each scenario on claimd (Redis + PostgreSQL) under claimload, not among the figures above: `perf record -g` (%d Hz) samples the server for %d s in its middle, and each sample counts to what spent it, by its call stack: claimd's own code, a library (its allocations and system calls included), or the Go runtime's own work. µs per operation are each component's share (in parentheses) of the server's CPU per operation in the scenario's measured run above (the profiled run pays for the sampling too).\n\n", profileHertz, profileSeconds(mustDuration(r.Options.Duration)))
+	p("One more run of each scenario on claimd (Redis + PostgreSQL unless the column says embedded) under claimload, not among the figures above: `perf record -g` (%d Hz) samples the server for %d s in its middle, and each sample counts to what spent it, by its call stack: claimd's own code, a library (its allocations and system calls included), or the Go runtime's own work. µs per operation are each component's share (in parentheses) of the server's CPU per operation in the scenario's measured run above (the profiled run pays for the sampling too).\n\n", profileHertz, profileSeconds(mustDuration(r.Options.Duration)))
 	p("| component |")
 	for _, x := range r.Profiles {
-		p(" %s (%.1f µs) |", display(scenarioNames, x.Scenario), x.PerOp)
+		name := display(scenarioNames, x.Scenario)
+		if x.Run != "" {
+			name += ", " + x.Run
+		}
+		p(" %s (%.1f µs) |", name, x.PerOp)
 	}
 	p("\n| --- |%s\n", strings.Repeat(" ---: |", len(r.Profiles)))
 	for _, c := range components {

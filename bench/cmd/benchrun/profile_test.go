@@ -53,9 +53,11 @@ func TestAttribute(t *testing.T) {
 func TestProfileTable(t *testing.T) {
 	r := &Report{Options: ReportOptions{Duration: "15s"}, Profiles: []Profile{
 		{Target: targetClaimd, Scenario: scenarioNew, PerOp: 100, Samples: 5000, Shares: map[string]float64{compClaimd: 0.25, compSched: 0.75}},
+		{Target: targetEmbedded, Scenario: scenarioLifecycle, Run: "open loop at 800/s, claimd embedded", PerOp: 200, Samples: 4000, Shares: map[string]float64{compSQLite: 0.5, compSched: 0.5}},
 	}}
 	got := profileTable(r)
-	for _, want := range []string{"## Where claimd's CPU goes", "for 10 s", "| claimd's own code | 25.0 (25 %) |", "| Go runtime: scheduler | 75.0 (75 %) |", "| pgx | 0.0 (0 %) |", "| samples | 5000 |"} {
+	for _, want := range []string{"## Where claimd's CPU goes", "for 10 s", "| claimd's own code | 25.0 (25 %) | 0.0 (0 %) |", "| Go runtime: scheduler | 75.0 (75 %) | 100.0 (50 %) |", "| pgx | 0.0 (0 %) | 0.0 (0 %) |",
+		"| SQLite (modernc.org) | 0.0 (0 %) | 100.0 (50 %) |", "| all new keys (100.0 µs) | lifecycle: Claim → PROCESSING → SETTLED, open loop at 800/s, claimd embedded (200.0 µs) |", "| samples | 5000 | 4000 |"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("profile table lacks %q:\n%s", want, got)
 		}
