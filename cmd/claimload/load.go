@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
-	"runtime"
 	"sync/atomic"
 	"time"
 
