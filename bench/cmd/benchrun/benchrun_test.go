@@ -230,9 +230,7 @@ func TestLifecycleBudget(t *testing.T) {
 			Result{Target: targetNoop, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: 20000, Seconds: 10, MachineBusy: 16,
 				CPU: map[string]float64{"server": 0.03, "client": 0.02}},
 		)
-		var w strings.Builder
-		writeLifecycleBudget(&w, r)
-		return w.String()
+		return written(writeLifecycleBudget, r)
 	}
 	// Floors of three RPCs and six rows: client 3 × 20, claimd 3 × 30,
 	// Redis 3 × 10, PostgreSQL 6 × 20.
@@ -261,9 +259,7 @@ func TestLowFloor(t *testing.T) {
 			{Target: targetClaimd, Scenario: scenarioLifecycleStart, Callers: 8, Requests: 1000, PGWrites: 750,
 				CPU: map[string]float64{"server": 0.25, "client": 0.15, "redis": 0.03, "postgres": 0.25}},
 		}
-		var w strings.Builder
-		writeLowFloor(&w, r)
-		return w.String()
+		return written(writeLowFloor, r)
 	}
 	// Floors: client 2 × 20, claimd 2 × 30, Redis 2 × 10, PostgreSQL 4 × 20.
 	wantContains(t, "low floor", report(0.03),
@@ -274,12 +270,16 @@ func TestLowFloor(t *testing.T) {
 		"costs PostgreSQL 100.0 µs; claimd's run committed 0.75 times per event")
 	// A no-op call of 110 µs: floors of 220 + 20 + 80 µs.
 	wantContains(t, "low floor over the target", report(0.11), "The floors alone exceed its 300 µs")
-	r := budgetReport()
-	var w strings.Builder
-	writeLowFloor(&w, r)
-	if w.Len() != 0 {
-		t.Errorf("low floor without low runs = %q, want nothing", w.String())
+	if got := written(writeLowFloor, budgetReport()); got != "" {
+		t.Errorf("low floor without low runs = %q, want nothing", got)
 	}
+}
+
+// written is what write writes of r.
+func written(write func(*strings.Builder, *Report), r *Report) string {
+	var w strings.Builder
+	write(&w, r)
+	return w.String()
 }
 
 // wantContains fails t for each of wants that got lacks.
@@ -303,9 +303,7 @@ func TestBudget(t *testing.T) {
 			Result{Target: targetNoop, Scenario: scenarioNew, Client: clientClaimload, Requests: 1000, Rate: 20000, Seconds: 10, MachineBusy: 16,
 				CPU: map[string]float64{"server": 0.03, "client": 0.03}},
 		)
-		var w strings.Builder
-		writeBudget(&w, r)
-		return w.String()
+		return written(writeBudget, r)
 	}
 	wantContains(t, "budget, naive at 1000 claims/s", report(1000),
 		"3 × 1000 claims/s) leaves each claim at most 667 µs",
