@@ -33,7 +33,6 @@ package docs
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -45,6 +44,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/claimd/claimd/clients/go/claimdtest"
 )
 
 const (
@@ -185,31 +186,24 @@ func requireFree(t *testing.T, addr string) {
 	}
 }
 
-// startClaimd builds claimd once into dir/bin/claimd (or links $CLAIMD_BIN
-// there, when make test has built it), where `make build` puts it for
-// commands that run ./bin/claimd, and starts it as `make run` does, on
-// a temporary data directory; it returns when /readyz answers.
+// startClaimd puts claimd at dir/bin/claimd, where `make build` puts it for
+// commands that run ./bin/claimd (claimdtest.Build: the binary make test
+// built, $CLAIMD_BIN, or one compiled with the image's flags), and starts
+// it as `make run` does, on a temporary data directory; it returns when
+// /readyz answers.
 func startClaimd(t *testing.T, dir string) {
 	t.Helper()
 	bin := filepath.Join(dir, "bin", "claimd")
-	if prebuilt := os.Getenv("CLAIMD_BIN"); prebuilt != "" {
-		// make test's, built once for every suite with the flags below.
-		if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	built, err := claimdtest.Build(filepath.Dir(bin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if built != bin {
+		if err := os.Symlink(built, bin); err != nil {
 			t.Fatal(err)
-		}
-		if err := os.Symlink(prebuilt, bin); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		// The image's compile flags (scripts/rootfs.sh), as every build of
-		// claimd in make test: one compile of the server for all of them.
-		build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/claimd")
-		build.Dir = ".."
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build ./cmd/claimd: %v\n%s", err, out)
 		}
 	}
 
