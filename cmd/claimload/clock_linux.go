@@ -22,11 +22,10 @@ func newClock() clock {
 // absolute time, so that an interruption resumes the same wait); a t
 // already past returns at once.
 func (c clock) sleepUntil(t time.Time) {
-	d := t.Sub(c.base)
-	if d <= time.Since(c.base) {
+	if !time.Now().Before(t) {
 		return
 	}
-	ts := unix.NsecToTimespec(c.mono + int64(d))
+	ts := unix.NsecToTimespec(c.mono + int64(t.Sub(c.base)))
 	for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil) == unix.EINTR {
 	}
 }

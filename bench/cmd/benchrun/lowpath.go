@@ -173,18 +173,16 @@ func (b *bench) runOpenLoop() error {
 const lifecycleRPCs = 3
 
 func (b *bench) openLoop(id string, rate float64) error {
+	if id == targetNoop { // no store: its floor, at the same RPCs a second
+		return b.with(id, "", func(t *target) error { return b.openLoopOn(t, scenarioNew, lifecycleRPCs*rate) })
+	}
 	// A fresh store: the closed-loop runs' rows are gone (settleServers
 	// dropped the database; the embedded data directory goes here).
 	db := ""
-	switch id {
-	case targetNoop:
-		return b.with(id, db, func(t *target) error { return b.openLoopOn(t, scenarioNew, lifecycleRPCs*rate) })
-	case targetClaimd:
+	if id == targetClaimd {
 		db = "openloop"
-	default:
-		if err := os.RemoveAll(filepath.Join(b.opts.workDir, id)); err != nil {
-			return err
-		}
+	} else if err := os.RemoveAll(filepath.Join(b.opts.workDir, id)); err != nil {
+		return err
 	}
 	return b.with(id, db, func(t *target) error { return b.openLoopOn(t, scenarioLifecycle, rate) })
 }
