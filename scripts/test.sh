@@ -32,11 +32,10 @@ trap 'rm -rf "$tmp"' EXIT
 # The binaries the tests run (claimd and the test tools testpg, testca and
 # effectspec), built first, once (scripts/testbin.sh), and named to every
 # suite by $CLAIMD_BIN and the others (test-clients.sh and the clients'
-# harnesses, deploy's test, docs/doc_test.go, clients/go/claimdtest): no
-# test links them again, and
-# no test's own go build of them runs beside this one, compiling the same
-# packages twice on a cold build cache. cmd/claimd's tests still build
-# claimd, with a version of their own.
+# harnesses, deploy's test, clients/go/claimdtest and so docs/doc_test.go):
+# no test links them again, and no test's own go build of them runs beside
+# this one, compiling the same packages twice on a cold build cache.
+# cmd/claimd's tests still build claimd, with a version of their own.
 # shellcheck source=testbin.sh
 source scripts/testbin.sh
 echo "== claimd and the test tools"
